@@ -1,0 +1,3 @@
+from rollout.cli import main
+
+raise SystemExit(main())

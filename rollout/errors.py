@@ -1,0 +1,82 @@
+"""The one error tree of rollout.
+
+Every error a user can see derives from RolloutError and carries an exit code, so the CLI
+maps failures to exit codes in one place: 1 a node failed or the run halted, 2 bad input,
+3 aborted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class ExitCode:
+    OK = 0
+    FAILED = 1
+    BAD_INPUT = 2
+    ABORTED = 3
+
+
+class RolloutError(Exception):
+    """Root of every error rollout raises on purpose."""
+
+    exit_code: int = ExitCode.FAILED
+
+
+class BadInput(RolloutError):
+    """The user gave something rollout cannot use: a plan, an inventory, a facts directory."""
+
+    exit_code = ExitCode.BAD_INPUT
+
+
+@dataclass(frozen=True)
+class SourceLocation:
+    """Where in an input file something was found; line and column are 1-based."""
+
+    path: str
+    line: int | None = None
+    column: int | None = None
+
+    def __str__(self) -> str:
+        if self.line is None:
+            return self.path
+        if self.column is None:
+            return f"{self.path}:{self.line}"
+        return f"{self.path}:{self.line}:{self.column}"
+
+
+class InputError(BadInput):
+    """One problem in an input file, located to file:line:column and a field path."""
+
+    def __init__(
+        self,
+        location: SourceLocation,
+        message: str,
+        *,
+        field: str | None = None,
+        hint: str | None = None,
+    ) -> None:
+        self.location = location
+        self.field = field
+        self.message = message
+        self.hint = hint
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        where = f"{self.location}: "
+        what = f"{self.field}: {self.message}" if self.field else self.message
+        return where + what + (f"\n  hint: {self.hint}" if self.hint else "")
+
+
+class InputErrors(BadInput):
+    """Several problems found in one pass over an input, reported together."""
+
+    def __init__(self, errors: list[InputError]) -> None:
+        self.errors = errors
+        super().__init__("\n".join(str(e) for e in errors))
+
+
+class Aborted(RolloutError):
+    """The user declined, or interrupted, the run."""
+
+    exit_code = ExitCode.ABORTED

@@ -1,0 +1,1 @@
+"""Transports: the only modules that talk to the outside world (processes, SSH, Kubernetes)."""

@@ -1,0 +1,45 @@
+"""Run commands on this machine: for offline prediction with local containerd binaries and tests."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Mapping, Sequence
+
+from rollout.commands import DEFAULT_TIMEOUT_S, CommandResult, CommandTimeout
+
+
+class LocalRunner:
+    """A CommandRunner for the local machine, with an optional fixed environment."""
+
+    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+        self._env = dict(env) if env is not None else None
+
+    @property
+    def host(self) -> str:
+        return "local"
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> CommandResult:
+        try:
+            done = subprocess.run(
+                list(argv),
+                input=stdin if stdin is not None else b"",
+                capture_output=True,
+                timeout=timeout_s,
+                env=self._env,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise CommandTimeout(argv, self.host, timeout_s) from exc
+        return CommandResult(
+            argv=tuple(argv),
+            exit_code=done.returncode,
+            stdout=done.stdout.decode("utf-8", "replace"),
+            stderr=done.stderr.decode("utf-8", "replace"),
+            host=self.host,
+        )
