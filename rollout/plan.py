@@ -1,0 +1,135 @@
+"""The Plan: waves of nodes, each node's steps with what they change or why they are no-ops.
+
+A Plan is pure data. `rollout plan` renders it; `rollout apply` executes it. Every field a
+reviewer sees in a plan is a field here, so the JSON output and the text output never drift.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class FileChange:
+    """One file write on a node: created (before None), replaced, or removed (after None)."""
+
+    path: str
+    before: str | None
+    after: str | None
+    reason: str
+
+    @property
+    def action(self) -> str:
+        if self.before is None:
+            return "create"
+        if self.after is None:
+            return "remove"
+        return "modify"
+
+    def unified_diff(self) -> str:
+        before = (self.before or "").splitlines(keepends=True)
+        after = (self.after or "").splitlines(keepends=True)
+        lines = difflib.unified_diff(
+            before,
+            after,
+            fromfile="/dev/null" if self.before is None else f"a{self.path}",
+            tofile="/dev/null" if self.after is None else f"b{self.path}",
+        )
+        return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+
+
+@dataclass(frozen=True)
+class EffectiveChange:
+    """One leaf of the effective containerd config that changes, and whether it is intended."""
+
+    path: str
+    before: Any
+    after: Any
+    intended: bool
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """A step as planned: the action it will take, or the reason it has nothing to do."""
+
+    kind: str
+    why: str
+    action: str | None = None
+    noop_reason: str | None = None
+
+    @property
+    def changes(self) -> bool:
+        return self.action is not None
+
+
+@dataclass(frozen=True)
+class LabelChange:
+    key: str
+    before: str | None
+    after: str | None
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    """What happens on one node, and what the node looks like now."""
+
+    name: str
+    containerd_version: str
+    steps: tuple[StepPlan, ...]
+    files: tuple[FileChange, ...] = ()
+    effective_changes: tuple[EffectiveChange, ...] = ()
+    effective_diff: str = ""
+    shadowing: tuple[str, ...] = ()
+    repairs: tuple[str, ...] = ()
+    labels: tuple[LabelChange, ...] = ()
+    warnings: tuple[str, ...] = ()
+    unavailable: bool = False
+
+    @property
+    def changes(self) -> bool:
+        return any(step.changes for step in self.steps)
+
+
+@dataclass(frozen=True)
+class ClusterChange:
+    """A change to a cluster-wide object (a ConfigMap, the ClusterPolicy), made before wave 1."""
+
+    kind: str
+    target: str
+    action: str | None
+    diff: str = ""
+    noop_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Wave:
+    index: int
+    nodes: tuple[NodePlan, ...]
+
+
+@dataclass(frozen=True)
+class Plan:
+    name: str
+    source: str
+    facts_source: str
+    changes: tuple[str, ...]
+    waves: tuple[Wave, ...]
+    cluster_changes: tuple[ClusterChange, ...] = ()
+    max_unavailable: int = 1
+    already_unavailable: tuple[str, ...] = ()
+    not_targeted: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    policy: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def nodes(self) -> tuple[NodePlan, ...]:
+        return tuple(node for wave in self.waves for node in wave.nodes)
+
+    @property
+    def has_changes(self) -> bool:
+        return any(n.changes for n in self.nodes) or any(
+            c.action is not None for c in self.cluster_changes
+        )

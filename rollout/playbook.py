@@ -1,0 +1,144 @@
+"""Playbooks: the built-in step sequences in playbooks/, one YAML file per change kind."""
+
+from __future__ import annotations
+
+import enum
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rollout.errors import InputError, SourceLocation
+
+# Every step kind rollout knows; a playbook naming another is refused at load time.
+STEP_KINDS = frozenset(
+    {
+        "cordon",
+        "drain",
+        "containerd.write",
+        "systemd.restart",
+        "containerd.verify",
+        "configmap.update",
+        "node.label",
+        "deviceplugin.restart",
+        "driver.install",
+        "gpu.wait",
+        "gpu.smoke",
+        "uncordon",
+    }
+)
+
+
+class Phase(enum.Enum):
+    """Where a step sits when playbooks combine: prepare, change, verify, finish."""
+
+    PREPARE = "prepare"
+    CHANGE = "change"
+    VERIFY = "verify"
+    FINISH = "finish"
+
+
+@dataclass(frozen=True)
+class PlaybookStep:
+    kind: str
+    phase: Phase
+    why: str
+
+
+@dataclass(frozen=True)
+class Playbook:
+    kind: str
+    description: str
+    steps: tuple[PlaybookStep, ...]
+    source: str
+
+
+def playbooks_dir() -> Path:
+    """The directory of built-in playbooks (ROLLOUT_PLAYBOOKS overrides it)."""
+    override = os.environ.get("ROLLOUT_PLAYBOOKS")
+    if override:
+        return Path(override)
+    return Path(__file__).resolve().parent.parent / "playbooks"
+
+
+def load_playbook(path: Path) -> Playbook:
+    """Read and check one playbook file."""
+    location = SourceLocation(str(path))
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise InputError(location, f"cannot read playbook: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise InputError(location, f"not valid YAML: {exc}") from exc
+    if not isinstance(raw, Mapping):
+        raise InputError(location, "a playbook is a mapping with kind, description and steps")
+    steps = tuple(_parse_step(location, i, item) for i, item in enumerate(raw.get("steps") or []))
+    if not steps:
+        raise InputError(location, "no steps", field="steps")
+    return Playbook(
+        kind=str(raw.get("kind") or path.stem),
+        description=str(raw.get("description") or ""),
+        steps=steps,
+        source=str(path),
+    )
+
+
+def load_playbooks(directory: Path | None = None) -> dict[str, Playbook]:
+    """Every playbook in the directory, keyed by its change kind."""
+    directory = directory or playbooks_dir()
+    if not directory.is_dir():
+        raise InputError(
+            SourceLocation(str(directory)),
+            "playbook directory not found",
+            hint="run rollout from a checkout, or set ROLLOUT_PLAYBOOKS to the playbooks/ folder",
+        )
+    books = [load_playbook(p) for p in sorted(directory.glob("*.yaml"))]
+    return {book.kind: book for book in books}
+
+
+def compose_steps(books: Iterable[Playbook]) -> tuple[PlaybookStep, ...]:
+    """One node's steps for several playbooks: prepare, change (in order), verify, finish.
+
+    Prepare, verify and finish steps run once even when several playbooks name them: one
+    cordon, one drain, one wait for the GPUs, one smoke pod, one uncordon per node.
+    """
+    ordered = list(books)
+    result: list[PlaybookStep] = []
+    for phase in Phase:
+        seen: set[str] = set()
+        for book in ordered:
+            for step in book.steps:
+                if step.phase is not phase:
+                    continue
+                if phase is not Phase.CHANGE and step.kind in seen:
+                    continue
+                seen.add(step.kind)
+                result.append(step)
+    return tuple(result)
+
+
+def _parse_step(location: SourceLocation, index: int, item: Any) -> PlaybookStep:
+    field = f"steps[{index}]"
+    if not isinstance(item, Mapping) or "step" not in item:
+        raise InputError(location, "each step is a mapping with `step`, `phase` and `why`", field=field)
+    kind = str(item["step"])
+    if kind not in STEP_KINDS:
+        raise InputError(
+            location,
+            f"unknown step {kind!r}",
+            field=field,
+            hint="known steps: " + ", ".join(sorted(STEP_KINDS)),
+        )
+    try:
+        phase = Phase(str(item.get("phase", "change")))
+    except ValueError as exc:
+        raise InputError(
+            location,
+            f"unknown phase {item.get('phase')!r}",
+            field=f"{field}.phase",
+            hint="phases: " + ", ".join(p.value for p in Phase),
+        ) from exc
+    return PlaybookStep(kind=kind, phase=phase, why=str(item.get("why", "")))

@@ -1,0 +1,194 @@
+"""Rendering for people and machines: plans as text (rich), markdown and JSON.
+
+The only module besides the CLI that imports rich: everything else hands it plain data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import IO, Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from rollout.plan import NodePlan, Plan
+
+SCHEMA_VERSION = 1
+
+
+def make_console(stream: IO[str] | None = None, color: bool | None = None) -> Console:
+    """A console that colours only a terminal, unless told otherwise."""
+    return Console(
+        file=stream,
+        no_color=color is False,
+        force_terminal=True if color else None,
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+def print_plan_text(plan: Plan, console: Console) -> None:
+    """The plan as a reviewer reads it on a terminal."""
+    total = len(plan.nodes)
+    changing = sum(1 for n in plan.nodes if n.changes)
+    console.print(
+        f"[bold]Plan {escape(plan.name)}[/bold]: {', '.join(plan.changes)} on {total} node(s) "
+        f"in {len(plan.waves)} wave(s); facts from {escape(plan.facts_source)}"
+    )
+    console.print(
+        f"  max unavailable {plan.max_unavailable}"
+        + (
+            f"; already unavailable: {', '.join(plan.already_unavailable)}"
+            if plan.already_unavailable
+            else ""
+        )
+    )
+    for warning in plan.warnings:
+        console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
+    if plan.cluster_changes:
+        console.print("\n[bold]Before wave 1 (cluster-wide)[/bold]")
+        for change in plan.cluster_changes:
+            if change.action is None:
+                console.print(f"  = {change.kind} {change.target}: {escape(change.noop_reason or '')}")
+            else:
+                console.print(f"  [cyan]~[/cyan] {change.kind} {change.target}: {escape(change.action)}")
+                _print_diff(console, change.diff, indent="      ")
+    for wave in plan.waves:
+        console.print(
+            f"\n[bold]Wave {wave.index}[/bold]: {', '.join(n.name for n in wave.nodes)}"
+        )
+        for node in wave.nodes:
+            _print_node(console, node)
+    console.print()
+    if plan.has_changes:
+        files = sum(len(n.files) for n in plan.nodes)
+        repaired = sum(1 for n in plan.nodes if n.repairs)
+        console.print(
+            f"[bold]Summary[/bold]: {changing} of {total} node(s) change, {files} file write(s)"
+            + (f", {repaired} node(s) with shadowed config repaired" if repaired else "")
+            + "."
+        )
+    else:
+        console.print("[bold green]No changes.[/bold green] Every targeted node already matches the plan.")
+
+
+def _print_node(console: Console, node: NodePlan) -> None:
+    marker = "[cyan]~[/cyan]" if node.changes else "[green]=[/green]"
+    state = " (cordoned or NotReady: counts against max unavailable)" if node.unavailable else ""
+    console.print(f"\n  {marker} [bold]{node.name}[/bold]  containerd {node.containerd_version}{state}")
+    for text in node.shadowing:
+        console.print(f"    [red]shadowed:[/red] {escape(text)}")
+    for text in node.repairs:
+        console.print(f"    [yellow]repair:[/yellow] {escape(text)}")
+    for step in node.steps:
+        if step.action is not None:
+            console.print(f"    [cyan]{step.kind:<20}[/cyan] {escape(step.action)}")
+        else:
+            console.print(f"    [dim]{step.kind:<20} no-op: {escape(step.noop_reason or '')}[/dim]")
+    for label in node.labels:
+        console.print(f"    label {label.key}: {label.before!r} -> {label.after!r}")
+    for warning in node.warnings:
+        console.print(f"    [yellow]warning:[/yellow] {escape(warning)}")
+    for change in node.files:
+        console.print(f"    [bold]{change.action} {change.path}[/bold]  ({escape(change.reason)})")
+        _print_diff(console, change.unified_diff(), indent="      ")
+    if node.effective_changes:
+        console.print("    [bold]effective containerd config[/bold] (what containerd will load):")
+        for eff in node.effective_changes:
+            tag = "" if eff.intended else "  [yellow](repair)[/yellow]"
+            console.print(
+                f"      {escape(eff.path)}: {_short(eff.before)} -> {_short(eff.after)}{tag}"
+            )
+
+
+def _print_diff(console: Console, diff: str, indent: str) -> None:
+    for line in diff.splitlines():
+        style = (
+            "bold"
+            if line.startswith(("+++", "---"))
+            else "green"
+            if line.startswith("+")
+            else "red"
+            if line.startswith("-")
+            else "cyan"
+            if line.startswith("@@")
+            else None
+        )
+        text = escape(line)
+        console.print(f"{indent}[{style}]{text}[/{style}]" if style else f"{indent}{text}")
+
+
+def _short(value: Any) -> str:
+    if value is None:
+        return "(absent)"
+    text = json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def plan_to_markdown(plan: Plan) -> str:
+    """The plan as a code-review comment."""
+    out: list[str] = []
+    changing = [n for n in plan.nodes if n.changes]
+    out.append(f"### rollout plan `{plan.name}`\n")
+    out.append(
+        f"{', '.join(plan.changes)} on {len(plan.nodes)} node(s) in {len(plan.waves)} wave(s); "
+        f"**{len(changing)}** node(s) change; max unavailable {plan.max_unavailable}.\n"
+    )
+    for warning in plan.warnings:
+        out.append(f"> **warning:** {warning}\n")
+    if plan.cluster_changes:
+        out.append("#### Cluster-wide, before wave 1\n")
+        for change in plan.cluster_changes:
+            out.append(f"- `{change.kind} {change.target}`: {change.action or change.noop_reason}")
+            if change.diff:
+                out.append(f"\n```diff\n{change.diff}```")
+        out.append("")
+    out.append("| wave | node | containerd | steps | files |")
+    out.append("|---|---|---|---|---|")
+    for wave in plan.waves:
+        for node in wave.nodes:
+            steps = " → ".join(s.kind for s in node.steps if s.changes) or "no-op"
+            out.append(
+                f"| {wave.index} | {node.name} | {node.containerd_version} | {steps} | {len(node.files)} |"
+            )
+    out.append("")
+    for node in changing:
+        out.append(f"<details><summary><b>{node.name}</b></summary>\n")
+        for text in node.shadowing:
+            out.append(f"- :warning: shadowed: {text}")
+        for text in node.repairs:
+            out.append(f"- repair: {text}")
+        for change in node.files:
+            out.append(f"\n`{change.action} {change.path}` ({change.reason})\n")
+            out.append(f"```diff\n{change.unified_diff()}```")
+        if node.effective_diff:
+            out.append("\nEffective containerd config:\n")
+            out.append(f"```diff\n{node.effective_diff.rstrip()}\n```")
+        out.append("\n</details>\n")
+    return "\n".join(out) + "\n"
+
+
+def plan_to_json(plan: Plan) -> str:
+    """The plan as JSON, stable for machines: every dataclass field plus derived flags."""
+    data = _jsonable(plan)
+    data["schema_version"] = SCHEMA_VERSION
+    data["has_changes"] = plan.has_changes
+    for node_data, node in zip(
+        (n for w in data["waves"] for n in w["nodes"]), plan.nodes, strict=True
+    ):
+        node_data["changes"] = node.changes
+        for file_data, change in zip(node_data["files"], node.files, strict=True):
+            file_data["action"] = change.action
+            file_data["diff"] = change.unified_diff()
+    return json.dumps(data, indent=2, sort_keys=False, default=str) + "\n"
+
+
+def _jsonable(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, tuple | list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    return value

@@ -1,0 +1,456 @@
+"""YAML source documents: loaded with the line and column of every key and value.
+
+A `SourceDocument` holds plain Python data (dicts, lists, scalars) as PyYAML's safe loader
+builds it, plus an index from each value's path (`("changes", 1, "registry", "host")`) to
+where its key and its value start in the file. Validating the data against a pydantic model
+turns every problem pydantic finds into an `InputError` located at file:line:column, so a
+user sees all problems of a file at once, each where it is.
+
+Two deliberate departures from PyYAML's YAML 1.1 behaviour:
+- a key repeated in one mapping is an error (YAML parsers silently keep the last one, which
+  hides a half-edited plan);
+- `22:00` is the string "22:00", not the base-60 integer 1320 that YAML 1.1 makes of it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pydantic
+import yaml
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from rollout.errors import InputError, InputErrors, SourceLocation
+
+PathPart = str | int
+ValuePath = tuple[PathPart, ...]
+ModelT = TypeVar("ModelT", bound=pydantic.BaseModel)
+
+# How deep aliases may nest before a document counts as a "billion laughs" bomb or a cycle.
+MAX_DEPTH = 100
+
+
+class FieldProblem(ValueError):
+    """Raised by model validators: a message and an optional hint for the user.
+
+    pydantic keeps the raised exception in the error's context, so the hint survives into
+    the InputError.
+    """
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+@dataclass(frozen=True)
+class Position:
+    """A 1-based line and column in a source file."""
+
+    line: int
+    column: int
+
+
+@dataclass(frozen=True)
+class NodeMarks:
+    """Where a value starts, and where its key starts when it is a mapping value."""
+
+    value: Position
+    key: Position | None = None
+
+
+def _without_sexagesimal(
+    resolvers: dict[str | None, list[tuple[str, re.Pattern[str]]]],
+) -> dict[str | None, list[tuple[str, re.Pattern[str]]]]:
+    """PyYAML's implicit resolvers minus YAML 1.1 base-60 numbers (`22:00` stays a string)."""
+    int_pattern = re.compile(
+        r"""^(?:[-+]?0b[0-1_]+
+            |[-+]?0[0-7_]+
+            |[-+]?(?:0|[1-9][0-9_]*)
+            |[-+]?0x[0-9a-fA-F_]+)$""",
+        re.X,
+    )
+    float_pattern = re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?
+            |\.[0-9_]+(?:[eE][-+][0-9]+)?
+            |[-+]?\.(?:inf|Inf|INF)
+            |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    )
+    replaced: dict[str | None, list[tuple[str, re.Pattern[str]]]] = {}
+    for first, entries in resolvers.items():
+        new_entries: list[tuple[str, re.Pattern[str]]] = []
+        for tag, pattern in entries:
+            if tag == "tag:yaml.org,2002:int":
+                pattern = int_pattern
+            elif tag == "tag:yaml.org,2002:float":
+                pattern = float_pattern
+            new_entries.append((tag, pattern))
+        replaced[first] = new_entries
+    return replaced
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader whose int and float resolvers know nothing of base 60."""
+
+
+_Loader.yaml_implicit_resolvers = _without_sexagesimal(yaml.SafeLoader.yaml_implicit_resolvers)
+
+
+def _position(mark: yaml.Mark | None) -> Position:
+    if mark is None:
+        return Position(1, 1)
+    return Position(mark.line + 1, mark.column + 1)
+
+
+@dataclass(frozen=True)
+class SourceDocument:
+    """A YAML document's plain data and where each of its values sits in the file."""
+
+    path: str
+    data: Any
+    marks: Mapping[ValuePath, NodeMarks]
+
+    @classmethod
+    def from_text(cls, text: str, path: str) -> SourceDocument:
+        """Parse one YAML document; InputError for syntax errors, duplicate keys, emptiness."""
+        loader = _Loader(text)
+        try:
+            node = loader.get_single_node()
+            if node is None:
+                raise InputError(SourceLocation(path, 1, 1), "the file is empty")
+            builder = _Builder(loader, path)
+            data = builder.build(node, ())
+        except yaml.MarkedYAMLError as exc:
+            mark = exc.problem_mark or exc.context_mark
+            where = _position(mark)
+            problem = " ".join(p for p in (exc.context, exc.problem) if p)
+            raise InputError(
+                SourceLocation(path, where.line, where.column),
+                f"not valid YAML: {problem or exc}",
+            ) from exc
+        except yaml.YAMLError as exc:
+            raise InputError(SourceLocation(path), f"not valid YAML: {exc}") from exc
+        finally:
+            loader.dispose()
+        if builder.errors:
+            raise InputErrors(builder.errors)
+        return cls(path=path, data=data, marks=types.MappingProxyType(builder.marks))
+
+    @classmethod
+    def from_path(cls, path: Path) -> SourceDocument:
+        """Read and parse a YAML file; InputError when it is missing or unreadable."""
+        return cls.from_text(read_text(path), str(path))
+
+    def location_of(self, path: Sequence[PathPart], *, at_key: bool = False) -> SourceLocation:
+        """Where the value at `path` starts (its key with at_key); the nearest parent if absent."""
+        probe = tuple(path)
+        while probe and probe not in self.marks:
+            probe = probe[:-1]
+            at_key = True  # a missing value is reported at the key that should hold it
+        marks = self.marks.get(probe)
+        if marks is None:
+            return SourceLocation(self.path, 1, 1)
+        where = marks.key if (at_key and marks.key is not None) else marks.value
+        return SourceLocation(self.path, where.line, where.column)
+
+    def value_at(self, path: Sequence[PathPart]) -> Any:
+        """The data at `path`; KeyError/IndexError/TypeError when it is not there."""
+        value = self.data
+        for part in path:
+            value = value[part]
+        return value
+
+    def validate(self, model: type[ModelT]) -> ModelT:
+        """Validate the data against `model`; InputErrors with every problem, located."""
+        try:
+            return model.model_validate(self.data)
+        except pydantic.ValidationError as exc:
+            raise InputErrors(self.errors_from(exc, model)) from exc
+
+    def errors_from(
+        self, exc: pydantic.ValidationError, model: type[pydantic.BaseModel]
+    ) -> list[InputError]:
+        """Translate pydantic's errors into located InputErrors, in file order."""
+        found = [self._input_error(err, model) for err in exc.errors()]
+        return sort_errors(found)
+
+    def _input_error(
+        self, err: Mapping[str, Any], model: type[pydantic.BaseModel]
+    ) -> InputError:
+        kind = str(err["type"])
+        path = self._data_path(err["loc"])
+        loc_parts = [p for p in err["loc"] if isinstance(p, str | int)]
+        if kind == "missing":
+            name = str(loc_parts[-1]) if loc_parts else "?"
+            return InputError(
+                self.location_of(path, at_key=True),
+                f"required key '{name}' is missing",
+                field=format_path((*path, name)),
+            )
+        if kind == "extra_forbidden":
+            name = str(loc_parts[-1]) if loc_parts else "?"
+            parent = path[:-1] if path and path[-1] == loc_parts[-1] else path
+            allowed = allowed_keys(model, parent)
+            hint = did_you_mean(name, allowed)
+            if hint is None and allowed:
+                hint = "known keys: " + ", ".join(sorted(allowed))
+            return InputError(
+                self.location_of((*parent, loc_parts[-1]), at_key=True),
+                f"unknown key '{name}'",
+                field=format_path(parent),
+                hint=hint,
+            )
+        message, hint = describe_problem(err)
+        return InputError(self.location_of(path), message, field=format_path(path), hint=hint)
+
+    def _data_path(self, loc: Sequence[Any]) -> ValuePath:
+        """The part of pydantic's `loc` that names real data, without union-member tags."""
+        value = self.data
+        path: list[PathPart] = []
+        for part in loc:
+            if isinstance(value, dict) and part in value:
+                value = value[part]
+                path.append(part)
+            elif (
+                isinstance(value, list) and isinstance(part, int) and 0 <= part < len(value)
+            ):
+                value = value[part]
+                path.append(part)
+        return tuple(path)
+
+
+class _Builder:
+    """Builds plain data from a composed node tree, recording marks and duplicate keys."""
+
+    def __init__(self, loader: _Loader, path: str) -> None:
+        self.loader = loader
+        self.path = path
+        self.marks: dict[ValuePath, NodeMarks] = {}
+        self.errors: list[InputError] = []
+        self._active: list[int] = []
+
+    def build(self, node: Node, path: ValuePath, key: Position | None = None) -> Any:
+        self.marks.setdefault(path, NodeMarks(_position(node.start_mark), key))
+        if id(node) in self._active or len(self._active) > MAX_DEPTH:
+            raise yaml.constructor.ConstructorError(
+                None, None, "recursive or too deeply nested aliases", node.start_mark
+            )
+        self._active.append(id(node))
+        try:
+            if isinstance(node, MappingNode):
+                return self._build_mapping(node, path)
+            if isinstance(node, SequenceNode):
+                return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
+            return self.loader.construct_object(node, deep=True)
+        finally:
+            self._active.pop()
+
+    def _build_mapping(self, node: MappingNode, path: ValuePath) -> dict[Any, Any]:
+        seen: dict[Any, Position] = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, ScalarNode) or key_node.value == "<<":
+                continue
+            key = self.loader.construct_object(key_node, deep=True)
+            here = _position(key_node.start_mark)
+            if _hashable(key) and key in seen:
+                first = seen[key]
+                self.errors.append(
+                    InputError(
+                        SourceLocation(self.path, here.line, here.column),
+                        f"duplicate key '{key}' (first at line {first.line})",
+                        field=format_path(path) or None,
+                        hint="YAML keeps only the last one; remove one of them",
+                    )
+                )
+            elif _hashable(key):
+                seen[key] = here
+        # flatten_mapping resolves `<<` merge keys in place, as SafeLoader does.
+        self.loader.flatten_mapping(node)
+        result: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            key = self.loader.construct_object(key_node, deep=True)
+            if not _hashable(key):
+                raise yaml.constructor.ConstructorError(
+                    "while building a mapping",
+                    node.start_mark,
+                    "found an unhashable key",
+                    key_node.start_mark,
+                )
+            child = (*path, key)
+            # a later key overrides a merged one; keep the later key's marks
+            self.marks.pop(child, None)
+            result[key] = self.build(value_node, child, _position(key_node.start_mark))
+        return result
+
+
+def _hashable(value: object) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
+def read_text(path: Path) -> str:
+    """A file's text as UTF-8; InputError when it is missing, a directory or unreadable."""
+    where = SourceLocation(str(path))
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise InputError(where, "file not found", hint="check the path") from exc
+    except IsADirectoryError as exc:
+        raise InputError(where, "is a directory, not a file") from exc
+    except UnicodeDecodeError as exc:
+        raise InputError(where, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+    except OSError as exc:
+        raise InputError(where, f"cannot read: {exc.strerror or exc}") from exc
+
+
+def format_path(path: Sequence[PathPart]) -> str:
+    """A field path as users write it: `changes[1].registry.endpoints[0].url`."""
+    text = ""
+    for part in path:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else str(part)
+    return text
+
+
+def describe_value(value: object) -> str:
+    """A short rendering of what was found, in YAML terms."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        shown = value if len(value) <= 60 else value[:57] + "..."
+        return json.dumps(shown)
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return type(value).__name__
+
+
+_EXPECTED = {
+    "int_type": "an integer",
+    "int_parsing": "an integer",
+    "int_from_float": "a whole number",
+    "bool_type": "true or false",
+    "bool_parsing": "true or false",
+    "string_type": "a string",
+    "model_type": "a mapping",
+    "model_attributes_type": "a mapping",
+    "dict_type": "a mapping",
+    "mapping_type": "a mapping",
+    "list_type": "a list",
+    "tuple_type": "a list",
+    "set_type": "a list",
+    "frozen_set_type": "a list",
+    "float_type": "a number",
+}
+
+
+def describe_problem(err: Mapping[str, Any]) -> tuple[str, str | None]:
+    """The message ("expected ..., found ...") and hint for one pydantic error."""
+    kind = str(err["type"])
+    ctx: Mapping[str, Any] = err.get("ctx") or {}
+    found = describe_value(err.get("input"))
+    if kind == "value_error":
+        problem = ctx.get("error")
+        if isinstance(problem, FieldProblem):
+            return problem.message, problem.hint
+        return str(problem), None
+    expected: str | None = _EXPECTED.get(kind)
+    if kind in {"literal_error", "enum"}:
+        expected = f"one of {ctx.get('expected')}"
+    elif kind in {"greater_than_equal", "greater_than", "less_than_equal", "less_than"}:
+        sign = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<="}
+        limit = ctx.get("ge", ctx.get("gt", ctx.get("le", ctx.get("lt"))))
+        expected = f"a number {sign.get(kind, '<')} {limit}"
+    elif kind == "too_short":
+        expected = f"at least {ctx.get('min_length')} item(s)"
+        found = f"{ctx.get('actual_length')}"
+    elif kind == "too_long":
+        expected = f"at most {ctx.get('max_length')} item(s)"
+        found = f"{ctx.get('actual_length')}"
+    if expected is None:
+        return f"{err.get('msg')}, found {found}", None
+    hint = None
+    if kind in {"bool_type", "bool_parsing"} and isinstance(err.get("input"), str):
+        hint = "write true or false without quotes"
+    elif kind in {"int_type", "int_parsing"} and isinstance(err.get("input"), str):
+        hint = "write the number without quotes"
+    return f"expected {expected}, found {found}", hint
+
+
+def did_you_mean(word: str, candidates: Sequence[str] | frozenset[str]) -> str | None:
+    """'did you mean X?' for the closest candidate, or None when nothing is close."""
+    close = difflib.get_close_matches(word, sorted(candidates), n=1, cutoff=0.6)
+    return f"did you mean '{close[0]}'?" if close else None
+
+
+def allowed_keys(model: type[pydantic.BaseModel], path: Sequence[PathPart]) -> frozenset[str]:
+    """The keys the model at `path` inside `model` accepts (by alias); empty if unknown."""
+    target = _type_at(model, path)
+    if isinstance(target, type) and issubclass(target, pydantic.BaseModel):
+        return frozenset(f.alias or name for name, f in target.model_fields.items())
+    return frozenset()
+
+
+def _type_at(root: Any, path: Sequence[PathPart]) -> Any:
+    current: Any = root
+    for part in path:
+        current = _unwrap(current)
+        if isinstance(current, type) and issubclass(current, pydantic.BaseModel):
+            fields = {f.alias or n: f for n, f in current.model_fields.items()}
+            field = fields.get(str(part))
+            if field is None:
+                return None
+            current = field.annotation
+            continue
+        origin = typing.get_origin(current)
+        args = typing.get_args(current)
+        if origin in (tuple, list, frozenset, set, Sequence) and args:
+            current = args[0]
+        elif origin in (dict, Mapping) and len(args) == 2:
+            current = args[1]
+        else:
+            return None
+    return _unwrap(current)
+
+
+def _unwrap(annotation: Any) -> Any:
+    """Strip Annotated[...] and Optional[...] down to the one interesting type."""
+    while True:
+        origin = typing.get_origin(annotation)
+        if origin is typing.Annotated:
+            annotation = typing.get_args(annotation)[0]
+        elif origin in (typing.Union, types.UnionType):
+            members = [a for a in typing.get_args(annotation) if a is not type(None)]
+            if len(members) != 1:
+                return annotation
+            annotation = members[0]
+        else:
+            return annotation
+
+
+def sort_errors(errors: Sequence[InputError]) -> list[InputError]:
+    """Errors in file order: by path, then line, then column."""
+
+    def order(e: InputError) -> tuple[str, int, int]:
+        return (e.location.path, e.location.line or 0, e.location.column or 0)
+
+    return sorted(errors, key=order)
