@@ -45,10 +45,14 @@ class FieldProblem(ValueError):
     the InputError.
     """
 
-    def __init__(self, message: str, hint: str | None = None) -> None:
+    def __init__(
+        self, message: str, hint: str | None = None, at: tuple[str | int, ...] = ()
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint
+        # where below the validated value the problem is, e.g. (3,) for a list's 4th item
+        self.at = at
 
 
 @dataclass(frozen=True)
@@ -180,12 +184,22 @@ class SourceDocument:
         self, exc: pydantic.ValidationError, model: type[pydantic.BaseModel]
     ) -> list[InputError]:
         """Translate pydantic's errors into located InputErrors, in file order."""
-        found = [self._input_error(err, model) for err in exc.errors()]
+        found = [self._input_error(err, model) for err in exc.errors() if not self._is_echo(err)]
         return sort_errors(found)
 
-    def _input_error(
-        self, err: Mapping[str, Any], model: type[pydantic.BaseModel]
-    ) -> InputError:
+    def _is_echo(self, err: Mapping[str, Any]) -> bool:
+        """A length error pydantic adds because some items failed, not because too few exist."""
+        if err["type"] not in {"too_short", "too_long"}:
+            return False
+        value = self._value_or_none(self._data_path(err["loc"]))
+        ctx: Mapping[str, Any] = err.get("ctx") or {}
+        if not isinstance(value, list):
+            return False
+        low = int(ctx.get("min_length", 0))
+        high = int(ctx.get("max_length", len(value)))
+        return low <= len(value) <= high
+
+    def _input_error(self, err: Mapping[str, Any], model: type[pydantic.BaseModel]) -> InputError:
         kind = str(err["type"])
         path = self._data_path(err["loc"])
         loc_parts = [p for p in err["loc"] if isinstance(p, str | int)]
@@ -210,19 +224,32 @@ class SourceDocument:
                 hint=hint,
             )
         message, hint = describe_problem(err)
-        return InputError(self.location_of(path), message, field=format_path(path), hint=hint)
+        problem = (err.get("ctx") or {}).get("error")
+        if isinstance(problem, FieldProblem) and problem.at:
+            path = self._data_path((*path, *problem.at))
+        # a rule about a whole model or list is shown at the key that names it
+        value = self._value_or_none(path)
+        at_key = isinstance(value, list) or (
+            isinstance(value, dict) and bool(allowed_keys(model, path))
+        )
+        return InputError(
+            self.location_of(path, at_key=at_key), message, field=format_path(path), hint=hint
+        )
+
+    def _value_or_none(self, path: Sequence[PathPart]) -> Any:
+        try:
+            return self.value_at(path)
+        except (KeyError, IndexError, TypeError):
+            return None
 
     def _data_path(self, loc: Sequence[Any]) -> ValuePath:
         """The part of pydantic's `loc` that names real data, without union-member tags."""
         value = self.data
         path: list[PathPart] = []
         for part in loc:
-            if isinstance(value, dict) and part in value:
-                value = value[part]
-                path.append(part)
-            elif (
-                isinstance(value, list) and isinstance(part, int) and 0 <= part < len(value)
-            ):
+            in_dict = isinstance(value, dict) and part in value
+            in_list = isinstance(value, list) and isinstance(part, int) and 0 <= part < len(value)
+            if in_dict or in_list:
                 value = value[part]
                 path.append(part)
         return tuple(path)

@@ -102,7 +102,7 @@ def parse_node_amount(value: Any) -> NodeAmount:
     if isinstance(value, NodeAmount):
         return value
     if isinstance(value, bool):
-        raise FieldProblem(f"expected a node count or \"N%\", found {describe_value(value)}")
+        raise FieldProblem(f'expected a node count or "N%", found {describe_value(value)}')
     if isinstance(value, int):
         if value < 1:
             raise FieldProblem(f"expected at least 1 node, found {value}")
@@ -112,18 +112,20 @@ def parse_node_amount(value: Any) -> NodeAmount:
         if match:
             percent = int(match.group(1))
             if not 0 < percent <= 100:
-                raise FieldProblem(f"expected a percentage from 1% to 100%, found {value!r}")
+                raise FieldProblem(
+                    f"expected a percentage from 1% to 100%, found {describe_value(value)}"
+                )
             return NodeAmount(percent, is_percent=True)
         if value.strip().isdigit():
             raise FieldProblem(
-                f"expected a node count or \"N%\", found {describe_value(value)}",
+                f'expected a node count or "N%", found {describe_value(value)}',
                 hint=f"write the count without quotes: {value.strip()}",
             )
     hint = None
     if isinstance(value, float) and 0 < value < 1:
         hint = f'write a fraction as a percentage: "{round(value * 100)}%"'
     raise FieldProblem(
-        f"expected a node count (an integer >= 1) or a percentage like \"25%\","
+        f'expected a node count (an integer >= 1) or a percentage like "25%",'
         f" found {describe_value(value)}",
         hint=hint,
     )

@@ -249,6 +249,11 @@ class _Parser:
         return LabelSelector(tuple(requirements))
 
 
-def parse_label_selector(text: str) -> LabelSelector:
-    """Parse a Kubernetes label selector string; LabelSelectorError when it is malformed."""
+def parse_label_selector(text: str | LabelSelector) -> LabelSelector:
+    """Parse a Kubernetes label selector string; LabelSelectorError when it is malformed.
+
+    An already parsed LabelSelector is returned as it is.
+    """
+    if isinstance(text, LabelSelector):
+        return text
     return _Parser(text).selector()

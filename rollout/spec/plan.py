@@ -1,0 +1,241 @@
+"""The plan document (plan.yaml): metadata, targets, changes, policy; and its loader."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
+
+import pydantic
+from pydantic import Field, PlainValidator, PrivateAttr, model_validator
+
+from rollout.errors import InputError, InputErrors, SourceLocation
+from rollout.spec.changes import (
+    DEFAULT_CERTS_DIR,
+    Change,
+    ChangeEntry,
+    ChangeKind,
+)
+from rollout.spec.fieldtypes import DnsLabel, KubeName, SpecModel, Str
+from rollout.spec.policy import Policy, SelectorField
+from rollout.yamlsource import (
+    FieldProblem,
+    PathPart,
+    SourceDocument,
+    describe_value,
+    format_path,
+    sort_errors,
+)
+
+API_VERSION = "rollout/v1"
+ChangeT = TypeVar("ChangeT", bound=SpecModel)
+
+
+class Metadata(SpecModel):
+    """The plan's name (used for run ids, Leases and CronJobs) and a free description."""
+
+    name: DnsLabel
+    description: Str = ""
+
+
+def _first_duplicate(names: tuple[str, ...]) -> int | None:
+    """The index of the first name that repeats an earlier one."""
+    return next((i for i, name in enumerate(names) if name in names[:i]), None)
+
+
+class Targets(SpecModel):
+    """Which nodes the plan changes: selector AND nodes (each when given), minus exclude."""
+
+    selector: SelectorField | None = None
+    nodes: tuple[KubeName, ...] = ()
+    exclude: tuple[KubeName, ...] = ()
+
+    @model_validator(mode="after")
+    def _check_targets(self) -> Targets:
+        if self.selector is None and not self.nodes:
+            raise FieldProblem(
+                "targets need a `selector`, a `nodes` list, or both",
+                hint='e.g. selector: "nvidia.com/gpu.present=true"',
+            )
+        if self.selector is not None and self.selector.is_empty:
+            raise FieldProblem(
+                "an empty selector would target every node",
+                hint='name the GPU nodes, e.g. selector: "nvidia.com/gpu.present=true"',
+            )
+        for field, names in (("nodes", self.nodes), ("exclude", self.exclude)):
+            twice = _first_duplicate(names)
+            if twice is not None:
+                raise FieldProblem(
+                    f"node {names[twice]!r} is listed twice in `{field}`", at=(field, twice)
+                )
+        both = [i for i, name in enumerate(self.exclude) if name in self.nodes]
+        if both:
+            raise FieldProblem(
+                f"node {self.exclude[both[0]]!r} is both listed in `nodes` and excluded",
+                hint="remove it from one of the two lists",
+                at=("exclude", both[0]),
+            )
+        return self
+
+    def includes(self, name: str, labels: Mapping[str, str]) -> bool:
+        """True when the node `name` with `labels` is a target of the plan."""
+        if name in self.exclude:
+            return False
+        if self.nodes and name not in self.nodes:
+            return False
+        return self.selector is None or self.selector.matches(labels)
+
+
+def _check_kind(value: Any) -> str:
+    if value != "Plan":
+        hint = "this is an inventory file, not a plan" if value == "Inventory" else None
+        raise FieldProblem(f"expected kind: Plan, found {describe_value(value)}", hint=hint)
+    return "Plan"
+
+
+def _check_api_version(value: Any) -> str:
+    if value != API_VERSION:
+        raise FieldProblem(f"expected apiVersion: {API_VERSION}, found {describe_value(value)}")
+    return API_VERSION
+
+
+class Spec(SpecModel):
+    """A validated plan. `changes` are the typed changes, in file order."""
+
+    api_version: Annotated[Literal["rollout/v1"], PlainValidator(_check_api_version)] = Field(
+        alias="apiVersion"
+    )
+    kind: Annotated[Literal["Plan"], PlainValidator(_check_kind)]
+    metadata: Metadata
+    targets: Targets
+    change_entries: Annotated[tuple[ChangeEntry, ...], Field(min_length=1)] = Field(alias="changes")
+    policy: Policy = Policy()
+
+    # Kept for the planner's messages ("plan.yaml:12:9: registry ... unreachable").
+    _document: SourceDocument | None = PrivateAttr(default=None)
+
+    @property
+    def changes(self) -> tuple[Change, ...]:
+        """The plan's changes, in file order."""
+        return tuple(entry.change for entry in self.change_entries)
+
+    def changes_of(self, kind: type[ChangeT]) -> tuple[ChangeT, ...]:
+        """The changes of one model class, e.g. `spec.changes_of(RegistryChange)`."""
+        return tuple(c for c in self.changes if isinstance(c, kind))
+
+    @property
+    def source(self) -> str:
+        """The file the plan was read from ("" when built in code)."""
+        return self._document.path if self._document is not None else ""
+
+    def location_of(self, *path: PathPart) -> SourceLocation:
+        """Where a field of the plan file is, e.g. `location_of("changes", 1, "registry")`."""
+        if self._document is None:
+            return SourceLocation(self.source or "<plan>")
+        return self._document.location_of(path)
+
+
+def _check_changes(doc: SourceDocument) -> list[InputError]:
+    """Rules across changes, checked on the raw data so they are found with every other error.
+
+    At most one change of each kind except registry; registry hosts distinct; one
+    config_path for all registries (containerd has one `config_path`).
+    """
+    raw = doc.data.get("changes") if isinstance(doc.data, dict) else None
+    if not isinstance(raw, list):
+        return []
+    errors: list[InputError] = []
+    first_kind: dict[str, int] = {}
+    first_host: dict[str, int] = {}
+    config_paths: dict[str, int] = {}
+    for index, item in enumerate(raw):
+        if not isinstance(item, dict) or len(item) != 1:
+            continue
+        ((kind, body),) = item.items()
+        here = ("changes", index, kind)
+        if kind in first_kind and kind != ChangeKind.REGISTRY.value and kind in _KINDS:
+            first = doc.location_of(("changes", first_kind[kind], kind), at_key=True)
+            errors.append(
+                InputError(
+                    doc.location_of(here, at_key=True),
+                    f"a second {kind!r} change (the first is at line {first.line})",
+                    field=format_path(here[:2]),
+                    hint="a plan has at most one change of each kind except registry;"
+                    " merge them into one",
+                )
+            )
+        first_kind.setdefault(kind, index)
+        if kind != ChangeKind.REGISTRY.value or not isinstance(body, dict):
+            continue
+        host = body.get("host")
+        if isinstance(host, str):
+            if host in first_host:
+                first = doc.location_of(("changes", first_host[host], kind, "host"))
+                errors.append(
+                    InputError(
+                        doc.location_of((*here, "host")),
+                        f"registry host {host!r} is configured twice (first at line {first.line})",
+                        field=format_path((*here, "host")),
+                        hint="list all its mirrors under one registry change",
+                    )
+                )
+            first_host.setdefault(host, index)
+        path = body.get("config_path", DEFAULT_CERTS_DIR)
+        if isinstance(path, str):
+            config_paths.setdefault(path, index)
+            if len(config_paths) > 1 and config_paths[path] == index:
+                errors.append(
+                    InputError(
+                        doc.location_of((*here, "config_path")),
+                        f"config_path {path!r} differs from another registry change's",
+                        field=format_path((*here, "config_path")),
+                        hint="containerd reads hosts.toml from one config_path; use the same"
+                        " one in every registry change",
+                    )
+                )
+    return errors
+
+
+_KINDS = frozenset(k.value for k in ChangeKind)
+
+
+def parse_spec(text: str, source: str) -> Spec:
+    """Validate plan text; `source` names it in error messages. InputErrors on bad input."""
+    try:
+        doc = SourceDocument.from_text(text, source)
+    except InputError as exc:
+        raise InputErrors([exc]) from exc
+    return _spec_from_document(doc)
+
+
+def load_spec(path: Path) -> Spec:
+    """Read and validate plan.yaml; InputErrors (exit 2) listing every problem found."""
+    try:
+        doc = SourceDocument.from_path(path)
+    except InputError as exc:
+        raise InputErrors([exc]) from exc
+    return _spec_from_document(doc)
+
+
+def _spec_from_document(doc: SourceDocument) -> Spec:
+    if not isinstance(doc.data, dict):
+        raise InputErrors(
+            [
+                InputError(
+                    doc.location_of(()),
+                    f"expected a mapping (apiVersion, kind, metadata, ...) at the top level,"
+                    f" found {describe_value(doc.data)}",
+                    hint="see docs/plan-reference.md",
+                )
+            ]
+        )
+    errors = _check_changes(doc)
+    try:
+        spec = Spec.model_validate(doc.data)
+    except pydantic.ValidationError as exc:
+        errors.extend(doc.errors_from(exc, Spec))
+        raise InputErrors(sort_errors(errors)) from exc
+    if errors:
+        raise InputErrors(sort_errors(errors))
+    spec._document = doc
+    return spec

@@ -1,0 +1,290 @@
+"""How a plan is rolled out: waves, budgets, halts, drain, verification, time window."""
+
+from __future__ import annotations
+
+import re
+import zoneinfo
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, time, timedelta
+from enum import Enum
+from functools import cache
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, Field, PlainSerializer, PlainValidator, model_validator
+
+from rollout.spec.fieldtypes import AmountField, Bool, Int, NodeAmount, SpecModel, Str
+from rollout.spec.selector import (
+    LabelSelector,
+    LabelSelectorError,
+    check_label_key,
+    check_label_value,
+    parse_label_selector,
+)
+from rollout.yamlsource import FieldProblem, describe_value, did_you_mean
+
+UPGRADE_FAILED_LABEL = "nvidia.com/gpu-driver-upgrade-state=upgrade-failed"
+DRAIN_SKIP_LABEL = "nvidia.com/gpu-driver-upgrade-drain.skip"
+DEFAULT_SMOKE_IMAGE = "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
+
+# Upper bounds on durations: far beyond any sane wait, low enough to catch a value written
+# in milliseconds or minutes by mistake.
+MAX_DRAIN_TIMEOUT_S = 86_400
+MAX_VERIFY_TIMEOUT_S = 3_600
+MAX_RESTART_TIMEOUT_S = 600
+
+
+class OnFailure(Enum):
+    """What to do with a node whose step failed."""
+
+    ROLLBACK = "rollback"
+    HALT = "halt"
+
+
+class Weekday(Enum):
+    """A day of the week as a plan writes it."""
+
+    MON = "mon"
+    TUE = "tue"
+    WED = "wed"
+    THU = "thu"
+    FRI = "fri"
+    SAT = "sat"
+    SUN = "sun"
+
+    @property
+    def index(self) -> int:
+        """Monday 0 .. Sunday 6, as datetime.weekday()."""
+        return list(Weekday).index(self)
+
+    @classmethod
+    def from_index(cls, index: int) -> Weekday:
+        return list(cls)[index % 7]
+
+
+@dataclass(frozen=True)
+class Label:
+    """A `key=value` node label."""
+
+    key: str
+    value: str
+
+    def is_on(self, labels: Mapping[str, str]) -> bool:
+        """True when `labels` carry this label with this value."""
+        return labels.get(self.key) == self.value
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value}"
+
+
+def parse_label(value: Any) -> Label:
+    """`key=value` with a valid label key and value."""
+    if isinstance(value, Label):
+        return value
+    if not isinstance(value, str) or "=" not in value:
+        raise FieldProblem(
+            f"expected a label as key=value, found {describe_value(value)}",
+            hint=f'e.g. "{UPGRADE_FAILED_LABEL}"',
+        )
+    key, _, label_value = value.partition("=")
+    problem = check_label_key(key.strip()) or check_label_value(label_value.strip())
+    if problem:
+        raise FieldProblem(problem)
+    return Label(key.strip(), label_value.strip())
+
+
+LabelField = Annotated[Label, PlainValidator(parse_label), PlainSerializer(str)]
+
+
+def validate_selector(value: Any) -> LabelSelector:
+    """A label selector string, parsed."""
+    if isinstance(value, LabelSelector):
+        return value
+    if not isinstance(value, str):
+        raise FieldProblem(
+            f"expected a label selector string, found {describe_value(value)}",
+            hint='write it as one string, e.g. "nvidia.com/gpu.present=true"',
+        )
+    try:
+        return parse_label_selector(value)
+    except LabelSelectorError as exc:
+        raise FieldProblem(f"bad label selector {value!r}: {exc.message}", exc.hint) from exc
+
+
+SelectorField = Annotated[
+    LabelSelector,
+    PlainValidator(validate_selector),
+    PlainSerializer(lambda selector: selector.to_string()),
+]
+
+
+def _check_label_key(value: str) -> str:
+    problem = check_label_key(value)
+    if problem:
+        raise FieldProblem(problem)
+    return value
+
+
+class DrainPolicy(SpecModel):
+    """How pods leave a node before it is changed (kubectl drain semantics)."""
+
+    timeout_s: Annotated[Int, Field(ge=0, le=MAX_DRAIN_TIMEOUT_S)] = 300
+    grace_period_s: Annotated[Int, Field(ge=0, le=MAX_DRAIN_TIMEOUT_S)] | None = None
+    delete_emptydir_data: Bool = False
+    force: Bool = False
+    pod_selector: SelectorField = LabelSelector()
+    skip_label: Annotated[Str, AfterValidator(_check_label_key)] = DRAIN_SKIP_LABEL
+
+
+def _check_image(value: str) -> str:
+    if not value or any(c.isspace() for c in value):
+        raise FieldProblem(f"expected a container image reference, found {describe_value(value)}")
+    return value
+
+
+class VerifyPolicy(SpecModel):
+    """How long each health gate may take before the node counts as failed."""
+
+    smoke_image: Annotated[Str, AfterValidator(_check_image)] = DEFAULT_SMOKE_IMAGE
+    smoke_timeout_s: Annotated[Int, Field(ge=1, le=MAX_VERIFY_TIMEOUT_S)] = 300
+    gpu_wait_timeout_s: Annotated[Int, Field(ge=1, le=MAX_VERIFY_TIMEOUT_S)] = 300
+    containerd_restart_timeout_s: Annotated[Int, Field(ge=1, le=MAX_RESTART_TIMEOUT_S)] = 60
+
+
+_CLOCK = re.compile(r"^([01]?[0-9]|2[0-3]):([0-5][0-9])$")
+
+
+def parse_clock_time(value: Any) -> time:
+    """ "HH:MM" on a 24-hour clock."""
+    if isinstance(value, time):
+        return value
+    match = _CLOCK.match(value) if isinstance(value, str) else None
+    if match is None:
+        raise FieldProblem(
+            f'expected a time as "HH:MM" (24-hour clock), found {describe_value(value)}',
+            hint='quote it: "22:00"' if isinstance(value, int) else None,
+        )
+    return time(int(match.group(1)), int(match.group(2)))
+
+
+ClockTime = Annotated[
+    time, PlainValidator(parse_clock_time), PlainSerializer(lambda t: t.strftime("%H:%M"))
+]
+
+
+@cache
+def _known_zones() -> frozenset[str]:
+    return frozenset(zoneinfo.available_timezones())
+
+
+def check_timezone(value: str) -> str:
+    """An IANA time zone name known to this machine's zoneinfo."""
+    try:
+        zoneinfo.ZoneInfo(value)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
+        raise FieldProblem(
+            f"unknown time zone {value!r}",
+            hint=did_you_mean(value, _known_zones()) or "use an IANA name like Europe/Berlin",
+        ) from exc
+    return value
+
+
+def _check_days(value: tuple[Weekday, ...]) -> tuple[Weekday, ...]:
+    for index, day in enumerate(value):
+        if day in value[:index]:
+            raise FieldProblem(f"day {day.value!r} is listed twice", at=(index,))
+    return value
+
+
+class MaintenanceWindow(SpecModel):
+    """When apply may start work on a node; a window with start > end wraps past midnight."""
+
+    days: Annotated[tuple[Weekday, ...], Field(min_length=1), AfterValidator(_check_days)] = tuple(
+        Weekday
+    )
+    start: ClockTime
+    end: ClockTime
+    timezone: Annotated[Str, AfterValidator(check_timezone)] = "UTC"
+
+    @model_validator(mode="after")
+    def _check_not_empty(self) -> MaintenanceWindow:
+        if self.start == self.end:
+            raise FieldProblem(
+                "start and end are equal: the window would be empty",
+                hint="leave maintenance_window out to allow any time",
+            )
+        return self
+
+    @property
+    def zone(self) -> zoneinfo.ZoneInfo:
+        return zoneinfo.ZoneInfo(self.timezone)
+
+    def contains(self, moment: datetime) -> bool:
+        """True when `moment` (timezone-aware) lies in the window.
+
+        A window that wraps midnight belongs to the day it starts: `fri 22:00-04:00` covers
+        Friday 22:00 to Saturday 04:00, whether or not Saturday is listed.
+        """
+        if moment.tzinfo is None or moment.utcoffset() is None:
+            raise ValueError("MaintenanceWindow.contains needs a timezone-aware datetime")
+        local = moment.astimezone(self.zone)
+        clock = local.time().replace(tzinfo=None)
+        today = Weekday.from_index(local.weekday())
+        if self.start < self.end:
+            return today in self.days and self.start <= clock < self.end
+        yesterday = Weekday.from_index((local - timedelta(days=1)).weekday())
+        return (today in self.days and clock >= self.start) or (
+            yesterday in self.days and clock < self.end
+        )
+
+
+class Policy(SpecModel):
+    """Waves, failure handling and health gates of a rollout."""
+
+    waves: Annotated[tuple[AmountField, ...], Field(min_length=1)] = (NodeAmount(1),)
+    max_unavailable: AmountField = NodeAmount(1)
+    failure_budget: Annotated[Int, Field(ge=0)] = 0
+    halt_on_labels: tuple[LabelField, ...] = (parse_label(UPGRADE_FAILED_LABEL),)
+    on_failure: OnFailure = OnFailure.ROLLBACK
+    drain: DrainPolicy = DrainPolicy()
+    verify: VerifyPolicy = VerifyPolicy()
+    maintenance_window: MaintenanceWindow | None = None
+
+    def wave_sizes(self, total_nodes: int) -> list[int]:
+        """Nodes per wave, Ansible `serial` style, until `total_nodes` are covered.
+
+        A percentage is of the total, rounded up, at least 1 (Ansible rounds down; up is
+        what the plan format promises). The last entry repeats; the last wave holds what is
+        left. 0 nodes give no waves.
+        """
+        if total_nodes < 0:
+            raise ValueError(f"total_nodes must be >= 0, got {total_nodes}")
+        sizes: list[int] = []
+        remaining = total_nodes
+        while remaining > 0:
+            amount = self.waves[min(len(sizes), len(self.waves) - 1)]
+            size = min(amount.resolve_up(total_nodes), remaining)
+            sizes.append(size)
+            remaining -= size
+        return sizes
+
+    def max_unavailable_count(self, total_nodes: int) -> int:
+        """Nodes that may be unavailable at once: a percentage rounded down, at least 1.
+
+        Rounding down keeps the budget a guarantee (25% of 6 nodes is 1, not 2), like the GPU
+        Operator's maxUnavailable; at least 1 so that a small cluster can make progress.
+        """
+        if total_nodes < 0:
+            raise ValueError(f"total_nodes must be >= 0, got {total_nodes}")
+        return self.max_unavailable.resolve_down(total_nodes)
+
+    @property
+    def effective_halt_labels(self) -> tuple[Label, ...]:
+        """`halt_on_labels` plus the GPU Operator's upgrade-failed label, which always halts."""
+        always = parse_label(UPGRADE_FAILED_LABEL)
+        labels = tuple(dict.fromkeys(self.halt_on_labels))
+        return labels if always in labels else (*labels, always)
+
+    def find_halting_labels(self, labels: Mapping[str, str]) -> tuple[Label, ...]:
+        """The halting labels a node carries; non-empty means the run must halt."""
+        return tuple(label for label in self.effective_halt_labels if label.is_on(labels))
