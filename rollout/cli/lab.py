@@ -1,0 +1,151 @@
+"""`rollout lab up|down|status`: a local lab cluster for rehearsal, demos and tests."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rollout.lab.cluster import (
+    DEFAULT_ADDRESS_PREFIX,
+    DEFAULT_API_PORT,
+    DEFAULT_GPUS,
+    DEFAULT_NODES,
+    DEFAULT_SERIES,
+    LabOptions,
+    LabStatus,
+    bring_up_lab,
+    default_lab_dir,
+    format_usage,
+    read_lab_status,
+    tear_down_lab,
+)
+from rollout.lab.image import SERIES
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add `lab` and its up, down and status subcommands."""
+    lab = subparsers.add_parser(
+        "lab",
+        help="a local lab cluster (systemd-nspawn nodes, emulated Kubernetes API)",
+        description="Bring a local lab cluster up, report on it, or take it down.",
+    )
+    commands = lab.add_subparsers(dest="lab_command", metavar="{up,down,status}", required=True)
+
+    up = commands.add_parser("up", help="build the node image if needed and start the lab")
+    _add_lab_dir(up)
+    up.add_argument("--nodes", type=int, default=DEFAULT_NODES, help="number of nodes (4)")
+    up.add_argument(
+        "--containerd",
+        type=_series_list,
+        default=DEFAULT_SERIES,
+        help=f"containerd series per node, cycled: {','.join(DEFAULT_SERIES)} "
+        f"(known: {', '.join(SERIES)})",
+    )
+    up.add_argument("--gpus", type=int, default=DEFAULT_GPUS, help="GPUs per node (4)")
+    up.add_argument(
+        "--address-prefix",
+        default=DEFAULT_ADDRESS_PREFIX,
+        help=f"loopback /24 for node addresses ({DEFAULT_ADDRESS_PREFIX} gives .1, .2, ...)",
+    )
+    up.add_argument(
+        "--api-port",
+        type=int,
+        default=DEFAULT_API_PORT,
+        help=f"control plane port ({DEFAULT_API_PORT}; another free one when taken)",
+    )
+    up.add_argument(
+        "--no-controlplane",
+        dest="controlplane",
+        action="store_false",
+        help="start the nodes only",
+    )
+    up.set_defaults(func=run_up)
+
+    down = commands.add_parser("down", help="stop everything and delete the lab directory")
+    _add_lab_dir(down)
+    down.set_defaults(func=run_down)
+
+    status = commands.add_parser("status", help="show nodes and control plane")
+    _add_lab_dir(status)
+    status.set_defaults(func=run_status)
+
+
+def run_up(args: argparse.Namespace) -> int:
+    """Handler of `lab up`."""
+    options = LabOptions(
+        lab_dir=args.lab_dir,
+        nodes=args.nodes,
+        containerd=tuple(args.containerd),
+        gpus=args.gpus,
+        address_prefix=args.address_prefix,
+        api_port=args.api_port,
+        controlplane=args.controlplane,
+    )
+    lab = bring_up_lab(options, progress=_progress)
+    print(format_usage(lab))
+    return 0
+
+
+def run_down(args: argparse.Namespace) -> int:
+    """Handler of `lab down`."""
+    tear_down_lab(args.lab_dir, progress=_progress)
+    return 0
+
+
+def run_status(args: argparse.Namespace) -> int:
+    """Handler of `lab status`; exits 1 when any part is not healthy."""
+    status = read_lab_status(args.lab_dir)
+    print(format_status(status))
+    healthy = status.controlplane_up and all(
+        n.running and n.ssh_ok and n.containerd_state == "active" for n in status.nodes
+    )
+    return 0 if healthy else 1
+
+
+def format_status(status: LabStatus) -> str:
+    """The status table: one line per node, then the control plane."""
+    rows = [("NODE", "ADDRESS", "RUNNING", "SSH", "CONTAINERD", "STATE")]
+    for n in status.nodes:
+        version = (
+            n.containerd_version.split()[2] if n.containerd_version else f"({n.containerd_series})"
+        )
+        rows.append(
+            (
+                n.name,
+                n.address,
+                "yes" if n.running else "no",
+                "ok" if n.ssh_ok else "-",
+                version,
+                n.containerd_state or "-",
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    ]
+    plane = "up" if status.controlplane_up else "down"
+    lines.append(f"control plane: {plane} ({status.api_url})")
+    lines.append(f"lab dir: {status.lab_dir}")
+    return "\n".join(lines)
+
+
+def _add_lab_dir(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--lab-dir",
+        type=Path,
+        default=default_lab_dir(),
+        help="the lab directory ($ROLLOUT_LAB_DIR, else /var/lib/rollout/lab)",
+    )
+
+
+def _series_list(text: str) -> tuple[str, ...]:
+    series = tuple(s.strip() for s in text.split(",") if s.strip())
+    unknown = [s for s in series if s not in SERIES]
+    if not series or unknown:
+        raise argparse.ArgumentTypeError(f"{text!r}: use a comma list of {', '.join(SERIES)}")
+    return series
+
+
+def _progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)

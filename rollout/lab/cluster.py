@@ -1,0 +1,601 @@
+"""The lab cluster: bring nodes and the control plane up, report on them, take them down.
+
+The lab directory holds everything one lab is, so `down` can leave nothing behind:
+
+    .rollout-lab          marker (and lock) written by `up`; `down` deletes only marked dirs
+    lab.json              the contract with the control plane (api, nodes, roots)
+    kubeconfig            http://127.0.0.1:<port>, context rollout-lab, no credentials
+    inventory.yaml        rollout's inventory of the nodes
+    id_ed25519(.pub)      the key the nodes accept for root
+    known_hosts           each node's own host key
+    controlplane.log      output of `python -m rollout.lab.controlplane --lab-dir DIR`
+    nodes/<name>/         see rollout.lab.nodes
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rollout.commands import check
+from rollout.errors import BadInput, RolloutError
+from rollout.lab.image import INSTALLED_DRIVER, SERIES, NodeImage, build_image, find_image
+from rollout.lab.nodes import (
+    Gpu,
+    NodeDirs,
+    NodeSpec,
+    NodeStatus,
+    SshAccess,
+    create_node,
+    probe_node,
+    process_alive,
+    read_node_pid,
+    remove_node_dirs,
+    start_node,
+    stop_node,
+    unmount_root,
+    wait_node_ready,
+)
+from rollout.lab.prerequisites import require_prerequisites
+from rollout.transports.local import LocalRunner
+
+DEFAULT_LAB_DIR = Path("/var/lib/rollout/lab")
+LAB_DIR_ENV = "ROLLOUT_LAB_DIR"
+DEFAULT_NODES = 4
+DEFAULT_SERIES = ("1.6", "1.7", "2.1", "1.7")
+DEFAULT_GPUS = 4
+DEFAULT_ADDRESS_PREFIX = "127.0.1"
+DEFAULT_API_PORT = 16443
+API_HOST = "127.0.0.1"
+DEVICE_PLUGIN_GRACE_S = 300  # kubelet's endpointStopGracePeriod (FACTS.md)
+GPU_PRODUCT = "NVIDIA A100-SXM4-40GB"
+GPU_MEMORY_MIB = 40960
+CONTEXT = "rollout-lab"
+CONTROLPLANE_MODULE = "rollout.lab.controlplane"
+CONTROLPLANE_READY_TIMEOUT_S = 30.0
+CONTROLPLANE_STOP_TIMEOUT_S = 10.0
+
+MARKER = ".rollout-lab"
+LAB_JSON = "lab.json"
+KUBECONFIG = "kubeconfig"
+INVENTORY = "inventory.yaml"
+KEY_FILE = "id_ed25519"
+KNOWN_HOSTS = "known_hosts"
+CONTROLPLANE_LOG = "controlplane.log"
+CONTROLPLANE_PID = "controlplane.pid"
+# Our own record of the pid we launched, in case the control plane never wrote its own.
+CONTROLPLANE_LAUNCH_PID = ".controlplane-launch.pid"
+
+Progress = Callable[[str], None]
+
+
+class LabFailed(RolloutError):
+    """The lab could not be brought up, inspected or taken down."""
+
+
+@dataclass(frozen=True)
+class LabOptions:
+    """What `lab up` builds."""
+
+    lab_dir: Path
+    nodes: int = DEFAULT_NODES
+    containerd: tuple[str, ...] = DEFAULT_SERIES
+    gpus: int = DEFAULT_GPUS
+    address_prefix: str = DEFAULT_ADDRESS_PREFIX
+    api_port: int = DEFAULT_API_PORT
+    device_plugin_grace_s: int = DEVICE_PLUGIN_GRACE_S
+    controlplane: bool = True
+
+
+@dataclass(frozen=True)
+class Lab:
+    """A lab as recorded in its directory."""
+
+    lab_dir: Path
+    api_host: str
+    api_port: int
+    device_plugin_grace_s: int
+    nodes: tuple[NodeSpec, ...]
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.lab_dir / KUBECONFIG
+
+    @property
+    def inventory(self) -> Path:
+        return self.lab_dir / INVENTORY
+
+    @property
+    def ssh(self) -> SshAccess:
+        return SshAccess(key_file=self.lab_dir / KEY_FILE, known_hosts=self.lab_dir / KNOWN_HOSTS)
+
+    @property
+    def api_url(self) -> str:
+        return f"http://{self.api_host}:{self.api_port}"
+
+    def node_dirs(self, node: NodeSpec) -> NodeDirs:
+        return NodeDirs.from_lab_dir(self.lab_dir, node.name)
+
+    def find_node(self, name: str) -> NodeSpec:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise LabFailed(f"no node {name!r} in the lab at {self.lab_dir}")
+
+    def to_json(self) -> dict[str, Any]:
+        """lab.json: the contract with the control plane."""
+        return {
+            "api": {"host": self.api_host, "port": self.api_port},
+            "device_plugin_grace_s": self.device_plugin_grace_s,
+            "nodes": [
+                {
+                    "name": n.name,
+                    "address": n.address,
+                    "containerd": n.containerd,
+                    "gpus": [g.to_json() for g in n.gpus],
+                    "driver_version": n.driver_version,
+                    "root": str(self.node_dirs(n).root),
+                }
+                for n in self.nodes
+            ],
+        }
+
+    @classmethod
+    def from_lab_dir(cls, lab_dir: Path) -> Lab:
+        """Read the lab recorded in lab_dir/lab.json."""
+        path = lab_dir / LAB_JSON
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError as exc:
+            raise LabFailed(f"no lab at {lab_dir} ({path} missing); run `rollout lab up`") from exc
+        except ValueError as exc:
+            raise LabFailed(f"{path} is not valid JSON: {exc}") from exc
+        nodes = tuple(
+            NodeSpec(
+                name=n["name"],
+                address=n["address"],
+                containerd=n["containerd"],
+                gpus=tuple(Gpu.from_json(g) for g in n["gpus"]),
+                driver_version=n["driver_version"],
+                machine=_machine_name(lab_dir, n["name"]),
+            )
+            for n in data["nodes"]
+        )
+        return cls(
+            lab_dir=lab_dir,
+            api_host=data["api"]["host"],
+            api_port=int(data["api"]["port"]),
+            device_plugin_grace_s=int(data.get("device_plugin_grace_s", DEVICE_PLUGIN_GRACE_S)),
+            nodes=nodes,
+        )
+
+
+@dataclass(frozen=True)
+class LabStatus:
+    """What `lab status` reports."""
+
+    lab_dir: Path
+    api_url: str
+    controlplane_up: bool
+    nodes: tuple[NodeStatus, ...]
+
+
+def default_lab_dir() -> Path:
+    """$ROLLOUT_LAB_DIR, else /var/lib/rollout/lab."""
+    return Path(os.environ.get(LAB_DIR_ENV) or DEFAULT_LAB_DIR)
+
+
+def plan_nodes(options: LabOptions) -> tuple[NodeSpec, ...]:
+    """The nodes of a new lab: the containerd list cycles over the nodes."""
+    if options.nodes < 1 or options.nodes > 250:
+        raise BadInput(f"--nodes must be between 1 and 250, not {options.nodes}")
+    if options.gpus < 0 or options.gpus > 16:
+        raise BadInput(f"--gpus must be between 0 and 16, not {options.gpus}")
+    if not options.containerd:
+        raise BadInput("--containerd needs at least one series")
+    unknown = [s for s in options.containerd if s not in SERIES]
+    if unknown:
+        raise BadInput(
+            f"unknown containerd series {', '.join(unknown)}; known: {', '.join(SERIES)}"
+        )
+    octets = options.address_prefix.split(".")
+    if (
+        len(octets) != 3
+        or octets[0] != "127"
+        or not all(o.isdigit() and int(o) < 256 for o in octets)
+    ):
+        raise BadInput(
+            "the address prefix must be three loopback octets like 127.0.1, "
+            f"not {options.address_prefix!r}"
+        )
+    lab_dir = options.lab_dir.resolve()
+    nodes = []
+    for i in range(options.nodes):
+        name = f"lab-node-{i + 1}"
+        gpus = tuple(
+            Gpu(index=g, product=GPU_PRODUCT, uuid=f"GPU-{uuid.uuid4()}", memory_mib=GPU_MEMORY_MIB)
+            for g in range(options.gpus)
+        )
+        nodes.append(
+            NodeSpec(
+                name=name,
+                address=f"{options.address_prefix}.{i + 1}",
+                containerd=options.containerd[i % len(options.containerd)],
+                gpus=gpus,
+                driver_version=INSTALLED_DRIVER,
+                machine=_machine_name(lab_dir, name),
+            )
+        )
+    return tuple(nodes)
+
+
+def bring_up_lab(options: LabOptions, progress: Progress = print) -> Lab:
+    """Build (or reuse) the image, boot the nodes in parallel, start the control plane."""
+    started = time.monotonic()
+    require_prerequisites(SERIES)
+    lab_dir = options.lab_dir.resolve()
+    specs = plan_nodes(options)
+    _claim_lab_dir(lab_dir)
+    with _lab_lock(lab_dir):
+        if (lab_dir / LAB_JSON).exists():
+            existing = Lab.from_lab_dir(lab_dir)
+            if any(read_node_pid(n, existing.node_dirs(n)) for n in existing.nodes):
+                raise LabFailed(
+                    f"a lab is already up in {lab_dir}; run `rollout lab down --lab-dir {lab_dir}`"
+                )
+            progress(f"lab: clearing a stopped lab from {lab_dir}")
+            _tear_down(existing, progress, remove_files=False)
+        _check_addresses_free(specs)
+        image = find_image()
+        if image is None:
+            progress("lab: building the node image (once; cached afterwards)")
+            image = build_image(progress)
+        lab = Lab(
+            lab_dir=lab_dir,
+            api_host=API_HOST,
+            api_port=_choose_port(options.api_port),
+            device_plugin_grace_s=options.device_plugin_grace_s,
+            nodes=specs,
+        )
+        try:
+            _start_lab(lab, image, options, progress)
+        except BaseException:
+            progress("lab: start failed; stopping what was started (logs stay in the lab dir)")
+            _tear_down(lab, progress, remove_files=False)
+            raise
+    progress(f"lab: up in {time.monotonic() - started:.1f}s")
+    return lab
+
+
+def _start_lab(lab: Lab, image: NodeImage, options: LabOptions, progress: Progress) -> None:
+    _write_json(lab.lab_dir / LAB_JSON, lab.to_json())
+    public_key = _generate_client_key(lab.lab_dir)
+    progress(f"lab: creating {len(lab.nodes)} nodes on overlays over {image.directory}")
+    with ThreadPoolExecutor(max_workers=len(lab.nodes)) as pool:
+        host_keys = list(
+            pool.map(lambda n: create_node(n, image, lab.node_dirs(n), public_key), lab.nodes)
+        )
+    known_hosts = "".join(
+        f"{node.address} {' '.join(key.split()[:2])}\n"
+        for node, key in zip(lab.nodes, host_keys, strict=True)
+    )
+    (lab.lab_dir / KNOWN_HOSTS).write_text(known_hosts)
+    _write_inventory(lab)
+    _write_kubeconfig(lab)
+    progress("lab: booting nodes (systemd-nspawn --boot)")
+    for node in lab.nodes:
+        start_node(node, lab.node_dirs(node))
+    with ThreadPoolExecutor(max_workers=len(lab.nodes)) as pool:
+        versions = list(
+            pool.map(lambda n: wait_node_ready(n, lab.node_dirs(n), lab.ssh), lab.nodes)
+        )
+    for node, version in zip(lab.nodes, versions, strict=True):
+        progress(f"lab: {node.name} {node.address} ready: {version}")
+    if options.controlplane:
+        _start_controlplane(lab, progress)
+
+
+def tear_down_lab(lab_dir: Path, progress: Progress = print) -> None:
+    """Stop the control plane and every node, unmount, and delete the lab directory."""
+    lab_dir = lab_dir.resolve()
+    if not lab_dir.exists():
+        progress(f"lab: nothing at {lab_dir}")
+        return
+    if not (lab_dir / MARKER).exists():
+        raise LabFailed(f"{lab_dir} is not a lab directory (no {MARKER}); not touching it")
+    with _lab_lock(lab_dir):
+        if (lab_dir / LAB_JSON).exists():
+            _tear_down(Lab.from_lab_dir(lab_dir), progress, remove_files=True)
+        else:
+            _stop_controlplane(lab_dir, progress)
+            _unmount_strays(lab_dir)
+    shutil.rmtree(lab_dir)
+    progress(f"lab: removed {lab_dir}")
+
+
+def _tear_down(lab: Lab, progress: Progress, *, remove_files: bool) -> None:
+    _stop_controlplane(lab.lab_dir, progress)
+
+    def stop(node: NodeSpec) -> None:
+        dirs = lab.node_dirs(node)
+        stop_node(node, dirs)
+        if remove_files:
+            remove_node_dirs(node, dirs)
+
+    with ThreadPoolExecutor(max_workers=max(1, len(lab.nodes))) as pool:
+        list(pool.map(stop, lab.nodes))
+    _unmount_strays(lab.lab_dir)
+    progress(f"lab: stopped {len(lab.nodes)} nodes")
+
+
+def read_lab_status(lab_dir: Path) -> LabStatus:
+    """Each node's state (running, ssh, containerd) and whether the control plane answers."""
+    lab = Lab.from_lab_dir(lab_dir.resolve())
+    with ThreadPoolExecutor(max_workers=max(1, len(lab.nodes))) as pool:
+        nodes = tuple(pool.map(lambda n: probe_node(n, lab.node_dirs(n), lab.ssh), lab.nodes))
+    return LabStatus(
+        lab_dir=lab.lab_dir,
+        api_url=lab.api_url,
+        controlplane_up=_healthz(lab.api_url),
+        nodes=nodes,
+    )
+
+
+def format_usage(lab: Lab) -> str:
+    """How to use a lab that is up: the lines `lab up` prints."""
+    first = lab.nodes[0]
+    ssh = (
+        f"ssh -i {lab.lab_dir / KEY_FILE} -o UserKnownHostsFile={lab.lab_dir / KNOWN_HOSTS} "
+        f"-o StrictHostKeyChecking=yes root@{first.address}"
+    )
+    nodes = ", ".join(f"{n.name} ({n.address}, containerd {n.containerd})" for n in lab.nodes)
+    return "\n".join(
+        [
+            f"lab is up in {lab.lab_dir}",
+            f"  nodes:      {nodes}",
+            f"  api:        {lab.api_url}",
+            f"  export KUBECONFIG={lab.kubeconfig}",
+            f"  inventory:  {lab.inventory}",
+            f"  ssh:        {ssh}",
+            f"  stop it:    rollout lab down --lab-dir {lab.lab_dir}",
+        ]
+    )
+
+
+# --- lab directory ---------------------------------------------------------------------
+
+
+def _claim_lab_dir(lab_dir: Path) -> None:
+    """Make lab_dir ours: new or empty directories only, or one a previous `up` marked."""
+    if lab_dir.exists() and not (lab_dir / MARKER).exists() and any(lab_dir.iterdir()):
+        raise LabFailed(
+            f"{lab_dir} exists, is not empty and is not a lab directory; "
+            "choose another --lab-dir (lab down deletes the whole directory)"
+        )
+    lab_dir.mkdir(parents=True, exist_ok=True)
+    (lab_dir / MARKER).touch()
+
+
+@contextlib.contextmanager
+def _lab_lock(lab_dir: Path) -> Iterator[None]:
+    with (lab_dir / MARKER).open("a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            raise LabFailed(f"another `rollout lab` command is working on {lab_dir}") from exc
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _machine_name(lab_dir: Path, node: str) -> str:
+    # nspawn keeps per-machine state under /run/systemd/nspawn: a lab-dir-derived suffix
+    # keeps two labs on one host (a user's and the test suite's) apart.
+    suffix = hashlib.sha256(str(lab_dir.resolve()).encode()).hexdigest()[:6]
+    return f"{node}-{suffix}"
+
+
+def _generate_client_key(lab_dir: Path) -> str:
+    key = lab_dir / KEY_FILE
+    if not key.exists():
+        argv = ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "rollout-lab", "-f", str(key)]
+        check(LocalRunner().run(argv), "generating the lab's ssh key")
+    return Path(str(key) + ".pub").read_text().strip()
+
+
+def _write_inventory(lab: Lab) -> None:
+    inventory = {
+        "apiVersion": "rollout/v1",
+        "kind": "Inventory",
+        "defaults": {
+            "user": "root",
+            "port": 22,
+            "key_file": str(lab.lab_dir / KEY_FILE),
+            "become": False,
+        },
+        "nodes": [
+            {"name": n.name, "address": n.address, "known_hosts": str(lab.lab_dir / KNOWN_HOSTS)}
+            for n in lab.nodes
+        ],
+    }
+    (lab.lab_dir / INVENTORY).write_text(yaml.safe_dump(inventory, sort_keys=False))
+
+
+def _write_kubeconfig(lab: Lab) -> None:
+    # Plain http without credentials: the official client sends no Authorization header
+    # when the user entry is empty, and the emulator needs none.
+    kubeconfig = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": CONTEXT, "cluster": {"server": lab.api_url}}],
+        "users": [{"name": CONTEXT, "user": {}}],
+        "contexts": [
+            {
+                "name": CONTEXT,
+                "context": {"cluster": CONTEXT, "user": CONTEXT, "namespace": "default"},
+            }
+        ],
+        "current-context": CONTEXT,
+    }
+    (lab.lab_dir / KUBECONFIG).write_text(yaml.safe_dump(kubeconfig, sort_keys=False))
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    tmp.rename(path)
+
+
+def _check_addresses_free(specs: Sequence[NodeSpec]) -> None:
+    taken = []
+    for spec in specs:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            # As sshd does: connections in TIME_WAIT from a previous lab do not block it.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((spec.address, 22))
+            except OSError:
+                taken.append(spec.address)
+    if taken:
+        raise LabFailed(
+            f"port 22 is taken on {', '.join(taken)} (another lab, or an sshd on 0.0.0.0?); "
+            "stop it or choose another --address-prefix"
+        )
+
+
+def _choose_port(wanted: int) -> int:
+    """The wanted API port when it is free, else (or for 0) any free port."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # As the server will: a previous lab's connections in TIME_WAIT do not block it.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((API_HOST, wanted))
+        except OSError:
+            sock.bind((API_HOST, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _unmount_strays(lab_dir: Path) -> None:
+    """Unmount anything still mounted below the lab dir (a crash between mount and record)."""
+    prefix = str(lab_dir) + "/"
+    mounts = [
+        line.split()[1]
+        for line in Path("/proc/mounts").read_text().splitlines()
+        if len(line.split()) > 1 and line.split()[1].startswith(prefix)
+    ]
+    for mount_point in reversed(mounts):
+        unmount_root(Path(mount_point), Path(mount_point).parent.name)
+
+
+# --- control plane ---------------------------------------------------------------------
+
+
+def controlplane_available() -> bool:
+    """Whether the control plane module is installed (it is written separately)."""
+    return importlib.util.find_spec(CONTROLPLANE_MODULE) is not None
+
+
+def _start_controlplane(lab: Lab, progress: Progress) -> None:
+    if not controlplane_available():
+        progress(f"lab: {CONTROLPLANE_MODULE} is not available: nodes only, no Kubernetes API")
+        return
+    progress(f"lab: starting the control plane on {lab.api_url}")
+    log = (lab.lab_dir / CONTROLPLANE_LOG).open("ab")
+    with log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", CONTROLPLANE_MODULE, "--lab-dir", str(lab.lab_dir)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    (lab.lab_dir / CONTROLPLANE_LAUNCH_PID).write_text(f"{process.pid}\n")
+    deadline = time.monotonic() + CONTROLPLANE_READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise LabFailed(
+                f"the control plane exited with {process.returncode}\n"
+                + _tail(lab.lab_dir / CONTROLPLANE_LOG)
+            )
+        if _healthz(lab.api_url):
+            progress(f"lab: control plane ready on {lab.api_url}")
+            return
+        time.sleep(0.2)
+    raise LabFailed(
+        f"the control plane did not answer {lab.api_url}/healthz within "
+        f"{CONTROLPLANE_READY_TIMEOUT_S:g}s\n" + _tail(lab.lab_dir / CONTROLPLANE_LOG)
+    )
+
+
+def _stop_controlplane(lab_dir: Path, progress: Progress) -> None:
+    recorded = (_read_pid(lab_dir / name) for name in (CONTROLPLANE_PID, CONTROLPLANE_LAUNCH_PID))
+    pids = {pid for pid in recorded if pid}
+    for pid in pids:
+        if not _is_controlplane(pid, lab_dir):
+            continue
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + CONTROLPLANE_STOP_TIMEOUT_S
+        while process_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if process_alive(pid):
+            os.kill(pid, signal.SIGKILL)
+            while process_alive(pid) and time.monotonic() < deadline + 5:
+                time.sleep(0.1)
+        progress(f"lab: control plane {pid} stopped")
+    for name in (CONTROLPLANE_PID, CONTROLPLANE_LAUNCH_PID):
+        (lab_dir / name).unlink(missing_ok=True)
+
+
+def _is_controlplane(pid: int, lab_dir: Path) -> bool:
+    """Only a live `-m rollout.lab.controlplane --lab-dir <this dir>` is ours to signal."""
+    if not process_alive(pid):
+        return False
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return False
+    return CONTROLPLANE_MODULE in argv and str(lab_dir) in argv
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _healthz(api_url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{api_url}/healthz", timeout=1.0) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""

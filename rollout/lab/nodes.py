@@ -1,0 +1,626 @@
+"""One lab node: an overlay over the cached image, booted with `systemd-nspawn --boot`.
+
+A node shares the host's network namespace; its sshd listens on its own loopback address
+(127.0.1.N needs no `ip addr add`: Linux routes all of 127.0.0.0/8 to lo). nspawn runs
+without machined (`--register=no`), as a background process whose pid is kept
+in the node directory: stopping is SIGTERM to that pid, which nspawn turns into an orderly
+poweroff of the container (SIGRTMIN+3 to its systemd), then the overlay is unmounted.
+
+Node directory (<lab-dir>/nodes/<name>/): upper/ and work/ (the overlay's writable side),
+merged/ (the node's root filesystem as the host sees it), console.log, nspawn.pid.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import tomllib
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from rollout.commands import CommandResult, check
+from rollout.errors import RolloutError
+from rollout.lab.image import DRIVER_VERSION_FILE, NodeImage
+from rollout.transports.local import LocalRunner
+
+CONTAINERD_CONFIG = "/etc/containerd/config.toml"
+CONTAINERD_DROP_IN_DIR = "/etc/containerd/conf.d"
+NVIDIA_DROP_IN = f"{CONTAINERD_DROP_IN_DIR}/99-nvidia.toml"
+RUNNING_RECORD = "/var/lib/rollout-lab/containerd-running.toml"
+GPUS_FILE = "/etc/rollout-lab/gpus.json"
+UNIT_DROP_IN = "/etc/systemd/system/containerd.service.d/50-rollout-lab.conf"
+TOOLKIT_DIR = "/usr/local/nvidia/toolkit"
+# runtime handler -> the BinaryName the GPU Operator's toolkit gives it
+NVIDIA_RUNTIMES = {
+    "nvidia": f"{TOOLKIT_DIR}/nvidia-container-runtime",
+    "nvidia-cdi": f"{TOOLKIT_DIR}/nvidia-container-runtime.cdi",
+    "nvidia-legacy": f"{TOOLKIT_DIR}/nvidia-container-runtime.legacy",
+}
+# config version -> the plugin that holds the runtimes (FACTS.md: v3 splits CRI in two)
+CRI_RUNTIME_PLUGIN = {2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
+
+READY_TIMEOUT_S = 90.0
+STOP_TIMEOUT_S = 30.0
+POLL_S = 0.25
+
+
+class NodeFailed(RolloutError):
+    """A lab node could not be created, started, reached or stopped."""
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One simulated GPU of a node."""
+
+    index: int
+    product: str
+    uuid: str
+    memory_mib: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "product": self.product,
+            "uuid": self.uuid,
+            "memory_mib": self.memory_mib,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Gpu:
+        return cls(
+            index=int(data["index"]),
+            product=str(data["product"]),
+            uuid=str(data["uuid"]),
+            memory_mib=int(data["memory_mib"]),
+        )
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """What one node is: its name, address, containerd series, GPUs and driver."""
+
+    name: str
+    address: str
+    containerd: str
+    gpus: tuple[Gpu, ...]
+    driver_version: str
+    # The nspawn machine name: unique per lab so two labs on one host never collide.
+    machine: str
+
+
+@dataclass(frozen=True)
+class NodeDirs:
+    """Where one node lives on the host."""
+
+    directory: Path
+
+    @classmethod
+    def from_lab_dir(cls, lab_dir: Path, name: str) -> NodeDirs:
+        return cls(lab_dir / "nodes" / name)
+
+    @property
+    def upper(self) -> Path:
+        return self.directory / "upper"
+
+    @property
+    def work(self) -> Path:
+        return self.directory / "work"
+
+    @property
+    def root(self) -> Path:
+        """The node's root filesystem (the merged overlay)."""
+        return self.directory / "merged"
+
+    @property
+    def console_log(self) -> Path:
+        return self.directory / "console.log"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.directory / "nspawn.pid"
+
+    def host_path(self, node_path: str) -> Path:
+        """A path inside the node, as seen from the host."""
+        return self.root / node_path.lstrip("/")
+
+
+@dataclass(frozen=True)
+class SshAccess:
+    """How to reach nodes over SSH: the lab's key and known_hosts, strict host checking."""
+
+    key_file: Path
+    known_hosts: Path
+    connect_timeout_s: int = 5
+
+    def argv(self, address: str, command: Sequence[str]) -> list[str]:
+        """The ssh argv that runs `command` on a node (quoted for the remote shell)."""
+        return [
+            "ssh",
+            "-i",
+            str(self.key_file),
+            "-o",
+            "IdentitiesOnly=yes",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            f"UserKnownHostsFile={self.known_hosts}",
+            "-o",
+            "GlobalKnownHostsFile=/dev/null",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            f"ConnectTimeout={self.connect_timeout_s}",
+            "-o",
+            "LogLevel=ERROR",
+            f"root@{address}",
+            # ssh hands one string to the remote shell: quote each word so argv survives.
+            shlex.join(command),
+        ]
+
+    def run(self, address: str, command: Sequence[str], timeout_s: float = 30.0) -> CommandResult:
+        result = LocalRunner().run(self.argv(address, command), timeout_s=timeout_s)
+        return CommandResult(
+            argv=tuple(command),
+            exit_code=result.exit_code,
+            stdout=result.stdout,
+            stderr=result.stderr,
+            host=address,
+        )
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    """What `lab status` reports for one node."""
+
+    name: str
+    address: str
+    containerd_series: str
+    running: bool
+    ssh_ok: bool
+    containerd_version: str | None
+    containerd_state: str | None
+
+
+def create_node(spec: NodeSpec, image: NodeImage, dirs: NodeDirs, authorized_key: str) -> str:
+    """Mount the node's overlay and write its identity and config; return its host key line.
+
+    The returned line is the node's ed25519 public host key, for the lab's known_hosts.
+    """
+    if _is_mounted(dirs.root):
+        raise NodeFailed(f"{spec.name}: {dirs.root} is already mounted; run `rollout lab down`")
+    for directory in (dirs.upper, dirs.work, dirs.root):
+        directory.mkdir(parents=True, exist_ok=True)
+    lower = ":".join(str(p) for p in image.lower_dirs(spec.containerd))
+    options = f"lowerdir={lower},upperdir={dirs.upper},workdir={dirs.work}"
+    _check(["mount", "-t", "overlay", "overlay", "-o", options, str(dirs.root)], spec.name)
+    _write_identity(spec, dirs, authorized_key)
+    host_key = _generate_host_key(spec, dirs)
+    _write_gpu_files(spec, dirs)
+    write_containerd_config(spec, dirs)
+    return host_key
+
+
+def _write_identity(spec: NodeSpec, dirs: NodeDirs, authorized_key: str) -> None:
+    _write(dirs.host_path("/etc/hostname"), spec.name + "\n")
+    _write(dirs.host_path("/etc/machine-id"), uuid.uuid4().hex + "\n")
+    _write(
+        dirs.host_path("/etc/ssh/sshd_config.d/50-rollout-lab.conf"),
+        _data_text("sshd-rollout-lab.conf"),
+    )
+    _write(
+        dirs.host_path("/etc/ssh/sshd_config.d/60-rollout-lab-listen.conf"),
+        f"ListenAddress {spec.address}\n",
+    )
+    ssh_dir = dirs.host_path("/root/.ssh")
+    ssh_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    _write(ssh_dir / "authorized_keys", authorized_key.strip() + "\n", mode=0o600)
+
+
+def _generate_host_key(spec: NodeSpec, dirs: NodeDirs) -> str:
+    key = dirs.host_path("/etc/ssh/ssh_host_ed25519_key")
+    key.unlink(missing_ok=True)
+    Path(str(key) + ".pub").unlink(missing_ok=True)
+    argv = ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{spec.name}"]
+    _check([*argv, "-f", str(key)], spec.name)
+    return Path(str(key) + ".pub").read_text().strip()
+
+
+def _write_gpu_files(spec: NodeSpec, dirs: NodeDirs) -> None:
+    gpus = {"gpus": [gpu.to_json() for gpu in spec.gpus]}
+    _write(dirs.host_path(GPUS_FILE), json.dumps(gpus, indent=2) + "\n")
+    _write(dirs.host_path("/usr/bin/nvidia-smi"), _data_text("nvidia-smi"), mode=0o755)
+    _write(dirs.host_path(UNIT_DROP_IN), _data_text("containerd-running-record.conf"))
+
+
+def write_containerd_config(spec: NodeSpec, dirs: NodeDirs) -> None:
+    """Lay out /etc/containerd as the GPU Operator leaves it on a node of this series.
+
+    config.toml is Debian's packaged file (version 2 on every series) with the toolkit's
+    `imports` added: the toolkit keeps the top-level file's version and only adds imports.
+    conf.d/99-nvidia.toml is built as the toolkit builds it, from the node's own
+    `containerd config dump`: the whole CRI runtime plugin table of the dump (version 2 on
+    1.x, version 3 on 2.x) plus the nvidia, nvidia-cdi and nvidia-legacy handlers, each a
+    copy of the default runtime with options.BinaryName under /usr/local/nvidia/toolkit.
+    """
+    main_path = dirs.host_path(CONTAINERD_CONFIG)
+    main = tomllib.loads(main_path.read_text()) if main_path.is_file() else {}
+    imports = [f"{CONTAINERD_DROP_IN_DIR}/*.toml"]
+    ordered: dict[str, Any] = {"version": main.pop("version", 2), "imports": imports}
+    ordered.update((k, v) for k, v in main.items() if k != "imports")
+    _write(main_path, tomli_w.dumps(ordered))
+    dirs.host_path(CONTAINERD_DROP_IN_DIR).mkdir(parents=True, exist_ok=True)
+    containerd = ["/usr/bin/containerd", "--config", CONTAINERD_CONFIG]
+    dump = _check(["chroot", str(dirs.root), *containerd, "config", "dump"], spec.name).stdout
+    _write(dirs.host_path(NVIDIA_DROP_IN), tomli_w.dumps(toolkit_drop_in(tomllib.loads(dump))))
+
+
+def toolkit_drop_in(dump: dict[str, Any]) -> dict[str, Any]:
+    """The NVIDIA toolkit's drop-in for a parsed `containerd config dump`."""
+    version = int(dump.get("version", 2))
+    plugin = CRI_RUNTIME_PLUGIN.get(version)
+    if plugin is None:
+        raise NodeFailed(f"containerd config version {version} is not one the lab knows")
+    table = copy.deepcopy(dump.get("plugins", {}).get(plugin, {}))
+    containerd = table.setdefault("containerd", {})
+    runtimes = containerd.setdefault("runtimes", {})
+    default_name = containerd.get("default_runtime_name") or "runc"
+    template = (
+        runtimes.get(default_name)
+        or runtimes.get("runc")
+        or {"runtime_type": "io.containerd.runc.v2"}
+    )
+    for name, binary in NVIDIA_RUNTIMES.items():
+        runtime = copy.deepcopy(template)
+        runtime.setdefault("options", {})["BinaryName"] = binary
+        runtimes[name] = runtime
+    return {"version": version, "plugins": {plugin: table}}
+
+
+def start_node(spec: NodeSpec, dirs: NodeDirs) -> int:
+    """Boot the node in the background; return the pid of its systemd-nspawn."""
+    argv = [
+        "systemd-nspawn",
+        "--quiet",
+        "--boot",
+        f"--directory={dirs.root}",
+        f"--machine={spec.machine}",
+        f"--hostname={spec.name}",
+        # No machined is needed (nor present on every host); nothing registers the node.
+        "--register=no",
+        # Never create journal directories on the host.
+        "--link-journal=no",
+        "--console=pipe",
+    ]
+    env = dict(os.environ)
+    cgroups: tuple[Path, ...] = ()
+    if not _host_runs_systemd():
+        # Without a systemd on the host, nspawn cannot ask for a scope of its own; it would
+        # split its caller's cgroup, and every node would share one `payload` cgroup, so
+        # one node's systemd would see (and signal) another's units. Each nspawn starts in
+        # a cgroup of its own instead, and stays there (--keep-unit).
+        argv.insert(-1, "--keep-unit")
+        cgroups = create_node_cgroups(spec)
+    if _unified_cgroup_mount() is not None:
+        # Nodes run on cgroup v2, as current GPU nodes do, even on a hybrid host.
+        env["SYSTEMD_NSPAWN_UNIFIED_HIERARCHY"] = "1"
+    with dirs.console_log.open("ab") as log:
+        process = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            preexec_fn=(lambda: _join_cgroups(cgroups)) if cgroups else None,
+        )
+    dirs.pid_file.write_text(f"{process.pid}\n")
+    return process.pid
+
+
+def create_node_cgroups(spec: NodeSpec) -> tuple[Path, ...]:
+    """One cgroup per hierarchy systemd uses (cgroup2, v1 name=systemd) for this node."""
+    created = []
+    for directory in node_cgroup_dirs(spec):
+        directory.mkdir(exist_ok=True)
+        created.append(directory)
+    return tuple(created)
+
+
+def remove_node_cgroups(spec: NodeSpec) -> None:
+    """Remove the node's cgroups, deepest first; they must be empty of processes by now."""
+    for directory in node_cgroup_dirs(spec):
+        if not directory.is_dir():
+            continue
+        for sub in sorted((p for p in directory.rglob("*") if p.is_dir()), reverse=True):
+            _rmdir_cgroup(sub, spec)
+        _rmdir_cgroup(directory, spec)
+
+
+def node_cgroup_dirs(spec: NodeSpec) -> tuple[Path, ...]:
+    """Where the node's own cgroups are (or would be) on this host."""
+    own = _own_cgroups()
+    dirs = []
+    unified = _unified_cgroup_mount()
+    if unified is not None and "" in own:
+        dirs.append(unified / own[""].lstrip("/") / f"rollout-lab-{spec.machine}")
+    named = _named_systemd_mount()
+    if named is not None and "name=systemd" in own:
+        dirs.append(named / own["name=systemd"].lstrip("/") / f"rollout-lab-{spec.machine}")
+    return tuple(dirs)
+
+
+def _join_cgroups(cgroups: Sequence[Path]) -> None:
+    # Runs in the child between fork and exec: "0" is the writing process itself.
+    for directory in cgroups:
+        (directory / "cgroup.procs").write_text("0\n")
+
+
+def _rmdir_cgroup(directory: Path, spec: NodeSpec) -> None:
+    for _ in range(50):
+        try:
+            directory.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            # The kernel releases a cgroup a moment after its last process exits.
+            time.sleep(0.1)
+    raise NodeFailed(f"{spec.name}: cgroup {directory} still has processes")
+
+
+def _host_runs_systemd() -> bool:
+    return Path("/run/systemd/system").is_dir()
+
+
+def _unified_cgroup_mount() -> Path | None:
+    for fields in _mounts():
+        if fields[2] == "cgroup2":
+            return Path(fields[1])
+    return None
+
+
+def _named_systemd_mount() -> Path | None:
+    for fields in _mounts():
+        if fields[2] == "cgroup" and "name=systemd" in fields[3].split(","):
+            return Path(fields[1])
+    return None
+
+
+def _own_cgroups() -> dict[str, str]:
+    """This process's cgroup per hierarchy: "" for cgroup2, "name=systemd" for the v1 one."""
+    own = {}
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        own[controllers] = path
+    return own
+
+
+def _mounts() -> list[list[str]]:
+    return [
+        line.split()
+        for line in Path("/proc/mounts").read_text().splitlines()
+        if len(line.split()) >= 4
+    ]
+
+
+def wait_node_ready(
+    spec: NodeSpec, dirs: NodeDirs, ssh: SshAccess, timeout_s: float = READY_TIMEOUT_S
+) -> str:
+    """Wait until containerd is active, its running config recorded, and ssh answers.
+
+    Returns `containerd --version` as read over SSH with the lab's key and known_hosts.
+    """
+    deadline = time.monotonic() + timeout_s
+    record = dirs.host_path(RUNNING_RECORD)
+    state = "not started"
+    while time.monotonic() < deadline:
+        pid = read_node_pid(spec, dirs)
+        if pid is None:
+            raise NodeFailed(f"{spec.name}: systemd-nspawn exited\n{_console_tail(dirs)}")
+        leader = _leader_pid(pid)
+        if leader is not None:
+            state = run_in_node(dirs, ["systemctl", "is-active", "containerd"], pid).stdout.strip()
+            if state == "failed":
+                journal = run_in_node(
+                    dirs, ["journalctl", "-u", "containerd", "-n", "20", "--no-pager"], pid
+                )
+                raise NodeFailed(f"{spec.name}: containerd failed\n{journal.stdout}")
+            if state == "active" and record.is_file() and _port_open(spec.address, 22):
+                break
+        time.sleep(POLL_S)
+    else:
+        raise NodeFailed(
+            f"{spec.name}: not ready after {timeout_s:g}s (containerd {state}, "
+            f"record {'present' if record.is_file() else 'missing'}, "
+            f"ssh {'open' if _port_open(spec.address, 22) else 'closed'})"
+        )
+    result = ssh.run(spec.address, ["containerd", "--version"])
+    if not result.ok:
+        raise NodeFailed(f"{spec.name}: ssh to {spec.address} failed: {result.tail()}")
+    return result.stdout.strip()
+
+
+def run_in_node(
+    dirs: NodeDirs, argv: Sequence[str], nspawn_pid: int, timeout_s: float = 30.0
+) -> CommandResult:
+    """Run a command inside a running node through its namespaces (no SSH involved)."""
+    leader = _leader_pid(nspawn_pid)
+    if leader is None:
+        raise NodeFailed(f"{dirs.directory.name}: no container process under pid {nspawn_pid}")
+    return LocalRunner().run(["nsenter", f"--target={leader}", "--all", *argv], timeout_s=timeout_s)
+
+
+def read_node_pid(spec: NodeSpec, dirs: NodeDirs) -> int | None:
+    """The pid of this node's running systemd-nspawn, or None when it does not run.
+
+    The recorded pid counts only while it is still an nspawn of this very machine, so a pid
+    reused by another process is never signalled.
+    """
+    try:
+        pid = int(dirs.pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    if not process_alive(pid):
+        return None
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    if b"systemd-nspawn" not in Path(cmdline[0].decode()).name.encode():
+        return None
+    if f"--machine={spec.machine}".encode() not in cmdline:
+        return None
+    return pid
+
+
+def stop_node(spec: NodeSpec, dirs: NodeDirs, timeout_s: float = STOP_TIMEOUT_S) -> None:
+    """Power the node off (SIGTERM to nspawn: an orderly shutdown), then unmount its root."""
+    pid = read_node_pid(spec, dirs)
+    if pid is not None:
+        os.kill(pid, signal.SIGTERM)
+        if not _wait_exit(pid, timeout_s):
+            os.kill(pid, signal.SIGKILL)
+            if not _wait_exit(pid, 10.0):
+                raise NodeFailed(f"{spec.name}: systemd-nspawn {pid} survived SIGKILL")
+    dirs.pid_file.unlink(missing_ok=True)
+    remove_node_cgroups(spec)
+    unmount_root(dirs.root, spec.name)
+
+
+def unmount_root(root: Path, node: str) -> None:
+    """Unmount a node's overlay, retrying while the last container processes exit."""
+    runner = LocalRunner()
+    for _ in range(40):
+        if not _is_mounted(root):
+            return
+        runner.run(["umount", str(root)])
+        if _is_mounted(root):
+            time.sleep(POLL_S)
+    # Still busy after 10 s: detach it so nothing stays visible; the kernel frees it later.
+    check(runner.run(["umount", "--lazy", str(root)]), f"{node}: umount")
+
+
+def remove_node_dirs(spec: NodeSpec, dirs: NodeDirs) -> None:
+    """Delete the node's directory; refuses while its root is still mounted."""
+    if _is_mounted(dirs.root):
+        raise NodeFailed(f"{spec.name}: {dirs.root} is still mounted; not deleting it")
+    if dirs.directory.exists():
+        shutil.rmtree(dirs.directory)
+
+
+def probe_node(spec: NodeSpec, dirs: NodeDirs, ssh: SshAccess) -> NodeStatus:
+    """Ask one node, over SSH, for its containerd version and state."""
+    running = read_node_pid(spec, dirs) is not None
+    version: str | None = None
+    state: str | None = None
+    ssh_ok = False
+    if running:
+        result = ssh.run(spec.address, ["containerd", "--version"], timeout_s=15.0)
+        ssh_ok = result.exit_code != 255
+        if result.ok:
+            version = result.stdout.strip()
+        if ssh_ok:
+            active = ssh.run(spec.address, ["systemctl", "is-active", "containerd"], 15.0)
+            state = active.stdout.strip() or None
+    return NodeStatus(
+        name=spec.name,
+        address=spec.address,
+        containerd_series=spec.containerd,
+        running=running,
+        ssh_ok=ssh_ok,
+        containerd_version=version,
+        containerd_state=state,
+    )
+
+
+def read_driver_version(dirs: NodeDirs) -> str | None:
+    """The stand-in driver version installed on the node (what its nvidia-smi reports)."""
+    try:
+        return dirs.host_path(DRIVER_VERSION_FILE).read_text().strip() or None
+    except OSError:
+        return None
+
+
+def process_alive(pid: int) -> bool:
+    """Whether pid runs; a child of ours that exited is reaped here, so it counts as gone."""
+    try:
+        reaped, _ = os.waitpid(pid, os.WNOHANG)
+        if reaped == pid:
+            return False
+    except ChildProcessError:
+        pass
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    # The state follows the parenthesised command name; Z is a zombie, as good as gone.
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
+
+
+def _wait_exit(pid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not process_alive(pid):
+            return True
+        time.sleep(0.1)
+    return not process_alive(pid)
+
+
+def _leader_pid(nspawn_pid: int) -> int | None:
+    try:
+        children = Path(f"/proc/{nspawn_pid}/task/{nspawn_pid}/children").read_text().split()
+    except OSError:
+        return None
+    return int(children[0]) if children else None
+
+
+def _port_open(address: str, port: int) -> bool:
+    try:
+        with socket.create_connection((address, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+def _is_mounted(path: Path) -> bool:
+    target = str(path.resolve()) if path.exists() else str(path)
+    for line in Path("/proc/mounts").read_text().splitlines():
+        fields = line.split()
+        if len(fields) > 1 and fields[1].replace("\\040", " ") == target:
+            return True
+    return False
+
+
+def _console_tail(dirs: NodeDirs, lines: int = 20) -> str:
+    try:
+        text = dirs.console_log.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _check(argv: Sequence[str], node: str) -> CommandResult:
+    return check(LocalRunner().run(argv, timeout_s=60.0), node)
+
+
+def _write(path: Path, text: str, mode: int = 0o644) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(mode)
+
+
+def _data_text(name: str) -> str:
+    return resources.files("rollout.lab").joinpath("data", name).read_text()
