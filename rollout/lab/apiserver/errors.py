@@ -1,0 +1,214 @@
+"""API errors and their wire form, the `Status` object the real server answers failures with."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from rollout.errors import RolloutError
+
+
+class StatusReason(StrEnum):
+    """metav1.StatusReason values this server answers with."""
+
+    BAD_REQUEST = "BadRequest"
+    NOT_FOUND = "NotFound"
+    ALREADY_EXISTS = "AlreadyExists"
+    CONFLICT = "Conflict"
+    INVALID = "Invalid"
+    METHOD_NOT_ALLOWED = "MethodNotAllowed"
+    UNSUPPORTED_MEDIA_TYPE = "UnsupportedMediaType"
+    TOO_MANY_REQUESTS = "TooManyRequests"
+    EXPIRED = "Expired"
+    FORBIDDEN = "Forbidden"
+    INTERNAL_ERROR = "InternalError"
+
+
+@dataclass(frozen=True)
+class StatusCause:
+    """One metav1.StatusCause; `reason` is the cause type (the Go field is Type, JSON `reason`)."""
+
+    reason: str
+    message: str
+    field: str | None = None
+
+    def to_dict(self) -> dict[str, str]:
+        cause = {"reason": self.reason, "message": self.message}
+        if self.field is not None:
+            cause["field"] = self.field
+        return cause
+
+
+@dataclass(frozen=True)
+class GroupResource:
+    """The resource an error is about, qualified as the real server spells it in messages."""
+
+    group: str
+    resource: str
+
+    def __str__(self) -> str:
+        return f"{self.resource}.{self.group}" if self.group else self.resource
+
+
+class ApiError(RolloutError):
+    """A request the emulated API server refuses; serialised as a Status by the HTTP layer."""
+
+    def __init__(
+        self,
+        code: int,
+        reason: StatusReason,
+        message: str,
+        *,
+        details: dict[str, Any] | None = None,
+        retry_after_s: int = 0,
+    ) -> None:
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.details = details
+        self.retry_after_s = retry_after_s
+        super().__init__(f"{code} {reason.value}: {message}")
+
+    def to_status(self) -> dict[str, Any]:
+        """The Status object, field for field as the real server writes it."""
+        status: dict[str, Any] = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason.value,
+        }
+        if self.details is not None:
+            status["details"] = self.details
+        status["code"] = self.code
+        return status
+
+    @classmethod
+    def not_found(cls, resource: GroupResource, name: str) -> ApiError:
+        return cls(
+            404,
+            StatusReason.NOT_FOUND,
+            f'{resource} "{name}" not found',
+            details=_details(resource, name),
+        )
+
+    @classmethod
+    def path_not_found(cls) -> ApiError:
+        return cls(
+            404,
+            StatusReason.NOT_FOUND,
+            "the server could not find the requested resource",
+            details={},
+        )
+
+    @classmethod
+    def already_exists(cls, resource: GroupResource, name: str) -> ApiError:
+        return cls(
+            409,
+            StatusReason.ALREADY_EXISTS,
+            f'{resource} "{name}" already exists',
+            details=_details(resource, name),
+        )
+
+    @classmethod
+    def conflict(cls, resource: GroupResource, name: str, why: str) -> ApiError:
+        return cls(
+            409,
+            StatusReason.CONFLICT,
+            f'Operation cannot be fulfilled on {resource} "{name}": {why}',
+            details=_details(resource, name),
+        )
+
+    @classmethod
+    def stale(cls, resource: GroupResource, name: str) -> ApiError:
+        """The optimistic-concurrency failure of an update with an old resourceVersion."""
+        return cls.conflict(
+            resource,
+            name,
+            "the object has been modified; please apply your changes to the latest version "
+            "and try again",
+        )
+
+    @classmethod
+    def invalid(cls, kind: str, group: str, name: str, causes: list[StatusCause]) -> ApiError:
+        qualified_kind = f"{kind}.{group}" if group else kind
+        summary = ", ".join(f"{c.field}: {c.message}" if c.field else c.message for c in causes)
+        if len(causes) > 1:
+            summary = f"[{summary}]"
+        details: dict[str, Any] = {"name": name}
+        if group:
+            details["group"] = group
+        details["kind"] = kind
+        details["causes"] = [c.to_dict() for c in causes]
+        return cls(
+            422,
+            StatusReason.INVALID,
+            f'{qualified_kind} "{name}" is invalid: {summary}',
+            details=details,
+        )
+
+    @classmethod
+    def unprocessable(cls, message: str) -> ApiError:
+        """A 422 without field causes, as the server answers a JSON patch that cannot apply."""
+        return cls(422, StatusReason.INVALID, message, details={})
+
+    @classmethod
+    def bad_request(cls, message: str) -> ApiError:
+        return cls(400, StatusReason.BAD_REQUEST, message)
+
+    @classmethod
+    def method_not_allowed(cls) -> ApiError:
+        return cls(
+            405,
+            StatusReason.METHOD_NOT_ALLOWED,
+            "the server does not allow this method on the requested resource",
+            details={},
+        )
+
+    @classmethod
+    def unsupported_media_type(cls, content_type: str, accepted: list[str]) -> ApiError:
+        return cls(
+            415,
+            StatusReason.UNSUPPORTED_MEDIA_TYPE,
+            f"the body of the request was in an unknown format - accepted media types include: "
+            f"{', '.join(accepted)}",
+            details={},
+        )
+
+    @classmethod
+    def too_many_requests(
+        cls, message: str, causes: list[StatusCause], retry_after_s: int = 0
+    ) -> ApiError:
+        details: dict[str, Any] = {"causes": [c.to_dict() for c in causes]}
+        if retry_after_s:
+            details["retryAfterSeconds"] = retry_after_s
+        return cls(
+            429,
+            StatusReason.TOO_MANY_REQUESTS,
+            message,
+            details=details,
+            retry_after_s=retry_after_s,
+        )
+
+    @classmethod
+    def expired(cls, message: str) -> ApiError:
+        return cls(410, StatusReason.EXPIRED, message)
+
+    @classmethod
+    def internal(cls, message: str) -> ApiError:
+        return cls(
+            500,
+            StatusReason.INTERNAL_ERROR,
+            f"Internal error occurred: {message}",
+            details={"causes": [{"message": message}]},
+        )
+
+
+def _details(resource: GroupResource, name: str) -> dict[str, Any]:
+    details: dict[str, Any] = {"name": name}
+    if resource.group:
+        details["group"] = resource.group
+    details["kind"] = resource.resource
+    return details

@@ -1,0 +1,287 @@
+"""The HTTP side: one request in, a JSON (or text, or watch-stream) response out."""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urlsplit
+
+from rollout.lab.apiserver.errors import ApiError
+from rollout.lab.apiserver.patches import PatchType
+from rollout.lab.apiserver.registry import DeleteOptions
+from rollout.lab.apiserver.resources import ResourceKind
+from rollout.lab.apiserver.routes import Endpoint, Route, parse_route
+from rollout.lab.apiserver.selectors import FieldSelector, LabelSelector
+from rollout.lab.apiserver.store import ObjectKey, RevisionExpired, WatchEventType
+
+if TYPE_CHECKING:
+    from rollout.lab.apiserver.server import ApiHttpServer
+
+log = logging.getLogger("rollout.lab.apiserver")
+
+SERVER_VERSION = {
+    "major": "1",
+    "minor": "31",
+    "gitVersion": "v1.31.0-rollout-lab",
+    "gitCommit": "0000000000000000000000000000000000000000",
+    "gitTreeState": "clean",
+    "buildDate": "2024-08-13T00:00:00Z",
+    "goVersion": "go1.22.5",
+    "compiler": "gc",
+    "platform": "linux/amd64",
+}
+_DEFAULT_WATCH_TIMEOUT_S = 1800.0
+# How often a quiet watch wakes to notice a stopping server or a passed deadline.
+_WATCH_POLL_S = 0.5
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A finished (non-streaming) response."""
+
+    code: int
+    body: dict[str, Any] | str
+
+    def to_bytes(self) -> tuple[bytes, str]:
+        if isinstance(self.body, str):
+            return self.body.encode(), "text/plain"
+        return json.dumps(self.body).encode(), "application/json"
+
+
+class ApiRequestHandler(BaseHTTPRequestHandler):
+    """Serves the Kubernetes REST API from the server's registry."""
+
+    server: ApiHttpServer
+    protocol_version = "HTTP/1.1"
+
+    def setup(self) -> None:
+        super().setup()
+        # Headers and body go out in separate writes; without this, Nagle plus the client's
+        # delayed ACK adds ~40 ms to every kept-alive request.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def do_GET(self) -> None:
+        self._handle("GET")
+
+    def do_POST(self) -> None:
+        self._handle("POST")
+
+    def do_PUT(self) -> None:
+        self._handle("PUT")
+
+    def do_PATCH(self) -> None:
+        self._handle("PATCH")
+
+    def do_DELETE(self) -> None:
+        self._handle("DELETE")
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s %s", self.address_string(), format % args)
+
+    # ---------------------------------------------------------------- dispatch
+
+    def _handle(self, method: str) -> None:
+        url = urlsplit(self.path)
+        query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
+        try:
+            body = self._read_body()
+            route = parse_route(url.path, self.server.registry.catalog)
+            if (
+                method == "GET"
+                and route.endpoint is Endpoint.RESOURCE
+                and route.name is None
+                and query.get("watch") in ("1", "true", "True")
+            ):
+                self._serve_watch(route, query)
+                return
+            reply = self._dispatch(method, route, query, body)
+        except ApiError as error:
+            reply = Reply(error.code, error.to_status())
+            if error.retry_after_s:
+                self._send(reply, {"Retry-After": str(error.retry_after_s)})
+                return
+        except Exception as error:  # a bug here must not kill the connection silently
+            log.exception("internal error serving %s %s", method, self.path)
+            reply = Reply(500, ApiError.internal(str(error)).to_status())
+        self._send(reply)
+
+    def _read_body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length > 0 else b""
+
+    def _dispatch(self, method: str, route: Route, query: dict[str, str], raw: bytes) -> Reply:
+        catalog = self.server.registry.catalog
+        match route.endpoint:
+            case Endpoint.HEALTH:
+                return Reply(200, "ok")
+            case Endpoint.VERSION:
+                return Reply(200, dict(SERVER_VERSION))
+            case Endpoint.API_VERSIONS:
+                host, port = self.server.server_address[:2]
+                address = f"{host!s}:{port}"
+                return Reply(200, catalog.to_api_versions(address))
+            case Endpoint.GROUP_LIST:
+                return Reply(200, catalog.to_api_group_list())
+            case Endpoint.GROUP:
+                return Reply(200, catalog.to_api_group(route.group))
+            case Endpoint.RESOURCE_LIST:
+                return Reply(200, catalog.to_resource_list(route.group, route.version))
+        if method != "GET" and route.endpoint is not Endpoint.RESOURCE:
+            raise ApiError.method_not_allowed()
+        return self._dispatch_resource(method, route, query, raw)
+
+    def _dispatch_resource(
+        self, method: str, route: Route, query: dict[str, str], raw: bytes
+    ) -> Reply:
+        registry = self.server.registry
+        kind = route.require_kind()
+        namespace, name = route.namespace, route.name
+        if kind.namespaced and namespace is None and name is not None:
+            raise ApiError.path_not_found()
+        dry_run = query.get("dryRun") == "All"
+        if name is None:
+            if method == "GET":
+                return Reply(200, registry.list_collection(kind, namespace, *_selectors(query)))
+            if method == "POST":
+                if kind.namespaced and namespace is None:
+                    raise ApiError.method_not_allowed()
+                return Reply(201, registry.create(kind, namespace, _decode(raw), dry_run=dry_run))
+            raise ApiError.method_not_allowed()
+        sub = route.subresource
+        if sub == "log":
+            if method != "GET":
+                raise ApiError.method_not_allowed()
+            tail = query.get("tailLines")
+            return Reply(
+                200,
+                registry.read_log(
+                    str(namespace),
+                    name,
+                    query.get("container"),
+                    int(tail) if tail else None,
+                ),
+            )
+        if sub == "eviction":
+            if method != "POST":
+                raise ApiError.method_not_allowed()
+            return Reply(201, registry.evict(str(namespace), name, _decode(raw)))
+        if method == "GET":
+            return Reply(200, registry.get(kind, namespace, name))
+        if method == "PUT":
+            replaced = registry.replace(
+                kind, namespace, name, _decode(raw), subresource=sub, dry_run=dry_run
+            )
+            return Reply(200, replaced)
+        if method == "PATCH":
+            patch_type = PatchType.from_content_type(
+                self.headers.get("Content-Type") or "", custom=kind.custom
+            )
+            patched = registry.patch(
+                kind, namespace, name, patch_type, _decode(raw), subresource=sub, dry_run=dry_run
+            )
+            return Reply(200, patched)
+        if method == "DELETE" and sub is None:
+            options = DeleteOptions.from_request(query, _decode(raw) if raw.strip() else None)
+            return Reply(200, registry.delete(kind, namespace, name, options))
+        raise ApiError.method_not_allowed()
+
+    # ------------------------------------------------------------------ watch
+
+    def _serve_watch(self, route: Route, query: dict[str, str]) -> None:
+        registry = self.server.registry
+        kind = route.require_kind()
+        labels, fields = _selectors(query)
+        registry.check_field_selector(kind, fields)
+        timeout_s = float(query.get("timeoutSeconds") or _DEFAULT_WATCH_TIMEOUT_S)
+        deadline = time.monotonic() + timeout_s
+        start = query.get("resourceVersion") or "0"
+        if not start.isdigit():
+            raise ApiError.bad_request(f"invalid resource version: {start}")
+        with registry.store.locked():
+            since = registry.store.revision if start == "0" else int(start)
+            initial = registry.list_objects(kind, route.namespace) if start == "0" else []
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        # Keys of objects the client has seen matching, so that leaving the selector reads as
+        # DELETED and entering it as ADDED, as the real watch cache reports.
+        matching: set[ObjectKey] = set()
+        try:
+            for obj in initial:
+                if labels.matches(obj["metadata"].get("labels")) and fields.matches(obj):
+                    key = ObjectKey.from_kind(
+                        kind, obj["metadata"].get("namespace"), obj["metadata"]["name"]
+                    )
+                    matching.add(key)
+                    self._write_event("ADDED", kind, obj)
+            while not self.server.stopping and time.monotonic() < deadline:
+                wait_s = min(_WATCH_POLL_S, max(0.0, deadline - time.monotonic()))
+                try:
+                    events, since = registry.store.wait_events(kind, route.namespace, since, wait_s)
+                except RevisionExpired as expired:
+                    error = ApiError.expired(str(expired)).to_status()
+                    self._write_chunk({"type": "ERROR", "object": error})
+                    break
+                for event in events:
+                    selected = labels.matches(
+                        event.obj["metadata"].get("labels")
+                    ) and fields.matches(event.obj)
+                    was = event.key in matching
+                    if event.type is WatchEventType.DELETED:
+                        matching.discard(event.key)
+                        if was or selected:
+                            self._write_event("DELETED", kind, event.obj)
+                    elif selected:
+                        matching.add(event.key)
+                        self._write_event("MODIFIED" if was else "ADDED", kind, event.obj)
+                    elif was:
+                        matching.discard(event.key)
+                        self._write_event("DELETED", kind, event.obj)
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    def _write_event(self, event_type: str, kind: ResourceKind, obj: dict[str, Any]) -> None:
+        self._write_chunk({"type": event_type, "object": obj})
+
+    def _write_chunk(self, payload: dict[str, Any]) -> None:
+        data = json.dumps(payload).encode() + b"\n"
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    # ---------------------------------------------------------------- replies
+
+    def _send(self, reply: Reply, headers: dict[str, str] | None = None) -> None:
+        data, content_type = reply.to_bytes()
+        self.send_response(reply.code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def _selectors(query: dict[str, str]) -> tuple[LabelSelector, FieldSelector]:
+    return (
+        LabelSelector.from_text(query.get("labelSelector")),
+        FieldSelector.from_text(query.get("fieldSelector")),
+    )
+
+
+def _decode(raw: bytes) -> Any:
+    if not raw.strip():
+        raise ApiError.bad_request("the request body is empty")
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as error:
+        raise ApiError.bad_request(
+            f"couldn't get version/kind; json parse error: {error}"
+        ) from error

@@ -1,0 +1,88 @@
+"""The emulated API server: a threading HTTP server over a registry, started and stopped."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from http.server import ThreadingHTTPServer
+from typing import Any
+
+from rollout.lab.apiserver.handler import ApiRequestHandler
+from rollout.lab.apiserver.registry import Registry
+
+
+class ApiHttpServer(ThreadingHTTPServer):
+    """ThreadingHTTPServer that knows its registry and its open connections."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], registry: Registry) -> None:
+        self.registry = registry
+        self.stopping = False
+        self._connections: set[socket.socket] = set()
+        self._connections_lock = threading.Lock()
+        super().__init__(address, ApiRequestHandler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._connections_lock:
+            self._connections.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._connections_lock:
+            self._connections.discard(request)
+        super().shutdown_request(request)
+
+    def close_connections(self) -> None:
+        """Cut kept-alive and watching connections so their threads end."""
+        with self._connections_lock:
+            connections = list(self._connections)
+        for connection in connections:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+
+
+class ApiServer:
+    """The API server on host:port (port 0: an ephemeral port), serving from a thread."""
+
+    def __init__(self, registry: Registry, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.registry = registry
+        self._http = ApiHttpServer((host, port), registry)
+        self._thread = threading.Thread(
+            target=self._http.serve_forever,
+            name="apiserver",
+            kwargs={"poll_interval": 0.02},
+            daemon=True,
+        )
+
+    @classmethod
+    def start(
+        cls, registry: Registry | None = None, host: str = "127.0.0.1", port: int = 0
+    ) -> ApiServer:
+        """Bind and serve; returns once the socket accepts connections."""
+        server = cls(registry or Registry(), host, port)
+        server._thread.start()
+        return server
+
+    @property
+    def host(self) -> str:
+        return str(self._http.server_address[0])
+
+    @property
+    def port(self) -> int:
+        return int(self._http.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def stop(self) -> None:
+        """Stop accepting, end watches and idle connections, release the port."""
+        self._http.stopping = True
+        self.registry.close()
+        self._http.shutdown()
+        self._http.close_connections()
+        self._http.server_close()
+        self._thread.join(timeout=5)

@@ -1,0 +1,275 @@
+"""Field validation with the real server's messages, for the fields rollout and the lab write."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from rollout.lab.apiserver.errors import ApiError, StatusCause
+from rollout.lab.apiserver.resources import (
+    CONFIGMAPS,
+    LEASES,
+    NAMESPACES,
+    NODES,
+    PODDISRUPTIONBUDGETS,
+    PODS,
+    ResourceKind,
+)
+
+_NAME_PART = r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
+_LABEL_VALUE = r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?"
+_DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS1123_SUBDOMAIN = rf"{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*"
+_CONFIG_KEY = r"[-._a-zA-Z0-9]+"
+_TAINT_EFFECTS = ("NoExecute", "NoSchedule", "PreferNoSchedule")
+
+
+def qualified_name_problem(key: str) -> str | None:
+    """Why `key` is not a valid label/annotation key, or None."""
+    prefix, _, name = key.rpartition("/")
+    if "/" in key and not prefix:
+        return "prefix part must be non-empty"
+    if prefix and (len(prefix) > 253 or not re.fullmatch(_DNS1123_SUBDOMAIN, prefix)):
+        return (
+            "prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
+            "characters, '-' or '.', and must start and end with an alphanumeric character "
+            "(e.g. 'example.com', regex used for validation is "
+            f"'{_DNS1123_SUBDOMAIN}')"
+        )
+    if not name:
+        return "name part must be non-empty"
+    if len(name) > 63:
+        return "name part must be no more than 63 characters"
+    if not re.fullmatch(_NAME_PART, name):
+        return (
+            "name part must consist of alphanumeric characters, '-', '_' or '.', and must "
+            "start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or "
+            f"'123-abc', regex used for validation is '{_NAME_PART}')"
+        )
+    return None
+
+
+def label_value_problem(value: str) -> str | None:
+    """Why `value` is not a valid label value, or None."""
+    if len(value) > 63:
+        return "must be no more than 63 characters"
+    if not re.fullmatch(_LABEL_VALUE, value):
+        return (
+            "a valid label must be an empty string or consist of alphanumeric characters, "
+            "'-', '_' or '.', and must start and end with an alphanumeric character (e.g. "
+            "'MyValue',  or 'my_value',  or '12345', regex used for validation is "
+            f"'{_LABEL_VALUE}')"
+        )
+    return None
+
+
+def check_decodable(kind: ResourceKind, body: Any) -> None:
+    """Refuse, with 400 as the real decoder does, bodies whose shapes cannot be decoded."""
+    if not isinstance(body, dict):
+        raise ApiError.bad_request(
+            f"json: cannot unmarshal {type(body).__name__} into Go value of type "
+            f"struct {{ APIVersion string; Kind string }}"
+        )
+    metadata = body.get("metadata", {})
+    if not isinstance(metadata, dict):
+        raise ApiError.bad_request(
+            f"json: cannot unmarshal into Go struct field {kind.kind}.metadata of type "
+            "v1.ObjectMeta"
+        )
+    for field in ("labels", "annotations"):
+        values = metadata.get(field)
+        if values is None:
+            continue
+        if not isinstance(values, dict) or not all(isinstance(v, str) for v in values.values()):
+            raise ApiError.bad_request(
+                f"json: cannot unmarshal into Go struct field ObjectMeta.metadata.{field} of "
+                "type string"
+            )
+
+
+def validate_object(
+    kind: ResourceKind, obj: Mapping[str, Any], old: Mapping[str, Any] | None
+) -> None:
+    """Raise 422 Invalid listing every problem, as the real server's validation does."""
+    metadata = obj.get("metadata") or {}
+    name = str(metadata.get("name") or "")
+    causes = _metadata_causes(kind, metadata)
+    spec = obj.get("spec") or {}
+    if kind == PODS:
+        causes += _pod_causes(spec, (old or {}).get("spec"))
+    elif kind == NODES:
+        causes += _taint_causes(spec.get("taints") or [])
+    elif kind == CONFIGMAPS:
+        for field in ("data", "binaryData"):
+            for key in obj.get(field) or {}:
+                if not re.fullmatch(_CONFIG_KEY, key):
+                    causes.append(
+                        _invalid(
+                            f"{field}[{key}]",
+                            key,
+                            "a valid config key must "
+                            "consist of alphanumeric characters, '-', '_' or '.' "
+                            f"(e.g. 'key.name',  or 'KEY_NAME',  or "
+                            f"'key-name', regex used for validation is "
+                            f"'{_CONFIG_KEY}')",
+                        )
+                    )
+    elif kind == LEASES:
+        duration = spec.get("leaseDurationSeconds")
+        if duration is not None and (not isinstance(duration, int) or duration <= 0):
+            causes.append(_invalid("spec.leaseDurationSeconds", duration, "must be greater than 0"))
+    elif kind == PODDISRUPTIONBUDGETS:
+        causes += _pdb_causes(spec)
+    if causes:
+        raise ApiError.invalid(kind.kind, kind.group, name, causes)
+
+
+def _metadata_causes(kind: ResourceKind, metadata: Mapping[str, Any]) -> list[StatusCause]:
+    causes: list[StatusCause] = []
+    name = metadata.get("name")
+    if not name:
+        causes.append(
+            StatusCause(
+                "FieldValueRequired",
+                "Required value: name or generateName is required",
+                "metadata.name",
+            )
+        )
+    elif kind == NAMESPACES:
+        if len(name) > 63 or not re.fullmatch(_DNS1123_LABEL, name):
+            causes.append(
+                _invalid(
+                    "metadata.name",
+                    name,
+                    (
+                        "a lowercase RFC 1123 label must consist of lower case alphanumeric "
+                        "characters or '-', and must start and end with an alphanumeric character "
+                        f"(e.g. 'my-name',  or '123-abc', regex used for validation is "
+                        f"'{_DNS1123_LABEL}')"
+                    ),
+                )
+            )
+    elif len(name) > 253 or not re.fullmatch(_DNS1123_SUBDOMAIN, name):
+        causes.append(
+            _invalid(
+                "metadata.name",
+                name,
+                (
+                    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
+                    "characters, '-' or '.', and must start and end with an alphanumeric character "
+                    f"(e.g. 'example.com', regex used for validation is '{_DNS1123_SUBDOMAIN}')"
+                ),
+            )
+        )
+    for key, value in (metadata.get("labels") or {}).items():
+        if (problem := qualified_name_problem(key)) is not None:
+            causes.append(_invalid("metadata.labels", key, problem))
+        if (problem := label_value_problem(value)) is not None:
+            causes.append(_invalid("metadata.labels", value, problem))
+    for key in metadata.get("annotations") or {}:
+        if (problem := qualified_name_problem(key.lower())) is not None:
+            causes.append(_invalid("metadata.annotations", key, problem))
+    return causes
+
+
+def _pod_causes(spec: Mapping[str, Any], old_spec: Mapping[str, Any] | None) -> list[StatusCause]:
+    causes: list[StatusCause] = []
+    containers = spec.get("containers") or []
+    if not containers:
+        causes.append(StatusCause("FieldValueRequired", "Required value", "spec.containers"))
+    for i, container in enumerate(containers):
+        if not container.get("name"):
+            causes.append(
+                StatusCause("FieldValueRequired", "Required value", f"spec.containers[{i}].name")
+            )
+        if not container.get("image"):
+            causes.append(
+                StatusCause("FieldValueRequired", "Required value", f"spec.containers[{i}].image")
+            )
+    if old_spec is not None and _mutable_pod_spec(spec) != _mutable_pod_spec(old_spec):
+        causes.append(
+            StatusCause(
+                "FieldValueForbidden",
+                "Forbidden: pod updates may not change fields other than "
+                "`spec.containers[*].image`,`spec.initContainers[*].image`,"
+                "`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing "
+                "tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if "
+                "it was previously negative)",
+                "spec",
+            )
+        )
+    return causes
+
+
+def _mutable_pod_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The pod spec with the fields an update may change blanked out, for comparison."""
+    frozen = {k: v for k, v in spec.items() if k not in {"activeDeadlineSeconds", "tolerations"}}
+    for field in ("containers", "initContainers"):
+        if field in frozen:
+            frozen[field] = [{k: v for k, v in c.items() if k != "image"} for c in frozen[field]]
+    return frozen
+
+
+def _taint_causes(taints: list[Any]) -> list[StatusCause]:
+    causes: list[StatusCause] = []
+    seen: set[tuple[str, str]] = set()
+    for i, taint in enumerate(taints):
+        key, effect = str(taint.get("key") or ""), str(taint.get("effect") or "")
+        if not key:
+            causes.append(
+                StatusCause("FieldValueRequired", "Required value", f"spec.taints[{i}].key")
+            )
+        elif (problem := qualified_name_problem(key)) is not None:
+            causes.append(_invalid(f"spec.taints[{i}].key", key, problem))
+        if effect not in _TAINT_EFFECTS:
+            supported = ", ".join(f'"{e}"' for e in _TAINT_EFFECTS)
+            causes.append(
+                StatusCause(
+                    "FieldValueNotSupported",
+                    f'Unsupported value: "{effect}": supported values: {supported}',
+                    f"spec.taints[{i}].effect",
+                )
+            )
+        if (key, effect) in seen:
+            causes.append(
+                StatusCause(
+                    "FieldValueDuplicate",
+                    f'Duplicate value: "{key}:{effect}": taints must be unique by key and effect',
+                    f"spec.taints[{i}]",
+                )
+            )
+        seen.add((key, effect))
+    return causes
+
+
+def _pdb_causes(spec: Mapping[str, Any]) -> list[StatusCause]:
+    causes: list[StatusCause] = []
+    if spec.get("minAvailable") is not None and spec.get("maxUnavailable") is not None:
+        causes.append(
+            StatusCause(
+                "FieldValueInvalid",
+                'Invalid value: "": minAvailable and maxUnavailable cannot be both set',
+                "spec",
+            )
+        )
+    for field in ("minAvailable", "maxUnavailable"):
+        value = spec.get(field)
+        if isinstance(value, str) and not re.fullmatch(r"\d+%", value):
+            causes.append(
+                _invalid(
+                    f"spec.{field}",
+                    value,
+                    "a valid percent string must be a numeric "
+                    "string followed by an ending '%' (e.g. '1%',  or '93%', regex used "
+                    "for validation is '[0-9]+%')",
+                )
+            )
+        elif isinstance(value, int) and value < 0:
+            causes.append(_invalid(f"spec.{field}", value, "must be greater than or equal to 0"))
+    return causes
+
+
+def _invalid(field: str, value: Any, why: str) -> StatusCause:
+    shown = f'"{value}"' if isinstance(value, str) else str(value)
+    return StatusCause("FieldValueInvalid", f"Invalid value: {shown}: {why}", field)

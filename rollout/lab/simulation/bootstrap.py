@@ -1,0 +1,105 @@
+"""The cluster as it stands when the lab control plane starts: nodes, operator, policy."""
+
+from __future__ import annotations
+
+import platform
+import uuid
+from typing import Any
+
+from rollout.lab.apiserver.errors import ApiError
+from rollout.lab.apiserver.registry import Registry
+from rollout.lab.apiserver.resources import CLUSTERPOLICIES, DAEMONSETS, NODES
+from rollout.lab.simulation.description import LabDescription, NodeDescription
+from rollout.lab.simulation.gpuoperator import (
+    DEPLOY_COMPONENTS,
+    DEPLOY_LABEL_PREFIX,
+    GPU_PRESENT_LABEL,
+    OPERANDS,
+    OPERATOR_NAMESPACE,
+    to_cluster_policy,
+    to_daemonset,
+)
+
+KUBELET_VERSION = "v1.31.0"
+NODE_CAPACITY = {
+    "cpu": "8",
+    "memory": "32853264Ki",
+    "pods": "110",
+    "ephemeral-storage": "102626232Ki",
+    "hugepages-1Gi": "0",
+    "hugepages-2Mi": "0",
+}
+NODE_ALLOCATABLE = {**NODE_CAPACITY, "memory": "32750864Ki", "ephemeral-storage": "94580335255"}
+
+
+def seed_cluster(registry: Registry, lab: LabDescription) -> None:
+    """Create what a freshly installed GPU Operator cluster has; existing objects are kept."""
+    registry.ensure_namespace(OPERATOR_NAMESPACE)
+    for index, node in enumerate(lab.nodes):
+        _create_quietly(registry, NODES, None, to_node(node, index))
+    driver_version = next((n.driver_version for n in lab.nodes if n.driver_version), "")
+    for operand in OPERANDS:
+        _create_quietly(
+            registry, DAEMONSETS, OPERATOR_NAMESPACE, to_daemonset(operand, driver_version)
+        )
+    _create_quietly(registry, CLUSTERPOLICIES, None, to_cluster_policy(driver_version))
+
+
+def to_node(node: NodeDescription, index: int) -> dict[str, Any]:
+    """The Node object the node's kubelet registers (GPU resources come with the plugin)."""
+    labels = {
+        "kubernetes.io/hostname": node.name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "beta.kubernetes.io/os": "linux",
+        "beta.kubernetes.io/arch": "amd64",
+    }
+    if node.gpus:
+        labels[GPU_PRESENT_LABEL] = "true"
+        labels.update({f"{DEPLOY_LABEL_PREFIX}{c}": "true" for c in DEPLOY_COMPONENTS})
+    system_uuid = str(uuid.uuid5(uuid.NAMESPACE_DNS, node.name))
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": node.name,
+            "labels": labels,
+            "annotations": {
+                "node.alpha.kubernetes.io/ttl": "0",
+                "volumes.kubernetes.io/controller-managed-attach-detach": "true",
+            },
+        },
+        "spec": {"podCIDR": f"10.244.{index}.0/24", "podCIDRs": [f"10.244.{index}.0/24"]},
+        "status": {
+            "capacity": dict(NODE_CAPACITY),
+            "allocatable": dict(NODE_ALLOCATABLE),
+            "conditions": [],
+            "addresses": [
+                {"type": "InternalIP", "address": node.address},
+                {"type": "Hostname", "address": node.name},
+            ],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            "nodeInfo": {
+                "machineID": system_uuid.replace("-", ""),
+                "systemUUID": system_uuid,
+                "bootID": str(uuid.uuid4()),
+                "kernelVersion": platform.release(),
+                "osImage": "Debian GNU/Linux 12 (bookworm)",
+                "containerRuntimeVersion": f"containerd://{node.containerd}",
+                "kubeletVersion": KUBELET_VERSION,
+                "kubeProxyVersion": KUBELET_VERSION,
+                "operatingSystem": "linux",
+                "architecture": "amd64",
+            },
+        },
+    }
+
+
+def _create_quietly(
+    registry: Registry, kind: Any, namespace: str | None, obj: dict[str, Any]
+) -> None:
+    try:
+        registry.create(kind, namespace, obj)
+    except ApiError as error:
+        if error.code != 409:
+            raise

@@ -1,0 +1,223 @@
+"""The DaemonSet controller: one pod per eligible node, recreated when deleted; status counts."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from rollout.lab.apiserver.errors import ApiError
+from rollout.lab.apiserver.metadata import new_name_suffix
+from rollout.lab.apiserver.registry import Registry
+from rollout.lab.apiserver.resources import DAEMONSETS, NODES, PODS
+from rollout.lab.simulation.gpuoperator import (
+    DEPLOY_LABEL_PREFIX,
+    DEPLOY_OPERANDS_LABEL,
+    OPERATOR_NAMESPACE,
+)
+from rollout.lab.simulation.pods import is_deleting, is_ready, is_terminal
+
+TEMPLATE_GENERATION_LABEL = "pod-template-generation"
+REVISION_HASH_LABEL = "controller-revision-hash"
+# The tolerations the real DaemonSet controller adds to every pod it creates.
+DAEMONSET_TOLERATIONS = (
+    {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"},
+    {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"},
+    {"key": "node.kubernetes.io/disk-pressure", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "node.kubernetes.io/memory-pressure", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "node.kubernetes.io/pid-pressure", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
+)
+
+
+def target_node(pod: Mapping[str, Any]) -> str:
+    """The node a DaemonSet pod is for: bound, or pinned by its metadata.name affinity."""
+    spec = pod.get("spec") or {}
+    if spec.get("nodeName"):
+        return str(spec["nodeName"])
+    affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    for term in affinity.get("nodeSelectorTerms") or []:
+        for field in term.get("matchFields") or []:
+            if field.get("key") == "metadata.name" and field.get("values"):
+                return str(field["values"][0])
+    return ""
+
+
+def owned_by(pod: Mapping[str, Any], owner_uid: str) -> bool:
+    return any(r.get("uid") == owner_uid for r in pod["metadata"].get("ownerReferences") or [])
+
+
+class DaemonSetController:
+    """Creates, deletes and counts the pods of every DaemonSet in the cluster."""
+
+    def __init__(self, registry: Registry) -> None:
+        self._registry = registry
+
+    def reconcile(self) -> None:
+        nodes = self._registry.list_objects(NODES)
+        pods = self._registry.list_objects(PODS)
+        for daemonset in self._registry.list_objects(DAEMONSETS):
+            try:
+                self._reconcile_one(daemonset, nodes, pods)
+            except ApiError:
+                continue  # raced with a client's write; the next tick sees the new state
+
+    def _reconcile_one(
+        self, daemonset: dict[str, Any], nodes: list[dict[str, Any]], pods: list[dict[str, Any]]
+    ) -> None:
+        metadata = daemonset["metadata"]
+        namespace, uid = metadata["namespace"], metadata["uid"]
+        eligible = {n["metadata"]["name"] for n in nodes if self._eligible(daemonset, n)}
+        owned = [
+            p for p in pods if p["metadata"].get("namespace") == namespace and owned_by(p, uid)
+        ]
+        by_node: dict[str, list[dict[str, Any]]] = {}
+        for pod in owned:
+            by_node.setdefault(target_node(pod), []).append(pod)
+        for node_name in sorted(eligible):
+            live = [p for p in by_node.get(node_name, []) if not is_deleting(p)]
+            # A terminating pod blocks its replacement until it is gone, as in the real one.
+            if not by_node.get(node_name):
+                self._create_pod(daemonset, node_name)
+            for extra in live[1:]:
+                self._registry.delete(PODS, namespace, extra["metadata"]["name"])
+        self._roll(daemonset, eligible, by_node)
+        for node_name, node_pods in by_node.items():
+            if node_name not in eligible:
+                for pod in node_pods:
+                    if not is_deleting(pod):
+                        self._registry.delete(PODS, namespace, pod["metadata"]["name"])
+        self._write_status(daemonset, eligible, by_node)
+
+    def _roll(
+        self,
+        daemonset: dict[str, Any],
+        eligible: set[str],
+        by_node: dict[str, list[dict[str, Any]]],
+    ) -> None:
+        """RollingUpdate with maxUnavailable 1: replace one outdated pod while all are ready."""
+        strategy = (daemonset["spec"].get("updateStrategy") or {}).get("type", "RollingUpdate")
+        if strategy != "RollingUpdate":
+            return
+        generation = str(daemonset["metadata"].get("generation", 1))
+        live = [p for n in eligible for p in by_node.get(n, [])]
+        if any(is_deleting(p) or not is_ready(p) for p in live):
+            return
+        outdated = sorted(
+            (
+                p
+                for p in live
+                if (p["metadata"].get("labels") or {}).get(TEMPLATE_GENERATION_LABEL) != generation
+            ),
+            key=lambda p: str(p["spec"].get("nodeName") or ""),
+        )
+        if outdated:
+            pod = outdated[0]
+            self._registry.delete(PODS, pod["metadata"]["namespace"], pod["metadata"]["name"])
+
+    @staticmethod
+    def _eligible(daemonset: dict[str, Any], node: dict[str, Any]) -> bool:
+        labels = node["metadata"].get("labels") or {}
+        selector = (daemonset["spec"]["template"].get("spec") or {}).get("nodeSelector") or {}
+        if any(labels.get(k) != v for k, v in selector.items()):
+            return False
+        operator_operand = daemonset["metadata"]["namespace"] == OPERATOR_NAMESPACE and any(
+            k.startswith(DEPLOY_LABEL_PREFIX) for k in selector
+        )
+        return not (operator_operand and labels.get(DEPLOY_OPERANDS_LABEL) == "false")
+
+    def _create_pod(self, daemonset: dict[str, Any], node_name: str) -> None:
+        metadata = daemonset["metadata"]
+        template = copy.deepcopy(daemonset["spec"]["template"])
+        generation = int(metadata.get("generation", 1))
+        labels = dict((template.get("metadata") or {}).get("labels") or {})
+        labels[REVISION_HASH_LABEL] = _template_hash(template)
+        labels[TEMPLATE_GENERATION_LABEL] = str(generation)
+        spec = template.get("spec") or {}
+        spec["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchFields": [
+                                {"key": "metadata.name", "operator": "In", "values": [node_name]}
+                            ]
+                        }
+                    ]
+                }
+            }
+        }
+        tolerations = spec.setdefault("tolerations", [])
+        for toleration in DAEMONSET_TOLERATIONS:
+            if toleration not in tolerations:
+                tolerations.append(dict(toleration))
+        pod = {
+            "metadata": {
+                "name": f"{metadata['name']}-{new_name_suffix()}",
+                "namespace": metadata["namespace"],
+                "labels": labels,
+                "ownerReferences": [
+                    {
+                        "apiVersion": "apps/v1",
+                        "kind": "DaemonSet",
+                        "name": metadata["name"],
+                        "uid": metadata["uid"],
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
+            },
+            "spec": spec,
+        }
+        self._registry.create(PODS, metadata["namespace"], pod)
+
+    def _write_status(
+        self,
+        daemonset: dict[str, Any],
+        eligible: set[str],
+        by_node: dict[str, list[dict[str, Any]]],
+    ) -> None:
+        generation = int(daemonset["metadata"].get("generation", 1))
+        scheduled = [
+            p
+            for n in eligible
+            for p in by_node.get(n, [])
+            if not is_deleting(p) and not is_terminal(p)
+        ]
+        ready = [p for p in scheduled if is_ready(p)]
+        updated = [
+            p
+            for p in scheduled
+            if (p["metadata"].get("labels") or {}).get(TEMPLATE_GENERATION_LABEL) == str(generation)
+        ]
+        status: dict[str, Any] = {
+            "currentNumberScheduled": len(
+                {n for n in eligible if any(not is_deleting(p) for p in by_node.get(n, []))}
+            ),
+            "desiredNumberScheduled": len(eligible),
+            "numberMisscheduled": sum(len(v) for k, v in by_node.items() if k not in eligible),
+            "numberReady": len(ready),
+            "numberAvailable": len(ready),
+            "updatedNumberScheduled": len(updated),
+            "observedGeneration": generation,
+        }
+        if len(eligible) - len(ready) > 0:
+            status["numberUnavailable"] = len(eligible) - len(ready)
+        if daemonset.get("status") == status:
+            return
+
+        def write(ds: dict[str, Any]) -> None:
+            ds["status"] = status
+
+        self._registry.mutate(
+            DAEMONSETS, daemonset["metadata"]["namespace"], daemonset["metadata"]["name"], write
+        )
+
+
+def _template_hash(template: Mapping[str, Any]) -> str:
+    digest = hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()
+    return digest[:10]

@@ -1,0 +1,179 @@
+"""The GPU Operator's footprint in the lab: label keys, operand DaemonSets, the ClusterPolicy."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+OPERATOR_NAMESPACE = "gpu-operator"
+CLUSTER_POLICY_NAME = "cluster-policy"
+NVIDIA_HANDLER = "nvidia"
+
+GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
+DEPLOY_LABEL_PREFIX = "nvidia.com/gpu.deploy."
+DEPLOY_OPERANDS_LABEL = "nvidia.com/gpu.deploy.operands"
+DEPLOY_COMPONENTS = (
+    "driver",
+    "container-toolkit",
+    "device-plugin",
+    "gpu-feature-discovery",
+    "dcgm",
+    "dcgm-exporter",
+    "node-status-exporter",
+    "operator-validator",
+)
+UPGRADE_STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
+UPGRADE_SKIP_LABEL = "nvidia.com/gpu-driver-upgrade.skip"
+UPGRADE_REQUESTED_ANNOTATION = "nvidia.com/gpu-driver-upgrade-requested"
+UPGRADE_DRAIN_SKIP_LABEL = "nvidia.com/gpu-driver-upgrade-drain.skip"
+UPGRADE_INITIAL_UNSCHEDULABLE_ANNOTATION = (
+    "nvidia.com/gpu-driver-upgrade.node-initial-state.unschedulable"
+)
+DRIVER_VERSION_ENV = "DRIVER_VERSION"
+
+# Knobs of the lab, not of the GPU Operator.
+UNHEALTHY_GPUS_ANNOTATION = "lab.rollout/unhealthy-gpus"
+FAIL_UPGRADE_ANNOTATION = "lab.rollout/fail-upgrade"
+NOT_READY_ANNOTATION = "lab.rollout/not-ready"
+
+
+@dataclass(frozen=True)
+class Operand:
+    """One operand DaemonSet of the operator."""
+
+    name: str
+    component: str
+    container: str
+    image: str
+    runtime_class: str | None
+
+    @property
+    def deploy_label(self) -> str:
+        return DEPLOY_LABEL_PREFIX + self.component
+
+
+DRIVER = Operand("nvidia-driver-daemonset", "driver", "nvidia-driver-ctr", "nvidia/driver", None)
+TOOLKIT = Operand(
+    "nvidia-container-toolkit-daemonset",
+    "container-toolkit",
+    "nvidia-container-toolkit-ctr",
+    "nvidia/k8s/container-toolkit:v1.16.2-ubuntu20.04",
+    None,
+)
+DEVICE_PLUGIN = Operand(
+    "nvidia-device-plugin-daemonset",
+    "device-plugin",
+    "nvidia-device-plugin",
+    "nvidia/k8s-device-plugin:v0.16.2-ubi8",
+    NVIDIA_HANDLER,
+)
+VALIDATOR = Operand(
+    "nvidia-operator-validator",
+    "operator-validator",
+    "nvidia-operator-validator",
+    "nvidia/cloud-native/gpu-operator-validator:v24.6.2",
+    NVIDIA_HANDLER,
+)
+OPERANDS = (TOOLKIT, DRIVER, DEVICE_PLUGIN, VALIDATOR)
+
+
+def driver_image(version: str) -> str:
+    return f"{DRIVER.image}:{version}-ubuntu22.04"
+
+
+def to_daemonset(operand: Operand, driver_version: str) -> dict[str, Any]:
+    """The operand's DaemonSet as the operator would create it."""
+    container: dict[str, Any] = {"name": operand.container, "image": operand.image}
+    if operand is DRIVER:
+        container["image"] = driver_image(driver_version)
+        container["env"] = [{"name": DRIVER_VERSION_ENV, "value": driver_version}]
+    if operand is DEVICE_PLUGIN:
+        container["env"] = [
+            {"name": "CONFIG_NAME", "value": ""},
+            {"name": "DEFAULT_CONFIG", "value": ""},
+        ]
+    pod_spec: dict[str, Any] = {
+        "nodeSelector": {operand.deploy_label: "true"},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "priorityClassName": "system-node-critical",
+        "serviceAccountName": operand.name.removesuffix("-daemonset"),
+        "containers": [container],
+    }
+    if operand.runtime_class:
+        pod_spec["runtimeClassName"] = operand.runtime_class
+    strategy: dict[str, Any] = (
+        {"type": "OnDelete"}
+        if operand is DRIVER
+        else {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "1", "maxSurge": 0}}
+    )
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {
+            "name": operand.name,
+            "namespace": OPERATOR_NAMESPACE,
+            "labels": {"app": operand.name, "app.kubernetes.io/part-of": "gpu-operator"},
+        },
+        "spec": {
+            "selector": {"matchLabels": {"app": operand.name}},
+            "updateStrategy": strategy,
+            "template": {
+                "metadata": {
+                    "labels": {"app": operand.name, "app.kubernetes.io/part-of": "gpu-operator"}
+                },
+                "spec": pod_spec,
+            },
+        },
+    }
+
+
+def to_cluster_policy(driver_version: str) -> dict[str, Any]:
+    """A ClusterPolicy like the operator's Helm chart installs, with auto-upgrade on."""
+    return {
+        "apiVersion": "nvidia.com/v1",
+        "kind": "ClusterPolicy",
+        "metadata": {"name": CLUSTER_POLICY_NAME},
+        "spec": {
+            "operator": {"defaultRuntime": "containerd"},
+            "daemonsets": {"updateStrategy": "RollingUpdate"},
+            "driver": {
+                "enabled": True,
+                "image": "driver",
+                "version": driver_version,
+                "upgradePolicy": {
+                    "autoUpgrade": True,
+                    "maxParallelUpgrades": 1,
+                    "maxUnavailable": "25%",
+                    "podDeletion": {"force": False, "timeoutSeconds": 300, "deleteEmptyDir": False},
+                    "waitForCompletion": {"timeoutSeconds": 0},
+                    "drain": {
+                        "enable": False,
+                        "force": False,
+                        "timeoutSeconds": 300,
+                        "deleteEmptyDir": False,
+                    },
+                },
+            },
+            "toolkit": {"enabled": True},
+            "devicePlugin": {"enabled": True, "config": {"name": "", "default": ""}},
+            "gfd": {"enabled": True},
+            "validator": {"plugin": {"env": [{"name": "WITH_WORKLOAD", "value": "false"}]}},
+        },
+    }
+
+
+def driver_version_of(pod: dict[str, Any]) -> str | None:
+    """The driver version a driver pod runs (from its container env)."""
+    for container in pod.get("spec", {}).get("containers") or []:
+        for env in container.get("env") or []:
+            if env.get("name") == DRIVER_VERSION_ENV:
+                return str(env.get("value"))
+    return None
+
+
+def owner_daemonset(pod: dict[str, Any]) -> str | None:
+    """The name of the DaemonSet controlling a pod, if one does."""
+    for reference in pod["metadata"].get("ownerReferences") or []:
+        if reference.get("kind") == "DaemonSet" and reference.get("controller"):
+            return str(reference.get("name"))
+    return None

@@ -1,0 +1,643 @@
+"""One node's kubelet: pod lifecycle, the device manager and the device plugin, node status.
+
+What it models, from FACTS.md: the device plugin registers nvidia.com/gpu only while the
+node's running containerd has the `nvidia` handler, its pod runs and the driver is up;
+on disconnect allocatable drops to 0 at once, capacity stays, and the resource leaves the
+node after the grace period. The plugin takes up a sharing profile only when its pod
+(re)starts or the node's config label changes, never on a ConfigMap edit alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rollout.lab.apiserver.errors import ApiError
+from rollout.lab.apiserver.metadata import format_timestamp
+from rollout.lab.apiserver.registry import Registry
+from rollout.lab.apiserver.resources import CONFIGMAPS, NODES, PODS
+from rollout.lab.simulation.description import GpuDescription, NodeDescription
+from rollout.lab.simulation.events import EventRecorder
+from rollout.lab.simulation.gpuoperator import (
+    DEVICE_PLUGIN,
+    DRIVER,
+    NOT_READY_ANNOTATION,
+    NVIDIA_HANDLER,
+    OPERATOR_NAMESPACE,
+    UNHEALTHY_GPUS_ANNOTATION,
+    driver_version_of,
+    owner_daemonset,
+)
+from rollout.lab.simulation.pods import (
+    GPU_RESOURCE,
+    gpu_request,
+    is_deleting,
+    is_ready,
+    is_terminal,
+    runs_nvidia_smi,
+)
+from rollout.lab.simulation.probe import NodeRuntimeProbe
+from rollout.lab.simulation.profiles import (
+    CONFIG_LABEL,
+    NO_SHARING,
+    ProfileError,
+    SharingProfile,
+    config_name,
+    select_profile,
+)
+
+log = logging.getLogger("rollout.lab.simulation")
+
+# GFD label keys.
+GPU_COUNT_LABEL = "nvidia.com/gpu.count"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_REPLICAS_LABEL = "nvidia.com/gpu.replicas"
+GPU_SHARING_LABEL = "nvidia.com/gpu.sharing-strategy"
+GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
+DRIVER_LABELS = ("major", "minor", "rev")
+
+
+@dataclass(frozen=True)
+class KubeletTimings:
+    """How fast the simulated node acts; all shortened in tests."""
+
+    pod_start_s: float = 0.2
+    smoke_run_s: float = 1.0
+    device_plugin_grace_s: float = 300.0
+
+
+@dataclass
+class _DeviceManager:
+    """The kubelet device manager's memory for nvidia.com/gpu (mutable state, one per node)."""
+
+    loaded_pod_uid: str | None = None
+    loaded_label: str | None = None
+    profile: SharingProfile = NO_SHARING
+    registered: bool = False
+    advertised: bool | None = None
+    lost_at_s: float | None = None
+    # Pod uid -> the (gpu index, replica) slots allocated to it.
+    allocations: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
+
+
+def format_gpu_list(gpus: list[GpuDescription]) -> str:
+    """`nvidia-smi -L` as seen inside a container: visible GPUs renumbered from 0."""
+    return "".join(f"GPU {i}: {gpu.product} (UUID: {gpu.uuid})\n" for i, gpu in enumerate(gpus))
+
+
+def gfd_product(product: str, replicas: int) -> str:
+    """GFD's product label: spaces become dashes; shared GPUs say so."""
+    value = "-".join(product.split())
+    return f"{value}-SHARED" if replicas > 1 else value
+
+
+def parse_unhealthy(annotation: str | None) -> set[int]:
+    """GPU indices from the unhealthy-GPUs knob ("0,2"); junk entries are ignored."""
+    return {int(p) for p in (annotation or "").split(",") if p.strip().isdigit()}
+
+
+class Kubelet:
+    """Runs the pods bound to one node and publishes the node's GPU resources."""
+
+    def __init__(
+        self,
+        registry: Registry,
+        node: NodeDescription,
+        node_index: int,
+        probe: NodeRuntimeProbe,
+        timings: KubeletTimings,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._registry = registry
+        self._node = node
+        self._index = node_index
+        self._probe = probe
+        self._timings = timings
+        self._clock = clock
+        self._recorder = EventRecorder(registry, "kubelet", node.name, clock)
+        self._devices = _DeviceManager()
+        self._first_seen: dict[str, float] = {}
+        self._running_since: dict[str, float] = {}
+        self._ip_counter = 1
+        self.driver_version = node.driver_version
+
+    @property
+    def name(self) -> str:
+        return self._node.name
+
+    def sync(self, cluster_policy: Mapping[str, Any] | None) -> None:
+        """One pass: pods, then device plugin registration, then node status and labels."""
+        node = self._registry.find(NODES, None, self.name)
+        if node is None:
+            return
+        pods = [
+            p for p in self._registry.list_objects(PODS) if p["spec"].get("nodeName") == self.name
+        ]
+        now = self._clock()
+        self._release_finished(pods)
+        for pod in pods:
+            try:
+                self._sync_pod(pod, now)
+            except ApiError as error:
+                log.debug("kubelet %s: pod write raced: %s", self.name, error)
+        pods = [
+            p for p in self._registry.list_objects(PODS) if p["spec"].get("nodeName") == self.name
+        ]
+        self._sync_devices(node, pods, cluster_policy, now)
+        self._sync_node(now)
+
+    # ------------------------------------------------------------------- pods
+
+    def _handler_ok(self, pod: Mapping[str, Any]) -> bool:
+        runtime_class = pod["spec"].get("runtimeClassName")
+        return runtime_class is None or self._probe.has_handler(self.name, str(runtime_class))
+
+    def _sync_pod(self, pod: dict[str, Any], now: float) -> None:
+        uid = pod["metadata"]["uid"]
+        if is_deleting(pod) or is_terminal(pod):
+            return
+        phase = (pod.get("status") or {}).get("phase")
+        if phase == "Pending":
+            self._start_pod(pod, now)
+        elif phase == "Running":
+            self._run_pod(pod, now)
+        self._first_seen.setdefault(uid, now)
+
+    def _start_pod(self, pod: dict[str, Any], now: float) -> None:
+        uid = pod["metadata"]["uid"]
+        first_seen = self._first_seen.setdefault(uid, now)
+        if not self._handler_ok(pod):
+            runtime_class = pod["spec"]["runtimeClassName"]
+            self._write_pod(pod, lambda p: _set_waiting(p, "ContainerCreating", "", now))
+            self._recorder.record(
+                pod,
+                "Warning",
+                "FailedCreatePodSandBox",
+                "Failed to create pod sandbox: rpc error: code = Unknown desc = failed to get "
+                f'sandbox runtime: no runtime for "{runtime_class}" is configured',
+            )
+            return
+        if now - first_seen < self._timings.pod_start_s:
+            return
+        wanted = gpu_request(pod)
+        if wanted and self._allocate(uid, wanted) is None:
+            free = len(self._free_slots())
+            message = (
+                f"Allocate failed due to requested number of devices unavailable for "
+                f"{GPU_RESOURCE}. Requested: {wanted}, Available: {free}, which is unexpected"
+            )
+            self._write_pod(pod, lambda p: _set_failed(p, "UnexpectedAdmissionError", message))
+            self._recorder.record(pod, "Warning", "UnexpectedAdmissionError", message)
+            return
+        ip = f"10.244.{self._index}.{self._ip_counter % 250 + 2}"
+        self._ip_counter += 1
+        self._write_pod(pod, lambda p: _set_running(p, self._node.address, ip, now))
+        self._running_since[uid] = now
+        container = runs_nvidia_smi(pod)
+        if container is not None:
+            self._registry.write_log(
+                pod["metadata"]["namespace"],
+                pod["metadata"]["name"],
+                container,
+                format_gpu_list(self._visible_gpus(uid)),
+            )
+
+    def _run_pod(self, pod: dict[str, Any], now: float) -> None:
+        uid = pod["metadata"]["uid"]
+        since = self._running_since.setdefault(uid, now)
+        handler_ok = self._handler_ok(pod)
+        # Operand containers restart when the runtime loses their handler; bare pods keep
+        # their already-running containers.
+        if owner_daemonset(pod) is not None:
+            crashing = _waiting_reason(pod) == "CrashLoopBackOff"
+            if not handler_ok and not crashing:
+                self._write_pod(pod, lambda p: _set_crash_loop(p, now))
+                return
+            if handler_ok and crashing:
+                self._write_pod(pod, lambda p: _set_running(p, self._node.address, None, now))
+                return
+        if runs_nvidia_smi(pod) is not None and now - since >= self._timings.smoke_run_s:
+            self._write_pod(pod, lambda p: _set_succeeded(p, now))
+            self._release(uid)
+
+    def _write_pod(self, pod: Mapping[str, Any], change: Callable[[dict[str, Any]], None]) -> None:
+        self._registry.mutate(PODS, pod["metadata"]["namespace"], pod["metadata"]["name"], change)
+
+    # ---------------------------------------------------------------- devices
+
+    def _slots(self) -> list[tuple[int, int]]:
+        """Healthy (gpu index, replica) slots, replica-major so pods spread over GPUs."""
+        node = self._registry.find(NODES, None, self.name)
+        annotations = (node or {}).get("metadata", {}).get("annotations") or {}
+        unhealthy = parse_unhealthy(annotations.get(UNHEALTHY_GPUS_ANNOTATION))
+        return [
+            (gpu.index, replica)
+            for replica in range(self._devices.profile.replicas)
+            for gpu in self._node.gpus
+            if gpu.index not in unhealthy
+        ]
+
+    def _free_slots(self) -> list[tuple[int, int]]:
+        if not self._devices.registered:
+            return []
+        taken = {s for slots in self._devices.allocations.values() for s in slots}
+        return [s for s in self._slots() if s not in taken]
+
+    def _allocate(self, uid: str, count: int) -> tuple[tuple[int, int], ...] | None:
+        free = self._free_slots()
+        if len(free) < count:
+            return None
+        self._devices.allocations[uid] = tuple(free[:count])
+        return self._devices.allocations[uid]
+
+    def _release(self, uid: str) -> None:
+        self._devices.allocations.pop(uid, None)
+
+    def _release_finished(self, pods: list[dict[str, Any]]) -> None:
+        active = {p["metadata"]["uid"] for p in pods if not is_terminal(p)}
+        for uid in list(self._devices.allocations):
+            if uid not in active:
+                self._release(uid)
+        for memory in (self._first_seen, self._running_since):
+            for uid in list(memory):
+                if uid not in active:
+                    del memory[uid]
+
+    def _visible_gpus(self, uid: str) -> list[GpuDescription]:
+        slots = self._devices.allocations.get(uid)
+        if slots is None:
+            return list(self._node.gpus)  # no GPU request: NVIDIA_VISIBLE_DEVICES=all images
+        indices = sorted({index for index, _ in slots})
+        return [g for g in self._node.gpus if g.index in indices]
+
+    def _sync_devices(
+        self,
+        node: dict[str, Any],
+        pods: list[dict[str, Any]],
+        cluster_policy: Mapping[str, Any] | None,
+        now: float,
+    ) -> None:
+        state = self._devices
+        if state.advertised is None:
+            state.advertised = GPU_RESOURCE in ((node.get("status") or {}).get("capacity") or {})
+        plugin = next(
+            (
+                p
+                for p in pods
+                if owner_daemonset(p) == DEVICE_PLUGIN.name and not is_deleting(p) and is_ready(p)
+            ),
+            None,
+        )
+        labels = node["metadata"].get("labels") or {}
+        if plugin is not None and (
+            plugin["metadata"]["uid"] != state.loaded_pod_uid
+            or labels.get(CONFIG_LABEL) != state.loaded_label
+        ):
+            self._load_profile(node, plugin, cluster_policy)
+        state.registered = (
+            self._probe.has_handler(self.name, NVIDIA_HANDLER)
+            and plugin is not None
+            and self._driver_ready(node, pods)
+            and bool(self._node.gpus)
+        )
+        if state.registered:
+            state.advertised = True
+            state.lost_at_s = None
+        elif state.advertised:
+            if state.lost_at_s is None:
+                state.lost_at_s = now
+            if now - state.lost_at_s >= self._timings.device_plugin_grace_s:
+                state.advertised = False
+
+    def _load_profile(
+        self,
+        node: dict[str, Any],
+        plugin: dict[str, Any],
+        cluster_policy: Mapping[str, Any] | None,
+    ) -> None:
+        state = self._devices
+        labels = node["metadata"].get("labels") or {}
+        state.loaded_pod_uid = plugin["metadata"]["uid"]
+        state.loaded_label = labels.get(CONFIG_LABEL)
+        name = config_name(cluster_policy)
+        configmap = self._registry.find(CONFIGMAPS, OPERATOR_NAMESPACE, name) if name else None
+        try:
+            state.profile = select_profile(cluster_policy, configmap, labels)
+        except ProfileError as error:
+            # The real config-manager refuses the config; the plugin keeps what it had.
+            self._recorder.record(node, "Warning", "DevicePluginConfigInvalid", str(error))
+            return
+        log.info(
+            "device plugin on %s loaded %s replicas=%d",
+            self.name,
+            state.profile.source or "no sharing config",
+            state.profile.replicas,
+        )
+
+    def _driver_ready(self, node: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
+        labels = node["metadata"].get("labels") or {}
+        if labels.get(DRIVER.deploy_label) != "true":
+            return True  # a host-installed driver, not the operator's
+        drivers = [p for p in pods if owner_daemonset(p) == DRIVER.name and not is_deleting(p)]
+        ready = [p for p in drivers if is_ready(p)]
+        for pod in ready:
+            self.driver_version = driver_version_of(pod) or self.driver_version
+        return bool(ready)
+
+    # ------------------------------------------------------------------- node
+
+    def _sync_node(self, now: float) -> None:
+        state = self._devices
+        total = len(self._node.gpus) * state.profile.replicas
+        healthy = len(self._slots()) if state.registered else 0
+
+        def change(node: dict[str, Any]) -> None:
+            status = node.setdefault("status", {})
+            capacity = status.setdefault("capacity", {})
+            allocatable = status.setdefault("allocatable", {})
+            if state.registered:
+                capacity[GPU_RESOURCE] = str(total)
+                allocatable[GPU_RESOURCE] = str(healthy)
+            elif state.advertised:
+                capacity.setdefault(GPU_RESOURCE, str(total))
+                allocatable[GPU_RESOURCE] = "0"
+            else:
+                capacity.pop(GPU_RESOURCE, None)
+                allocatable.pop(GPU_RESOURCE, None)
+            annotations = node["metadata"].get("annotations") or {}
+            _set_node_conditions(status, annotations.get(NOT_READY_ANNOTATION) == "true", now)
+            if self._node.gpus:
+                node["metadata"].setdefault("labels", {}).update(self._gfd_labels())
+
+        self._registry.mutate(NODES, None, self.name, change)
+
+    def _gfd_labels(self) -> dict[str, str]:
+        replicas = self._devices.profile.replicas
+        first = self._node.gpus[0]
+        labels = {
+            GPU_COUNT_LABEL: str(len(self._node.gpus)),
+            GPU_PRODUCT_LABEL: gfd_product(first.product, replicas),
+            GPU_REPLICAS_LABEL: str(replicas),
+            GPU_SHARING_LABEL: self._devices.profile.strategy,
+            GPU_MEMORY_LABEL: str(first.memory_mib),
+        }
+        parts = self.driver_version.split(".")
+        if len(parts) == 3:
+            labels.update(
+                {
+                    f"nvidia.com/cuda.driver.{k}": v
+                    for k, v in zip(DRIVER_LABELS, parts, strict=True)
+                }
+            )
+            labels["nvidia.com/cuda.driver-version.full"] = self.driver_version
+        return labels
+
+
+# ---------------------------------------------------------------- pod status writers
+
+
+def _condition(
+    kind: str, status: bool, now: float, reason: str = "", message: str = ""
+) -> dict[str, Any]:
+    condition: dict[str, Any] = {
+        "type": kind,
+        "status": "True" if status else "False",
+        "lastProbeTime": None,
+        "lastTransitionTime": format_timestamp(now),
+    }
+    if reason:
+        condition["reason"] = reason
+    if message:
+        condition["message"] = message
+    return condition
+
+
+def _set_conditions(pod: dict[str, Any], conditions: list[dict[str, Any]]) -> None:
+    """Replace conditions, keeping transition times of those whose status did not change."""
+    status = pod.setdefault("status", {})
+    previous = {c.get("type"): c for c in status.get("conditions") or []}
+    for condition in conditions:
+        old = previous.get(condition["type"])
+        if old is not None and old.get("status") == condition["status"]:
+            condition["lastTransitionTime"] = old.get("lastTransitionTime")
+    scheduled = previous.get("PodScheduled")
+    status["conditions"] = [*conditions, *([scheduled] if scheduled else [])]
+
+
+def _image_id(image: str) -> str:
+    return f"{image.split(':')[0]}@sha256:{hashlib.sha256(image.encode()).hexdigest()}"
+
+
+def _container_id(pod: Mapping[str, Any], name: str, restarts: int) -> str:
+    seed = f"{pod['metadata']['uid']}/{name}/{restarts}".encode()
+    return f"containerd://{hashlib.sha256(seed).hexdigest()}"
+
+
+def _containers(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return list(pod["spec"].get("containers") or [])
+
+
+def _set_waiting(pod: dict[str, Any], reason: str, message: str, now: float) -> None:
+    names = [c["name"] for c in _containers(pod)]
+    unready = f"containers with unready status: [{' '.join(names)}]"
+    _set_conditions(
+        pod,
+        [
+            _condition("PodReadyToStartContainers", False, now),
+            _condition("Initialized", True, now),
+            _condition("Ready", False, now, "ContainersNotReady", unready),
+            _condition("ContainersReady", False, now, "ContainersNotReady", unready),
+        ],
+    )
+    waiting: dict[str, Any] = {"reason": reason}
+    if message:
+        waiting["message"] = message
+    pod["status"]["hostIP"] = pod["status"].get("hostIP")
+    pod["status"]["containerStatuses"] = [
+        {
+            "name": c["name"],
+            "image": c.get("image", ""),
+            "imageID": "",
+            "ready": False,
+            "restartCount": 0,
+            "started": False,
+            "state": {"waiting": waiting},
+        }
+        for c in _containers(pod)
+    ]
+    pod["status"].setdefault("startTime", format_timestamp(now))
+
+
+def _set_running(pod: dict[str, Any], host_ip: str, pod_ip: str | None, now: float) -> None:
+    status = pod.setdefault("status", {})
+    status["phase"] = "Running"
+    status["hostIP"] = host_ip
+    status["hostIPs"] = [{"ip": host_ip}]
+    if pod_ip is not None:
+        status["podIP"] = pod_ip
+        status["podIPs"] = [{"ip": pod_ip}]
+    status.setdefault("startTime", format_timestamp(now))
+    _set_conditions(
+        pod,
+        [
+            _condition("PodReadyToStartContainers", True, now),
+            _condition("Initialized", True, now),
+            _condition("Ready", True, now),
+            _condition("ContainersReady", True, now),
+        ],
+    )
+    previous = {s.get("name"): s for s in status.get("containerStatuses") or []}
+    statuses = []
+    for container in _containers(pod):
+        restarts = int((previous.get(container["name"]) or {}).get("restartCount", 0))
+        entry: dict[str, Any] = {
+            "name": container["name"],
+            "image": container.get("image", ""),
+            "imageID": _image_id(str(container.get("image", ""))),
+            "containerID": _container_id(pod, container["name"], restarts),
+            "ready": True,
+            "started": True,
+            "restartCount": restarts,
+            "state": {"running": {"startedAt": format_timestamp(now)}},
+        }
+        last = (previous.get(container["name"]) or {}).get("lastState")
+        if last:
+            entry["lastState"] = last
+        statuses.append(entry)
+    status["containerStatuses"] = statuses
+
+
+def _set_crash_loop(pod: dict[str, Any], now: float) -> None:
+    status = pod["status"]
+    names = [c["name"] for c in _containers(pod)]
+    unready = f"containers with unready status: [{' '.join(names)}]"
+    _set_conditions(
+        pod,
+        [
+            _condition("PodReadyToStartContainers", True, now),
+            _condition("Initialized", True, now),
+            _condition("Ready", False, now, "ContainersNotReady", unready),
+            _condition("ContainersReady", False, now, "ContainersNotReady", unready),
+        ],
+    )
+    statuses = []
+    for entry in status.get("containerStatuses") or []:
+        restarts = int(entry.get("restartCount", 0)) + 1
+        statuses.append(
+            {
+                **entry,
+                "ready": False,
+                "started": False,
+                "restartCount": restarts,
+                "lastState": {
+                    "terminated": {
+                        "exitCode": 1,
+                        "reason": "Error",
+                        "finishedAt": format_timestamp(now),
+                        "containerID": entry.get("containerID", ""),
+                    }
+                },
+                "state": {
+                    "waiting": {
+                        "reason": "CrashLoopBackOff",
+                        "message": f"back-off 10s restarting failed container={entry['name']} "
+                        f"pod={pod['metadata']['name']}_{pod['metadata']['namespace']}"
+                        f"({pod['metadata']['uid']})",
+                    }
+                },
+            }
+        )
+    status["containerStatuses"] = statuses
+
+
+def _set_succeeded(pod: dict[str, Any], now: float) -> None:
+    status = pod["status"]
+    status["phase"] = "Succeeded"
+    _set_conditions(
+        pod,
+        [
+            _condition("PodReadyToStartContainers", False, now),
+            _condition("Initialized", True, now, "PodCompleted"),
+            _condition("Ready", False, now, "PodCompleted"),
+            _condition("ContainersReady", False, now, "PodCompleted"),
+        ],
+    )
+    statuses = []
+    for entry in status.get("containerStatuses") or []:
+        started = ((entry.get("state") or {}).get("running") or {}).get("startedAt")
+        statuses.append(
+            {
+                **entry,
+                "ready": False,
+                "started": False,
+                "state": {
+                    "terminated": {
+                        "exitCode": 0,
+                        "reason": "Completed",
+                        "startedAt": started,
+                        "finishedAt": format_timestamp(now),
+                        "containerID": entry.get("containerID", ""),
+                    }
+                },
+            }
+        )
+    status["containerStatuses"] = statuses
+
+
+def _set_failed(pod: dict[str, Any], reason: str, message: str) -> None:
+    status = pod["status"]
+    status["phase"] = "Failed"
+    status["reason"] = reason
+    status["message"] = message
+
+
+def _waiting_reason(pod: Mapping[str, Any]) -> str | None:
+    for entry in (pod.get("status") or {}).get("containerStatuses") or []:
+        waiting = (entry.get("state") or {}).get("waiting")
+        if waiting:
+            return str(waiting.get("reason"))
+    return None
+
+
+def _set_node_conditions(status: dict[str, Any], not_ready: bool, now: float) -> None:
+    """The kubelet's four node conditions; times move only on a change, like the real one
+    with node leases (no heartbeat churn in the object)."""
+    stamp = format_timestamp(now)
+    wanted = [
+        (
+            "MemoryPressure",
+            "False",
+            "KubeletHasSufficientMemory",
+            "kubelet has sufficient memory available",
+        ),
+        ("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+        ("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+        (
+            "Ready",
+            "False",
+            "KubeletNotReady",
+            "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady",
+        )
+        if not_ready
+        else ("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+    ]
+    previous = {c.get("type"): c for c in status.get("conditions") or []}
+    conditions = []
+    for kind, value, reason, message in wanted:
+        old = previous.get(kind) or {}
+        unchanged = old.get("status") == value
+        conditions.append(
+            {
+                "type": kind,
+                "status": value,
+                "lastHeartbeatTime": old.get("lastHeartbeatTime") if unchanged else stamp,
+                "lastTransitionTime": old.get("lastTransitionTime") if unchanged else stamp,
+                "reason": reason,
+                "message": message,
+            }
+        )
+    status["conditions"] = conditions

@@ -1,0 +1,60 @@
+"""Facts about pods that the scheduler, kubelet and controllers all read the same way."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from fractions import Fraction
+from typing import Any
+
+from rollout.lab.simulation.quantity import parse_quantity
+
+GPU_RESOURCE = "nvidia.com/gpu"
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+def is_terminal(pod: Mapping[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") in TERMINAL_PHASES
+
+
+def is_deleting(pod: Mapping[str, Any]) -> bool:
+    return bool(pod["metadata"].get("deletionTimestamp"))
+
+
+def is_ready(pod: Mapping[str, Any]) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def node_of(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("spec") or {}).get("nodeName") or "")
+
+
+def pod_requests(pod: Mapping[str, Any]) -> dict[str, Fraction]:
+    """Summed container requests (limits where requests are unset), by resource name."""
+    totals: dict[str, Fraction] = {}
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        resources = container.get("resources") or {}
+        merged = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+        for name, quantity in merged.items():
+            try:
+                totals[name] = totals.get(name, Fraction(0)) + parse_quantity(quantity)
+            except ValueError:
+                continue
+    return totals
+
+
+def gpu_request(pod: Mapping[str, Any]) -> int:
+    return int(pod_requests(pod).get(GPU_RESOURCE, Fraction(0)))
+
+
+def runs_nvidia_smi(pod: Mapping[str, Any]) -> str | None:
+    """The name of the container whose command runs nvidia-smi (a smoke pod), if any."""
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        words = [*(container.get("command") or []), *(container.get("args") or [])]
+        if any("nvidia-smi" in str(w) for w in words):
+            return str(container["name"])
+    return None
+
+
+def pod_key(pod: Mapping[str, Any]) -> tuple[str, str]:
+    return str(pod["metadata"].get("namespace") or ""), str(pod["metadata"]["name"])

@@ -1,0 +1,604 @@
+"""The API emulator, driven through the official kubernetes client over HTTP."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client, watch
+from kubernetes.client import ApiException
+
+from rollout.lab.apiserver import ApiServer, Registry
+from rollout.lab.apiserver.resources import PODS
+
+CONFLICT_MESSAGE = (
+    "the object has been modified; please apply your changes to the latest version and try again"
+)
+
+
+@pytest.fixture()
+def registry() -> Registry:
+    return Registry()
+
+
+@pytest.fixture()
+def server(registry: Registry) -> Iterator[ApiServer]:
+    started = ApiServer.start(registry)
+    yield started
+    started.stop()
+
+
+@pytest.fixture()
+def api(server: ApiServer) -> Iterator[client.ApiClient]:
+    configuration = client.Configuration()
+    configuration.host = server.url
+    with client.ApiClient(configuration) as api_client:
+        yield api_client
+
+
+@pytest.fixture()
+def core(api: client.ApiClient) -> client.CoreV1Api:
+    return client.CoreV1Api(api)
+
+
+def status_of(error: ApiException) -> dict[str, Any]:
+    body: dict[str, Any] = json.loads(error.body)
+    return body
+
+
+def make_node(core: client.CoreV1Api, name: str, labels: dict[str, str] | None = None) -> Any:
+    return core.create_node(
+        {
+            "metadata": {"name": name, "labels": labels or {}},
+            "status": {
+                "capacity": {"cpu": "8", "nvidia.com/gpu": "4"},
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        }
+    )
+
+
+def make_pod(
+    core: client.CoreV1Api,
+    name: str,
+    labels: dict[str, str] | None = None,
+    node: str | None = None,
+    namespace: str = "default",
+) -> Any:
+    spec: dict[str, Any] = {"containers": [{"name": "main", "image": "busybox:1.36"}]}
+    if node:
+        spec["nodeName"] = node
+    return core.create_namespaced_pod(
+        namespace, {"metadata": {"name": name, "labels": labels or {}}, "spec": spec}
+    )
+
+
+def run_pod(core: client.CoreV1Api, name: str, namespace: str = "default") -> None:
+    """Play kubelet: mark a pod Running and Ready through the status subresource."""
+    core.patch_namespaced_pod_status(
+        name,
+        namespace,
+        {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}},
+    )
+
+
+# ------------------------------------------------------------------ discovery
+
+
+def test_discovery_and_version_answer_like_a_cluster(api: client.ApiClient) -> None:
+    assert client.VersionApi(api).get_code().git_version.startswith("v1.")
+    groups = {g.name for g in client.ApisApi(api).get_api_versions().groups}
+    assert {"apps", "policy", "coordination.k8s.io", "nvidia.com"} <= groups
+    resources = {r.name for r in client.CoreV1Api(api).get_api_resources().resources}
+    assert {"nodes", "nodes/status", "pods", "pods/log", "pods/eviction"} <= resources
+
+
+# ---------------------------------------------------------------------- nodes
+
+
+def test_node_get_and_list_by_label_and_name(core: client.CoreV1Api) -> None:
+    make_node(core, "gpu-1", {"pool": "a100"})
+    make_node(core, "cpu-1", {"pool": "cpu"})
+    assert core.read_node("gpu-1").metadata.labels == {"pool": "a100"}
+    assert [n.metadata.name for n in core.list_node(label_selector="pool=a100").items] == ["gpu-1"]
+    assert [
+        n.metadata.name for n in core.list_node(field_selector="metadata.name=cpu-1").items
+    ] == ["cpu-1"]
+    listed = core.list_node()
+    assert int(listed.metadata.resource_version) >= int(
+        core.read_node("cpu-1").metadata.resource_version
+    )
+
+
+def test_strategic_merge_patch_changes_labels_annotations_and_cordon(
+    core: client.CoreV1Api,
+) -> None:
+    make_node(core, "n1", {"keep": "yes", "drop": "me"})
+    before = core.read_node("n1").metadata.resource_version
+    patched = core.patch_node(
+        "n1",
+        {
+            "metadata": {"labels": {"new": "1", "drop": None}, "annotations": {"a/b": "c"}},
+            "spec": {"unschedulable": True},
+        },
+    )
+    assert patched.metadata.labels == {"keep": "yes", "new": "1"}
+    assert patched.metadata.annotations == {"a/b": "c"}
+    assert patched.spec.unschedulable is True
+    assert int(patched.metadata.resource_version) > int(before)
+
+
+def test_json_patch_and_merge_patch_on_nodes(core: client.CoreV1Api) -> None:
+    make_node(core, "n1", {"a": "1"})
+    patched = core.patch_node(
+        "n1",
+        [
+            {"op": "test", "path": "/metadata/labels/a", "value": "1"},
+            {
+                "op": "add",
+                "path": "/metadata/labels/nvidia.com~1gpu.deploy.driver",
+                "value": "false",
+            },
+            {"op": "remove", "path": "/metadata/labels/a"},
+        ],
+    )
+    assert patched.metadata.labels == {"nvidia.com/gpu.deploy.driver": "false"}
+    with pytest.raises(ApiException) as failed:
+        core.patch_node("n1", [{"op": "test", "path": "/metadata/labels/x", "value": "1"}])
+    assert failed.value.status == 422
+    merged = core.patch_node(
+        "n1",
+        {"spec": {"unschedulable": True}},
+        _content_type="application/merge-patch+json",
+    )
+    assert merged.spec.unschedulable is True
+
+
+def test_taints_are_replaced_whole_by_strategic_merge(core: client.CoreV1Api) -> None:
+    make_node(core, "n1")
+    core.patch_node("n1", {"spec": {"taints": [{"key": "a", "effect": "NoSchedule"}]}})
+    patched = core.patch_node("n1", {"spec": {"taints": [{"key": "b", "effect": "NoExecute"}]}})
+    assert [(t.key, t.effect) for t in patched.spec.taints] == [("b", "NoExecute")]
+
+
+def test_status_subresource_is_isolated_from_the_main_resource(core: client.CoreV1Api) -> None:
+    make_node(core, "n1")
+    main = core.patch_node(
+        "n1", {"spec": {"unschedulable": True}, "status": {"capacity": {"nvidia.com/gpu": "0"}}}
+    )
+    assert main.status.capacity["nvidia.com/gpu"] == "4"
+    assert main.spec.unschedulable is True
+    status = core.patch_node_status(
+        "n1",
+        {
+            "spec": {"unschedulable": False},
+            "status": {"conditions": [{"type": "DiskPressure", "status": "False"}]},
+        },
+    )
+    assert status.spec.unschedulable is True
+    # status.conditions merges by type: Ready survives next to the new condition.
+    assert {c.type for c in status.status.conditions} == {"Ready", "DiskPressure"}
+    node = core.read_node("n1")
+    node.status.capacity["nvidia.com/gpu"] = "8"
+    node.spec.unschedulable = False
+    replaced = core.replace_node_status("n1", node)
+    assert replaced.status.capacity["nvidia.com/gpu"] == "8"
+    assert replaced.spec.unschedulable is True
+
+
+def test_stale_put_on_a_node_is_a_conflict(core: client.CoreV1Api) -> None:
+    make_node(core, "n1")
+    stale = core.read_node("n1")
+    core.patch_node("n1", {"metadata": {"labels": {"moved": "on"}}})
+    stale.metadata.labels = {"mine": "x"}
+    with pytest.raises(ApiException) as conflict:
+        core.replace_node("n1", stale)
+    assert conflict.value.status == 409
+    body = status_of(conflict.value)
+    assert body["reason"] == "Conflict"
+    assert body["message"] == f'Operation cannot be fulfilled on nodes "n1": {CONFLICT_MESSAGE}'
+    assert body["details"] == {"name": "n1", "kind": "nodes"}
+    fresh = core.read_node("n1")
+    fresh.metadata.labels["mine"] = "x"
+    assert core.replace_node("n1", fresh).metadata.labels == {"moved": "on", "mine": "x"}
+
+
+def test_patch_carrying_an_old_resource_version_is_a_conflict(core: client.CoreV1Api) -> None:
+    old = make_node(core, "n1").metadata.resource_version
+    core.patch_node("n1", {"metadata": {"labels": {"x": "1"}}})
+    with pytest.raises(ApiException) as conflict:
+        core.patch_node("n1", {"metadata": {"resourceVersion": old, "labels": {"y": "2"}}})
+    assert conflict.value.status == 409
+
+
+def test_noop_update_keeps_the_resource_version(core: client.CoreV1Api) -> None:
+    node = make_node(core, "n1", {"a": "1"})
+    again = core.patch_node("n1", {"metadata": {"labels": {"a": "1"}}})
+    assert again.metadata.resource_version == node.metadata.resource_version
+
+
+# --------------------------------------------------------------------- errors
+
+
+def test_not_found_is_a_status_body(core: client.CoreV1Api) -> None:
+    with pytest.raises(ApiException) as missing:
+        core.read_namespaced_pod("nope", "default")
+    assert missing.value.status == 404
+    assert status_of(missing.value) == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": 'pods "nope" not found',
+        "reason": "NotFound",
+        "details": {"name": "nope", "kind": "pods"},
+        "code": 404,
+    }
+
+
+def test_create_twice_is_already_exists(core: client.CoreV1Api) -> None:
+    make_node(core, "n1")
+    with pytest.raises(ApiException) as exists:
+        make_node(core, "n1")
+    assert exists.value.status == 409
+    body = status_of(exists.value)
+    assert (body["reason"], body["message"]) == ("AlreadyExists", 'nodes "n1" already exists')
+
+
+def test_invalid_bodies_are_422_with_causes(core: client.CoreV1Api) -> None:
+    with pytest.raises(ApiException) as invalid:
+        core.create_node({"metadata": {"name": "n1", "labels": {"ok": "not valid!"}}})
+    body = status_of(invalid.value)
+    assert invalid.value.status == 422
+    assert body["reason"] == "Invalid"
+    assert body["message"].startswith('Node "n1" is invalid: metadata.labels: Invalid value: ')
+    assert body["details"]["causes"][0]["field"] == "metadata.labels"
+    with pytest.raises(ApiException) as unnamed:
+        core.create_namespaced_config_map("default", {"metadata": {}, "data": {"a": "b"}})
+    assert unnamed.value.status == 422
+    assert "metadata.name: Required value" in status_of(unnamed.value)["message"]
+    with pytest.raises(ApiException) as no_containers:
+        core.create_namespaced_pod(
+            "default", {"metadata": {"name": "p"}, "spec": {"containers": []}}
+        )
+    assert status_of(no_containers.value)["details"]["causes"][0]["field"] == "spec.containers"
+
+
+def test_bad_selectors_and_unknown_namespaces(core: client.CoreV1Api) -> None:
+    with pytest.raises(ApiException) as bad_field:
+        core.list_node(field_selector="status.phase=Running")
+    assert bad_field.value.status == 400
+    assert status_of(bad_field.value)["message"] == "field label not supported: status.phase"
+    with pytest.raises(ApiException) as bad_label:
+        core.list_node(label_selector="a in ()")
+    assert bad_label.value.status == 400
+    with pytest.raises(ApiException) as no_namespace:
+        make_pod(core, "p", namespace="missing")
+    assert no_namespace.value.status == 404
+    assert status_of(no_namespace.value)["message"] == 'namespaces "missing" not found'
+    assert {"default", "kube-system"} <= {n.metadata.name for n in core.list_namespace().items}
+
+
+# ----------------------------------------------------------------------- pods
+
+
+def test_pod_create_defaults_and_field_selectors(core: client.CoreV1Api) -> None:
+    core.create_namespace({"metadata": {"name": "gpu-operator"}})
+    created = make_pod(core, "a", node="n1")
+    make_pod(core, "b", node="n2")
+    make_pod(core, "c", node="n1", namespace="gpu-operator")
+    make_pod(core, "d")
+    run_pod(core, "b")
+    assert created.status.phase == "Pending"
+    assert created.metadata.uid and created.metadata.creation_timestamp
+    on_n1 = core.list_pod_for_all_namespaces(field_selector="spec.nodeName=n1").items
+    assert sorted(p.metadata.name for p in on_n1) == ["a", "c"]
+    not_n1 = core.list_namespaced_pod("default", field_selector="spec.nodeName!=n1").items
+    assert sorted(p.metadata.name for p in not_n1) == ["b", "d"]
+    unbound = core.list_namespaced_pod("default", field_selector="spec.nodeName=").items
+    assert [p.metadata.name for p in unbound] == ["d"]
+    running = core.list_pod_for_all_namespaces(field_selector="status.phase=Running").items
+    assert [p.metadata.name for p in running] == ["b"]
+    both = core.list_pod_for_all_namespaces(
+        field_selector="metadata.namespace=gpu-operator,metadata.name=c"
+    ).items
+    assert [p.metadata.name for p in both] == ["c"]
+
+
+@pytest.mark.parametrize(
+    ("selector", "expected"),
+    [
+        ("app=web", ["w1", "w2"]),
+        ("app==web", ["w1", "w2"]),
+        ("app!=web", ["db", "plain"]),
+        ("tier in (front,back)", ["db", "w1"]),
+        ("tier notin (front)", ["db", "plain", "w2"]),
+        ("tier", ["db", "w1"]),
+        ("!tier", ["plain", "w2"]),
+        ("app=web,!tier", ["w2"]),
+        ("app in (web, db), tier notin (back)", ["w1", "w2"]),
+    ],
+)
+def test_pod_label_selectors(core: client.CoreV1Api, selector: str, expected: list[str]) -> None:
+    make_pod(core, "w1", {"app": "web", "tier": "front"})
+    make_pod(core, "w2", {"app": "web"})
+    make_pod(core, "db", {"app": "db", "tier": "back"})
+    make_pod(core, "plain")
+    found = core.list_namespaced_pod("default", label_selector=selector).items
+    assert sorted(p.metadata.name for p in found) == expected
+
+
+def test_pod_delete_returns_the_pod_and_removes_it(core: client.CoreV1Api) -> None:
+    make_pod(core, "p", node="n1")
+    deleted = core.delete_namespaced_pod("p", "default", grace_period_seconds=0)
+    assert deleted.metadata.name == "p"
+    with pytest.raises(ApiException) as gone:
+        core.read_namespaced_pod("p", "default")
+    assert gone.value.status == 404
+
+
+def test_graceful_pod_deletion_passes_through_terminating() -> None:
+    registry = Registry(pod_termination_s=0.3)
+    server = ApiServer.start(registry)
+    try:
+        configuration = client.Configuration()
+        configuration.host = server.url
+        with client.ApiClient(configuration) as api_client:
+            core = client.CoreV1Api(api_client)
+            make_pod(core, "p", node="n1")
+            run_pod(core, "p")
+            deleted = core.delete_namespaced_pod("p", "default")
+            assert deleted.metadata.deletion_timestamp is not None
+            assert core.read_namespaced_pod("p", "default").metadata.deletion_grace_period_seconds
+            time.sleep(0.6)
+            with pytest.raises(ApiException) as gone:
+                core.read_namespaced_pod("p", "default")
+            assert gone.value.status == 404
+    finally:
+        server.stop()
+
+
+def test_pod_log_is_plain_text(core: client.CoreV1Api, registry: Registry) -> None:
+    make_pod(core, "p", node="n1")
+    with pytest.raises(ApiException) as waiting:
+        core.read_namespaced_pod_log("p", "default")
+    assert waiting.value.status == 400
+    assert "is waiting to start" in status_of(waiting.value)["message"]
+    registry.mutate(
+        PODS,
+        "default",
+        "p",
+        lambda pod: pod["status"].update(
+            phase="Running",
+            containerStatuses=[
+                {
+                    "name": "main",
+                    "image": "busybox:1.36",
+                    "imageID": "",
+                    "ready": True,
+                    "restartCount": 0,
+                    "state": {"running": {}},
+                }
+            ],
+        ),
+    )
+    registry.write_log("default", "p", "main", "line one\nline two\n")
+    assert core.read_namespaced_pod_log("p", "default") == "line one\nline two\n"
+    assert core.read_namespaced_pod_log("p", "default", tail_lines=1) == "line two\n"
+
+
+# ------------------------------------------------------------------- eviction
+
+
+def evict(core: client.CoreV1Api, name: str) -> Any:
+    return core.create_namespaced_pod_eviction(
+        name,
+        "default",
+        client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace="default")),
+    )
+
+
+def make_budget(api: client.ApiClient, name: str, **spec: Any) -> None:
+    client.PolicyV1Api(api).create_namespaced_pod_disruption_budget(
+        "default",
+        {"metadata": {"name": name}, "spec": {"selector": {"matchLabels": {"app": "web"}}, **spec}},
+    )
+
+
+def test_eviction_without_budget_deletes_the_pod(core: client.CoreV1Api) -> None:
+    make_pod(core, "p", {"app": "web"}, node="n1")
+    run_pod(core, "p")
+    evict(core, "p")
+    assert core.list_namespaced_pod("default").items == []
+
+
+@pytest.mark.parametrize(
+    ("budget", "running", "evictable"),
+    [
+        ({"minAvailable": 2}, 2, False),
+        ({"minAvailable": 1}, 2, True),
+        ({"minAvailable": "100%"}, 2, False),
+        ({"minAvailable": "50%"}, 2, True),
+        ({"maxUnavailable": 0}, 2, False),
+        ({"maxUnavailable": 1}, 2, True),
+        ({"maxUnavailable": "0%"}, 3, False),
+        ({"maxUnavailable": "34%"}, 3, True),
+    ],
+)
+def test_eviction_honours_the_disruption_budget(
+    api: client.ApiClient,
+    core: client.CoreV1Api,
+    budget: dict[str, Any],
+    running: int,
+    evictable: bool,
+) -> None:
+    for i in range(running):
+        make_pod(core, f"web-{i}", {"app": "web"}, node="n1")
+        run_pod(core, f"web-{i}")
+    make_budget(api, "web-pdb", **budget)
+    if evictable:
+        evict(core, "web-0")
+        assert len(core.list_namespaced_pod("default").items) == running - 1
+        return
+    with pytest.raises(ApiException) as refused:
+        evict(core, "web-0")
+    assert refused.value.status == 429
+    body = status_of(refused.value)
+    assert body["reason"] == "TooManyRequests"
+    assert body["message"] == "Cannot evict pod as it would violate the pod's disruption budget."
+    cause = body["details"]["causes"][0]
+    assert cause["reason"] == "DisruptionBudget"
+    assert "web-pdb" in cause["message"]
+    assert len(core.list_namespaced_pod("default").items) == running
+
+
+def test_budget_status_is_computed_from_pods(api: client.ApiClient, core: client.CoreV1Api) -> None:
+    for i in range(3):
+        make_pod(core, f"web-{i}", {"app": "web"}, node="n1")
+    run_pod(core, "web-0")
+    run_pod(core, "web-1")
+    make_budget(api, "web-pdb", minAvailable=1)
+    status = (
+        client.PolicyV1Api(api).read_namespaced_pod_disruption_budget("web-pdb", "default").status
+    )
+    assert (status.expected_pods, status.current_healthy, status.desired_healthy) == (3, 2, 1)
+    assert status.disruptions_allowed == 1
+
+
+# --------------------------------------------------------------------- leases
+
+
+def test_lease_lock_create_renew_and_conflict(api: client.ApiClient) -> None:
+    leases = client.CoordinationV1Api(api)
+    lease = leases.create_namespaced_lease(
+        "kube-system",
+        {
+            "metadata": {"name": "rollout"},
+            "spec": {"holderIdentity": "run-1", "leaseDurationSeconds": 30},
+        },
+    )
+    assert lease.spec.holder_identity == "run-1"
+    with pytest.raises(ApiException) as taken:
+        leases.create_namespaced_lease("kube-system", {"metadata": {"name": "rollout"}})
+    assert taken.value.status == 409
+    mine = leases.read_namespaced_lease("rollout", "kube-system")
+    theirs = leases.read_namespaced_lease("rollout", "kube-system")
+    mine.spec.renew_time = "2026-01-01T00:00:00.000000Z"
+    renewed = leases.replace_namespaced_lease("rollout", "kube-system", mine)
+    assert int(renewed.metadata.resource_version) > int(theirs.metadata.resource_version)
+    theirs.spec.holder_identity = "run-2"
+    with pytest.raises(ApiException) as conflict:
+        leases.replace_namespaced_lease("rollout", "kube-system", theirs)
+    assert conflict.value.status == 409
+    assert status_of(conflict.value)["message"] == (
+        f'Operation cannot be fulfilled on leases.coordination.k8s.io "rollout": {CONFLICT_MESSAGE}'
+    )
+    assert leases.read_namespaced_lease("rollout", "kube-system").spec.holder_identity == "run-1"
+
+
+# ------------------------------------------------- configmaps, events, policy
+
+
+def test_configmap_crud(core: client.CoreV1Api) -> None:
+    core.create_namespaced_config_map(
+        "default", {"metadata": {"name": "ts"}, "data": {"any": "version: v1\n"}}
+    )
+    patched = core.patch_namespaced_config_map("ts", "default", {"data": {"a100": "x"}})
+    assert patched.data == {"any": "version: v1\n", "a100": "x"}
+    deleted = core.delete_namespaced_config_map("ts", "default")
+    assert deleted["status"] == "Success"
+    assert core.list_namespaced_config_map("default").items == []
+
+
+def test_events_list_by_involved_object(core: client.CoreV1Api) -> None:
+    for name, pod in (("e1", "p1"), ("e2", "p2")):
+        core.create_namespaced_event(
+            "default",
+            {
+                "metadata": {"name": name},
+                "involvedObject": {"kind": "Pod", "name": pod, "namespace": "default"},
+                "reason": "FailedScheduling",
+                "message": "0/1 nodes are available",
+                "type": "Warning",
+            },
+        )
+    found = core.list_namespaced_event("default", field_selector="involvedObject.name=p2").items
+    assert [(e.metadata.name, e.reason) for e in found] == [("e2", "FailedScheduling")]
+
+
+def test_cluster_policy_through_custom_objects_api(api: client.ApiClient) -> None:
+    custom = client.CustomObjectsApi(api)
+    args = ("nvidia.com", "v1", "clusterpolicies")
+    custom.create_cluster_custom_object(
+        *args,
+        {
+            "apiVersion": "nvidia.com/v1",
+            "kind": "ClusterPolicy",
+            "metadata": {"name": "cluster-policy"},
+            "spec": {"devicePlugin": {"config": {"name": "", "default": ""}}},
+        },
+    )
+    patched = custom.patch_cluster_custom_object(
+        *args, "cluster-policy", {"spec": {"devicePlugin": {"config": {"name": "time-slicing"}}}}
+    )
+    assert patched["spec"]["devicePlugin"]["config"] == {"name": "time-slicing", "default": ""}
+    assert patched["metadata"]["generation"] == 2
+    with pytest.raises(ApiException) as strategic:
+        custom.patch_cluster_custom_object(
+            *args,
+            "cluster-policy",
+            {"spec": {}},
+            _content_type="application/strategic-merge-patch+json",
+        )
+    assert strategic.value.status == 415
+    listed = custom.list_cluster_custom_object(*args)
+    assert [i["metadata"]["name"] for i in listed["items"]] == ["cluster-policy"]
+    with pytest.raises(ApiException) as missing:
+        custom.get_cluster_custom_object(*args, "other")
+    assert status_of(missing.value)["message"] == ('clusterpolicies.nvidia.com "other" not found')
+
+
+def test_daemonset_status_is_its_own_subresource(api: client.ApiClient) -> None:
+    apps = client.AppsV1Api(api)
+    template = {
+        "metadata": {"labels": {"app": "x"}},
+        "spec": {"containers": [{"name": "c", "image": "i:1"}]},
+    }
+    created = apps.create_namespaced_daemon_set(
+        "default",
+        {
+            "metadata": {"name": "x"},
+            "spec": {"selector": {"matchLabels": {"app": "x"}}, "template": template},
+        },
+    )
+    assert created.status.number_ready == 0
+    apps.patch_namespaced_daemon_set_status("x", "default", {"status": {"numberReady": 2}})
+    assert apps.read_namespaced_daemon_set("x", "default").status.number_ready == 2
+
+
+# ---------------------------------------------------------------------- watch
+
+
+def test_watch_streams_node_changes(core: client.CoreV1Api) -> None:
+    make_node(core, "n1")
+    seen: list[tuple[str, str]] = []
+
+    def follow() -> None:
+        stream = watch.Watch()
+        for event in stream.stream(core.list_node, timeout_seconds=3):
+            labels = event["object"].metadata.labels or {}
+            seen.append((event["type"], labels.get("step", "")))
+            if labels.get("step") == "2":
+                stream.stop()
+
+    follower = threading.Thread(target=follow)
+    follower.start()
+    time.sleep(0.3)
+    core.patch_node("n1", {"metadata": {"labels": {"step": "1"}}})
+    core.patch_node("n1", {"metadata": {"labels": {"step": "2"}}})
+    follower.join(timeout=5)
+    assert seen == [("ADDED", ""), ("MODIFIED", "1"), ("MODIFIED", "2")]

@@ -1,0 +1,541 @@
+"""The simulated cluster (kubelet, device plugin, scheduler, operator), seen through the client."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client, watch
+
+from rollout.lab.controlplane import ControlPlane
+from rollout.lab.simulation import FixedRuntimeProbe, LabDescription, SimulationTimings
+from rollout.lab.simulation.probe import handlers_in_dump
+
+UUIDS = {
+    "lab-node-1": [
+        "GPU-838f60d9-651f-9166-ea42-f9da674a6947",
+        "GPU-5f3e2b1a-0c4d-4e8f-9a7b-1c2d3e4f5a6b",
+    ],
+    "lab-node-2": ["GPU-0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9"],
+}
+PRODUCT = "NVIDIA A100-SXM4-40GB"
+FAST = SimulationTimings(
+    tick_s=0.03,
+    pod_start_s=0.03,
+    smoke_run_s=0.15,
+    device_plugin_grace_s=0.6,
+    upgrade_dwell_s=0.03,
+    pod_termination_s=0.05,
+)
+TIME_SLICING = """version: v1
+sharing:
+  timeSlicing:
+    resources:
+    - name: nvidia.com/gpu
+      replicas: {replicas}
+"""
+
+
+def lab_description() -> LabDescription:
+    return LabDescription.from_dict(
+        {
+            "api": {"host": "127.0.0.1", "port": 0},
+            "device_plugin_grace_s": 0.6,
+            "nodes": [
+                {
+                    "name": name,
+                    "address": f"127.0.1.{i + 1}",
+                    "containerd": "1.7",
+                    "driver_version": "535.183.01",
+                    "gpus": [
+                        {"index": j, "product": PRODUCT, "uuid": uuid, "memory_mib": 40960}
+                        for j, uuid in enumerate(uuids)
+                    ],
+                }
+                for i, (name, uuids) in enumerate(UUIDS.items())
+            ],
+        }
+    )
+
+
+@pytest.fixture()
+def probe() -> FixedRuntimeProbe:
+    return FixedRuntimeProbe.with_nvidia(UUIDS)
+
+
+@pytest.fixture()
+def plane(probe: FixedRuntimeProbe) -> Iterator[ControlPlane]:
+    started = ControlPlane.start(lab_description(), probe, port=0, timings=FAST)
+    yield started
+    started.stop()
+
+
+@pytest.fixture()
+def api(plane: ControlPlane) -> Iterator[client.ApiClient]:
+    configuration = client.Configuration()
+    configuration.host = plane.url
+    with client.ApiClient(configuration) as api_client:
+        yield api_client
+
+
+@pytest.fixture()
+def core(api: client.ApiClient) -> client.CoreV1Api:
+    return client.CoreV1Api(api)
+
+
+def wait_for(check: Callable[[], Any], timeout_s: float = 5.0) -> Any:
+    """Poll until `check` returns something truthy; fail with the last value."""
+    deadline = time.monotonic() + timeout_s
+    value = check()
+    while not value and time.monotonic() < deadline:
+        time.sleep(0.02)
+        value = check()
+    assert value, f"condition not met within {timeout_s}s (last: {value!r})"
+    return value
+
+
+def gpus(core: client.CoreV1Api, node: str) -> tuple[str | None, str | None]:
+    status = core.read_node(node).status
+    return status.capacity.get("nvidia.com/gpu"), status.allocatable.get("nvidia.com/gpu")
+
+
+def plugin_pod(core: client.CoreV1Api, node: str) -> Any:
+    pods = core.list_namespaced_pod(
+        "gpu-operator",
+        label_selector="app=nvidia-device-plugin-daemonset",
+        field_selector=f"spec.nodeName={node}",
+    ).items
+    return next((p for p in pods if p.metadata.deletion_timestamp is None), None)
+
+
+def gpu_pod(name: str, count: int, **spec: Any) -> dict[str, Any]:
+    container = {
+        "name": "cuda",
+        "image": "cuda:12.4",
+        "resources": {"limits": {"nvidia.com/gpu": str(count)}},
+    }
+    container.update(spec.pop("container", {}))
+    return {
+        "metadata": {"name": name},
+        "spec": {"restartPolicy": "Never", "containers": [container], **spec},
+    }
+
+
+def use_time_slicing(api: client.ApiClient, core: client.CoreV1Api, replicas: int) -> None:
+    core.create_namespaced_config_map(
+        "gpu-operator",
+        {
+            "metadata": {"name": "time-slicing"},
+            "data": {"a100": TIME_SLICING.format(replicas=replicas)},
+        },
+    )
+    client.CustomObjectsApi(api).patch_cluster_custom_object(
+        "nvidia.com",
+        "v1",
+        "clusterpolicies",
+        "cluster-policy",
+        {"spec": {"devicePlugin": {"config": {"name": "time-slicing", "default": ""}}}},
+    )
+
+
+# ---------------------------------------------------------------------- start
+
+
+def test_start_creates_gpu_nodes_operands_and_policy(api: client.ApiClient) -> None:
+    core = client.CoreV1Api(api)
+    node = core.read_node("lab-node-1")
+    labels = node.metadata.labels
+    assert labels["kubernetes.io/hostname"] == "lab-node-1"
+    assert labels["nvidia.com/gpu.present"] == "true"
+    assert labels["nvidia.com/gpu.deploy.device-plugin"] == "true"
+    assert labels["nvidia.com/gpu.count"] == "2"
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-40GB"
+    assert labels["nvidia.com/gpu.sharing-strategy"] == "none"
+    assert wait_for(lambda: gpus(core, "lab-node-1") == ("2", "2"))
+    operands = core.list_namespaced_pod(
+        "gpu-operator", field_selector="spec.nodeName=lab-node-2"
+    ).items
+    names = sorted(re.sub(r"-[a-z0-9]{5}$", "", p.metadata.name) for p in operands)
+    assert names == [
+        "nvidia-container-toolkit-daemonset",
+        "nvidia-device-plugin-daemonset",
+        "nvidia-driver-daemonset",
+        "nvidia-operator-validator",
+    ]
+    assert all(p.metadata.owner_references[0].kind == "DaemonSet" for p in operands)
+    validator = core.list_namespaced_pod(
+        "gpu-operator", label_selector="app=nvidia-operator-validator"
+    ).items
+    assert len(validator) == 2
+    daemonset = client.AppsV1Api(api).read_namespaced_daemon_set(
+        "nvidia-device-plugin-daemonset", "gpu-operator"
+    )
+    assert wait_for(
+        lambda: (
+            client.AppsV1Api(api)
+            .read_namespaced_daemon_set("nvidia-device-plugin-daemonset", "gpu-operator")
+            .status.number_ready
+            == 2
+        )
+    )
+    assert daemonset.status.desired_number_scheduled == 2
+    policy = client.CustomObjectsApi(api).get_cluster_custom_object(
+        "nvidia.com", "v1", "clusterpolicies", "cluster-policy"
+    )
+    assert policy["spec"]["devicePlugin"]["config"] == {"name": "", "default": ""}
+    assert policy["spec"]["driver"]["version"] == "535.183.01"
+
+
+# --------------------------------------------------------------- time-slicing
+
+
+def test_time_slicing_follows_the_label_not_a_configmap_edit(
+    api: client.ApiClient, core: client.CoreV1Api
+) -> None:
+    wait_for(lambda: gpus(core, "lab-node-1") == ("2", "2"))
+    use_time_slicing(api, core, replicas=4)
+    core.patch_node(
+        "lab-node-1", {"metadata": {"labels": {"nvidia.com/device-plugin.config": "a100"}}}
+    )
+    wait_for(lambda: gpus(core, "lab-node-1") == ("8", "8"))
+    labels = core.read_node("lab-node-1").metadata.labels
+    assert labels["nvidia.com/gpu.replicas"] == "4"
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-40GB-SHARED"
+    assert labels["nvidia.com/gpu.sharing-strategy"] == "time-slicing"
+    assert labels["nvidia.com/gpu.count"] == "2"
+    before = plugin_pod(core, "lab-node-1").metadata.name
+
+    core.patch_namespaced_config_map(
+        "time-slicing", "gpu-operator", {"data": {"a100": TIME_SLICING.format(replicas=8)}}
+    )
+    time.sleep(0.4)  # many ticks: an edit alone reloads nothing (gpu-operator issue 1144)
+    assert gpus(core, "lab-node-1") == ("8", "8")
+
+    core.delete_namespaced_pod(before, "gpu-operator")
+    wait_for(lambda: gpus(core, "lab-node-1") == ("16", "16"))
+    assert plugin_pod(core, "lab-node-1").metadata.name != before
+    assert core.read_node("lab-node-1").metadata.labels["nvidia.com/gpu.replicas"] == "8"
+
+
+def test_default_profile_applies_after_the_operator_restarts_plugins(
+    api: client.ApiClient, core: client.CoreV1Api
+) -> None:
+    core.create_namespaced_config_map(
+        "gpu-operator",
+        {"metadata": {"name": "ts"}, "data": {"two": TIME_SLICING.format(replicas=2)}},
+    )
+    client.CustomObjectsApi(api).patch_cluster_custom_object(
+        "nvidia.com",
+        "v1",
+        "clusterpolicies",
+        "cluster-policy",
+        {"spec": {"devicePlugin": {"config": {"name": "ts", "default": "two"}}}},
+    )
+    wait_for(
+        lambda: gpus(core, "lab-node-2") == ("2", "2") and gpus(core, "lab-node-1") == ("4", "4")
+    )
+
+
+# -------------------------------------------------------------- runtime handler
+
+
+def test_losing_the_nvidia_handler_withdraws_gpus_then_the_resource(
+    core: client.CoreV1Api, probe: FixedRuntimeProbe
+) -> None:
+    wait_for(lambda: gpus(core, "lab-node-1") == ("2", "2"))
+    probe.set_handlers("lab-node-1", {"runc"})
+    lost_at = time.monotonic()
+    wait_for(lambda: gpus(core, "lab-node-1") == ("2", "0"), timeout_s=0.5)
+    assert time.monotonic() - lost_at < 0.5  # before the grace period: capacity unchanged
+
+    def crash_looping() -> bool:
+        pod = plugin_pod(core, "lab-node-1")
+        state = pod.status.container_statuses[0].state
+        return state.waiting is not None and state.waiting.reason == "CrashLoopBackOff"
+
+    wait_for(crash_looping)
+    wait_for(lambda: gpus(core, "lab-node-1") == (None, None))
+    assert time.monotonic() - lost_at >= 0.6
+    assert gpus(core, "lab-node-2") == ("1", "1")
+    probe.set_handlers("lab-node-1", {"runc", "nvidia"})
+    wait_for(lambda: gpus(core, "lab-node-1") == ("2", "2"))
+
+
+def test_unhealthy_gpus_are_not_allocatable(core: client.CoreV1Api) -> None:
+    wait_for(lambda: gpus(core, "lab-node-1") == ("2", "2"))
+    core.patch_node(
+        "lab-node-1", {"metadata": {"annotations": {"lab.rollout/unhealthy-gpus": "0"}}}
+    )
+    wait_for(lambda: gpus(core, "lab-node-1") == ("2", "1"))
+    core.create_namespaced_pod(
+        "default", gpu_pod("two", 2, nodeSelector={"kubernetes.io/hostname": "lab-node-1"})
+    )
+    wait_for(
+        lambda: (
+            "1 Insufficient nvidia.com/gpu"
+            in (
+                core.read_namespaced_pod("two", "default").status.conditions
+                or [client.V1PodCondition(type="x", status="x", message="")]
+            )[0].message
+        )
+    )
+
+
+# ------------------------------------------------------------------ scheduling
+
+
+def test_gpu_pod_too_big_stays_pending_with_failed_scheduling(core: client.CoreV1Api) -> None:
+    wait_for(lambda: gpus(core, "lab-node-2") == ("1", "1"))
+    core.create_namespaced_pod("default", gpu_pod("big", 3))
+
+    def unschedulable() -> Any:
+        pod = core.read_namespaced_pod("big", "default")
+        return next((c for c in pod.status.conditions or [] if c.type == "PodScheduled"), None)
+
+    condition = wait_for(unschedulable)
+    assert (condition.status, condition.reason) == ("False", "Unschedulable")
+    assert condition.message.startswith("0/2 nodes are available: 2 Insufficient nvidia.com/gpu.")
+    assert core.read_namespaced_pod("big", "default").status.phase == "Pending"
+    events = wait_for(
+        lambda: (
+            core.list_namespaced_event(
+                "default", field_selector="involvedObject.name=big,reason=FailedScheduling"
+            ).items
+        )
+    )
+    assert events[0].type == "Warning"
+    assert events[0].message == condition.message
+    assert events[0].source.component == "default-scheduler"
+
+
+def test_cordoned_nodes_and_free_slots_decide_placement(core: client.CoreV1Api) -> None:
+    wait_for(lambda: gpus(core, "lab-node-1") == ("2", "2"))
+    core.patch_node("lab-node-1", {"spec": {"unschedulable": True}})
+    wait_for(
+        lambda: any(
+            t.key == "node.kubernetes.io/unschedulable"
+            for t in core.read_node("lab-node-1").spec.taints or []
+        )
+    )
+    core.create_namespaced_pod(
+        "default", gpu_pod("first", 1, container={"command": ["sleep", "inf"]})
+    )
+    first = wait_for(lambda: core.read_namespaced_pod("first", "default").spec.node_name)
+    assert first == "lab-node-2"
+    wait_for(lambda: core.read_namespaced_pod("first", "default").status.phase == "Running")
+    core.create_namespaced_pod("default", gpu_pod("second", 1))
+    message = wait_for(
+        lambda: next(
+            (
+                c.message
+                for c in core.read_namespaced_pod("second", "default").status.conditions or []
+                if c.reason == "Unschedulable"
+            ),
+            None,
+        )
+    )
+    assert "1 Insufficient nvidia.com/gpu" in message
+    assert "1 node(s) were unschedulable" in message
+    core.patch_node("lab-node-1", {"spec": {"unschedulable": None}})
+    assert wait_for(lambda: core.read_namespaced_pod("second", "default").spec.node_name) == (
+        "lab-node-1"
+    )
+
+
+# ------------------------------------------------------------------ smoke pods
+
+
+def test_smoke_pod_prints_nvidia_smi_list_of_its_gpus(core: client.CoreV1Api) -> None:
+    wait_for(lambda: gpus(core, "lab-node-1") == ("2", "2"))
+    core.create_namespaced_pod(
+        "default",
+        gpu_pod(
+            "smoke",
+            2,
+            runtimeClassName="nvidia",
+            container={"command": ["nvidia-smi", "-L"]},
+        ),
+    )
+    wait_for(lambda: core.read_namespaced_pod("smoke", "default").status.phase == "Succeeded")
+    pod = core.read_namespaced_pod("smoke", "default")
+    assert pod.spec.node_name == "lab-node-1"
+    assert pod.status.container_statuses[0].state.terminated.exit_code == 0
+    log = core.read_namespaced_pod_log("smoke", "default")
+    assert log == "".join(
+        f"GPU {i}: {PRODUCT} (UUID: {uuid})\n" for i, uuid in enumerate(UUIDS["lab-node-1"])
+    )
+    assert re.fullmatch(r"(GPU \d+: .+ \(UUID: GPU-[0-9a-f-]{36}\)\n)+", log)
+
+
+def test_smoke_pod_without_the_handler_cannot_start(
+    core: client.CoreV1Api, probe: FixedRuntimeProbe
+) -> None:
+    probe.set_handlers("lab-node-2", {"runc"})
+    core.create_namespaced_pod(
+        "default",
+        {
+            "metadata": {"name": "smoke"},
+            "spec": {
+                "nodeName": "lab-node-2",
+                "runtimeClassName": "nvidia",
+                "restartPolicy": "Never",
+                "containers": [
+                    {"name": "c", "image": "cuda:12.4", "command": ["nvidia-smi", "-L"]}
+                ],
+            },
+        },
+    )
+    events = wait_for(
+        lambda: (
+            core.list_namespaced_event(
+                "default", field_selector="involvedObject.name=smoke,reason=FailedCreatePodSandBox"
+            ).items
+        )
+    )
+    assert 'no runtime for "nvidia" is configured' in events[0].message
+    pod = core.read_namespaced_pod("smoke", "default")
+    assert pod.status.phase == "Pending"
+    assert pod.status.container_statuses[0].state.waiting.reason == "ContainerCreating"
+
+
+# --------------------------------------------------------------------- upgrade
+
+
+def upgrade_states(
+    core: client.CoreV1Api, until: Callable[[dict[str, list[str]]], bool]
+) -> dict[str, list[str]]:
+    """Each node's sequence of upgrade-state labels, from a watch, until `until` holds."""
+    seen: dict[str, list[str]] = {}
+    stream = watch.Watch()
+    for event in stream.stream(core.list_node, timeout_seconds=10):
+        node = event["object"]
+        state = (node.metadata.labels or {}).get("nvidia.com/gpu-driver-upgrade-state")
+        history = seen.setdefault(node.metadata.name, [])
+        if state and (not history or history[-1] != state):
+            history.append(state)
+        if until(seen):
+            stream.stop()
+    return seen
+
+
+def set_driver_version(api: client.ApiClient, version: str) -> None:
+    client.CustomObjectsApi(api).patch_cluster_custom_object(
+        "nvidia.com",
+        "v1",
+        "clusterpolicies",
+        "cluster-policy",
+        {"spec": {"driver": {"version": version}}},
+    )
+
+
+def test_driver_upgrade_walks_every_node_through_the_states(
+    api: client.ApiClient, core: client.CoreV1Api
+) -> None:
+    wait_for(lambda: gpus(core, "lab-node-1") == ("2", "2"))
+    in_progress: list[int] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            states = [
+                (n.metadata.labels or {}).get("nvidia.com/gpu-driver-upgrade-state", "")
+                for n in core.list_node().items
+            ]
+            in_progress.append(
+                sum(1 for s in states if s not in ("", "upgrade-done", "upgrade-required"))
+            )
+            time.sleep(0.01)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        set_driver_version(api, "550.90.07")
+        seen = upgrade_states(
+            core, lambda s: all((s.get(n) or [""])[-1] == "upgrade-done" for n in UUIDS)
+        )
+    finally:
+        done.set()
+        sampler.join()
+    expected = [
+        "upgrade-required",
+        "cordon-required",
+        "wait-for-jobs-required",
+        "pod-deletion-required",
+        "drain-required",
+        "pod-restart-required",
+        "validation-required",
+        "uncordon-required",
+        "upgrade-done",
+    ]
+    for node in UUIDS:
+        assert seen[node] == expected
+        assert not core.read_node(node).spec.unschedulable
+        assert core.read_node(node).metadata.labels["nvidia.com/cuda.driver-version.full"] == (
+            "550.90.07"
+        )
+    assert max(in_progress) == 1  # maxParallelUpgrades 1
+    drivers = core.list_namespaced_pod("gpu-operator", label_selector="app=nvidia-driver-daemonset")
+    assert {p.spec.containers[0].image for p in drivers.items} == {
+        "nvidia/driver:550.90.07-ubuntu22.04"
+    }
+
+
+def test_failing_upgrade_leaves_the_node_failed_and_cordoned(
+    api: client.ApiClient, core: client.CoreV1Api
+) -> None:
+    core.patch_node(
+        "lab-node-1", {"metadata": {"annotations": {"lab.rollout/fail-upgrade": "true"}}}
+    )
+    core.patch_node(
+        "lab-node-2", {"metadata": {"labels": {"nvidia.com/gpu-driver-upgrade.skip": "true"}}}
+    )
+    set_driver_version(api, "550.90.07")
+    seen = upgrade_states(core, lambda s: (s.get("lab-node-1") or [""])[-1] == "upgrade-failed")
+    assert seen["lab-node-1"][-2:] == ["validation-required", "upgrade-failed"]
+    assert core.read_node("lab-node-1").spec.unschedulable is True
+    time.sleep(0.2)
+    assert "nvidia.com/gpu-driver-upgrade-state" not in core.read_node("lab-node-2").metadata.labels
+
+
+def test_upgrade_requested_by_annotation_keeps_a_precordoned_node_cordoned(
+    core: client.CoreV1Api,
+) -> None:
+    core.patch_node(
+        "lab-node-2",
+        {
+            "metadata": {"annotations": {"nvidia.com/gpu-driver-upgrade-requested": "true"}},
+            "spec": {"unschedulable": True},
+        },
+    )
+    seen = upgrade_states(core, lambda s: (s.get("lab-node-2") or [""])[-1] == "upgrade-done")
+    assert seen["lab-node-2"][0] == "upgrade-required"
+    node = core.read_node("lab-node-2")
+    assert node.spec.unschedulable is True
+    assert "nvidia.com/gpu-driver-upgrade-requested" not in (node.metadata.annotations or {})
+    assert not seen.get("lab-node-1")
+
+
+# ----------------------------------------------------------------------- probe
+
+
+def test_running_config_dumps_of_both_layouts_name_their_handlers() -> None:
+    v2 = {
+        "plugins": {
+            "io.containerd.grpc.v1.cri": {"containerd": {"runtimes": {"runc": {}, "nvidia": {}}}}
+        }
+    }
+    v3 = {
+        "plugins": {
+            "io.containerd.cri.v1.runtime": {
+                "containerd": {"runtimes": {"runc": {}, "nvidia-cdi": {}}}
+            }
+        }
+    }
+    registry_only = {"plugins": {"io.containerd.grpc.v1.cri": {"registry": {"config_path": "x"}}}}
+    assert handlers_in_dump(v2) == {"runc", "nvidia"}
+    assert handlers_in_dump(v3) == {"runc", "nvidia-cdi"}
+    assert handlers_in_dump(registry_only) == set()
