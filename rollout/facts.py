@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from rollout.containerd import ConfigFiles, ContainerdVersion
+from rollout.containerd import ConfigFiles, ContainerdVersion, parse_version
 from rollout.errors import InputError, SourceLocation
 
 DEFAULT_CONTAINERD_CONFIG = "/etc/containerd/config.toml"
@@ -131,7 +131,7 @@ def load_node_facts(node_dir: Path) -> NodeFacts:
             "missing: the output of `containerd --version`",
             field="containerd_version",
         )
-    containerd = ContainerdVersion.from_version_output(version_text)
+    containerd = parse_version(version_text)
     main_path = str(raw.get("containerd_config") or DEFAULT_CONTAINERD_CONFIG)
     files = read_file_tree(node_dir / "files")
     if main_path not in files:

@@ -1,0 +1,105 @@
+"""The containerd config engine: merge model, drop-in synthesis, staged prediction, hosts.toml.
+
+Public API (details in each module's docstring):
+
+- version: `ContainerdVersion.from_output(text)` / `parse_version(text)` (`.series`,
+  `.merge_mode`), `MergeMode`, `read_config_version(doc)`, `cri_plugin_ids(config_version)`.
+- files: `ConfigFiles(main_path, files)`, the node's config files as recorded.
+- merge: `load_effective(files, version) -> EffectiveConfig` (tree, load_order, provenance,
+  warnings), `resolve_load_order(files, version)`.
+- diff: `diff_effective(before, after) -> list[Change]`, `render_diff_text(before, after)`.
+- intent: `CriSetting(key, value)`, `Intent(settings)`, `place_intent(intent, version,
+  config_version) -> tuple[PlacedSetting, ...]`.
+- synthesis: `synthesize(files, version, intent) -> Synthesis` (writes: FileWrite(path, before,
+  after)), `repair_shadowing(files, version, intent)`, `apply_writes(files, writes)`.
+- shadowing: `find_shadowing(files, version) -> list[Shadowing]` (`.describe()`).
+- staging/prediction: `dump_config(runner, containerd_bin, files)`, `dump_configs(...)`,
+  `predict(runner, containerd_bin, files, writes, intent, version) -> Prediction`.
+- hosts: `render_hosts_toml(server, hosts)`, `HostEndpoint`, `hosts_namespace(registry)`,
+  `hosts_toml_path(config_path, registry)`.
+- errors: `ContainerdConfigError` and its subclasses in rollout.containerd.errors.
+"""
+
+from rollout.containerd.diff import Change, ChangeKind, diff_effective, render_diff_text
+from rollout.containerd.errors import (
+    ConfigParseError,
+    ContainerdConfigError,
+    ImportMissing,
+    PredictionRefused,
+    StagingFailed,
+    SynthesisError,
+    UnknownCriSetting,
+    UnsupportedVersion,
+    VersionUnknown,
+)
+from rollout.containerd.files import ConfigFiles
+from rollout.containerd.hosts import (
+    HostEndpoint,
+    hosts_namespace,
+    hosts_toml_path,
+    render_hosts_toml,
+)
+from rollout.containerd.intent import CriSetting, Intent, PlacedSetting, place_intent
+from rollout.containerd.merge import EffectiveConfig, load_effective, resolve_load_order
+from rollout.containerd.prediction import Prediction, predict
+from rollout.containerd.shadowing import Shadowing, ShadowKind, find_shadowing
+from rollout.containerd.staging import dump_config, dump_configs
+from rollout.containerd.synthesis import (
+    FileWrite,
+    Synthesis,
+    apply_writes,
+    repair_shadowing,
+    synthesize,
+)
+from rollout.containerd.version import (
+    ContainerdVersion,
+    MergeMode,
+    cri_plugin_ids,
+    parse_version,
+    read_config_version,
+)
+
+__all__ = [
+    "Change",
+    "ChangeKind",
+    "ConfigFiles",
+    "ConfigParseError",
+    "ContainerdConfigError",
+    "ContainerdVersion",
+    "CriSetting",
+    "EffectiveConfig",
+    "FileWrite",
+    "HostEndpoint",
+    "ImportMissing",
+    "Intent",
+    "MergeMode",
+    "PlacedSetting",
+    "Prediction",
+    "PredictionRefused",
+    "ShadowKind",
+    "Shadowing",
+    "StagingFailed",
+    "Synthesis",
+    "SynthesisError",
+    "UnknownCriSetting",
+    "UnsupportedVersion",
+    "VersionUnknown",
+    "apply_writes",
+    "cri_plugin_ids",
+    "diff_effective",
+    "dump_config",
+    "dump_configs",
+    "find_shadowing",
+    "hosts_namespace",
+    "hosts_toml_path",
+    "load_effective",
+    "parse_version",
+    "place_intent",
+    "predict",
+    "read_config_version",
+    "render_diff_text",
+    "render_hosts_toml",
+    "repair_shadowing",
+    "resolve_load_order",
+    "synthesize",
+]

@@ -36,7 +36,9 @@ def find_containerd(series: str) -> Path:
 def find_deb(series: str) -> Path:
     """The Debian package file of one series, for installing into lab nodes."""
     debs = cache_dir() / "containerd" / "debs"
-    prefix = {"1.6": "containerd_1.6.", "1.7": "containerd_1.7.", "2.1": "containerd_2.1."}.get(series)
+    prefix = {"1.6": "containerd_1.6.", "1.7": "containerd_1.7.", "2.1": "containerd_2.1."}.get(
+        series
+    )
     if prefix is None:
         raise BinariesMissing(f"unknown containerd series {series!r}; known: 1.6, 1.7, 2.1")
     found = sorted(debs.glob(prefix + "*.deb")) if debs.is_dir() else []

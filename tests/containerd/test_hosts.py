@@ -1,0 +1,88 @@
+"""hosts.toml rendering and the certs.d directory rule (containerd docs/hosts.md)."""
+
+from __future__ import annotations
+
+import tomllib
+
+import pytest
+import tomli_w
+
+from rollout.containerd import HostEndpoint, hosts_namespace, hosts_toml_path, render_hosts_toml
+from rollout.containerd.hosts import HostsConfigError
+
+
+def test_mirror_with_fallback_server_round_trips() -> None:
+    text = render_hosts_toml(
+        "https://registry-1.docker.io",
+        [
+            HostEndpoint(
+                "https://mirror.internal:5000", ca=("/etc/containerd/certs.d/docker.io/ca.crt",)
+            ),
+            HostEndpoint("http://10.0.0.5:5000", capabilities=("pull",), skip_verify=True),
+            HostEndpoint(
+                "https://push.internal",
+                capabilities=("pull", "resolve", "push"),
+                ca=("a.pem", "b.pem"),
+            ),
+        ],
+    )
+    doc = tomllib.loads(text)
+    assert doc == {
+        "server": "https://registry-1.docker.io",
+        "host": {
+            "https://mirror.internal:5000": {
+                "capabilities": ["pull", "resolve"],
+                "ca": "/etc/containerd/certs.d/docker.io/ca.crt",
+            },
+            "http://10.0.0.5:5000": {"capabilities": ["pull"], "skip_verify": True},
+            "https://push.internal": {
+                "capabilities": ["pull", "resolve", "push"],
+                "ca": ["a.pem", "b.pem"],
+            },
+        },
+    }
+    assert tomli_w.dumps(doc) == text  # canonical: rendering is stable
+    assert list(doc["host"]) == [
+        "https://mirror.internal:5000",
+        "http://10.0.0.5:5000",
+        "https://push.internal",
+    ]  # hosts are tried in the order listed
+    assert HostEndpoint("http://10.0.0.5:5000").plain_http
+
+
+def test_server_only_and_errors() -> None:
+    assert tomllib.loads(render_hosts_toml("https://registry.example.com")) == {
+        "server": "https://registry.example.com"
+    }
+    with pytest.raises(HostsConfigError):
+        render_hosts_toml(None, [])
+    with pytest.raises(HostsConfigError, match="http:// or https://"):
+        HostEndpoint("mirror.internal")
+    with pytest.raises(HostsConfigError, match="capabilities"):
+        HostEndpoint("https://m", capabilities=("pull", "delete"))
+    with pytest.raises(HostsConfigError, match="twice"):
+        render_hosts_toml(None, [HostEndpoint("https://m"), HostEndpoint("https://m")])
+
+
+@pytest.mark.parametrize(
+    ("registry", "namespace"),
+    [
+        ("docker.io", "docker.io"),
+        ("myregistry.io:5000", "myregistry.io:5000"),
+        ("https://myregistry.io:5000/", "myregistry.io:5000"),
+        ("192.168.31.250:5000", "192.168.31.250:5000"),
+        (None, "_default"),
+        ("_default", "_default"),
+    ],
+)
+def test_namespace_directory(registry: str | None, namespace: str) -> None:
+    assert hosts_namespace(registry) == namespace
+    assert hosts_toml_path("/etc/containerd/certs.d", registry) == (
+        f"/etc/containerd/certs.d/{namespace}/hosts.toml"
+    )
+
+
+@pytest.mark.parametrize("bad", ["my registry", "host/path", "-bad.io", "host:port"])
+def test_bad_namespace(bad: str) -> None:
+    with pytest.raises(HostsConfigError):
+        hosts_namespace(bad)

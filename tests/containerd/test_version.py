@@ -1,0 +1,109 @@
+"""containerd --version parsing, config versions and CRI plugin ids."""
+
+from __future__ import annotations
+
+import pytest
+
+from rollout.containerd import (
+    ContainerdVersion,
+    MergeMode,
+    UnsupportedVersion,
+    VersionUnknown,
+    cri_plugin_ids,
+    parse_version,
+    read_config_version,
+)
+from rollout.errors import RolloutError
+
+OUTPUTS = [
+    (
+        "containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u3\n",
+        (1, 6, 20),
+        "1.6",
+        MergeMode.REPLACE_PLUGIN_TABLES,
+    ),
+    (
+        "containerd github.com/containerd/containerd 1.7.24~ds1 1.7.24~ds1-6+deb13u1",
+        (1, 7, 24),
+        "1.7",
+        MergeMode.REPLACE_PLUGIN_TABLES,
+    ),
+    (
+        "containerd github.com/containerd/containerd/v2 2.1.9+unknown ",
+        (2, 1, 9),
+        "2.1",
+        MergeMode.DEEP_MERGE,
+    ),
+    (
+        "containerd containerd.io 1.7.27 05044ec0a9a75232cad458027ca83437aae3f4da",
+        (1, 7, 27),
+        "1.7",
+        MergeMode.REPLACE_PLUGIN_TABLES,
+    ),
+    (
+        "containerd github.com/containerd/containerd v1.6.8 9cd3357b7fd",
+        (1, 6, 8),
+        "1.6",
+        MergeMode.REPLACE_PLUGIN_TABLES,
+    ),
+    (
+        "containerd github.com/containerd/containerd/v2 v2.0.0 207ad711",
+        (2, 0, 0),
+        "2.0",
+        MergeMode.DEEP_MERGE,
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "numbers", "series", "mode"), OUTPUTS)
+def test_parse_version(
+    text: str, numbers: tuple[int, int, int], series: str, mode: MergeMode
+) -> None:
+    version = parse_version(text)
+    assert (version.major, version.minor, version.patch) == numbers
+    assert version.series == series
+    assert version.merge_mode is mode
+    assert version.raw == text.strip().splitlines()[0]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "docker version 24.0.7",
+        "containerd github.com/containerd/containerd",
+        "containerd x 1.7",
+    ],
+)
+def test_unreadable_version_is_a_clear_error(text: str) -> None:
+    with pytest.raises(VersionUnknown) as info:
+        parse_version(text)
+    assert isinstance(info.value, RolloutError)
+
+
+def test_unsupported_release() -> None:
+    with pytest.raises(UnsupportedVersion, match=r"1\.4\.13"):
+        parse_version("containerd github.com/containerd/containerd v1.4.13 9cc61520")
+    with pytest.raises(UnsupportedVersion):
+        ContainerdVersion.from_series("3.0")
+
+
+def test_config_version_key() -> None:
+    assert read_config_version({}) == 1
+    assert read_config_version({"version": 2}) == 2
+    assert read_config_version({"version": 3}) == 3
+    with pytest.raises(VersionUnknown):
+        read_config_version({"version": "2"})
+    with pytest.raises(VersionUnknown):
+        read_config_version({"version": 4})
+
+
+def test_cri_plugin_ids() -> None:
+    assert cri_plugin_ids(2) == ("io.containerd.grpc.v1.cri",)
+    assert cri_plugin_ids(3) == (
+        "io.containerd.cri.v1.runtime",
+        "io.containerd.cri.v1.images",
+        "io.containerd.grpc.v1.cri",
+    )
+    with pytest.raises(UnsupportedVersion):
+        cri_plugin_ids(1)
