@@ -1,0 +1,302 @@
+"""Which pods a drain evicts, skips or refuses on, with kubectl drain's rules, as pure functions.
+
+The executor lists the pods of a node through the API and hands their JSON here; nothing in
+this module talks to a cluster, so `rollout plan` can show the same decision `rollout apply`
+will act on, and every rule is a data-driven test.
+
+The rules follow kubectl's drain filters (kubectl/pkg/drain/filters.go), in kubectl's order,
+with three deliberate differences, each documented where it applies:
+
+- DaemonSet-managed pods are always left alone, as with ``--ignore-daemonsets``: the GPU
+  Operator's own pods (device plugin, toolkit, driver) are DaemonSet pods on every GPU node.
+- Finished pods (Succeeded/Failed) are skipped rather than deleted: they run no containers,
+  so a containerd restart cannot hurt them, and deleting them would throw away their logs.
+- A blocked pod lists every reason it blocks, not only the first, so one plan edit fixes all.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+Pod = Mapping[str, Any]
+"""A pod as the Kubernetes API returns it in JSON (metadata, spec, status)."""
+
+MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
+FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+class SkipReason(Enum):
+    """Why a pod on the node is not evicted, and is no obstacle to the drain either."""
+
+    NOT_SELECTED = "not matching the pod selector"
+    SKIP_LABEL = "carries the drain skip label"
+    DAEMONSET = "DaemonSet-managed"
+    MIRROR = "mirror pod"
+    FINISHED = "already finished"
+
+
+class BlockReason(Enum):
+    """Why kubectl drain would refuse to evict a pod, and the plan setting that overrides it."""
+
+    UNMANAGED = "unmanaged"
+    LOCAL_STORAGE = "local-storage"
+
+    @property
+    def message(self) -> str:
+        """kubectl's own wording, so operators recognise it."""
+        if self is BlockReason.UNMANAGED:
+            return "cannot delete Pods that declare no controller (use --force to override)"
+        return "cannot delete Pods with local storage (use --delete-emptydir-data to override)"
+
+    @property
+    def plan_setting(self) -> str:
+        """The plan field that lifts this refusal."""
+        if self is BlockReason.UNMANAGED:
+            return "policy.drain.force"
+        return "policy.drain.delete_emptydir_data"
+
+    @property
+    def consequence(self) -> str:
+        """What the override costs, said next to the setting so nobody sets it blind."""
+        if self is BlockReason.UNMANAGED:
+            return "the pods are deleted and nothing recreates them"
+        return "their emptyDir data is lost"
+
+    @property
+    def override_warning(self) -> str:
+        """The warning kubectl prints when the override lets such a pod be evicted."""
+        if self is BlockReason.UNMANAGED:
+            return "deleting Pods that declare no controller"
+        return "deleting Pods with local storage"
+
+
+@dataclass(frozen=True)
+class PodRef:
+    """One pod, by the names an eviction and an operator need."""
+
+    namespace: str
+    name: str
+    node: str | None = None
+
+    @classmethod
+    def from_pod(cls, pod: Pod) -> PodRef:
+        metadata = _mapping(pod.get("metadata"))
+        spec = _mapping(pod.get("spec"))
+        node = spec.get("nodeName")
+        return cls(
+            namespace=str(metadata.get("namespace") or "default"),
+            name=str(metadata.get("name") or "?"),
+            node=str(node) if node else None,
+        )
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class SkippedPod:
+    pod: PodRef
+    reason: SkipReason
+
+
+@dataclass(frozen=True)
+class BlockedPod:
+    """A pod that makes the drain refuse, with every reason, in kubectl's filter order."""
+
+    pod: PodRef
+    reasons: tuple[BlockReason, ...]
+
+
+@dataclass(frozen=True)
+class DrainWarning:
+    """A pod evicted only because the plan overrides a refusal; shown like kubectl's warnings."""
+
+    pod: PodRef
+    reason: BlockReason
+
+    def __str__(self) -> str:
+        return f"{self.reason.override_warning}: {self.pod}"
+
+
+@dataclass(frozen=True)
+class DrainSelection:
+    """The decision for every pod on a node; each group keeps the order the pods came in."""
+
+    to_evict: tuple[PodRef, ...]
+    skipped: tuple[SkippedPod, ...]
+    blocking: tuple[BlockedPod, ...]
+    warnings: tuple[DrainWarning, ...] = ()
+
+    @property
+    def refused(self) -> bool:
+        """True when kubectl drain would evict nothing at all, as it refuses on any blocker."""
+        return bool(self.blocking)
+
+    def refusal_message(self) -> str:
+        """Every blocking pod with namespace/name and reason, and the plan setting to change."""
+        if not self.blocking:
+            return ""
+        nodes = sorted({b.pod.node for b in self.blocking if b.pod.node})
+        where = f"drain of {', '.join(nodes)}" if nodes else "drain"
+        count = len(self.blocking)
+        lines = [f"{where} refused: {count} pod{'s' if count != 1 else ''} cannot be evicted"]
+        for blocked in self.blocking:
+            lines.extend(f"  {blocked.pod}: {reason.message}" for reason in blocked.reasons)
+        needed = [r for r in BlockReason if any(r in b.reasons for b in self.blocking)]
+        lines.append("to proceed, move these pods off the node first, or set in the plan:")
+        lines.extend(f"  {r.plan_setting}: true  ({r.consequence})" for r in needed)
+        return "\n".join(lines)
+
+
+def classify_pods(
+    pods: Iterable[Pod],
+    *,
+    force: bool,
+    delete_emptydir_data: bool,
+    pod_selector: Callable[[Mapping[str, str]], bool] | None,
+    skip_label: str | None,
+) -> DrainSelection:
+    """Sort the pods of one node into evicted, skipped and blocking, as kubectl drain would.
+
+    DaemonSet-managed pods are always skipped, as kubectl does with ``--ignore-daemonsets``
+    (always on here: a GPU node without DaemonSet pods does not exist). kubectl's deletion
+    of orphaned DaemonSet pods under ``--force`` is not reproduced: it needs an API lookup.
+    Pods failing `pod_selector` or carrying ``<skip_label>=true`` are skipped before any
+    other rule, as kubectl and the GPU Operator never list them.
+    """
+    to_evict: list[PodRef] = []
+    skipped: list[SkippedPod] = []
+    blocking: list[BlockedPod] = []
+    warnings: list[DrainWarning] = []
+    overridden = {BlockReason.UNMANAGED: force, BlockReason.LOCAL_STORAGE: delete_emptydir_data}
+    for pod in pods:
+        ref = PodRef.from_pod(pod)
+        skip = _skip_reason(pod, pod_selector=pod_selector, skip_label=skip_label)
+        if skip is not None:
+            skipped.append(SkippedPod(ref, skip))
+            continue
+        reasons = _block_reasons(pod)
+        still_blocking = tuple(r for r in reasons if not overridden[r])
+        if still_blocking:
+            blocking.append(BlockedPod(ref, still_blocking))
+            continue
+        to_evict.append(ref)
+        warnings.extend(DrainWarning(ref, r) for r in reasons)
+    return DrainSelection(tuple(to_evict), tuple(skipped), tuple(blocking), tuple(warnings))
+
+
+def _skip_reason(
+    pod: Pod,
+    *,
+    pod_selector: Callable[[Mapping[str, str]], bool] | None,
+    skip_label: str | None,
+) -> SkipReason | None:
+    metadata = _mapping(pod.get("metadata"))
+    labels = {str(k): str(v) for k, v in _mapping(metadata.get("labels")).items()}
+    if pod_selector is not None and not pod_selector(labels):
+        return SkipReason.NOT_SELECTED
+    # The GPU Operator selects with `<skip_label>!=true`: only the exact value "true" skips.
+    if skip_label and labels.get(skip_label) == "true":
+        return SkipReason.SKIP_LABEL
+    controller = _controller_of(pod)
+    if controller is not None and controller.get("kind") == "DaemonSet":
+        return SkipReason.DAEMONSET
+    # kubectl checks only that the key exists, whatever its value.
+    if MIRROR_POD_ANNOTATION in _mapping(metadata.get("annotations")):
+        return SkipReason.MIRROR
+    if _mapping(pod.get("status")).get("phase") in FINISHED_PHASES:
+        return SkipReason.FINISHED
+    return None
+
+
+def _block_reasons(pod: Pod) -> tuple[BlockReason, ...]:
+    reasons: list[BlockReason] = []
+    volumes = _mapping(pod.get("spec")).get("volumes") or ()
+    if any(isinstance(v, Mapping) and v.get("emptyDir") is not None for v in volumes):
+        reasons.append(BlockReason.LOCAL_STORAGE)
+    if _controller_of(pod) is None:
+        reasons.append(BlockReason.UNMANAGED)
+    return tuple(reasons)
+
+
+def _controller_of(pod: Pod) -> Mapping[str, Any] | None:
+    """The owner reference marked controller: true; other owners do not make a pod managed."""
+    owners = _mapping(pod.get("metadata")).get("ownerReferences") or ()
+    for owner in owners:
+        if isinstance(owner, Mapping) and owner.get("controller") is True:
+            return owner
+    return None
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+@dataclass(frozen=True)
+class EvictionBackoff:
+    """When to retry an eviction the API refused with 429 (a PodDisruptionBudget said no).
+
+    Deterministic and jitter-free: one drain evicts one node's pods, so there is no herd to
+    spread, and a fixed schedule makes the timeout message and the tests exact. Delays grow
+    from `first_delay_s` by `factor` up to `max_delay_s`; the last one is cut so the retries
+    never outlast `timeout_s`. A `timeout_s` of 0 means no retry at all: the plan caps the
+    drain timeout, so 0 cannot mean "wait forever" as it does for kubectl.
+    """
+
+    timeout_s: float
+    first_delay_s: float = 1.0
+    factor: float = 2.0
+    max_delay_s: float = 16.0
+
+    def __post_init__(self) -> None:
+        if not self.timeout_s >= 0 or math.isinf(self.timeout_s):
+            raise ValueError(f"timeout_s must be a finite number >= 0, not {self.timeout_s}")
+        if not self.first_delay_s > 0:
+            raise ValueError(f"first_delay_s must be > 0, not {self.first_delay_s}")
+        if not self.factor >= 1:
+            raise ValueError(f"factor must be >= 1, not {self.factor}")
+        if not self.max_delay_s >= self.first_delay_s:
+            raise ValueError("max_delay_s must be >= first_delay_s")
+
+    def delay_s(self, retry: int) -> float:
+        """The uncut delay before retry number `retry` (0 is the first retry)."""
+        if retry < 0:
+            raise ValueError(f"retry must be >= 0, not {retry}")
+        # Compare exponents rather than computing factor**retry, which overflows for long runs.
+        if self.factor > 1 and retry > math.log(self.max_delay_s / self.first_delay_s, self.factor):
+            return self.max_delay_s
+        return min(self.first_delay_s * self.factor**retry, self.max_delay_s)
+
+    def next_delay_s(self, retry: int, elapsed_s: float) -> float | None:
+        """Seconds to wait before retry `retry`, or None when the drain timeout is spent."""
+        remaining_s = self.timeout_s - elapsed_s
+        if remaining_s <= 0:
+            return None
+        return min(self.delay_s(retry), remaining_s)
+
+    def schedule_s(self) -> tuple[float, ...]:
+        """Every delay in order, as if each eviction call took no time; sums to the timeout."""
+        delays: list[float] = []
+        elapsed_s = 0.0
+        while (delay := self.next_delay_s(len(delays), elapsed_s)) is not None:
+            delays.append(delay)
+            elapsed_s += delay
+        return tuple(delays)
+
+
+def format_blocked(pod: Pod, pdb_name: str | None, waited_s: float) -> str:
+    """The message for a drain that timed out on a pod a PodDisruptionBudget protects."""
+    ref = PodRef.from_pod(pod)
+    node = ref.node or "the node"
+    # A PodDisruptionBudget only ever covers pods of its own namespace.
+    budget = (
+        f"PodDisruptionBudget {ref.namespace}/{pdb_name}" if pdb_name else "a PodDisruptionBudget"
+    )
+    return (
+        f"drain of {node} timed out after {round(waited_s)}s: pod {ref} is protected by "
+        f"{budget} (0 disruptions allowed)"
+    )
