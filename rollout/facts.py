@@ -161,11 +161,15 @@ def load_cluster_facts(path: Path) -> ClusterFacts:
     configmaps: dict[str, dict[str, str]] = {}
     for key, data in (raw.get("configmaps") or {}).items():
         if "/" not in str(key):
-            raise InputError(location, f"{key!r}: name ConfigMaps as namespace/name", field="configmaps")
+            raise InputError(
+                location, f"{key!r}: name ConfigMaps as namespace/name", field="configmaps"
+            )
         configmaps[str(key)] = _string_map(data, location, f"configmaps.{key}")
     policy = raw.get("cluster_policy") or {}
     if not isinstance(policy, Mapping):
-        raise InputError(location, "expected a mapping (the ClusterPolicy spec)", field="cluster_policy")
+        raise InputError(
+            location, "expected a mapping (the ClusterPolicy spec)", field="cluster_policy"
+        )
     return ClusterFacts(configmaps=configmaps, cluster_policy=dict(policy))
 
 

@@ -6,8 +6,10 @@ the reason it has nothing to do, so a plan of an already-converged fleet says so
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import yaml
 
@@ -31,10 +33,10 @@ from rollout.spec import (
     RegistryChange,
     Spec,
     TimeSlicingChange,
-    parse_label_selector,
 )
 
 DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 SHARED_MEMORY_WARNING = (
     "time-slicing shares each GPU, it does not divide it: every replica can use all of the "
     "GPU's memory and a fault in one workload can affect the others"
@@ -54,6 +56,7 @@ class NodeWork:
     effective_diff: str
     shadowing: tuple[str, ...]
     repairs: tuple[str, ...]
+    notes: tuple[str, ...]
 
 
 def build_plan(
@@ -67,9 +70,7 @@ def build_plan(
     kinds = change_kinds(spec)
     steps = compose_steps(playbooks[kind] for kind in kinds)
     cluster_changes = plan_cluster_changes(spec, fleet.cluster)
-    configmap_changed = any(
-        c.kind == "configmap" and c.action is not None for c in cluster_changes
-    )
+    configmap_changed = any(c.kind == "configmap" and c.action is not None for c in cluster_changes)
     node_plans = [plan_node(spec, node, steps, configmap_changed) for node in targets]
     sizes = spec.policy.wave_sizes(len(node_plans)) if node_plans else []
     waves: list[Wave] = []
@@ -114,26 +115,19 @@ def change_kinds(spec: Spec) -> list[str]:
 def select_targets(spec: Spec, fleet: FleetFacts) -> list[NodeFacts]:
     """The nodes the spec targets, by name and/or label selector, in name order."""
     known = {n.name for n in fleet.nodes}
-    named = list(spec.targets.nodes or ())
-    missing = [name for name in named if name not in known]
+    missing = [name for name in spec.targets.nodes if name not in known]
     if missing:
         raise TargetError(
-            f"targets.nodes names {', '.join(missing)}, not found in {fleet.source}; "
+            f"{spec.location_of('targets', 'nodes')}: targets.nodes names "
+            f"{', '.join(missing)}, not found in {fleet.source}; "
             f"known nodes: {', '.join(sorted(known))}"
         )
-    selector = parse_label_selector(spec.targets.selector) if spec.targets.selector else None
-    excluded = set(spec.targets.exclude or ())
-    chosen = [
-        node
-        for node in fleet.nodes
-        if node.name not in excluded
-        and (not named or node.name in named)
-        and (selector is None or selector.matches(node.labels))
-    ]
+    chosen = [n for n in fleet.nodes if spec.targets.includes(n.name, n.labels)]
     if not chosen:
+        selector = spec.targets.selector.to_string() if spec.targets.selector else "none"
         raise TargetError(
-            f"the plan's targets match no node in {fleet.source} "
-            f"(selector {spec.targets.selector!r}, nodes {named or 'any'})"
+            f"{spec.location_of('targets')}: the plan's targets match no node in "
+            f"{fleet.source} (selector {selector!r}, nodes {list(spec.targets.nodes) or 'any'})"
         )
     return sorted(chosen, key=lambda n: n.name)
 
@@ -177,7 +171,11 @@ def plan_node(
             action, noop = label_action, slicing_noop
         elif step.kind == "deviceplugin.restart":
             action = restart_action
-            noop = None if restart_action else "the device plugin takes the profile from the label change"
+            noop = (
+                None
+                if restart_action
+                else "the device plugin takes the profile from the label change"
+            )
         elif step.kind == "configmap.update":
             noop = "cluster-wide: done once before wave 1"
         elif step.kind in {"gpu.wait", "gpu.smoke"}:
@@ -208,12 +206,14 @@ def plan_node(
         shadowing=work.shadowing,
         repairs=work.repairs,
         labels=tuple(label_changes),
+        warnings=work.notes,
         unavailable=not node.available,
     )
 
 
 def plan_containerd(spec: Spec, node: NodeFacts) -> NodeWork:
     """The containerd file writes for the registry and containerd changes of the spec."""
+    files, version = node.config_files, node.containerd
     settings: list[engine.CriSetting] = []
     extra_files: list[FileChange] = []
     for change in spec.changes:
@@ -221,44 +221,150 @@ def plan_containerd(spec: Spec, node: NodeFacts) -> NodeWork:
             settings.append(engine.CriSetting("registry.config_path", change.config_path))
             extra_files.extend(plan_hosts_toml(change, node))
         elif isinstance(change, ContainerdChange):
-            for key, value in change.all_settings().items():
-                settings.append(engine.CriSetting(key, value))
-    shadowing = tuple(s.describe() for s in engine.find_shadowing(node.config_files, node.containerd))
+            settings.extend(engine.CriSetting(k, v) for k, v in change.all_settings().items())
+    shadowing = tuple(s.describe() for s in engine.find_shadowing(files, version))
     if not settings:
-        return NodeWork((), (), "", shadowing, ())
+        return NodeWork(tuple(extra_files), (), "", shadowing, (), ())
     intent = engine.Intent(tuple(settings))
-    synthesis = engine.synthesize(node.config_files, node.containerd, intent, repair=True)
-    intended = {tuple(p) for p in synthesis.intended_paths}
-    files = tuple(
-        FileChange(path=w.path, before=w.before, after=w.after, reason=w.reason)
-        for w in synthesis.writes
-    ) + tuple(extra_files)
-    changes = tuple(
-        EffectiveChange(
-            path=engine.format_path(c.path),
-            before=c.before,
-            after=c.after,
-            intended=tuple(c.path) in intended,
+    # repair_shadowing is synthesize when nothing is shadowed; on a broken node it also gives
+    # back what a shadowing drop-in threw away, and says so.
+    synthesis = engine.repair_shadowing(files, version, intent)
+    intended = {placed.path for placed in synthesis.placed}
+    writes = tuple(
+        FileChange(
+            path=w.path,
+            before=w.before,
+            after=w.after,
+            reason=explain_write(w.path, files.main_path, version),
         )
-        for c in synthesis.changes
+        for w in synthesis.writes
+    )
+    changes = collapse_changes(
+        synthesis.changes(), synthesis.before.tree, synthesis.after.tree, intended
+    )
+    notes = tuple(synthesis.notes)
+    repairs = tuple(
+        describe_repair(s)
+        for s in engine.find_shadowing(files, version)
+        if s.kind is engine.ShadowKind.TABLE_REPLACED
+        and any(n.startswith("repairs: ") for n in notes)
     )
     return NodeWork(
-        files=files,
+        files=writes + tuple(extra_files),
         effective_changes=changes,
-        effective_diff=synthesis.diff_text,
+        effective_diff=engine.render_diff_text(synthesis.before, synthesis.after),
         shadowing=shadowing,
-        repairs=tuple(synthesis.repairs),
+        repairs=repairs,
+        notes=tuple(n for n in notes if not n.startswith("repairs: "))
+        + tuple(synthesis.after.warnings),
     )
+
+
+def collapse_changes(
+    changes: Sequence[engine.Change],
+    before: Mapping[str, Any],
+    after: Mapping[str, Any],
+    intended: set[tuple[str, ...]],
+) -> tuple[EffectiveChange, ...]:
+    """Leaf changes, with a whole added (or removed) table shown once at its top.
+
+    A repaired node gets back whole tables (a runtime handler is some twenty leaves); the
+    reviewer wants to read "runtimes.nvidia comes back", not every leaf of it.
+    """
+    result: list[EffectiveChange] = []
+    seen: set[tuple[str, ...]] = set()
+    for change in changes:
+        path = tuple(change.path)
+        top = path
+        if path in intended:
+            pass  # the intent is shown leaf by leaf, exactly as the plan states it
+        elif change.before is None:
+            top = _highest_missing(before, path)
+        elif change.after is None:
+            top = _highest_missing(after, path)
+        if top in seen:
+            continue
+        seen.add(top)
+        if top == path:
+            old, new = change.before, change.after
+        else:
+            old, new = _lookup(before, top), _lookup(after, top)
+        result.append(
+            EffectiveChange(
+                path=format_toml_path(top), before=old, after=new, intended=path in intended
+            )
+        )
+    # the intent first, then what a repair gives back
+    return tuple(sorted(result, key=lambda c: not c.intended))
+
+
+def _highest_missing(tree: Mapping[str, Any], path: tuple[str, ...]) -> tuple[str, ...]:
+    node: Any = tree
+    for depth, part in enumerate(path):
+        if not isinstance(node, Mapping) or part not in node:
+            return path[: depth + 1]
+        node = node[part]
+    return path
+
+
+def _lookup(tree: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+    node: Any = tree
+    for part in path:
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def describe_repair(shadowing: engine.Shadowing) -> str:
+    """What rollout's writes give back on a node broken by a shadowing drop-in."""
+    handlers = sorted(
+        {p[2] for p in shadowing.lost if len(p) >= 3 and p[:2] == ("containerd", "runtimes")}
+    )
+    restored = f"runtime handlers {', '.join(handlers)} and " if handlers else ""
+    return (
+        f"{shadowing.shadowing_file} is rewritten to carry the whole "
+        f'plugins."{shadowing.plugin_id}" table: {restored}'
+        f"{len(shadowing.lost)} lost setting(s) come back"
+    )
+
+
+def explain_write(path: str, main_path: str, version: engine.ContainerdVersion) -> str:
+    """Why rollout writes this file: the reviewer's first question."""
+    if path == main_path:
+        return "the main config carries the intent, so it survives the toolkit removing its drop-in"
+    if version.merge_mode is engine.MergeMode.REPLACE_PLUGIN_TABLES:
+        return (
+            f"on containerd {version.series} this file's CRI table replaces the earlier ones, "
+            "so it must carry the intent too"
+        )
+    return "this later file sets the same key, so it must carry the intent too"
+
+
+def format_toml_path(path: Sequence[str]) -> str:
+    """A key path as TOML writes it: plugins."io.containerd.grpc.v1.cri".registry.config_path."""
+    return ".".join(part if _BARE_KEY.fullmatch(part) else f'"{part}"' for part in path)
 
 
 def plan_hosts_toml(change: RegistryChange, node: NodeFacts) -> list[FileChange]:
     """The certs.d/<host>/hosts.toml write for one registry, unless it already matches."""
-    path = f"{change.config_path.rstrip('/')}/{engine.hosts_dir_name(change.host)}/hosts.toml"
-    content = engine.render_hosts_toml(change.to_registry_hosts())
+    path = engine.hosts_toml_path(change.config_path, change.host)
+    hosts = [
+        engine.HostEndpoint(
+            url=endpoint.url,
+            capabilities=tuple(c.value for c in endpoint.capabilities),
+            skip_verify=endpoint.skip_verify,
+            ca=(endpoint.ca_file,) if endpoint.ca_file else (),
+        )
+        for endpoint in change.endpoints
+    ]
+    content = engine.render_hosts_toml(change.upstream, hosts)
     before = node.config_files.files.get(path)
     if before == content:
         return []
-    return [FileChange(path=path, before=before, after=content, reason=f"mirror for {change.host}")]
+    return [
+        FileChange(path=path, before=before, after=content, reason=f"mirrors for {change.host}")
+    ]
 
 
 def plan_cluster_changes(spec: Spec, cluster: ClusterFacts) -> list[ClusterChange]:
@@ -273,14 +379,23 @@ def plan_cluster_changes(spec: Spec, cluster: ClusterFacts) -> list[ClusterChang
         before_text = current.get(change.profile)
         if before_text is not None and yaml.safe_load(before_text) == change.config_document():
             result.append(
-                ClusterChange("configmap", ref, None, noop_reason=f"key {change.profile!r} already holds this profile")
+                ClusterChange(
+                    "configmap",
+                    ref,
+                    None,
+                    noop_reason=f"key {change.profile!r} already holds this profile",
+                )
             )
         else:
-            diff = FileChange(f"/{ref}/{change.profile}", before_text, wanted_text, "").unified_diff()
+            diff = FileChange(
+                f"/{ref}/{change.profile}", before_text, wanted_text, ""
+            ).unified_diff()
             others = sorted(k for k in current if k != change.profile)
             keep = f"; other profiles kept: {', '.join(others)}" if others else ""
             verb = "update" if before_text is not None else "add"
-            result.append(ClusterChange("configmap", ref, f"{verb} key {change.profile!r}{keep}", diff))
+            result.append(
+                ClusterChange("configmap", ref, f"{verb} key {change.profile!r}{keep}", diff)
+            )
         policy_config = (cluster.cluster_policy.get("devicePlugin") or {}).get("config") or {}
         if policy_config.get("name") != change.configmap.name:
             result.append(
@@ -310,9 +425,13 @@ def plan_time_slicing(
             None,
         )
     if configmap_changed:
-        # The config-manager watches labels, not ConfigMaps: same label, new content needs a restart.
-        return [], None, "delete the node's device-plugin pod so it reloads the profile", (
-            f"already labelled {change.profile}"
+        # The config-manager watches labels, not ConfigMaps: a new profile under the same
+        # label needs a device-plugin restart.
+        return (
+            [],
+            None,
+            "delete the node's device-plugin pod so it reloads the profile",
+            (f"already labelled {change.profile}"),
         )
     return [], None, None, f"already labelled {change.profile} and the profile is unchanged"
 
@@ -336,6 +455,7 @@ def plan_driver(spec: Spec, node: NodeFacts) -> tuple[str | None, str | None]:
     if current == change.version:
         return None, f"driver {current} already installed"
     return (
-        f"upgrade the driver {current or '(unknown)'} -> {change.version} ({change.mode.value} mode)",
+        f"upgrade the driver {current or '(unknown)'} -> {change.version} "
+        f"({change.mode.value} mode)",
         None,
     )

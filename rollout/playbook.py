@@ -123,7 +123,9 @@ def compose_steps(books: Iterable[Playbook]) -> tuple[PlaybookStep, ...]:
 def _parse_step(location: SourceLocation, index: int, item: Any) -> PlaybookStep:
     field = f"steps[{index}]"
     if not isinstance(item, Mapping) or "step" not in item:
-        raise InputError(location, "each step is a mapping with `step`, `phase` and `why`", field=field)
+        raise InputError(
+            location, "each step is a mapping with `step`, `phase` and `why`", field=field
+        )
     kind = str(item["step"])
     if kind not in STEP_KINDS:
         raise InputError(

@@ -15,6 +15,7 @@ from rich.markup import escape
 from rollout.plan import NodePlan, Plan
 
 SCHEMA_VERSION = 1
+MAX_EFFECTIVE_LINES = 12
 
 
 def make_console(stream: IO[str] | None = None, color: bool | None = None) -> Console:
@@ -50,14 +51,16 @@ def print_plan_text(plan: Plan, console: Console) -> None:
         console.print("\n[bold]Before wave 1 (cluster-wide)[/bold]")
         for change in plan.cluster_changes:
             if change.action is None:
-                console.print(f"  = {change.kind} {change.target}: {escape(change.noop_reason or '')}")
+                console.print(
+                    f"  = {change.kind} {change.target}: {escape(change.noop_reason or '')}"
+                )
             else:
-                console.print(f"  [cyan]~[/cyan] {change.kind} {change.target}: {escape(change.action)}")
+                console.print(
+                    f"  [cyan]~[/cyan] {change.kind} {change.target}: {escape(change.action)}"
+                )
                 _print_diff(console, change.diff, indent="      ")
     for wave in plan.waves:
-        console.print(
-            f"\n[bold]Wave {wave.index}[/bold]: {', '.join(n.name for n in wave.nodes)}"
-        )
+        console.print(f"\n[bold]Wave {wave.index}[/bold]: {', '.join(n.name for n in wave.nodes)}")
         for node in wave.nodes:
             _print_node(console, node)
     console.print()
@@ -70,13 +73,17 @@ def print_plan_text(plan: Plan, console: Console) -> None:
             + "."
         )
     else:
-        console.print("[bold green]No changes.[/bold green] Every targeted node already matches the plan.")
+        console.print(
+            "[bold green]No changes.[/bold green] Every targeted node already matches the plan."
+        )
 
 
 def _print_node(console: Console, node: NodePlan) -> None:
     marker = "[cyan]~[/cyan]" if node.changes else "[green]=[/green]"
     state = " (cordoned or NotReady: counts against max unavailable)" if node.unavailable else ""
-    console.print(f"\n  {marker} [bold]{node.name}[/bold]  containerd {node.containerd_version}{state}")
+    console.print(
+        f"\n  {marker} [bold]{node.name}[/bold]  containerd {node.containerd_version}{state}"
+    )
     for text in node.shadowing:
         console.print(f"    [red]shadowed:[/red] {escape(text)}")
     for text in node.repairs:
@@ -95,11 +102,14 @@ def _print_node(console: Console, node: NodePlan) -> None:
         _print_diff(console, change.unified_diff(), indent="      ")
     if node.effective_changes:
         console.print("    [bold]effective containerd config[/bold] (what containerd will load):")
-        for eff in node.effective_changes:
+        for eff in node.effective_changes[:MAX_EFFECTIVE_LINES]:
             tag = "" if eff.intended else "  [yellow](repair)[/yellow]"
             console.print(
                 f"      {escape(eff.path)}: {_short(eff.before)} -> {_short(eff.after)}{tag}"
             )
+        hidden = len(node.effective_changes) - MAX_EFFECTIVE_LINES
+        if hidden > 0:
+            console.print(f"      ... and {hidden} more (--output json or markdown shows all)")
 
 
 def _print_diff(console: Console, diff: str, indent: str) -> None:
@@ -122,8 +132,16 @@ def _print_diff(console: Console, diff: str, indent: str) -> None:
 def _short(value: Any) -> str:
     if value is None:
         return "(absent)"
+    if isinstance(value, dict):
+        return f"{{table of {_count_leaves(value)} setting(s)}}"
     text = json.dumps(value, sort_keys=True, default=str)
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _count_leaves(value: Any) -> int:
+    if isinstance(value, dict):
+        return sum(_count_leaves(v) for v in value.values()) or 1
+    return 1
 
 
 def plan_to_markdown(plan: Plan) -> str:
@@ -150,7 +168,8 @@ def plan_to_markdown(plan: Plan) -> str:
         for node in wave.nodes:
             steps = " → ".join(s.kind for s in node.steps if s.changes) or "no-op"
             out.append(
-                f"| {wave.index} | {node.name} | {node.containerd_version} | {steps} | {len(node.files)} |"
+                f"| {wave.index} | {node.name} | {node.containerd_version} | {steps} "
+                f"| {len(node.files)} |"
             )
     out.append("")
     for node in changing:
@@ -159,9 +178,9 @@ def plan_to_markdown(plan: Plan) -> str:
             out.append(f"- :warning: shadowed: {text}")
         for text in node.repairs:
             out.append(f"- repair: {text}")
-        for change in node.files:
-            out.append(f"\n`{change.action} {change.path}` ({change.reason})\n")
-            out.append(f"```diff\n{change.unified_diff()}```")
+        for write in node.files:
+            out.append(f"\n`{write.action} {write.path}` ({write.reason})\n")
+            out.append(f"```diff\n{write.unified_diff()}```")
         if node.effective_diff:
             out.append("\nEffective containerd config:\n")
             out.append(f"```diff\n{node.effective_diff.rstrip()}\n```")

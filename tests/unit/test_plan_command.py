@@ -1,0 +1,229 @@
+"""`rollout plan --facts`: the example fleet end to end, through the command line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rollout.cli import main
+from rollout.containerd import ConfigFiles, dump_config
+from rollout.facts import load_recorded_facts
+from rollout.transports.local import LocalRunner
+from tests.conftest import containerd_binary
+
+ROOT = Path(__file__).resolve().parents[2]
+PLAN = ROOT / "examples" / "plan.yaml"
+FACTS = ROOT / "examples" / "facts"
+NVIDIA_HANDLERS = {"nvidia", "nvidia-cdi", "nvidia-legacy"}
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
+    assert main(["plan", *args, "--output", "json"]) == 0
+    data: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return data
+
+
+def nodes_of(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {n["name"]: n for wave in data["waves"] for n in wave["nodes"]}
+
+
+def apply_plan_to_facts(data: dict[str, Any], facts: Path) -> None:
+    """Write every planned file into a copy of the recorded facts, as apply would on the node."""
+    for name, node in nodes_of(data).items():
+        for change in node["files"]:
+            target = facts / name / "files" / change["path"].lstrip("/")
+            if change["after"] is None:
+                target.unlink()
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(change["after"])
+
+
+def test_example_plan_waves_and_steps(capsys: pytest.CaptureFixture[str]) -> None:
+    data = run_json(capsys, str(PLAN), "--facts", str(FACTS))
+    assert data["has_changes"] is True
+    assert [[n["name"] for n in w["nodes"]] for w in data["waves"]] == [
+        ["gpu-a-1"],
+        ["gpu-a-2", "gpu-a-3"],
+        ["gpu-b-1"],
+    ]
+    node = nodes_of(data)["gpu-a-1"]
+    assert [s["kind"] for s in node["steps"]] == [
+        "cordon",
+        "drain",
+        "containerd.write",
+        "systemd.restart",
+        "containerd.verify",
+        "gpu.wait",
+        "gpu.smoke",
+        "uncordon",
+    ]
+    intended = [c for c in node["effective_changes"] if c["intended"]]
+    assert intended == [
+        {
+            "path": 'plugins."io.containerd.grpc.v1.cri".registry.config_path',
+            "before": "",
+            "after": "/etc/containerd/certs.d",
+            "intended": True,
+        }
+    ]
+    # on 1.x the toolkit's drop-in replaces the main config's CRI table: both carry the intent
+    paths = {f["path"] for f in node["files"]}
+    assert paths == {
+        "/etc/containerd/config.toml",
+        "/etc/containerd/conf.d/99-nvidia.toml",
+        "/etc/containerd/certs.d/docker.io/hosts.toml",
+    }
+
+
+def test_broken_node_shows_shadowing_and_repair(capsys: pytest.CaptureFixture[str]) -> None:
+    broken = nodes_of(run_json(capsys, str(PLAN), "--facts", str(FACTS)))["gpu-a-3"]
+    assert len(broken["shadowing"]) == 1
+    text = broken["shadowing"][0]
+    assert "/etc/containerd/conf.d/registry.toml replaces the whole" in text
+    assert "containerd.runtimes.nvidia" in text
+    assert broken["repairs"] and "nvidia, nvidia-cdi, nvidia-legacy" in broken["repairs"][0]
+    restored = {c["path"] for c in broken["effective_changes"] if not c["intended"]}
+    assert 'plugins."io.containerd.grpc.v1.cri".containerd' in restored
+    for other in ("gpu-a-1", "gpu-a-2", "gpu-b-1"):
+        assert (
+            nodes_of(run_json(capsys, str(PLAN), "--facts", str(FACTS)))[other]["shadowing"] == []
+        )
+
+
+def test_text_output_names_the_shadowing_file(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", str(PLAN), "--facts", str(FACTS), "--color", "never"]) == 0
+    out = capsys.readouterr().out
+    assert "shadowed: /etc/containerd/conf.d/registry.toml replaces the whole" in out
+    assert "Wave 3: gpu-b-1" in out
+    assert "4 of 4 node(s) change" in out
+
+
+def test_markdown_output_is_a_review_comment(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", str(PLAN), "--facts", str(FACTS), "--output", "markdown"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("### rollout plan `registry-mirror`")
+    assert "| 2 | gpu-a-3 |" in out
+    assert "```diff" in out and "<details>" in out
+
+
+def test_detailed_exitcode_then_converged(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    facts = tmp_path / "facts"
+    shutil.copytree(FACTS, facts)
+    assert main(["plan", str(PLAN), "--facts", str(facts), "--detailed-exitcode"]) == 2
+    capsys.readouterr()
+    apply_plan_to_facts(run_json(capsys, str(PLAN), "--facts", str(facts)), facts)
+    # after the writes every node already holds the intent: the plan is empty, node by node
+    assert main(["plan", str(PLAN), "--facts", str(facts), "--detailed-exitcode"]) == 0
+    assert "No changes." in capsys.readouterr().out
+    data = run_json(capsys, str(PLAN), "--facts", str(facts))
+    assert data["has_changes"] is False
+    for node in nodes_of(data).values():
+        assert node["files"] == [] and node["shadowing"] == []
+        write = next(s for s in node["steps"] if s["kind"] == "containerd.write")
+        assert write["noop_reason"] == "the effective containerd config already holds the intent"
+
+
+def test_bad_plan_is_located_and_exits_2(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    bad = tmp_path / "plan.yaml"
+    bad.write_text(PLAN.read_text().replace("max_unavailable: 1", "max_unavailable: -3"))
+    assert main(["plan", str(bad), "--facts", str(FACTS)]) == 2
+    err = capsys.readouterr().err
+    line = next(i for i, t in enumerate(bad.read_text().splitlines(), 1) if "-3" in t)
+    assert f"{bad}:{line}:" in err and "policy.max_unavailable" in err
+    # with --detailed-exitcode, 2 means "changes": an error is 1
+    assert main(["plan", str(bad), "--facts", str(FACTS), "--detailed-exitcode"]) == 1
+
+
+def test_targets_matching_nothing_is_bad_input(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(PLAN.read_text().replace("nvidia.com/gpu.present=true", "pool=none"))
+    assert main(["plan", str(plan), "--facts", str(FACTS)]) == 2
+    assert "match no node" in capsys.readouterr().err
+
+
+def test_missing_facts_option_is_explained(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", str(PLAN)]) == 2
+    assert "--facts DIR" in capsys.readouterr().err
+
+
+TIME_SLICING_PLAN = """\
+apiVersion: rollout/v1
+kind: Plan
+metadata: {name: share-a100}
+targets: {nodes: [gpu-a-1, gpu-a-2]}
+changes:
+  - time-slicing:
+      profile: a100-4x
+      config:
+        version: v1
+        sharing:
+          timeSlicing:
+            resources:
+              - name: nvidia.com/gpu
+                replicas: 4
+"""
+
+
+def test_time_slicing_plan(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(TIME_SLICING_PLAN)
+    data = run_json(capsys, str(plan), "--facts", str(FACTS))
+    assert any("does not divide it" in w for w in data["warnings"])
+    kinds = {(c["kind"], c["target"]) for c in data["cluster_changes"] if c["action"]}
+    assert kinds == {
+        ("configmap", "gpu-operator/time-slicing-config"),
+        ("clusterpolicy", "cluster-policy"),
+    }
+    node = nodes_of(data)["gpu-a-1"]
+    assert node["labels"] == [
+        {"key": "nvidia.com/device-plugin.config", "before": None, "after": "a100-4x"}
+    ]
+    steps = {s["kind"]: s for s in node["steps"]}
+    assert steps["gpu.wait"]["action"] == "wait for allocatable nvidia.com/gpu = 16"
+    assert "cordon" not in steps  # time-slicing restarts no container runtime
+    assert set(nodes_of(data)) == {"gpu-a-1", "gpu-a-2"}
+
+
+@pytest.mark.containerd
+@pytest.mark.parametrize("node_name", ["gpu-a-1", "gpu-a-2", "gpu-a-3", "gpu-b-1"])
+def test_planned_writes_proven_by_real_containerd(
+    capsys: pytest.CaptureFixture[str], node_name: str
+) -> None:
+    """The real `containerd config dump` of each example node, after the planned writes."""
+    data = run_json(capsys, str(PLAN), "--facts", str(FACTS))
+    facts = load_recorded_facts(FACTS).by_name(node_name)
+    assert facts is not None
+    binary = str(containerd_binary(facts.containerd.series))
+    files = dict(facts.config_files.files)
+    for change in nodes_of(data)[node_name]["files"]:
+        files[change["path"]] = change["after"]
+    runner = LocalRunner()
+    before = dump_config(runner, binary, facts.config_files)
+    after = dump_config(runner, binary, ConfigFiles(facts.config_files.main_path, files))
+    cri = "io.containerd.grpc.v1.cri" if facts.containerd.major == 1 else None
+    runtime_id = cri or "io.containerd.cri.v1.runtime"
+    images_id = cri or "io.containerd.cri.v1.images"
+    handlers_after = set(after["plugins"][runtime_id]["containerd"]["runtimes"])
+    assert NVIDIA_HANDLERS <= handlers_after
+    assert after["plugins"][images_id]["registry"]["config_path"] == "/etc/containerd/certs.d"
+    handlers_before = set(
+        before["plugins"].get(runtime_id, {}).get("containerd", {}).get("runtimes", {})
+    )
+    if node_name == "gpu-a-3":
+        assert not NVIDIA_HANDLERS & handlers_before  # the incident: handlers gone before
+    else:
+        assert handlers_before <= handlers_after
+    hosts = files["/etc/containerd/certs.d/docker.io/hosts.toml"]
+    assert tomllib.loads(hosts)["server"] == "https://registry-1.docker.io"
