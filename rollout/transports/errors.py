@@ -1,0 +1,227 @@
+"""The errors the transports raise, translated from paramiko, fabric, socket and kubernetes.
+
+This module imports none of those libraries, so the executor, the steps and the CLI can catch
+`NotFound` or `HostKeyMismatch` without importing them (the layering rule of STYLE.md).
+
+`TransientError` marks the errors worth retrying: a retry policy (rollout.retry) retries only
+those and raises every other error at once. Whether an *operation* is safe to repeat stays
+the caller's decision; the marker only says the *failure* may go away by itself.
+"""
+
+from __future__ import annotations
+
+from rollout.errors import BadInput, RolloutError
+
+# A Status message or an unparsed body longer than this is cut: a 500 can carry a whole
+# HTML page or a stack trace, and a user needs its first lines, not a screenful.
+MAX_MESSAGE_CHARS = 500
+
+
+class TransientError(RolloutError):
+    """A failure that may go away by itself: a refused connection, a 5xx, throttling.
+
+    (The lead may move this marker to rollout.errors; it lives here for now because the
+    transports are the only places that raise transient errors.)
+    """
+
+
+def truncate_text(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """`text` cut to `limit` characters, saying how much was left out."""
+    text = text.strip()
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters)"
+
+
+# ---------------------------------------------------------------------------------- SSH
+
+
+class SshError(RolloutError):
+    """Something went wrong talking SSH to a node (not a command's own non-zero exit)."""
+
+    def __init__(self, node: str, target: str, problem: str, hint: str | None = None) -> None:
+        self.node = node
+        self.target = target
+        self.problem = problem
+        self.hint = hint
+        text = f"node {node} ({target}): {problem}"
+        super().__init__(text + (f"\n  hint: {hint}" if hint else ""))
+
+
+class SshConnectError(SshError, TransientError):
+    """The node could not be reached, or the connection dropped: refused, reset, timed out."""
+
+
+class SshResolveError(SshError):
+    """The node's address does not resolve: a typo in the inventory more often than not."""
+
+
+class SshAuthError(SshError):
+    """The node refused every key offered: wrong user, key or authorized_keys."""
+
+
+class SshProtocolError(SshError):
+    """The SSH session failed for another reason: a refused channel, a protocol error."""
+
+
+class HostKeyUnknown(SshError):
+    """The node's host key is not in known_hosts and adding unknown keys was not asked for."""
+
+    def __init__(
+        self,
+        node: str,
+        target: str,
+        known_hosts: str,
+        entry: str,
+        key_type: str,
+        fingerprint: str,
+    ) -> None:
+        self.known_hosts = known_hosts
+        self.entry = entry
+        self.key_type = key_type
+        self.fingerprint = fingerprint
+        host, port = split_known_hosts_entry(entry)
+        keyscan = f"ssh-keyscan -p {port} {host}" if port != 22 else f"ssh-keyscan {host}"
+        super().__init__(
+            node,
+            target,
+            f"the host key of {entry} is not in {known_hosts} ({key_type} {fingerprint})",
+            hint=f"check the fingerprint, then add the key (`{keyscan} >> {known_hosts}`) "
+            "or accept new host keys explicitly (--accept-new-host-keys)",
+        )
+
+
+class HostKeyMismatch(SshError):
+    """The node presented a key other than the one known_hosts records for it.
+
+    Never accepted, whatever the options: it is either a reinstalled node or a
+    man in the middle, and only a person can tell which.
+    """
+
+    def __init__(
+        self,
+        node: str,
+        target: str,
+        known_hosts: str,
+        entry: str,
+        key_type: str,
+        presented: str,
+        expected: str,
+    ) -> None:
+        self.known_hosts = known_hosts
+        self.entry = entry
+        self.key_type = key_type
+        self.presented = presented
+        self.expected = expected
+        super().__init__(
+            node,
+            target,
+            f"HOST KEY CHANGED for {entry}: the node presented {key_type} {presented}, "
+            f"{known_hosts} expects {expected}",
+            hint="if the node was reinstalled, remove the old key "
+            f"(`ssh-keygen -R '{entry}' -f {known_hosts}`) and add the new one; "
+            "otherwise treat it as an attack and stop",
+        )
+
+
+def known_hosts_entry(host: str, port: int) -> str:
+    """How known_hosts names a host: `host` on port 22, `[host]:port` elsewhere."""
+    return host if port == 22 else f"[{host}]:{port}"
+
+
+def split_known_hosts_entry(entry: str) -> tuple[str, int]:
+    """`[host]:port` -> (host, port); a bare host -> (host, 22)."""
+    if entry.startswith("[") and "]:" in entry:
+        host, _, port = entry[1:].partition("]:")
+        if port.isdigit():
+            return host, int(port)
+    return entry, 22
+
+
+# --------------------------------------------------------------------------- Kubernetes
+
+
+class KubeError(RolloutError):
+    """A Kubernetes API request failed; says which request, the status and the server's word."""
+
+    hint: str | None = None
+
+    def __init__(
+        self,
+        verb: str,
+        obj: str,
+        *,
+        status: int | None = None,
+        reason: str = "",
+        message: str = "",
+    ) -> None:
+        self.verb = verb
+        self.obj = obj
+        self.status = status
+        self.reason = reason
+        self.message = truncate_text(message)
+        code = f"{status} {reason}".strip() if status is not None else reason
+        text = ": ".join(part for part in (f"{verb} {obj}", code, self.message) if part)
+        super().__init__(text + (f"\n  hint: {self.hint}" if self.hint else ""))
+
+
+class KubeConfigError(KubeError, BadInput):
+    """No usable kubeconfig or in-cluster configuration (bad input: exit code 2)."""
+
+    hint = "pass --kubeconfig/--context, set KUBECONFIG, or check ~/.kube/config"
+
+
+class KubeUnreachable(KubeError, TransientError):
+    """The API server could not be reached: connection refused, reset or timed out."""
+
+    hint = "check that the API server in the kubeconfig is up and reachable from here"
+
+
+class BadRequest(KubeError):
+    """400: the server rejected the request as malformed."""
+
+
+class Unauthorized(KubeError):
+    """401: the credentials were refused."""
+
+    hint = "the kubeconfig's credentials are missing or expired; log in again"
+
+
+class Forbidden(KubeError):
+    """403: the credentials are valid but RBAC does not allow this request."""
+
+    hint = "grant the user or service account this verb on this resource (see `rollout schedule`)"
+
+
+class NotFound(KubeError):
+    """404: the object (or its namespace) does not exist."""
+
+
+class Conflict(KubeError):
+    """409: the object exists already, or changed since it was read (stale resourceVersion)."""
+
+
+class Invalid(KubeError):
+    """422: the object failed validation."""
+
+
+class TooManyRequests(KubeError, TransientError):
+    """429: throttled (or, for evictions, see EvictionBlocked); try again later."""
+
+
+class EvictionBlocked(TooManyRequests):
+    """An eviction refused because a PodDisruptionBudget allows no disruption now.
+
+    Transient: the budget allows it again once other pods are healthy. A drain retries
+    it on its own schedule.
+    """
+
+    def __init__(
+        self, verb: str, obj: str, *, status: int, reason: str, message: str, pdb: str | None
+    ) -> None:
+        self.pdb = pdb
+        super().__init__(verb, obj, status=status, reason=reason, message=message)
+
+
+class ServerError(KubeError, TransientError):
+    """5xx: the server failed; often gone on the next try."""

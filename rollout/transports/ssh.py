@@ -1,0 +1,560 @@
+"""Run commands on nodes over SSH (fabric for config and gateways, paramiko for the session).
+
+One connection per node, opened on first use and reused for every command. Host keys are
+checked strictly against known_hosts: an unknown key is an error unless the caller asked
+to accept new keys, and a changed key is always an error. paramiko, fabric and socket
+errors are translated here into rollout.transports.errors.
+
+Each command runs under coreutils `timeout` on the node, so a command that runs past its
+time is killed there (with its process group), not merely abandoned with the channel:
+sshd does not kill a command whose channel closes, it leaves it running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import select
+import shlex
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+import fabric
+import paramiko
+
+from rollout.commands import DEFAULT_TIMEOUT_S, CommandResult, CommandRunner, CommandTimeout
+from rollout.errors import RolloutError
+from rollout.inventory import Host
+from rollout.transports.errors import (
+    HostKeyMismatch,
+    HostKeyUnknown,
+    SshAuthError,
+    SshConnectError,
+    SshProtocolError,
+    SshResolveError,
+    known_hosts_entry,
+)
+
+DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
+# How long `timeout` waits after TERM before it sends KILL.
+KILL_AFTER_S = 5.0
+# Beyond the remote kill, how long to wait for the node to report before giving up on it.
+REPORT_SLACK_S = 5.0
+# Exit codes of `timeout` when it stopped the command (TERM, or KILL after KILL_AFTER_S).
+TIMEOUT_EXIT_CODES = frozenset({124, 128 + 9})
+# paramiko's exit code when the channel closed without an exit status (killed by a signal).
+NO_EXIT_STATUS = -1
+CHUNK_BYTES = 32768
+
+# paramiko logs every failed handshake from its transport thread; rollout reports the
+# translated error itself, so without a handler of the user's these would print twice.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
+
+_known_hosts_lock = threading.Lock()
+
+R = TypeVar("R", bound=CommandRunner)
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class SshOptions:
+    """Connection settings shared by every node of a run."""
+
+    accept_new_host_keys: bool = False
+    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
+    # An ssh_config file to read instead of /etc/ssh/ssh_config and ~/.ssh/config
+    # (as `ssh -F`); None reads those two, as ssh does.
+    ssh_config_path: str | None = None
+
+
+class _UnknownHostKey(paramiko.SSHException):  # type: ignore[misc]
+    """Raised by the host key policy; translated into HostKeyUnknown at the boundary."""
+
+    def __init__(self, entry: str, key: paramiko.PKey) -> None:
+        self.entry = entry
+        self.key = key
+        super().__init__(f"unknown host key for {entry}")
+
+
+class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):  # type: ignore[misc]
+    """Unknown keys: refuse, or (when asked) append to known_hosts and accept.
+
+    paramiko consults the policy only for a host it has no key for; a host whose recorded
+    key differs fails in paramiko itself (BadHostKeyException), so a changed key can never
+    be accepted here.
+    """
+
+    def __init__(self, known_hosts: Path, accept_new: bool) -> None:
+        self._known_hosts = known_hosts
+        self._accept_new = accept_new
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: Any) -> None:
+        if not self._accept_new:
+            raise _UnknownHostKey(hostname, key)
+        client.get_host_keys().add(hostname, key.get_name(), key)
+        append_known_host(self._known_hosts, hostname, key.get_name(), key.get_base64())
+
+
+def append_known_host(known_hosts: Path, entry: str, key_type: str, key_base64: str) -> None:
+    """Append one `entry type key` line to known_hosts, creating the file (0600) if needed."""
+    with _known_hosts_lock:
+        known_hosts.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(known_hosts, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "a") as out:
+            out.write(f"{entry} {key_type} {key_base64}\n")
+
+
+class SshRunner:
+    """A CommandRunner for one inventory host over SSH; one connection, reused.
+
+    Not for concurrent use from several threads (run_on_nodes gives each node one thread);
+    a lock makes such use safe but serial.
+    """
+
+    def __init__(self, host: Host, options: SshOptions | None = None) -> None:
+        self._host = host
+        self._options = options or SshOptions()
+        self._lock = threading.RLock()
+        self._connection: fabric.Connection | None = None
+        self._known_hosts: Path | None = None
+        self._fabric_config: fabric.Config | None = None
+
+    # ------------------------------------------------------------------ identity
+
+    @property
+    def host(self) -> str:
+        """The Kubernetes node name, as CommandResult.host and messages show it."""
+        return self._host.name
+
+    @property
+    def target(self) -> str:
+        """`user@address:port` as given in the inventory."""
+        address = self._host.address
+        if ":" in address:
+            address = f"[{address}]"
+        return f"{self._host.user}@{address}:{self._host.port}"
+
+    @property
+    def known_hosts(self) -> Path:
+        """The known_hosts file checked (and appended to, when accepting new keys)."""
+        if self._known_hosts is None:
+            self._known_hosts = self._choose_known_hosts()
+        return self._known_hosts
+
+    @property
+    def route(self) -> str:
+        """How the node is reached after ssh_config: `user@host:port via user@jump:port`."""
+        if self._connection is None:
+            self._connection = self._make_connection()
+        hops: list[str] = []
+        hop: object = self._connection
+        while isinstance(hop, fabric.Connection):
+            hops.append(f"{hop.user}@{hop.host}:{hop.port}")
+            hop = hop.gateway
+        if isinstance(hop, str):
+            hops.append(f"ProxyCommand {hop}")
+        return " via ".join(hops)
+
+    def __repr__(self) -> str:
+        return f"SshRunner({self.host} {self.target})"
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def open(self) -> None:
+        """Connect now (commands connect on first use anyway); errors as for run()."""
+        with self._lock, self._translate_errors():
+            self._open_transport()
+
+    def close(self) -> None:
+        """Close the connection (and its gateways); a later command reconnects."""
+        with self._lock:
+            connection, self._connection = self._connection, None
+            if connection is None:
+                return
+            gateway = connection.gateway
+            connection.close()
+            while isinstance(gateway, fabric.Connection):
+                gateway.close()
+                gateway = gateway.gateway
+
+    def __enter__(self) -> SshRunner:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    @property
+    def transport_id(self) -> int | None:
+        """Identity of the live SSH transport (tests use it to prove the connection is reused)."""
+        connection = self._connection
+        if connection is None or connection.transport is None:
+            return None
+        return id(connection.transport)
+
+    # ------------------------------------------------------------------ commands
+
+    def command_line(self, argv: Sequence[str], timeout_s: float) -> str:
+        """The one string sent to the node: argv quoted, under `timeout` (and sudo)."""
+        if not argv:
+            raise ValueError("an empty argv runs nothing")
+        wrapped = [
+            "timeout",
+            f"--kill-after={KILL_AFTER_S:g}s",
+            f"{max(timeout_s, 0.001):.3f}s",
+            *argv,
+        ]
+        if self._host.become and self._host.user != "root":
+            # -n: fail instead of prompting for a password nobody can type.
+            wrapped = ["sudo", "-n", "--", *wrapped]
+        return shlex.join(wrapped)
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> CommandResult:
+        """Run argv on the node; the result even for a non-zero exit.
+
+        Raises CommandTimeout when the command ran past timeout_s (it is killed on the node),
+        and an SshError when the node could not be reached or the session failed.
+        """
+        argv = tuple(argv)
+        command = self.command_line(argv, timeout_s)
+        with self._lock, self._translate_errors():
+            transport = self._open_transport()
+            started = time.monotonic()
+            channel = transport.open_session(timeout=self._options.connect_timeout_s)
+            try:
+                channel.exec_command(command)
+                exchanged = _exchange(
+                    channel, stdin, started + timeout_s + KILL_AFTER_S + REPORT_SLACK_S
+                )
+            finally:
+                channel.close()
+        elapsed = time.monotonic() - started
+        if exchanged is None:
+            # the node did not even report the kill: the connection is suspect, start afresh
+            self.close()
+            raise CommandTimeout(argv, self.host, timeout_s)
+        exit_code, stdout, stderr = exchanged
+        if exit_code == NO_EXIT_STATUS and not transport.is_active():
+            self.close()
+            raise SshConnectError(
+                self.host, self.target, f"connection lost while running `{shlex.join(argv)}`"
+            )
+        if elapsed >= timeout_s and (exit_code in TIMEOUT_EXIT_CODES or exit_code < 0):
+            raise CommandTimeout(argv, self.host, timeout_s)
+        return CommandResult(
+            argv=argv,
+            # like ssh(1): 255 when the command left no exit status (killed by a signal)
+            exit_code=255 if exit_code == NO_EXIT_STATUS else exit_code,
+            stdout=stdout.decode("utf-8", "replace"),
+            stderr=stderr.decode("utf-8", "replace"),
+            host=self.host,
+        )
+
+    # ------------------------------------------------------------------ internals
+
+    def _choose_known_hosts(self) -> Path:
+        if self._host.known_hosts:
+            return Path(self._host.known_hosts).expanduser()
+        files = self._config().base_ssh_config.lookup(self._host.address).get("userknownhostsfile")
+        first = files.split()[0] if isinstance(files, str) and files.strip() else None
+        return Path(first or DEFAULT_KNOWN_HOSTS).expanduser()
+
+    def _config(self) -> fabric.Config:
+        """fabric's config with the ssh_config files read (once per runner)."""
+        if self._fabric_config is None:
+            if self._options.ssh_config_path is not None:
+                self._fabric_config = fabric.Config(runtime_ssh_path=self._options.ssh_config_path)
+            else:
+                self._fabric_config = fabric.Config()
+        return self._fabric_config
+
+    def _make_connection(self) -> fabric.Connection:
+        connect_kwargs: dict[str, Any] = {
+            # paramiko's own waits for the banner and for auth, not only the TCP connect
+            "banner_timeout": self._options.connect_timeout_s,
+            "auth_timeout": self._options.connect_timeout_s,
+        }
+        if self._host.key_file:
+            # loaded here rather than by paramiko, so a missing or unreadable key file is
+            # reported as such, not as a failed connection or a protocol error
+            connect_kwargs["pkey"] = self._load_key(os.path.expanduser(self._host.key_file))
+        connection = fabric.Connection(
+            host=self._host.address,
+            user=self._host.user,
+            port=self._host.port,
+            config=self._config(),
+            connect_timeout=max(1, round(self._options.connect_timeout_s)),
+            connect_kwargs=connect_kwargs,
+        )
+        # fabric trusts any host key (AutoAddPolicy) and reads no known_hosts; put strict
+        # checking on the node and on every jump host of a ProxyJump chain.
+        hop: object = connection
+        while isinstance(hop, fabric.Connection):
+            self._harden(hop.client)
+            hop = hop.gateway
+        return connection
+
+    def _load_key(self, path: str) -> paramiko.PKey:
+        """The inventory's key (and its `-cert.pub` certificate, when there is one)."""
+        try:
+            return paramiko.PKey.from_path(path)
+        except FileNotFoundError as exc:
+            problem, hint = f"key file {path} does not exist", "fix key_file in the inventory"
+            raise SshAuthError(self.host, self.target, problem, hint=hint) from exc
+        except paramiko.PasswordRequiredException as exc:
+            raise SshAuthError(
+                self.host,
+                self.target,
+                f"key file {path} is encrypted",
+                hint="add the key to ssh-agent and leave key_file unset for this node",
+            ) from exc
+        except (OSError, ValueError, TypeError, paramiko.SSHException) as exc:
+            raise SshAuthError(
+                self.host,
+                self.target,
+                f"cannot read key file {path}: {exc}",
+                hint="use an OpenSSH private key (ssh-keygen -t ed25519)",
+            ) from exc
+
+    def _harden(self, client: paramiko.SSHClient) -> None:
+        known_hosts = self.known_hosts
+        if known_hosts.exists():
+            client.get_host_keys().load(str(known_hosts))
+        client.set_missing_host_key_policy(
+            _HostKeyPolicy(known_hosts, self._options.accept_new_host_keys)
+        )
+
+    def _open_transport(self) -> paramiko.Transport:
+        if self._connection is None:
+            self._connection = self._make_connection()
+        connection = self._connection
+        if not connection.is_connected:
+            try:
+                connection.open()
+            except BaseException:
+                # a half-open client must not be mistaken for a connection next time
+                self.close()
+                raise
+        return connection.transport
+
+    def _port_of(self, hostname: str) -> int:
+        """The port paramiko connected to for `hostname`: the node's, or a jump host's."""
+        hop: object = self._connection
+        while isinstance(hop, fabric.Connection):
+            if hop.host == hostname:
+                return int(hop.port)
+            hop = hop.gateway
+        return self._host.port
+
+    @contextlib.contextmanager
+    def _translate_errors(self) -> Iterator[None]:
+        """paramiko, fabric and socket errors -> rollout's SshError tree, cause chained."""
+        try:
+            yield
+        except _UnknownHostKey as exc:
+            raise HostKeyUnknown(
+                self.host,
+                self.target,
+                str(self.known_hosts),
+                exc.entry,
+                exc.key.get_name(),
+                exc.key.fingerprint,
+            ) from exc
+        except paramiko.BadHostKeyException as exc:
+            raise HostKeyMismatch(
+                self.host,
+                self.target,
+                str(self.known_hosts),
+                # paramiko names the host without its port; known_hosts keys it by both
+                known_hosts_entry(exc.hostname, self._port_of(exc.hostname)),
+                exc.key.get_name(),
+                exc.key.fingerprint,
+                exc.expected_key.fingerprint,
+            ) from exc
+        except paramiko.AuthenticationException as exc:
+            key = f"key {self._host.key_file}" if self._host.key_file else "the keys offered"
+            raise SshAuthError(
+                self.host,
+                self.target,
+                f"authentication failed: {exc}",
+                hint=f"check the user ({self._host.user}) and that {key} (or one in "
+                "ssh-agent) is in the user's authorized_keys on the node",
+            ) from exc
+        except paramiko.ChannelException as exc:
+            raise SshProtocolError(
+                self.host,
+                self.target,
+                f"the node refused a session channel: {exc}",
+                hint="check MaxSessions in the node's sshd_config",
+            ) from exc
+        except (paramiko.SSHException, EOFError) as exc:
+            self.close()
+            if _is_protocol_failure(exc):
+                raise SshProtocolError(self.host, self.target, f"SSH failed: {exc}") from exc
+            raise SshConnectError(
+                self.host, self.target, f"connection lost: {_describe(exc)}"
+            ) from exc
+        except socket.gaierror as exc:
+            raise SshResolveError(
+                self.host,
+                self.target,
+                f"cannot resolve {self._host.address}: {exc.strerror or exc}",
+                hint="check the node's address in the inventory (or HostName in ssh_config)",
+            ) from exc
+        except TimeoutError as exc:
+            self.close()
+            raise SshConnectError(
+                self.host,
+                self.target,
+                f"timed out after {self._options.connect_timeout_s:g}s",
+                hint="check that the node is up and its SSH port is reachable from here",
+            ) from exc
+        except OSError as exc:
+            # NoValidConnectionsError (refused on every address), resets, unreachable nets
+            self.close()
+            raise SshConnectError(
+                self.host,
+                self.target,
+                f"cannot connect: {_describe(exc)}",
+                hint="check that the node is up and sshd listens on that port",
+            ) from exc
+
+
+def _is_protocol_failure(exc: BaseException) -> bool:
+    """SSHException covers both dropped connections and real protocol failures."""
+    text = str(exc).lower()
+    dropped = (
+        "banner",
+        "not active",
+        "no existing session",
+        "closed",
+        "eof",
+        "reset",
+        "timeout",
+        "timed out",
+    )
+    return isinstance(exc, paramiko.SSHException) and not any(w in text for w in dropped)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
+        reasons = sorted({e.strerror or str(e) for e in exc.errors.values()})
+        return "; ".join(reasons) or str(exc)
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc) or type(exc).__name__
+
+
+def _exchange(
+    channel: paramiko.Channel, stdin: bytes | None, deadline: float
+) -> tuple[int, bytes, bytes] | None:
+    """Stream stdin in, collect stdout/stderr and the exit status; None past the deadline.
+
+    stdin goes from its own thread: a command that writes more than the SSH window before
+    reading its input would otherwise deadlock against us.
+    """
+    feeder = threading.Thread(target=_feed_stdin, args=(channel, stdin), daemon=True)
+    feeder.start()
+    stdout, stderr = bytearray(), bytearray()
+    # channel.fileno() turns readable on data for either stream and on EOF/close.
+    while not (channel.eof_received or channel.closed):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return None
+        select.select([channel], [], [], remaining)
+        _drain(channel, stdout, stderr)
+    if not channel.status_event.wait(max(0.0, deadline - time.monotonic())):
+        return None
+    _drain(channel, stdout, stderr)
+    feeder.join(timeout=1.0)
+    return channel.recv_exit_status(), bytes(stdout), bytes(stderr)
+
+
+def _drain(channel: paramiko.Channel, stdout: bytearray, stderr: bytearray) -> None:
+    """Read what is buffered, without blocking."""
+    while channel.recv_ready():
+        stdout += channel.recv(CHUNK_BYTES)
+    while channel.recv_stderr_ready():
+        stderr += channel.recv_stderr(CHUNK_BYTES)
+
+
+def _feed_stdin(channel: paramiko.Channel, data: bytes | None) -> None:
+    """Send all of stdin, then EOF; a command that exits without reading it is no error."""
+    with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
+        if data:
+            channel.sendall(data)
+        channel.shutdown_write()
+
+
+# ------------------------------------------------------------------------------ fan-out
+
+
+def open_runners(hosts: Sequence[Host], options: SshOptions | None = None) -> list[SshRunner]:
+    """One (not yet connected) SshRunner per host."""
+    return [SshRunner(h, options) for h in hosts]
+
+
+def run_on_nodes(
+    runners: Sequence[R],
+    fn: Callable[[R], T],
+    max_parallel: int = 10,
+) -> dict[str, T | RolloutError]:
+    """Call fn(runner) for every runner, at most max_parallel at once; gather every outcome.
+
+    The result maps each runner's node (runner.host), in the order given, to what fn
+    returned or the RolloutError it raised, so one unreachable node does not hide the
+    others. Any other exception is a bug: it is raised once every node has finished.
+    """
+    if max_parallel < 1:
+        raise ValueError("max_parallel must be at least 1")
+    names = [r.host for r in runners]
+    if len(set(names)) != len(names):
+        raise ValueError(f"a node appears twice among the runners: {names}")
+    outcomes: dict[str, T | RolloutError] = {}
+    if not runners:
+        return outcomes
+    bugs: list[BaseException] = []
+
+    def call(runner: R) -> T | RolloutError:
+        try:
+            return fn(runner)
+        except RolloutError as error:
+            return error
+
+    with ThreadPoolExecutor(
+        max_workers=min(max_parallel, len(runners)), thread_name_prefix="rollout-node"
+    ) as pool:
+        futures = [(r.host, pool.submit(call, r)) for r in runners]
+        for name, future in futures:
+            try:
+                outcomes[name] = future.result()
+            except Exception as exc:
+                bugs.append(exc)
+    if bugs:
+        raise bugs[0]
+    return outcomes
+
+
+def close_runners(runners: Mapping[str, SshRunner] | Sequence[SshRunner]) -> None:
+    """Close every runner's connection."""
+    for runner in runners.values() if isinstance(runners, Mapping) else runners:
+        runner.close()

@@ -1,0 +1,297 @@
+"""SshRunner without a network: command lines, error translation, host key policy, fan-out."""
+
+from __future__ import annotations
+
+import shlex
+import socket
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import paramiko
+import pytest
+
+from rollout.commands import DEFAULT_TIMEOUT_S, CommandResult
+from rollout.errors import RolloutError
+from rollout.inventory import Host
+from rollout.transports import ssh
+from rollout.transports.errors import (
+    HostKeyMismatch,
+    HostKeyUnknown,
+    SshAuthError,
+    SshConnectError,
+    SshError,
+    SshProtocolError,
+    SshResolveError,
+    TransientError,
+)
+from rollout.transports.ssh import SshOptions, SshRunner, run_on_nodes
+
+NO_SSH_CONFIG = SshOptions(ssh_config_path="/dev/null")
+
+
+def runner(tmp_path: Path, **host: object) -> SshRunner:
+    fields: dict[str, object] = {
+        "name": "gpu-1",
+        "address": "10.0.0.7",
+        "known_hosts": str(tmp_path / "known_hosts"),
+    }
+    fields.update(host)
+    return SshRunner(Host(**fields), NO_SSH_CONFIG)  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------ command lines
+
+
+def test_argv_is_quoted_and_run_under_timeout(tmp_path: Path) -> None:
+    line = runner(tmp_path).command_line(["sh", "-c", "echo 'a b'; echo $HOME"], 30)
+    assert shlex.split(line) == [
+        "timeout",
+        "--kill-after=5s",
+        "30.000s",
+        "sh",
+        "-c",
+        "echo 'a b'; echo $HOME",
+    ]
+
+
+def test_become_uses_sudo_without_a_password_prompt(tmp_path: Path) -> None:
+    line = runner(tmp_path, user="ubuntu", become=True).command_line(["id", "-u"], 5)
+    assert shlex.split(line)[:6] == ["sudo", "-n", "--", "timeout", "--kill-after=5s", "5.000s"]
+    assert shlex.split(line)[-2:] == ["id", "-u"]
+    # root needs no sudo, and become without it changes nothing
+    assert "sudo" not in runner(tmp_path, user="root", become=True).command_line(["id"], 5)
+    assert "sudo" not in runner(tmp_path, user="ubuntu").command_line(["id"], 5)
+
+
+def test_an_empty_argv_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError):
+        runner(tmp_path).command_line([], 5)
+
+
+def test_identity_and_target(tmp_path: Path) -> None:
+    r = runner(tmp_path, user="ops", port=2222)
+    assert r.host == "gpu-1"
+    assert r.target == "ops@10.0.0.7:2222"
+    assert r.known_hosts == tmp_path / "known_hosts"
+    assert runner(tmp_path, address="fd00::7").target == "root@[fd00::7]:22"
+
+
+def test_known_hosts_defaults_to_the_users_file(tmp_path: Path) -> None:
+    r = SshRunner(Host(name="n", address="10.0.0.1"), NO_SSH_CONFIG)
+    assert r.known_hosts == Path("~/.ssh/known_hosts").expanduser()
+
+
+def test_known_hosts_from_ssh_config(tmp_path: Path) -> None:
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host 10.0.0.*\n    UserKnownHostsFile {tmp_path}/kh other\n")
+    r = SshRunner(Host(name="n", address="10.0.0.1"), SshOptions(ssh_config_path=str(config)))
+    assert r.known_hosts == tmp_path / "kh"
+
+
+# ------------------------------------------------------------------ error translation
+
+
+def failing_open(r: SshRunner, error: BaseException) -> None:
+    def raise_it() -> paramiko.Transport:
+        raise error
+
+    r._open_transport = raise_it  # type: ignore[method-assign]
+
+
+ECDSA = paramiko.ECDSAKey.generate()
+OTHER = paramiko.ECDSAKey.generate()
+
+
+@pytest.mark.parametrize(
+    ("error", "expected", "words"),
+    [
+        (
+            paramiko.ssh_exception.NoValidConnectionsError(
+                {("10.0.0.7", 22): ConnectionRefusedError(111, "Connection refused")}
+            ),
+            SshConnectError,
+            "Connection refused",
+        ),
+        (ConnectionResetError(104, "Connection reset by peer"), SshConnectError, "reset"),
+        (TimeoutError("timed out"), SshConnectError, "timed out after 10s"),
+        (socket.gaierror(-2, "Name or service not known"), SshResolveError, "cannot resolve"),
+        (
+            paramiko.AuthenticationException("Authentication failed."),
+            SshAuthError,
+            "authorized_keys",
+        ),
+        (paramiko.SSHException("Error reading SSH protocol banner"), SshConnectError, "banner"),
+        (EOFError(), SshConnectError, "connection lost"),
+        (
+            paramiko.SSHException("Incompatible ssh peer (no acceptable kex algorithm)"),
+            SshProtocolError,
+            "kex",
+        ),
+        (
+            paramiko.ChannelException(1, "Administratively prohibited"),
+            SshProtocolError,
+            "MaxSessions",
+        ),
+    ],
+)
+def test_library_errors_become_ssh_errors(
+    tmp_path: Path, error: BaseException, expected: type[SshError], words: str
+) -> None:
+    r = runner(tmp_path)
+    failing_open(r, error)
+    with pytest.raises(expected) as raised:
+        r.run(["true"])
+    assert type(raised.value) is expected
+    assert raised.value.__cause__ is error
+    text = str(raised.value)
+    assert text.startswith("node gpu-1 (root@10.0.0.7:22): ")
+    assert words in text
+    assert isinstance(raised.value, TransientError) is (expected is SshConnectError)
+
+
+def test_an_unknown_host_key_says_how_to_add_it(tmp_path: Path) -> None:
+    r = runner(tmp_path, port=2222)
+    failing_open(r, ssh._UnknownHostKey("[10.0.0.7]:2222", ECDSA))
+    with pytest.raises(HostKeyUnknown) as raised:
+        r.run(["true"])
+    text = str(raised.value)
+    assert "gpu-1" in text and "root@10.0.0.7:2222" in text
+    assert ECDSA.fingerprint in text
+    assert f"ssh-keyscan -p 2222 10.0.0.7 >> {tmp_path / 'known_hosts'}" in text
+    assert "--accept-new-host-keys" in text
+    assert not isinstance(raised.value, TransientError)
+
+
+def test_a_changed_host_key_names_both_keys(tmp_path: Path) -> None:
+    r = runner(tmp_path)
+    failing_open(r, paramiko.BadHostKeyException("10.0.0.7", ECDSA, OTHER))
+    with pytest.raises(HostKeyMismatch) as raised:
+        r.run(["true"])
+    text = str(raised.value)
+    assert "HOST KEY CHANGED" in text and "gpu-1" in text
+    assert ECDSA.fingerprint in text and OTHER.fingerprint in text
+    assert "ssh-keygen -R '10.0.0.7'" in text
+
+
+# ------------------------------------------------------------------ host key policy
+
+
+def test_the_strict_policy_refuses_unknown_keys(tmp_path: Path) -> None:
+    policy = ssh._HostKeyPolicy(tmp_path / "kh", accept_new=False)
+    with pytest.raises(ssh._UnknownHostKey):
+        policy.missing_host_key(paramiko.SSHClient(), "10.0.0.7", ECDSA)
+    assert not (tmp_path / "kh").exists()
+
+
+def test_accepting_new_keys_appends_them(tmp_path: Path) -> None:
+    known_hosts = tmp_path / "ssh" / "known_hosts"
+    client = paramiko.SSHClient()
+    policy = ssh._HostKeyPolicy(known_hosts, accept_new=True)
+    policy.missing_host_key(client, "[10.0.0.7]:2222", ECDSA)
+    policy.missing_host_key(client, "10.0.0.8", OTHER)
+    keys = paramiko.HostKeys(str(known_hosts))
+    assert keys.lookup("[10.0.0.7]:2222")[ECDSA.get_name()] == ECDSA
+    assert keys.lookup("10.0.0.8")[OTHER.get_name()] == OTHER
+    assert client.get_host_keys().lookup("10.0.0.8") is not None
+    assert known_hosts.stat().st_mode & 0o777 == 0o600
+
+
+# ------------------------------------------------------------------ fan-out
+
+
+class FakeRunner:
+    def __init__(self, name: str, delay_s: float = 0.0, error: Exception | None = None) -> None:
+        self.name = name
+        self.delay_s = delay_s
+        self.error = error
+
+    @property
+    def host(self) -> str:
+        return self.name
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> CommandResult:
+        time.sleep(self.delay_s)
+        if self.error is not None:
+            raise self.error
+        return CommandResult(tuple(argv), 0, f"{self.name}\n", "", self.name)
+
+
+def test_fan_out_gathers_results_and_errors_in_order() -> None:
+    down = SshConnectError("n2", "root@10.0.0.2:22", "connection refused")
+    runners = [FakeRunner("n1", 0.05), FakeRunner("n2", error=down), FakeRunner("n3")]
+    outcomes = run_on_nodes(runners, lambda r: r.run(["hostname"]).stdout.strip(), max_parallel=3)
+    assert list(outcomes) == ["n1", "n2", "n3"]
+    assert outcomes["n1"] == "n1" and outcomes["n3"] == "n3"
+    assert outcomes["n2"] is down
+
+
+def test_fan_out_is_bounded() -> None:
+    running = 0
+    peak = 0
+    lock = threading.Lock()
+
+    def work(r: FakeRunner) -> str:
+        nonlocal running, peak
+        with lock:
+            running += 1
+            peak = max(peak, running)
+        time.sleep(0.02)
+        with lock:
+            running -= 1
+        return r.host
+
+    outcomes = run_on_nodes([FakeRunner(f"n{i}") for i in range(10)], work, max_parallel=3)
+    assert len(outcomes) == 10
+    assert peak <= 3
+
+
+def test_fan_out_raises_bugs_after_everyone_finished() -> None:
+    finished: list[str] = []
+
+    def work(r: FakeRunner) -> str:
+        if r.host == "n1":
+            raise KeyError("a bug")
+        time.sleep(0.05)
+        finished.append(r.host)
+        return r.host
+
+    with pytest.raises(KeyError):
+        run_on_nodes([FakeRunner("n1"), FakeRunner("n2")], work, max_parallel=2)
+    assert finished == ["n2"]
+
+
+def test_fan_out_refuses_duplicates_and_nonsense() -> None:
+    with pytest.raises(ValueError):
+        run_on_nodes([FakeRunner("n1"), FakeRunner("n1")], lambda r: r.host)
+    with pytest.raises(ValueError):
+        run_on_nodes([FakeRunner("n1")], lambda r: r.host, max_parallel=0)
+    assert run_on_nodes([], lambda r: r.host) == {}
+
+
+def test_every_outcome_error_is_a_rollout_error() -> None:
+    outcomes = run_on_nodes([FakeRunner("n1", error=RolloutError("x"))], lambda r: r.run(["x"]))
+    assert isinstance(outcomes["n1"], RolloutError)
+
+
+# ------------------------------------------------------------------ key files
+
+
+def test_a_missing_key_file_is_an_auth_error(tmp_path: Path) -> None:
+    r = runner(tmp_path, key_file=str(tmp_path / "absent"))
+    with pytest.raises(SshAuthError, match="does not exist"):
+        r.run(["true"])
+
+
+def test_an_unreadable_key_file_is_an_auth_error(tmp_path: Path) -> None:
+    junk = tmp_path / "id_junk"
+    junk.write_text("not a key\n")
+    with pytest.raises(SshAuthError, match="cannot read key file"):
+        runner(tmp_path, key_file=str(junk)).run(["true"])
