@@ -7,11 +7,15 @@ import sys
 from pathlib import Path
 
 from rollout.errors import BadInput, ExitCode
-from rollout.facts import load_recorded_facts
+from rollout.facts import FleetFacts, load_recorded_facts
+from rollout.inventory import load_inventory
 from rollout.planner import build_plan
 from rollout.playbook import load_playbooks
+from rollout.probe import gather_fleet_facts
 from rollout.render import make_console, plan_to_json, plan_to_markdown, print_plan_text
-from rollout.spec import load_spec
+from rollout.spec import Spec, load_spec
+from rollout.transports.kube import KubeClient
+from rollout.transports.ssh import SshOptions, SshRunner, close_runners
 
 HELP = """\
 Show what `rollout apply` would do: the waves, each node's steps (or why a step is a
@@ -22,6 +26,8 @@ Nothing is changed.
 
 EPILOG = """\
 facts:
+  --inventory FILE probes every node of the inventory over SSH (containerd --version, every
+  file under /etc/containerd, nvidia-smi) and reads labels and status from the Kubernetes API.
   --facts DIR reads recorded facts: DIR/<node>/node.yaml (containerd --version output,
   labels, GPUs) and DIR/<node>/files/... (the node's /etc/containerd tree). See
   examples/facts for a mixed 1.6/1.7/2.1 fleet.
@@ -30,6 +36,7 @@ examples:
   rollout plan examples/plan.yaml --facts examples/facts
   rollout plan examples/plan.yaml --facts examples/facts --output markdown > plan.md
   rollout plan examples/plan.yaml --facts examples/facts --detailed-exitcode; echo $?
+  rollout plan examples/plan.yaml -i LAB/inventory.yaml --kubeconfig LAB/kubeconfig
 """
 
 
@@ -49,6 +56,23 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="plan from recorded node facts instead of probing the cluster",
     )
     parser.add_argument(
+        "--inventory",
+        "-i",
+        metavar="FILE",
+        type=Path,
+        help="live facts: the nodes to probe over SSH (rollout YAML, Ansible INI or YAML)",
+    )
+    parser.add_argument("--kubeconfig", metavar="FILE", help="like kubectl (default: $KUBECONFIG)")
+    parser.add_argument("--context", help="kubeconfig context (default: the current one)")
+    parser.add_argument(
+        "--accept-new-host-keys",
+        action="store_true",
+        help="add unknown SSH host keys to known_hosts (a changed key is always refused)",
+    )
+    parser.add_argument(
+        "--parallel", type=int, default=8, metavar="N", help="probe at most N nodes at once"
+    )
+    parser.add_argument(
         "--output",
         "-o",
         choices=("text", "markdown", "json"),
@@ -66,14 +90,35 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.set_defaults(func=run_plan)
 
 
+def gather_live_facts(spec: Spec, args: argparse.Namespace) -> FleetFacts:
+    """Probe the inventory's nodes over SSH and the cluster through the Kubernetes API."""
+    inventory = load_inventory(args.inventory)
+    options = SshOptions(accept_new_host_keys=args.accept_new_host_keys)
+    runners = {host.name: SshRunner(host, options) for host in inventory.hosts}
+    print(
+        f"gathering facts from {len(runners)} node(s) over SSH and the Kubernetes API",
+        file=sys.stderr,
+    )
+    try:
+        with KubeClient.from_kubeconfig(args.kubeconfig, args.context) as kube:
+            return gather_fleet_facts(
+                spec, runners, kube, max_parallel=args.parallel, source=str(args.inventory)
+            )
+    finally:
+        close_runners(runners)
+
+
 def run_plan(args: argparse.Namespace) -> int:
     spec = load_spec(args.plan_file)
-    if args.facts is None:
+    if args.facts is not None:
+        fleet = load_recorded_facts(args.facts)
+    elif args.inventory is not None:
+        fleet = gather_live_facts(spec, args)
+    else:
         raise BadInput(
-            "live planning probes the cluster over SSH and the Kubernetes API, which this "
-            "version does not do yet; pass --facts DIR with recorded node facts"
+            "where do the facts come from? pass --inventory FILE (with --kubeconfig/--context) "
+            "to probe the nodes, or --facts DIR for recorded facts"
         )
-    fleet = load_recorded_facts(args.facts)
     plan = build_plan(spec, str(args.plan_file), fleet, load_playbooks())
     if args.output == "json":
         sys.stdout.write(plan_to_json(plan))

@@ -1,0 +1,127 @@
+"""Live facts: probes over SSH and the Kubernetes API, each a command plus a pure parser.
+
+The result has the same shape as recorded facts (rollout.facts), so the planner never knows
+whether it plans from a directory or from the cluster.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rollout.commands import CommandRunner, check
+from rollout.containerd import ConfigFiles, ContainerdVersion, parse_version
+from rollout.errors import RolloutError
+from rollout.facts import DEFAULT_CONTAINERD_CONFIG, ClusterFacts, FleetFacts, GpuFacts, NodeFacts
+from rollout.spec import Spec, TimeSlicingChange
+from rollout.transports.errors import NotFound
+from rollout.transports.kube import KubeClient, Node
+from rollout.transports.ssh import run_on_nodes
+
+CONTAINERD_DIR = "/etc/containerd"
+# Config files are small; anything bigger under /etc/containerd (a stray image, a core dump)
+# is not configuration and is not read.
+MAX_FILE_BYTES = 1_000_000
+_GPU_LINE = re.compile(
+    r"^\s*(?P<uuid>GPU-[0-9a-fA-F-]+)\s*,\s*(?P<name>[^,]+?)\s*,\s*(?P<driver>[^,\s]+)\s*$"
+)
+
+
+class ProbeFailed(RolloutError):
+    """A node could not be probed; the message names the node and the probe."""
+
+
+@dataclass(frozen=True)
+class NodeProbe:
+    """What SSH tells about one node."""
+
+    containerd: ContainerdVersion
+    config_files: ConfigFiles
+    gpus: GpuFacts
+
+
+def probe_node(runner: CommandRunner, main_path: str = DEFAULT_CONTAINERD_CONFIG) -> NodeProbe:
+    """containerd version, every file under /etc/containerd, and the GPUs, over one runner."""
+    version = parse_version(
+        check(runner.run(["containerd", "--version"]), "read the containerd version").stdout
+    )
+    listing = check(
+        runner.run(["find", CONTAINERD_DIR, "-type", "f", "-size", f"-{MAX_FILE_BYTES}c"]),
+        f"list {CONTAINERD_DIR}",
+    ).stdout
+    files: dict[str, str] = {}
+    for path in sorted(line for line in listing.splitlines() if line.startswith("/")):
+        files[path] = check(runner.run(["cat", "--", path]), f"read {path}").stdout
+    if main_path not in files:
+        raise ProbeFailed(f"{runner.host}: {main_path} not found; is containerd configured there?")
+    smi = runner.run(
+        ["nvidia-smi", "--query-gpu=uuid,name,driver_version", "--format=csv,noheader"]
+    )
+    gpus = parse_gpu_query(smi.stdout) if smi.ok else GpuFacts(count=0)
+    return NodeProbe(version, ConfigFiles(main_path=main_path, files=files), gpus)
+
+
+def parse_gpu_query(text: str) -> GpuFacts:
+    """`nvidia-smi --query-gpu=uuid,name,driver_version --format=csv,noheader` -> GpuFacts."""
+    rows = [m for m in (_GPU_LINE.match(line) for line in text.splitlines()) if m]
+    return GpuFacts(
+        count=len(rows),
+        product=rows[0]["name"] if rows else "",
+        uuids=tuple(m["uuid"] for m in rows),
+        driver_version=rows[0]["driver"] if rows else "",
+    )
+
+
+def node_facts_from(name: str, probe: NodeProbe, node: Node) -> NodeFacts:
+    """Join what SSH and the API say about one node."""
+    return NodeFacts(
+        name=name,
+        containerd=probe.containerd,
+        config_files=probe.config_files,
+        labels=dict(node.labels),
+        annotations=dict(node.annotations),
+        unschedulable=bool(node.unschedulable),
+        ready=bool(node.ready),
+        gpus=probe.gpus,
+    )
+
+
+def gather_cluster_facts(spec: Spec, kube: KubeClient) -> ClusterFacts:
+    """The ConfigMaps the plan's time-slicing changes touch, and the ClusterPolicy spec."""
+    configmaps: dict[str, Mapping[str, str]] = {}
+    for change in spec.changes_of(TimeSlicingChange):
+        ref = change.configmap
+        try:
+            configmaps[f"{ref.namespace}/{ref.name}"] = dict(
+                kube.get_configmap(ref.namespace, ref.name).data
+            )
+        except NotFound:
+            continue
+    policies: Sequence[Mapping[str, Any]] = kube.list_cluster_policies()
+    policy = dict(policies[0].get("spec") or {}) if policies else {}
+    return ClusterFacts(configmaps=configmaps, cluster_policy=policy)
+
+
+def gather_fleet_facts(
+    spec: Spec,
+    runners: Mapping[str, CommandRunner],
+    kube: KubeClient,
+    max_parallel: int = 8,
+    source: str = "live",
+) -> FleetFacts:
+    """Probe every node in parallel (bounded); one failed node fails the gathering, named."""
+    results = run_on_nodes(list(runners.values()), probe_node, max_parallel=max_parallel)
+    failures = [f"{name}: {res}" for name, res in results.items() if isinstance(res, RolloutError)]
+    if failures:
+        raise ProbeFailed("could not gather facts from every node:\n  " + "\n  ".join(failures))
+    nodes = []
+    for name, result in results.items():
+        assert isinstance(result, NodeProbe)
+        nodes.append(node_facts_from(name, result, kube.get_node(name)))
+    return FleetFacts(
+        nodes=tuple(sorted(nodes, key=lambda n: n.name)),
+        cluster=gather_cluster_facts(spec, kube),
+        source=source,
+    )

@@ -1,0 +1,106 @@
+"""`rollout plan` with live facts: the lab's nodes probed over real SSH and the API emulator."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rollout.cli import main
+from rollout.lab.cluster import Lab, controlplane_available
+from rollout.probe import parse_gpu_query
+from tests.conftest import require
+from tests.lab.test_cluster_shared import node_of_series, shared_lab, ssh_check
+
+pytestmark = pytest.mark.lab
+
+PLAN = Path(__file__).resolve().parents[2] / "examples" / "plan.yaml"
+NAIVE = "/etc/containerd/conf.d/zz-registry.toml"
+
+
+@pytest.fixture(scope="module")
+def lab(request: pytest.FixtureRequest) -> Lab:
+    if not controlplane_available():
+        require("rollout.lab.controlplane is not available")
+    return shared_lab(request)
+
+
+def plan_live(lab: Lab, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    code = main(
+        [
+            "plan",
+            str(PLAN),
+            "--inventory",
+            str(lab.inventory),
+            "--kubeconfig",
+            str(lab.kubeconfig),
+            "--output",
+            "json",
+        ]
+    )
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    data: dict[str, Any] = json.loads(captured.out)
+    return {n["name"]: n for w in data["waves"] for n in w["nodes"]}
+
+
+@pytest.fixture
+def naive_dropin(lab: Lab) -> Iterator[str]:
+    """A hand-written registry drop-in on the 1.7 node, removed afterwards (no restart)."""
+    node = node_of_series(lab, "1.7")
+    text = (
+        '[plugins."io.containerd.grpc.v1.cri".registry]\n'
+        '  config_path = "/etc/containerd/certs.d"\n'
+    )
+    ssh_check(lab, node, ["sh", "-c", f"cat > {NAIVE}"], stdin=text.encode())
+    try:
+        yield node.name
+    finally:
+        ssh_check(lab, node, ["rm", "-f", NAIVE])
+
+
+def test_live_plan_reads_every_node(lab: Lab, capsys: pytest.CaptureFixture[str]) -> None:
+    nodes = plan_live(lab, capsys)
+    assert set(nodes) == {n.name for n in lab.nodes}
+    for series in ("1.6", "1.7", "2.1"):
+        node = nodes[node_of_series(lab, series).name]
+        assert node["containerd_version"].startswith(series)
+        intended = [c for c in node["effective_changes"] if c["intended"]]
+        assert [c["after"] for c in intended] == ["/etc/containerd/certs.d"]
+        paths = {f["path"] for f in node["files"]}
+        assert "/etc/containerd/certs.d/docker.io/hosts.toml" in paths
+        # 1.x: the toolkit's drop-in carries the whole CRI table, so it carries the intent too
+        assert ("/etc/containerd/conf.d/99-nvidia.toml" in paths) == (series != "2.1")
+
+
+def test_live_plan_finds_a_shadowing_dropin(
+    lab: Lab, capsys: pytest.CaptureFixture[str], naive_dropin: str
+) -> None:
+    node = plan_live(lab, capsys)[naive_dropin]
+    assert len(node["shadowing"]) == 1
+    assert f"{NAIVE} replaces the whole" in node["shadowing"][0]
+    assert node["repairs"] and "nvidia" in node["repairs"][0]
+
+
+def test_gpu_query_parser_reads_the_lab_nvidia_smi(lab: Lab) -> None:
+    node = node_of_series(lab, "1.7")
+    out = ssh_check(
+        lab, node, ["nvidia-smi", "--query-gpu=uuid,name,driver_version", "--format=csv,noheader"]
+    )
+    gpus = parse_gpu_query(out)
+    assert gpus.count == len(node.gpus) and gpus.uuids == tuple(g.uuid for g in node.gpus)
+    assert gpus.driver_version
+
+
+def test_gpu_query_parser_on_recorded_output() -> None:
+    text = (
+        "GPU-838f60d9-651f-9166-ea42-f9da674a6947, NVIDIA A100-SXM4-40GB, 535.183.01\n"
+        "GPU-9e3a2f10-1111-2222-3333-444455556666, NVIDIA A100-SXM4-40GB, 535.183.01\n"
+    )
+    gpus = parse_gpu_query(text)
+    assert gpus.count == 2 and gpus.product == "NVIDIA A100-SXM4-40GB"
+    assert gpus.driver_version == "535.183.01"
+    assert parse_gpu_query("No devices were found\n").count == 0
