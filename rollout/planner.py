@@ -6,7 +6,6 @@ the reason it has nothing to do, so a plan of an already-converged fleet says so
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +35,6 @@ from rollout.spec import (
 )
 
 DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
-_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 SHARED_MEMORY_WARNING = (
     "time-slicing shares each GPU, it does not divide it: every replica can use all of the "
     "GPU's memory and a fault in one workload can affect the others"
@@ -222,7 +220,8 @@ def plan_containerd(spec: Spec, node: NodeFacts) -> NodeWork:
             extra_files.extend(plan_hosts_toml(change, node))
         elif isinstance(change, ContainerdChange):
             settings.extend(engine.CriSetting(k, v) for k, v in change.all_settings().items())
-    shadowing = tuple(s.describe() for s in engine.find_shadowing(files, version))
+    found = engine.find_shadowing(files, version)
+    shadowing = tuple(s.describe() for s in found)
     if not settings:
         return NodeWork(tuple(extra_files), (), "", shadowing, (), ())
     intent = engine.Intent(tuple(settings))
@@ -245,7 +244,7 @@ def plan_containerd(spec: Spec, node: NodeFacts) -> NodeWork:
     notes = tuple(synthesis.notes)
     repairs = tuple(
         describe_repair(s)
-        for s in engine.find_shadowing(files, version)
+        for s in found
         if s.kind is engine.ShadowKind.TABLE_REPLACED
         and any(n.startswith("repairs: ") for n in notes)
     )
@@ -288,10 +287,10 @@ def collapse_changes(
         if top == path:
             old, new = change.before, change.after
         else:
-            old, new = _lookup(before, top), _lookup(after, top)
+            old, new = engine.find_value(before, top), engine.find_value(after, top)
         result.append(
             EffectiveChange(
-                path=format_toml_path(top), before=old, after=new, intended=path in intended
+                path=engine.format_path(top), before=old, after=new, intended=path in intended
             )
         )
     # the intent first, then what a repair gives back
@@ -305,15 +304,6 @@ def _highest_missing(tree: Mapping[str, Any], path: tuple[str, ...]) -> tuple[st
             return path[: depth + 1]
         node = node[part]
     return path
-
-
-def _lookup(tree: Mapping[str, Any], path: tuple[str, ...]) -> Any:
-    node: Any = tree
-    for part in path:
-        if not isinstance(node, Mapping) or part not in node:
-            return None
-        node = node[part]
-    return node
 
 
 def describe_repair(shadowing: engine.Shadowing) -> str:
@@ -339,11 +329,6 @@ def explain_write(path: str, main_path: str, version: engine.ContainerdVersion) 
             "so it must carry the intent too"
         )
     return "this later file sets the same key, so it must carry the intent too"
-
-
-def format_toml_path(path: Sequence[str]) -> str:
-    """A key path as TOML writes it: plugins."io.containerd.grpc.v1.cri".registry.config_path."""
-    return ".".join(part if _BARE_KEY.fullmatch(part) else f'"{part}"' for part in path)
 
 
 def plan_hosts_toml(change: RegistryChange, node: NodeFacts) -> list[FileChange]:

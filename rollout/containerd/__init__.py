@@ -20,7 +20,14 @@ Public API (details in each module's docstring):
 - errors: `ContainerdConfigError` and its subclasses in rollout.containerd.errors.
 """
 
-from rollout.containerd.diff import Change, ChangeKind, diff_effective, render_diff_text
+from rollout.containerd.diff import (
+    Change,
+    ChangeKind,
+    diff_effective,
+    find_value,
+    format_path,
+    render_diff_text,
+)
 from rollout.containerd.errors import (
     ConfigParseError,
     ContainerdConfigError,
@@ -90,6 +97,8 @@ __all__ = [
     "dump_config",
     "dump_configs",
     "find_shadowing",
+    "find_value",
+    "format_path",
     "hosts_namespace",
     "hosts_toml_path",
     "load_effective",

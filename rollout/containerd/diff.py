@@ -54,6 +54,16 @@ def format_path(path: Path) -> str:
     return ".".join(p if p.replace("_", "").replace("-", "").isalnum() else f'"{p}"' for p in path)
 
 
+def find_value(tree: Mapping[str, Any], path: Path, default: Any = None) -> Any:
+    """The value at a key path of a tree, or `default` where the path does not exist."""
+    node: Any = tree
+    for part in path:
+        if not isinstance(node, Mapping) or part not in node:
+            return default
+        node = node[part]
+    return node
+
+
 def tree_of(config: EffectiveConfig | Mapping[str, Any]) -> Mapping[str, Any]:
     """The plain tree of an EffectiveConfig, or the mapping itself."""
     return config.tree if isinstance(config, EffectiveConfig) else config

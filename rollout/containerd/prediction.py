@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rollout.commands import CommandRunner
-from rollout.containerd.diff import Change, diff_effective, format_path
+from rollout.containerd.diff import Change, diff_effective, find_value, format_path
 from rollout.containerd.errors import PredictionRefused
 from rollout.containerd.files import ConfigFiles
 from rollout.containerd.intent import Intent, PlacedSetting, place_intent
@@ -84,9 +84,4 @@ def check_prediction(
 
 
 def _get(tree: Mapping[str, Any], path: tuple[str, ...]) -> Any:
-    node: Any = tree
-    for part in path:
-        if not isinstance(node, Mapping) or part not in node:
-            return _MISSING
-        node = node[part]
-    return node
+    return find_value(tree, path, _MISSING)
