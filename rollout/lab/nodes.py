@@ -12,7 +12,6 @@ merged/ (the node's root filesystem as the host sees it), console.log, nspawn.pi
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import shlex
@@ -32,6 +31,7 @@ from typing import Any
 import tomli_w
 
 from rollout.commands import CommandResult, check
+from rollout.containerd.toolkit import render_toolkit_dropin
 from rollout.errors import RolloutError
 from rollout.lab.image import DRIVER_VERSION_FILE, NodeImage
 from rollout.transports.local import LocalRunner
@@ -42,16 +42,6 @@ NVIDIA_DROP_IN = f"{CONTAINERD_DROP_IN_DIR}/99-nvidia.toml"
 RUNNING_RECORD = "/var/lib/rollout-lab/containerd-running.toml"
 GPUS_FILE = "/etc/rollout-lab/gpus.json"
 UNIT_DROP_IN = "/etc/systemd/system/containerd.service.d/50-rollout-lab.conf"
-TOOLKIT_DIR = "/usr/local/nvidia/toolkit"
-# runtime handler -> the BinaryName the GPU Operator's toolkit gives it
-NVIDIA_RUNTIMES = {
-    "nvidia": f"{TOOLKIT_DIR}/nvidia-container-runtime",
-    "nvidia-cdi": f"{TOOLKIT_DIR}/nvidia-container-runtime.cdi",
-    "nvidia-legacy": f"{TOOLKIT_DIR}/nvidia-container-runtime.legacy",
-}
-# config version -> the plugin that holds the runtimes (FACTS.md: v3 splits CRI in two)
-CRI_RUNTIME_PLUGIN = {2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
-
 READY_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 30.0
 POLL_S = 0.25
@@ -264,29 +254,9 @@ def write_containerd_config(spec: NodeSpec, dirs: NodeDirs) -> None:
     dirs.host_path(CONTAINERD_DROP_IN_DIR).mkdir(parents=True, exist_ok=True)
     containerd = ["/usr/bin/containerd", "--config", CONTAINERD_CONFIG]
     dump = _check(["chroot", str(dirs.root), *containerd, "config", "dump"], spec.name).stdout
-    _write(dirs.host_path(NVIDIA_DROP_IN), tomli_w.dumps(toolkit_drop_in(tomllib.loads(dump))))
-
-
-def toolkit_drop_in(dump: dict[str, Any]) -> dict[str, Any]:
-    """The NVIDIA toolkit's drop-in for a parsed `containerd config dump`."""
-    version = int(dump.get("version", 2))
-    plugin = CRI_RUNTIME_PLUGIN.get(version)
-    if plugin is None:
-        raise NodeFailed(f"containerd config version {version} is not one the lab knows")
-    table = copy.deepcopy(dump.get("plugins", {}).get(plugin, {}))
-    containerd = table.setdefault("containerd", {})
-    runtimes = containerd.setdefault("runtimes", {})
-    default_name = containerd.get("default_runtime_name") or "runc"
-    template = (
-        runtimes.get(default_name)
-        or runtimes.get("runc")
-        or {"runtime_type": "io.containerd.runc.v2"}
+    _write(
+        dirs.host_path(NVIDIA_DROP_IN), tomli_w.dumps(render_toolkit_dropin(tomllib.loads(dump)))
     )
-    for name, binary in NVIDIA_RUNTIMES.items():
-        runtime = copy.deepcopy(template)
-        runtime.setdefault("options", {})["BinaryName"] = binary
-        runtimes[name] = runtime
-    return {"version": version, "plugins": {plugin: table}}
 
 
 def start_node(spec: NodeSpec, dirs: NodeDirs) -> int:

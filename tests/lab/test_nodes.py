@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
+from rollout.containerd.toolkit import NVIDIA_RUNTIMES, render_toolkit_dropin
 from rollout.lab.cluster import Lab
-from rollout.lab.nodes import NVIDIA_RUNTIMES, RUNNING_RECORD, toolkit_drop_in
+from rollout.lab.nodes import RUNNING_RECORD
 from rollout.transports.local import LocalRunner
 from tests.lab.test_cluster_shared import (
     node_of_series,
@@ -80,7 +81,7 @@ def test_toolkit_drop_in_copies_the_whole_v2_cri_table() -> None:
             "io.containerd.internal.v1.opt": {"path": "/opt"},
         },
     }
-    drop_in = toolkit_drop_in(dump)
+    drop_in = render_toolkit_dropin(dump)
     cri = drop_in["plugins"]["io.containerd.grpc.v1.cri"]
     assert drop_in["version"] == 2
     assert set(drop_in["plugins"]) == {"io.containerd.grpc.v1.cri"}
@@ -101,7 +102,7 @@ def test_toolkit_drop_in_uses_the_v3_runtime_plugin() -> None:
             "io.containerd.cri.v1.images": {"registry": {"config_path": ""}},
         },
     }
-    drop_in = toolkit_drop_in(dump)
+    drop_in = render_toolkit_dropin(dump)
     assert drop_in["version"] == 3
     assert set(drop_in["plugins"]) == {"io.containerd.cri.v1.runtime"}
     runtimes = drop_in["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]["runtimes"]
