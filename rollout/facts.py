@@ -133,18 +133,19 @@ def load_node_facts(node_dir: Path) -> NodeFacts:
         )
     containerd = parse_version(version_text)
     main_path = str(raw.get("containerd_config") or DEFAULT_CONTAINERD_CONFIG)
-    files = read_file_tree(node_dir / "files")
-    if main_path not in files:
+    files_root = node_dir / "files"
+    if not (files_root / main_path.lstrip("/")).is_file():
         raise InputError(
             location,
             f"{main_path} is not among the recorded files",
             field="containerd_config",
-            hint=f"record the node's files under {node_dir / 'files'}{main_path}",
+            hint=f"record the node's files under {files_root}{main_path}",
         )
+    config_files = ConfigFiles.from_directory(files_root, main_path, under="/")
     return NodeFacts(
         name=name,
         containerd=containerd,
-        config_files=ConfigFiles(main_path=main_path, files=files),
+        config_files=config_files,
         labels=_string_map(raw.get("labels"), location, "labels"),
         annotations=_string_map(raw.get("annotations"), location, "annotations"),
         unschedulable=bool(raw.get("unschedulable", False)),
@@ -171,17 +172,6 @@ def load_cluster_facts(path: Path) -> ClusterFacts:
             location, "expected a mapping (the ClusterPolicy spec)", field="cluster_policy"
         )
     return ClusterFacts(configmaps=configmaps, cluster_policy=dict(policy))
-
-
-def read_file_tree(root: Path) -> dict[str, str]:
-    """Every regular file under root, keyed by its absolute path on the node."""
-    if not root.is_dir():
-        return {}
-    files: dict[str, str] = {}
-    for path in sorted(root.rglob("*")):
-        if path.is_file():
-            files["/" + path.relative_to(root).as_posix()] = path.read_text()
-    return files
 
 
 def _read_yaml_mapping(path: Path) -> dict[str, Any]:
