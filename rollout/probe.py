@@ -47,13 +47,8 @@ def probe_node(runner: CommandRunner, main_path: str = DEFAULT_CONTAINERD_CONFIG
     version = parse_version(
         check(runner.run(["containerd", "--version"]), "read the containerd version").stdout
     )
-    listing = check(
-        runner.run(["find", CONTAINERD_DIR, "-type", "f", "-size", f"-{MAX_FILE_BYTES}c"]),
-        f"list {CONTAINERD_DIR}",
-    ).stdout
-    files: dict[str, str] = {}
-    for path in sorted(line for line in listing.splitlines() if line.startswith("/")):
-        files[path] = check(runner.run(["cat", "--", path]), f"read {path}").stdout
+    dumped = check(runner.run(file_dump_argv(CONTAINERD_DIR)), f"read {CONTAINERD_DIR}").stdout
+    files = parse_file_dump(dumped)
     if main_path not in files:
         raise ProbeFailed(f"{runner.host}: {main_path} not found; is containerd configured there?")
     smi = runner.run(
@@ -61,6 +56,38 @@ def probe_node(runner: CommandRunner, main_path: str = DEFAULT_CONTAINERD_CONFIG
     )
     gpus = parse_gpu_query(smi.stdout) if smi.ok else GpuFacts(count=0)
     return NodeProbe(version, ConfigFiles(main_path=main_path, files=files), gpus)
+
+
+def file_dump_argv(directory: str) -> list[str]:
+    """Every regular file under a directory in one round trip: path NUL content NUL, ..."""
+    # Config files hold no NUL, so splitting on it is exact.
+    script = 'for f do printf "%s\\0" "$f"; cat -- "$f"; printf "\\0"; done'
+    size = f"-{MAX_FILE_BYTES}c"
+    return [
+        "find",
+        directory,
+        "-type",
+        "f",
+        "-size",
+        size,
+        "-exec",
+        "sh",
+        "-c",
+        script,
+        "sh",
+        "{}",
+        "+",
+    ]
+
+
+def parse_file_dump(text: str) -> dict[str, str]:
+    """`path NUL content NUL ...` (the file probe's output) -> {path: content}."""
+    parts = text.split("\0")
+    if parts and parts[-1] == "":
+        parts.pop()
+    if len(parts) % 2:
+        raise ProbeFailed(f"file listing ends inside a record ({len(parts)} fields)")
+    return dict(sorted(zip(parts[0::2], parts[1::2], strict=True)))
 
 
 def parse_gpu_query(text: str) -> GpuFacts:
