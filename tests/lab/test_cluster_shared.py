@@ -21,7 +21,8 @@ from rollout.lab.prerequisites import find_missing
 from rollout.transports.local import LocalRunner
 from tests.conftest import require
 
-TEST_ADDRESS_PREFIX = "127.0.42"
+# ROLLOUT_TEST_LAB_PREFIX lets two test runs on one machine use labs of their own.
+TEST_ADDRESS_PREFIX = os.environ.get("ROLLOUT_TEST_LAB_PREFIX", "127.0.42")
 # 1.6, 1.7, 2.1 for the per-series tests; the second 1.7 node is the incident's to break.
 TEST_SERIES = ("1.6", "1.7", "2.1", "1.7")
 TEST_GPUS = 2

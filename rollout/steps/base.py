@@ -1,0 +1,108 @@
+"""The step seam: what every step kind implements, and what it is given to do it.
+
+A step is idempotent: `apply` first reads fresh state (the drift check) and returns a no-op
+result when its effect is already there, so `rollout resume` can call it again for a step
+that was in flight when a run was killed. `undo` puts back what `apply` changed and is
+idempotent too. Verification is part of `apply`: a step that cannot prove its effect fails.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+from rollout.commands import CommandRunner
+from rollout.errors import RolloutError
+from rollout.facts import NodeFacts
+from rollout.journal import Journal
+from rollout.plan import NodePlan
+from rollout.spec import Spec
+from rollout.transports.kube import KubeClient
+
+
+class StepResultKind(enum.Enum):
+    DONE = "done"
+    NOOP = "noop"
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What a step did (or why it had nothing to do), in one line for the journal."""
+
+    kind: StepResultKind
+    detail: str
+
+    @classmethod
+    def done(cls, detail: str) -> StepResult:
+        return cls(StepResultKind.DONE, detail)
+
+    @classmethod
+    def noop(cls, detail: str) -> StepResult:
+        return cls(StepResultKind.NOOP, detail)
+
+
+class StepFailed(RolloutError):
+    """A step could not do or prove its effect; names the node, the step and what to check."""
+
+    def __init__(self, node: str, step: str, message: str) -> None:
+        self.node = node
+        self.step = step
+        super().__init__(f"{node}: {step}: {message}")
+
+
+@dataclass
+class StepContext:
+    """Everything a step may use for one node of one run."""
+
+    node: str
+    node_plan: NodePlan
+    facts: NodeFacts
+    spec: Spec
+    runner: CommandRunner
+    kube: KubeClient
+    journal: Journal
+    progress: Callable[[str], None] = print
+    sleep: Callable[[float], None] = time.sleep
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def run_id(self) -> str:
+        return str(self.journal.run_id)
+
+    def save_data(self, step: str, data: Mapping[str, Any]) -> None:
+        """Keep what later steps (or a resumed run) need from this step, durably."""
+        path = self._data_path(step)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        with tmp.open("w") as out:
+            json.dump(dict(data), out, sort_keys=True)
+            out.flush()
+            os.fsync(out.fileno())
+        tmp.replace(path)
+
+    def load_data(self, step: str) -> dict[str, Any]:
+        """What an earlier step of this node saved; {} when it saved nothing."""
+        path = self._data_path(step)
+        if not path.is_file():
+            return {}
+        loaded: dict[str, Any] = json.loads(path.read_text())
+        return loaded
+
+    def _data_path(self, step: str) -> Path:
+        return self.journal.run_dir / "nodes" / self.node / f"{step}.json"
+
+
+class Step(Protocol):
+    """One step kind: `apply` (idempotent, verified) and `undo` (idempotent)."""
+
+    kind: ClassVar[str]
+
+    def apply(self, ctx: StepContext) -> StepResult: ...
+
+    def undo(self, ctx: StepContext) -> None: ...
