@@ -6,7 +6,9 @@ reviewer sees in a plan is a field here, so the JSON output and the text output 
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -133,3 +135,44 @@ class Plan:
         return any(n.changes for n in self.nodes) or any(
             c.action is not None for c in self.cluster_changes
         )
+
+
+def plan_to_data(plan: Plan) -> dict[str, Any]:
+    """The plan as plain JSON-able data: every dataclass field, nothing derived."""
+    data: dict[str, Any] = _to_data(plan)
+    return data
+
+
+def plan_from_data(data: Mapping[str, Any]) -> Plan:
+    """The inverse of plan_to_data; keys it does not know (derived fields) are ignored."""
+    plan: Plan = _from_data(Plan, data)
+    return plan
+
+
+def _to_data(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _to_data(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, tuple | list):
+        return [_to_data(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _to_data(v) for k, v in value.items()}
+    return value
+
+
+def _from_data(cls: type[Any], data: Mapping[str, Any]) -> Any:
+    hints = typing.get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name in data:
+            kwargs[f.name] = _convert(hints[f.name], data[f.name])
+    return cls(**kwargs)
+
+
+def _convert(hint: Any, value: Any) -> Any:
+    origin = typing.get_origin(hint)
+    if origin is tuple:
+        (item, *_) = typing.get_args(hint)
+        return tuple(_convert(item, v) for v in value)
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint) and isinstance(value, Mapping):
+        return _from_data(hint, value)
+    return value

@@ -5,14 +5,13 @@ The only module besides the CLI that imports rich: everything else hands it plai
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from typing import IO, Any
 
 from rich.console import Console
 from rich.markup import escape
 
-from rollout.plan import NodePlan, Plan
+from rollout.plan import NodePlan, Plan, plan_to_data
 
 SCHEMA_VERSION = 1
 MAX_EFFECTIVE_LINES = 12
@@ -190,7 +189,7 @@ def plan_to_markdown(plan: Plan) -> str:
 
 def plan_to_json(plan: Plan) -> str:
     """The plan as JSON, stable for machines: every dataclass field plus derived flags."""
-    data = _jsonable(plan)
+    data = plan_to_data(plan)
     data["schema_version"] = SCHEMA_VERSION
     data["has_changes"] = plan.has_changes
     for node_data, node in zip(
@@ -201,13 +200,3 @@ def plan_to_json(plan: Plan) -> str:
             file_data["action"] = change.action
             file_data["diff"] = change.unified_diff()
     return json.dumps(data, indent=2, sort_keys=False, default=str) + "\n"
-
-
-def _jsonable(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, tuple | list):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    return value

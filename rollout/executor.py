@@ -1,0 +1,266 @@
+"""The executor: waves of nodes, each node's steps, halts, budgets and rollback.
+
+Every decision is journalled before it is acted on, so a run killed at any instant resumes
+from the journal: finished steps are skipped, a step in flight is applied again (steps are
+idempotent and re-check fresh state first), and a node already finished is not touched.
+
+Nodes of a wave run one after another; the wave boundary is where a run re-reads the cluster
+before going on. Before each node the executor checks, in order: the lease is still ours,
+no node carries a halt label (invariant 5), the maintenance window is open, and taking one
+more node down stays within max_unavailable counting nodes already cordoned or NotReady
+(invariant 4).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Protocol
+
+from rollout.errors import RolloutError
+from rollout.facts import NodeFacts
+from rollout.journal import (
+    Journal,
+    NodeFinished,
+    NodeOutcome,
+    RunFinished,
+    RunHalted,
+    RunOutcome,
+    StepFinished,
+    StepOutcome,
+    StepRef,
+    StepStarted,
+    StepUndone,
+)
+from rollout.plan import NodePlan, Plan
+from rollout.spec import OnFailure, Spec
+from rollout.steps.base import Step, StepContext, StepResult, StepResultKind
+
+
+class Halt(RolloutError):
+    """The run must stop before the next node; the message says why."""
+
+
+class ClusterView(Protocol):
+    """What the executor reads of the cluster between nodes."""
+
+    def list_nodes(self, label_selector: str | None = None) -> Sequence[ClusterNode]: ...
+
+
+class ClusterNode(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def unschedulable(self) -> bool: ...
+
+    @property
+    def ready(self) -> bool: ...
+
+    @property
+    def labels(self) -> Mapping[str, str]: ...
+
+
+class LeaseCheck(Protocol):
+    def check(self) -> None: ...
+
+
+class Progress(Protocol):
+    """Where the executor reports what it does (plain lines, a live table, JSON)."""
+
+    def node_started(self, wave: int, node: str) -> None: ...
+
+    def step_started(self, node: str, step: str) -> None: ...
+
+    def step_finished(self, node: str, step: str, outcome: str, detail: str) -> None: ...
+
+    def node_finished(self, node: str, outcome: str, reason: str) -> None: ...
+
+    def halted(self, reason: str) -> None: ...
+
+
+class NodeVerdict(enum.Enum):
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class RunReport:
+    outcome: RunOutcome
+    halt_reason: str
+    nodes: Mapping[str, tuple[str, str]]  # node -> (outcome, reason)
+
+
+ContextFactory = Callable[[NodePlan], StepContext]
+
+
+class Executor:
+    """Runs a Plan against the cluster, journalling every step."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        spec: Spec,
+        steps: Mapping[str, Step],
+        journal: Journal,
+        cluster: ClusterView,
+        make_context: ContextFactory,
+        progress: Progress,
+        lease: LeaseCheck | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        missing = sorted({s.kind for n in plan.nodes for s in n.steps} - steps.keys())
+        if missing:
+            raise RolloutError(f"no implementation for step(s): {', '.join(missing)}")
+        self._plan = plan
+        self._spec = spec
+        self._steps = steps
+        self._journal = journal
+        self._cluster = cluster
+        self._make_context = make_context
+        self._progress = progress
+        self._lease = lease
+        self._clock = clock
+        self._targets = {n.name for n in plan.nodes}
+
+    def run(self) -> RunReport:
+        """Every pending node, wave by wave, until done or halted."""
+        failures = sum(
+            1
+            for n in self._plan.nodes
+            if self._journal.replay().node(n.name).outcome
+            in (NodeOutcome.FAILED, NodeOutcome.ROLLED_BACK, NodeOutcome.LEFT_CORDONED)
+        )
+        for wave in self._plan.waves:
+            for node in wave.nodes:
+                if self._journal.replay().node(node.name).outcome is not None:
+                    continue  # finished in this run, before an interruption
+                try:
+                    self._check_before_node(node)
+                except Halt as halt:
+                    return self._halt(str(halt))
+                self._progress.node_started(wave.index, node.name)
+                verdict = self._run_node(node)
+                if verdict is NodeVerdict.FAILED:
+                    failures += 1
+                    if failures > self._spec.policy.failure_budget:
+                        return self._halt(
+                            f"{node.name} failed; {failures} failed node(s) exceed the "
+                            f"failure budget of {self._spec.policy.failure_budget}"
+                        )
+        outcome = RunOutcome.FAILED if failures else RunOutcome.SUCCEEDED
+        self._journal.append(RunFinished(outcome))
+        return self._report(outcome, "")
+
+    def _check_before_node(self, node: NodePlan) -> None:
+        if self._lease is not None:
+            try:
+                self._lease.check()
+            except RolloutError as exc:
+                raise Halt(str(exc)) from exc
+        halting: list[str] = []
+        for label in self._spec.policy.effective_halt_labels:
+            for found in self._cluster.list_nodes(f"{label.key}={label.value}"):
+                halting.append(f"{found.name} ({label.key}={label.value})")
+        if halting:
+            raise Halt("halt label on " + ", ".join(sorted(halting)))
+        window = self._spec.policy.maintenance_window
+        if window is not None and not window.contains(self._clock()):
+            raise Halt(
+                f"outside the maintenance window ({window.start:%H:%M}-{window.end:%H:%M} "
+                f"{window.timezone}); resume the run inside it"
+            )
+        if not any(s.kind == "cordon" and s.changes for s in node.steps):
+            return  # the node is not taken down: no budget needed
+        down = sorted(
+            n.name
+            for n in self._cluster.list_nodes()
+            if n.name in self._targets and n.name != node.name and (n.unschedulable or not n.ready)
+        )
+        budget = self._plan.max_unavailable
+        if len(down) + 1 > budget:
+            raise Halt(
+                f"taking {node.name} down would make {len(down) + 1} node(s) unavailable, "
+                f"over max_unavailable {budget} (already unavailable: {', '.join(down)})"
+            )
+
+    def _run_node(self, node: NodePlan) -> NodeVerdict:
+        ctx = self._make_context(node)
+        state = self._journal.replay()
+        for index, planned in enumerate(node.steps):
+            ref = StepRef(index, planned.kind)
+            if state.is_step_done(node.name, ref):
+                continue
+            attempt = state.next_attempt(node.name, ref)
+            self._journal.append(StepStarted(node.name, index, planned.kind, attempt))
+            self._progress.step_started(node.name, planned.kind)
+            try:
+                if planned.action is None:
+                    result = StepResult.noop(planned.noop_reason or "nothing to do")
+                else:
+                    result = self._steps[planned.kind].apply(ctx)
+            except RolloutError as exc:
+                self._journal.append(
+                    StepFinished(
+                        node.name, index, planned.kind, attempt, StepOutcome.FAILED, str(exc)
+                    )
+                )
+                self._progress.step_finished(node.name, planned.kind, "failed", str(exc))
+                self._fail_node(node, ctx, str(exc))
+                return NodeVerdict.FAILED
+            outcome = StepOutcome.DONE if result.kind is StepResultKind.DONE else StepOutcome.NOOP
+            self._journal.append(
+                StepFinished(node.name, index, planned.kind, attempt, outcome, result.detail)
+            )
+            self._progress.step_finished(node.name, planned.kind, outcome.value, result.detail)
+            state = self._journal.replay()
+        self._journal.append(NodeFinished(node.name, NodeOutcome.SUCCEEDED))
+        self._progress.node_finished(node.name, NodeOutcome.SUCCEEDED.value, "")
+        return NodeVerdict.SUCCEEDED
+
+    def _fail_node(self, node: NodePlan, ctx: StepContext, reason: str) -> None:
+        if self._spec.policy.on_failure is not OnFailure.ROLLBACK:
+            self._finish(node.name, NodeOutcome.FAILED, f"{reason} (policy: halt, no rollback)")
+            return
+        done = [c for c in self._journal.replay().node(node.name).completed]
+        for completed in reversed(done):
+            if completed.outcome is not StepOutcome.DONE:
+                continue
+            try:
+                self._steps[completed.kind].undo(ctx)
+            except RolloutError as exc:
+                self._finish(
+                    node.name,
+                    NodeOutcome.LEFT_CORDONED,
+                    f"{reason}; rollback failed at {completed.kind}: {exc}",
+                )
+                return
+            self._journal.append(StepUndone(node.name, completed.index, completed.kind))
+            self._progress.step_finished(node.name, completed.kind, "undone", "")
+        self._finish(node.name, NodeOutcome.ROLLED_BACK, reason)
+
+    def _finish(self, node: str, outcome: NodeOutcome, reason: str) -> None:
+        self._journal.append(NodeFinished(node, outcome, reason))
+        self._progress.node_finished(node, outcome.value, reason)
+
+    def _halt(self, reason: str) -> RunReport:
+        self._journal.append(RunHalted(reason))
+        self._progress.halted(reason)
+        return self._report(RunOutcome.HALTED, reason)
+
+    def _report(self, outcome: RunOutcome, reason: str) -> RunReport:
+        state = self._journal.replay()
+        nodes = {}
+        for node in self._plan.nodes:
+            ns = state.node(node.name)
+            nodes[node.name] = (
+                ns.outcome.value if ns.outcome else "pending",
+                ns.outcome_reason,
+            )
+        return RunReport(outcome, reason, nodes)
+
+
+def facts_by_name(facts: Sequence[NodeFacts]) -> dict[str, NodeFacts]:
+    return {f.name: f for f in facts}

@@ -1,0 +1,162 @@
+"""The run lock: one coordination.k8s.io Lease per cluster, so two runs never proceed at once.
+
+Held while a run works and renewed in the background; when a run dies its lease stops being
+renewed and expires after `duration_s`, so a crashed laptop does not lock the cluster
+forever. A holder that finds its own lease (same identity, e.g. `rollout resume` of the same
+run) takes it back at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+from rollout.errors import RolloutError
+from rollout.transports.errors import Conflict, NotFound
+from rollout.transports.kube import KubeClient, Lease
+
+LEASE_NAMESPACE = "kube-system"
+LEASE_NAME = "rollout"
+DURATION_S = 60
+RENEW_EVERY_S = 15.0
+
+
+class LeaseHeld(RolloutError):
+    """Another run holds the cluster's rollout lease."""
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class RunLease:
+    """Acquire, renew in the background, and release the cluster's rollout lease."""
+
+    def __init__(
+        self,
+        kube: KubeClient,
+        identity: str,
+        *,
+        namespace: str = LEASE_NAMESPACE,
+        name: str = LEASE_NAME,
+        duration_s: int = DURATION_S,
+        renew_every_s: float = RENEW_EVERY_S,
+        clock: Callable[[], datetime] = utc_now,
+    ) -> None:
+        self._kube = kube
+        self.identity = identity
+        self._namespace = namespace
+        self._name = name
+        self._duration_s = duration_s
+        self._renew_every_s = renew_every_s
+        self._clock = clock
+        self._lease: Lease | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.lost: str | None = None
+
+    def acquire(self) -> None:
+        """Take the lease, or raise LeaseHeld naming the holder and when it expires."""
+        now = self._clock()
+        try:
+            current = self._kube.get_lease(self._namespace, self._name)
+        except NotFound:
+            fresh = Lease(
+                namespace=self._namespace,
+                name=self._name,
+                holder_identity=self.identity,
+                lease_duration_s=self._duration_s,
+                acquire_time=now,
+                renew_time=now,
+            )
+            try:
+                self._lease = self._kube.create_lease(fresh)
+            except Conflict as exc:
+                raise LeaseHeld(self._held_message("another run took it just now")) from exc
+        else:
+            if current.holder_identity not in (None, "", self.identity) and not _expired(
+                current, now
+            ):
+                expires = (current.renew_time or now) + timedelta(
+                    seconds=current.lease_duration_s or self._duration_s
+                )
+                raise LeaseHeld(
+                    self._held_message(
+                        f"held by {current.holder_identity}, renewed "
+                        f"{_ago(current.renew_time, now)}; it expires at "
+                        f"{expires.isoformat(timespec='seconds')} if that run is gone"
+                    )
+                )
+            taken = dataclasses.replace(
+                current,
+                holder_identity=self.identity,
+                lease_duration_s=self._duration_s,
+                acquire_time=now,
+                renew_time=now,
+                lease_transitions=current.lease_transitions
+                + (0 if current.holder_identity == self.identity else 1),
+            )
+            try:
+                self._lease = self._kube.replace_lease(taken)
+            except Conflict as exc:
+                raise LeaseHeld(self._held_message("another run took it just now")) from exc
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._renew_loop, name="lease-renew", daemon=True)
+        self._thread.start()
+
+    def renew(self) -> None:
+        """Renew once; a Conflict means someone else took the lease: record it as lost."""
+        if self._lease is None:
+            return
+        renewed = dataclasses.replace(self._lease, renew_time=self._clock())
+        try:
+            self._lease = self._kube.replace_lease(renewed)
+        except Conflict:
+            self.lost = f"lease {self._namespace}/{self._name} was taken by another run"
+
+    def check(self) -> None:
+        """Raise LeaseHeld when the lease was lost; called before every node."""
+        if self.lost:
+            raise LeaseHeld(self.lost)
+
+    def release(self) -> None:
+        """Stop renewing and give the lease up (holder cleared), so the next run starts at once."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        if self._lease is None or self.lost:
+            return
+        try:
+            current = self._kube.get_lease(self._namespace, self._name)
+            if current.holder_identity == self.identity:
+                self._kube.replace_lease(dataclasses.replace(current, holder_identity=""))
+        except RolloutError:
+            pass  # it expires on its own; releasing is a courtesy
+        self._lease = None
+
+    def _renew_loop(self) -> None:
+        while not self._stop.wait(self._renew_every_s):
+            try:
+                self.renew()
+            except RolloutError:
+                continue  # API trouble: the next tick tries again, well before expiry
+
+    def _held_message(self, detail: str) -> str:
+        return (
+            f"another rollout run is working on this cluster (lease "
+            f"{self._namespace}/{self._name} {detail}); wait for it, or resume that run"
+        )
+
+
+def _expired(lease: Lease, now: datetime) -> bool:
+    if lease.renew_time is None:
+        return True
+    return lease.renew_time + timedelta(seconds=lease.lease_duration_s or DURATION_S) < now
+
+
+def _ago(when: datetime | None, now: datetime) -> str:
+    if when is None:
+        return "never"
+    return f"{int((now - when).total_seconds())}s ago"

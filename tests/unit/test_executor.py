@@ -1,0 +1,216 @@
+"""The executor's decisions with fake steps and a fake cluster: order, halts, budget, rollback,
+resume. The same executor runs in the lab tests with the real steps."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from rollout.executor import Executor
+from rollout.facts import load_recorded_facts
+from rollout.journal import Journal, NodeOutcome, RunOutcome
+from rollout.plan import NodePlan, Plan
+from rollout.planner import build_plan
+from rollout.playbook import load_playbooks
+from rollout.spec import Spec, load_spec, parse_spec
+from rollout.steps.base import StepContext, StepFailed, StepResult
+
+ROOT = Path(__file__).resolve().parents[2]
+PLAN = ROOT / "examples" / "plan.yaml"
+FACTS = ROOT / "examples" / "facts"
+KINDS = (
+    "cordon",
+    "drain",
+    "containerd.write",
+    "systemd.restart",
+    "containerd.verify",
+    "gpu.wait",
+    "gpu.smoke",
+    "uncordon",
+)
+
+
+@dataclass
+class FakeNode:
+    name: str
+    unschedulable: bool = False
+    ready: bool = True
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+class FakeCluster:
+    def __init__(self, names: Sequence[str]) -> None:
+        self.nodes = {n: FakeNode(n) for n in names}
+
+    def list_nodes(self, label_selector: str | None = None) -> list[FakeNode]:
+        if not label_selector:
+            return list(self.nodes.values())
+        key, value = label_selector.split("=", 1)
+        return [n for n in self.nodes.values() if n.labels.get(key) == value]
+
+
+class Log:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, str]] = []
+
+
+class FakeStep:
+    kind: ClassVar[str] = ""
+
+    def __init__(self, kind: str, log: Log, cluster: FakeCluster, fail_on: set[str]) -> None:
+        self.kind_name = kind
+        self.log = log
+        self.cluster = cluster
+        self.fail_on = fail_on
+
+    def apply(self, ctx: StepContext) -> StepResult:
+        self.log.calls.append(("apply", ctx.node, self.kind_name))
+        if f"{ctx.node}/{self.kind_name}" in self.fail_on:
+            raise StepFailed(ctx.node, self.kind_name, "injected failure")
+        if self.kind_name == "cordon":
+            self.cluster.nodes[ctx.node].unschedulable = True
+        if self.kind_name == "uncordon":
+            self.cluster.nodes[ctx.node].unschedulable = False
+        return StepResult.done(f"{self.kind_name} ok")
+
+    def undo(self, ctx: StepContext) -> None:
+        self.log.calls.append(("undo", ctx.node, self.kind_name))
+        if self.kind_name == "cordon":
+            self.cluster.nodes[ctx.node].unschedulable = False
+
+
+class Quiet:
+    def node_started(self, wave: int, node: str) -> None: ...
+    def step_started(self, node: str, step: str) -> None: ...
+    def step_finished(self, node: str, step: str, outcome: str, detail: str) -> None: ...
+    def node_finished(self, node: str, outcome: str, reason: str) -> None: ...
+    def halted(self, reason: str) -> None: ...
+
+
+def setup(
+    tmp_path: Path, spec_text: str | None = None, fail_on: set[str] | None = None
+) -> tuple[Plan, Spec, FakeCluster, Log, Journal, dict[str, Any]]:
+    spec = parse_spec(spec_text, "plan.yaml") if spec_text else load_spec(PLAN)
+    fleet = load_recorded_facts(FACTS)
+    plan = build_plan(spec, "plan.yaml", fleet, load_playbooks())
+    cluster = FakeCluster([n.name for n in fleet.nodes])
+    log = Log()
+    steps = {k: FakeStep(k, log, cluster, fail_on or set()) for k in KINDS}
+    journal = Journal.create(tmp_path, "test", "{}")
+    return plan, spec, cluster, log, journal, steps
+
+
+def make_executor(
+    plan: Plan, spec: Spec, cluster: FakeCluster, journal: Journal, steps: Mapping[str, Any]
+) -> Executor:
+    def context(node: NodePlan) -> StepContext:
+        return StepContext(
+            node=node.name,
+            node_plan=node,
+            facts=None,  # type: ignore[arg-type]
+            spec=spec,
+            runner=None,  # type: ignore[arg-type]
+            kube=None,  # type: ignore[arg-type]
+            journal=journal,
+        )
+
+    return Executor(plan, spec, steps, journal, cluster, context, Quiet())
+
+
+def test_every_node_every_step_in_wave_order(tmp_path: Path) -> None:
+    plan, spec, cluster, log, journal, steps = setup(tmp_path)
+    report = make_executor(plan, spec, cluster, journal, steps).run()
+    assert report.outcome is RunOutcome.SUCCEEDED
+    nodes_in_order = list(dict.fromkeys(node for _, node, _ in log.calls))
+    assert nodes_in_order == ["gpu-a-1", "gpu-a-2", "gpu-a-3", "gpu-b-1"]
+    assert [k for _, n, k in log.calls if n == "gpu-a-1"] == list(KINDS)
+    assert all(not n.unschedulable for n in cluster.nodes.values())
+
+
+def test_upgrade_failed_label_halts_before_the_next_node(tmp_path: Path) -> None:
+    plan, spec, cluster, log, journal, steps = setup(tmp_path)
+    cluster.nodes["gpu-b-1"].labels["nvidia.com/gpu-driver-upgrade-state"] = "upgrade-failed"
+    report = make_executor(plan, spec, cluster, journal, steps).run()
+    assert report.outcome is RunOutcome.HALTED
+    assert "gpu-b-1 (nvidia.com/gpu-driver-upgrade-state=upgrade-failed)" in report.halt_reason
+    assert log.calls == []  # halted before the first step of the first node
+
+
+def test_budget_counts_nodes_already_unavailable(tmp_path: Path) -> None:
+    plan, spec, cluster, log, journal, steps = setup(tmp_path)
+    cluster.nodes["gpu-b-1"].unschedulable = True  # cordoned by hand, max_unavailable 1
+    report = make_executor(plan, spec, cluster, journal, steps).run()
+    assert report.outcome is RunOutcome.HALTED
+    assert "over max_unavailable 1 (already unavailable: gpu-b-1)" in report.halt_reason
+    assert log.calls == []
+
+
+def test_failed_node_is_rolled_back_and_the_run_halts(tmp_path: Path) -> None:
+    plan, spec, cluster, log, journal, steps = setup(tmp_path, fail_on={"gpu-a-2/systemd.restart"})
+    report = make_executor(plan, spec, cluster, journal, steps).run()
+    assert report.outcome is RunOutcome.HALTED
+    assert report.nodes["gpu-a-1"][0] == "succeeded"
+    assert report.nodes["gpu-a-2"] == ("rolled-back", "gpu-a-2: systemd.restart: injected failure")
+    assert report.nodes["gpu-a-3"][0] == "pending"  # later nodes untouched
+    undone = [k for verb, n, k in log.calls if verb == "undo"]
+    assert undone == ["containerd.write", "drain", "cordon"]  # reverse order, done steps only
+    assert not any(n in ("gpu-a-3", "gpu-b-1") for _, n, _ in log.calls)
+    assert not cluster.nodes["gpu-a-2"].unschedulable
+
+
+def test_failed_rollback_leaves_the_node_cordoned_with_the_reason(tmp_path: Path) -> None:
+    plan, spec, cluster, _log, journal, steps = setup(tmp_path, fail_on={"gpu-a-1/gpu.wait"})
+
+    def broken_undo(ctx: StepContext) -> None:
+        raise StepFailed(ctx.node, "containerd.write", "backup missing")
+
+    steps["containerd.write"].undo = broken_undo
+    report = make_executor(plan, spec, cluster, journal, steps).run()
+    outcome, reason = report.nodes["gpu-a-1"]
+    assert outcome == NodeOutcome.LEFT_CORDONED.value
+    assert "rollback failed at containerd.write" in reason and "backup missing" in reason
+    assert cluster.nodes["gpu-a-1"].unschedulable
+
+
+def test_resume_skips_finished_work_and_reapplies_the_step_in_flight(tmp_path: Path) -> None:
+    plan, spec, cluster, log, journal, steps = setup(tmp_path)
+
+    class Killed(BaseException):
+        pass
+
+    real_apply = steps["systemd.restart"].apply
+    calls = {"n": 0}
+
+    def dying(ctx: StepContext) -> StepResult:
+        if ctx.node == "gpu-a-2" and calls["n"] == 0:
+            calls["n"] += 1
+            raise Killed  # the process dies mid-step: nothing journalled after step-started
+        return real_apply(ctx)
+
+    steps["systemd.restart"].apply = dying
+    with pytest.raises(Killed):
+        make_executor(plan, spec, cluster, journal, steps).run()
+    before = len(log.calls)
+    journal.close()
+    resumed = Journal.open(tmp_path, journal.run_id)
+    report = make_executor(plan, spec, cluster, resumed, steps).run()
+    assert report.outcome is RunOutcome.SUCCEEDED
+    again = log.calls[before:]
+    assert ("apply", "gpu-a-1", "cordon") not in again  # finished node not redone
+    assert again[0] == ("apply", "gpu-a-2", "systemd.restart")  # the step in flight, re-checked
+    assert [k for _, n, k in again if n == "gpu-a-2"] == list(KINDS[3:])
+
+
+def test_halt_only_policy_does_not_roll_back(tmp_path: Path) -> None:
+    text = PLAN.read_text().replace("on_failure: rollback", "on_failure: halt")
+    plan, spec, cluster, log, journal, steps = setup(
+        tmp_path, spec_text=text, fail_on={"gpu-a-1/containerd.verify"}
+    )
+    report = make_executor(plan, spec, cluster, journal, steps).run()
+    assert report.nodes["gpu-a-1"][0] == "failed"
+    assert not [c for c in log.calls if c[0] == "undo"]
+    assert cluster.nodes["gpu-a-1"].unschedulable  # left cordoned, as the policy says
