@@ -6,10 +6,13 @@ The only module besides the CLI that imports rich: everything else hands it plai
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Mapping
 from typing import IO, Any
 
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
 
 from rollout.plan import NodePlan, Plan, plan_to_data
 
@@ -200,3 +203,49 @@ def plan_to_json(plan: Plan) -> str:
             file_data["action"] = change.action
             file_data["diff"] = change.unified_diff()
     return json.dumps(data, indent=2, sort_keys=False, default=str) + "\n"
+
+
+class ProgressLines:
+    """Executor progress as plain timestamped lines: for logs, CI and pipes."""
+
+    def __init__(self, console: Console) -> None:
+        self._console = console
+        self._started: dict[str, float] = {}
+
+    def _line(self, text: str) -> None:
+        self._console.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {escape(text)}")
+
+    def node_started(self, wave: int, node: str) -> None:
+        self._started[node] = time.monotonic()
+        self._line(f"wave {wave}: {node} starts")
+
+    def step_started(self, node: str, step: str) -> None:
+        self._line(f"{node}: {step} ...")
+
+    def step_finished(self, node: str, step: str, outcome: str, detail: str) -> None:
+        tail = f": {detail}" if detail else ""
+        self._line(f"{node}: {step} {outcome}{tail}")
+
+    def node_finished(self, node: str, outcome: str, reason: str) -> None:
+        took = time.monotonic() - self._started.get(node, time.monotonic())
+        tail = f": {reason}" if reason else ""
+        self._line(f"{node}: {outcome} after {took:.0f}s{tail}")
+
+    def halted(self, reason: str) -> None:
+        self._console.print(f"[bold red]halted:[/bold red] {escape(reason)}")
+
+
+def print_run_summary(
+    console: Console, run_id: str, outcome: str, reason: str, nodes: Mapping[str, tuple[str, str]]
+) -> None:
+    """The final table of a run: each node's outcome and why."""
+    table = Table(title=f"run {run_id}: {outcome}", title_justify="left")
+    table.add_column("node")
+    table.add_column("outcome")
+    table.add_column("reason", overflow="fold")
+    for node, (node_outcome, node_reason) in nodes.items():
+        style = {"succeeded": "green", "pending": "dim"}.get(node_outcome, "red")
+        table.add_row(node, f"[{style}]{node_outcome}[/{style}]", escape(node_reason))
+    console.print(table)
+    if reason:
+        console.print(f"halted: {escape(reason)}")

@@ -33,7 +33,7 @@ exit codes: 0 ok (plan: no change with --detailed-exitcode), 1 a node failed or 
 
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser, with every subcommand registered."""
-    from rollout.cli import lab, plan
+    from rollout.cli import apply, lab, plan
 
     parser = argparse.ArgumentParser(
         prog="rollout",
@@ -44,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"rollout {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     plan.add_parser(subparsers)
+    apply.add_parsers(subparsers)
     lab.add_parser(subparsers)
     return parser
 

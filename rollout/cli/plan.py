@@ -6,16 +6,13 @@ import argparse
 import sys
 from pathlib import Path
 
+from rollout.connection import FleetConnection
 from rollout.errors import BadInput, ExitCode
 from rollout.facts import FleetFacts, load_recorded_facts
-from rollout.inventory import load_inventory
 from rollout.planner import build_plan
 from rollout.playbook import load_playbooks
-from rollout.probe import gather_fleet_facts
 from rollout.render import make_console, plan_to_json, plan_to_markdown, print_plan_text
 from rollout.spec import Spec, load_spec
-from rollout.transports.kube import KubeClient
-from rollout.transports.ssh import SshOptions, SshRunner, close_runners
 
 HELP = """\
 Show what `rollout apply` would do: the waves, each node's steps (or why a step is a
@@ -55,23 +52,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         type=Path,
         help="plan from recorded node facts instead of probing the cluster",
     )
-    parser.add_argument(
-        "--inventory",
-        "-i",
-        metavar="FILE",
-        type=Path,
-        help="live facts: the nodes to probe over SSH (rollout YAML, Ansible INI or YAML)",
-    )
-    parser.add_argument("--kubeconfig", metavar="FILE", help="like kubectl (default: $KUBECONFIG)")
-    parser.add_argument("--context", help="kubeconfig context (default: the current one)")
-    parser.add_argument(
-        "--accept-new-host-keys",
-        action="store_true",
-        help="add unknown SSH host keys to known_hosts (a changed key is always refused)",
-    )
-    parser.add_argument(
-        "--parallel", type=int, default=8, metavar="N", help="probe at most N nodes at once"
-    )
+    add_fleet_arguments(parser)
     parser.add_argument(
         "--output",
         "-o",
@@ -92,20 +73,38 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 def gather_live_facts(spec: Spec, args: argparse.Namespace) -> FleetFacts:
     """Probe the inventory's nodes over SSH and the cluster through the Kubernetes API."""
-    inventory = load_inventory(args.inventory)
-    options = SshOptions(accept_new_host_keys=args.accept_new_host_keys)
-    runners = {host.name: SshRunner(host, options) for host in inventory.hosts}
-    print(
-        f"gathering facts from {len(runners)} node(s) over SSH and the Kubernetes API",
-        file=sys.stderr,
+    with FleetConnection(
+        args.inventory,
+        args.kubeconfig,
+        args.context,
+        accept_new_host_keys=args.accept_new_host_keys,
+    ) as fleet:
+        print(
+            f"gathering facts from {len(fleet.runners)} node(s) over SSH and the Kubernetes API",
+            file=sys.stderr,
+        )
+        return fleet.gather(spec, max_parallel=args.parallel)
+
+
+def add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
+    """--inventory, --kubeconfig, --context, --accept-new-host-keys, --parallel."""
+    parser.add_argument(
+        "--inventory",
+        "-i",
+        metavar="FILE",
+        type=Path,
+        help="live facts: the nodes to probe over SSH (rollout YAML, Ansible INI or YAML)",
     )
-    try:
-        with KubeClient.from_kubeconfig(args.kubeconfig, args.context) as kube:
-            return gather_fleet_facts(
-                spec, runners, kube, max_parallel=args.parallel, source=str(args.inventory)
-            )
-    finally:
-        close_runners(runners)
+    parser.add_argument("--kubeconfig", metavar="FILE", help="like kubectl (default: $KUBECONFIG)")
+    parser.add_argument("--context", help="kubeconfig context (default: the current one)")
+    parser.add_argument(
+        "--accept-new-host-keys",
+        action="store_true",
+        help="add unknown SSH host keys to known_hosts (a changed key is always refused)",
+    )
+    parser.add_argument(
+        "--parallel", type=int, default=8, metavar="N", help="probe at most N nodes at once"
+    )
 
 
 def run_plan(args: argparse.Namespace) -> int:

@@ -1,0 +1,257 @@
+"""`rollout apply`, `rollout resume` and `rollout status`: run a plan, continue it, show it."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import socket
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from rollout.cli.plan import add_fleet_arguments
+from rollout.connection import FleetConnection
+from rollout.errors import Aborted, BadInput, ExitCode
+from rollout.executor import Executor, RunReport
+from rollout.facts import FleetFacts
+from rollout.journal import (
+    Journal,
+    RunOutcome,
+    RunResumed,
+    default_state_dir,
+    latest_run,
+    list_runs,
+    read_run,
+)
+from rollout.lease import RunLease
+from rollout.plan import NodePlan, Plan, plan_from_data, plan_to_data
+from rollout.planner import build_plan
+from rollout.playbook import load_playbooks
+from rollout.render import (
+    ProgressLines,
+    make_console,
+    print_plan_text,
+    print_run_summary,
+)
+from rollout.spec import Spec, load_spec, parse_spec
+from rollout.steps import builtin_steps
+from rollout.steps.base import StepContext
+
+INVOCATION_FILE = "invocation.json"
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """What `resume` needs to reconnect: the plan file's text and where the fleet is."""
+
+    spec_source: str
+    spec_text: str
+    inventory: str
+    kubeconfig: str | None
+    context: str | None
+    accept_new_host_keys: bool
+
+
+def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    apply = subparsers.add_parser(
+        "apply",
+        help="apply a plan: waves of cordon, drain, write, restart, verify, uncordon",
+        description=(
+            "Plan as `rollout plan` does, show it, ask, then apply it node by node, wave by "
+            "wave. Every step is journalled under the state directory; a run killed at any "
+            "point continues with `rollout resume RUN`. One run per cluster at a time (a "
+            "Lease in kube-system). A failed node is rolled back (policy.on_failure) and the "
+            "run halts; any node labelled nvidia.com/gpu-driver-upgrade-state=upgrade-failed "
+            "halts it before the next node."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    apply.add_argument("plan_file", metavar="PLAN", type=Path)
+    add_fleet_arguments(apply)
+    apply.add_argument("--yes", "-y", action="store_true", help="skip the confirmation")
+    add_state_argument(apply)
+    apply.set_defaults(func=run_apply)
+
+    resume = subparsers.add_parser(
+        "resume",
+        help="continue an interrupted or halted run where it stopped",
+        description=(
+            "Continue RUN from its journal: finished steps are not redone, the step that was "
+            "in flight is checked again against fresh facts. Uses the plan as it was when the "
+            "run started."
+        ),
+    )
+    resume.add_argument("run_id", metavar="RUN")
+    add_state_argument(resume)
+    resume.set_defaults(func=run_resume)
+
+    status = subparsers.add_parser(
+        "status", help="show runs, or one run's nodes and steps", description="Show a run."
+    )
+    status.add_argument("run_id", metavar="RUN", nargs="?", help="default: the latest run")
+    status.add_argument("--all", action="store_true", help="list every run")
+    add_state_argument(status)
+    status.set_defaults(func=run_status)
+
+
+def add_state_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        help="where runs are journalled (default: $ROLLOUT_STATE_DIR or ~/.local/state/rollout)",
+    )
+
+
+def run_apply(args: argparse.Namespace) -> int:
+    if args.inventory is None:
+        raise BadInput("rollout apply needs --inventory FILE (the nodes to reach over SSH)")
+    spec = load_spec(args.plan_file)
+    console = make_console(sys.stdout)
+    state_dir = args.state_dir or default_state_dir()
+    with FleetConnection(
+        args.inventory,
+        args.kubeconfig,
+        args.context,
+        accept_new_host_keys=args.accept_new_host_keys,
+    ) as fleet:
+        facts = fleet.gather(spec, max_parallel=args.parallel)
+        plan = build_plan(spec, str(args.plan_file), facts, load_playbooks())
+        print_plan_text(plan, console)
+        if not plan.has_changes:
+            return ExitCode.OK
+        confirm(args.yes)
+        journal = Journal.create(
+            state_dir, plan.name, json.dumps(plan_to_data(plan)), user=getpass.getuser()
+        )
+        invocation = Invocation(
+            spec_source=str(args.plan_file),
+            spec_text=args.plan_file.read_text(),
+            inventory=str(args.inventory.resolve()),
+            kubeconfig=args.kubeconfig,
+            context=args.context,
+            accept_new_host_keys=args.accept_new_host_keys,
+        )
+        (journal.run_dir / INVOCATION_FILE).write_text(json.dumps(asdict(invocation), indent=2))
+        console.print(f"run {journal.run_id} (resume with: rollout resume {journal.run_id})")
+        with journal:
+            report = execute(plan, spec, facts, fleet, journal, console)
+    return exit_code(report)
+
+
+def run_resume(args: argparse.Namespace) -> int:
+    state_dir = args.state_dir or default_state_dir()
+    console = make_console(sys.stdout)
+    with Journal.open(state_dir, args.run_id) as journal:
+        if journal.replay().finished:
+            console.print(f"run {args.run_id} already finished; nothing to resume")
+            return ExitCode.OK
+        invocation = Invocation(**json.loads((journal.run_dir / INVOCATION_FILE).read_text()))
+        spec = parse_spec(invocation.spec_text, invocation.spec_source)
+        plan = plan_from_data(json.loads(journal.read_plan_json()))
+        with FleetConnection(
+            Path(invocation.inventory),
+            invocation.kubeconfig,
+            invocation.context,
+            accept_new_host_keys=invocation.accept_new_host_keys,
+        ) as fleet:
+            facts = fleet.gather(spec)
+            journal.append(RunResumed(user=getpass.getuser(), host=socket.gethostname()))
+            console.print(f"resuming run {journal.run_id}")
+            report = execute(plan, spec, facts, fleet, journal, console)
+    return exit_code(report)
+
+
+def execute(
+    plan: Plan,
+    spec: Spec,
+    facts: FleetFacts,
+    fleet: FleetConnection,
+    journal: Journal,
+    console: object,
+) -> RunReport:
+    """Hold the lease and run the executor with the built-in steps."""
+    progress_console = make_console(sys.stderr)
+    progress = ProgressLines(progress_console)
+
+    def context(node: NodePlan) -> StepContext:
+        node_facts = facts.by_name(node.name)
+        if node_facts is None:
+            raise BadInput(f"{node.name} is in the plan but not in the inventory")
+        return StepContext(
+            node=node.name,
+            node_plan=node,
+            facts=node_facts,
+            spec=spec,
+            runner=fleet.runners[node.name],
+            kube=fleet.kube,
+            journal=journal,
+            progress=lambda text: progress_console.print(f"{node.name}: {text}"),
+        )
+
+    lease = RunLease(fleet.kube, f"rollout/{journal.run_id}")
+    lease.acquire()
+    try:
+        executor = Executor(
+            plan, spec, builtin_steps(), journal, fleet.kube, context, progress, lease
+        )
+        report = executor.run()
+    finally:
+        lease.release()
+    print_run_summary(
+        make_console(sys.stdout),
+        str(journal.run_id),
+        report.outcome.value,
+        report.halt_reason,
+        report.nodes,
+    )
+    return report
+
+
+def confirm(yes: bool) -> None:
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise Aborted("not confirmed: stdin is not a terminal; pass --yes to apply without asking")
+    answer = input("Apply this plan? Type 'yes' to go on: ")
+    if answer.strip().lower() != "yes":
+        raise Aborted("not confirmed; nothing was changed")
+
+
+def exit_code(report: RunReport) -> int:
+    return ExitCode.OK if report.outcome is RunOutcome.SUCCEEDED else ExitCode.FAILED
+
+
+def run_status(args: argparse.Namespace) -> int:
+    state_dir = args.state_dir or default_state_dir()
+    console = make_console(sys.stdout)
+    if args.all:
+        for run in list_runs(state_dir):
+            outcome = run.outcome.value if run.outcome else "in progress or interrupted"
+            console.print(f"{run.run_id}  {run.plan_name}  {outcome}")
+        return ExitCode.OK
+    run_id = args.run_id
+    if run_id is None:
+        latest = latest_run(state_dir)
+        if latest is None:
+            console.print(f"no runs in {state_dir}")
+            return ExitCode.OK
+        run_id = latest.run_id
+    state = read_run(state_dir, run_id)
+    plan = plan_from_data(json.loads((state_dir / "runs" / run_id / "plan.json").read_text()))
+    outcome = state.outcome.value if state.outcome else "in progress or interrupted"
+    console.print(
+        f"run {run_id}: {outcome}" + (f" ({state.halted_reason})" if state.halted_reason else "")
+    )
+    for node in plan.nodes:
+        ns = state.node(node.name)
+        done = len(ns.completed)
+        flying = f", in flight: {ns.in_flight.kind}" if ns.in_flight else ""
+        result = ns.outcome.value if ns.outcome else "pending"
+        reason = f" ({ns.outcome_reason})" if ns.outcome_reason else ""
+        cordoned = ", cordoned by rollout" if ns.cordoned_by_rollout else ""
+        console.print(
+            f"  {node.name}: {result}{reason}; {done}/{len(node.steps)} steps{flying}{cordoned}"
+        )
+    return ExitCode.OK

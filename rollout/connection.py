@@ -1,0 +1,60 @@
+"""A connection to a fleet: one SSH runner per inventory node and one Kubernetes client.
+
+Opened once per command and shared by fact gathering and every step, so each node gets
+exactly one SSH connection for a whole run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import TracebackType
+
+from rollout.facts import FleetFacts
+from rollout.inventory import load_inventory
+from rollout.probe import gather_fleet_facts
+from rollout.spec import Spec
+from rollout.transports.kube import KubeClient
+from rollout.transports.ssh import SshOptions, SshRunner, close_runners
+
+
+class FleetConnection:
+    """SSH runners (lazily connected) for an inventory, and a client for its cluster."""
+
+    def __init__(
+        self,
+        inventory: Path,
+        kubeconfig: str | None,
+        context: str | None,
+        *,
+        accept_new_host_keys: bool = False,
+    ) -> None:
+        self.inventory_path = inventory
+        self.inventory = load_inventory(inventory)
+        options = SshOptions(accept_new_host_keys=accept_new_host_keys)
+        self.runners = {host.name: SshRunner(host, options) for host in self.inventory.hosts}
+        self.kube = KubeClient.from_kubeconfig(kubeconfig, context)
+
+    def gather(self, spec: Spec, max_parallel: int = 8) -> FleetFacts:
+        """Fresh facts of every inventory node, probed in parallel (bounded)."""
+        return gather_fleet_facts(
+            spec,
+            self.runners,
+            self.kube,
+            max_parallel=max_parallel,
+            source=str(self.inventory_path),
+        )
+
+    def close(self) -> None:
+        close_runners(self.runners)
+        self.kube.close()
+
+    def __enter__(self) -> FleetConnection:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
