@@ -69,7 +69,10 @@ def build_plan(
     steps = compose_steps(playbooks[kind] for kind in kinds)
     cluster_changes = plan_cluster_changes(spec, fleet.cluster)
     configmap_changed = any(c.kind == "configmap" and c.action is not None for c in cluster_changes)
-    node_plans = [plan_node(spec, node, steps, configmap_changed) for node in targets]
+    cluster_pending = any(c.action is not None for c in cluster_changes)
+    node_plans = [
+        plan_node(spec, node, steps, configmap_changed, cluster_pending) for node in targets
+    ]
     sizes = spec.policy.wave_sizes(len(node_plans)) if node_plans else []
     waves: list[Wave] = []
     start = 0
@@ -131,7 +134,11 @@ def select_targets(spec: Spec, fleet: FleetFacts) -> list[NodeFacts]:
 
 
 def plan_node(
-    spec: Spec, node: NodeFacts, steps: Sequence[PlaybookStep], configmap_changed: bool
+    spec: Spec,
+    node: NodeFacts,
+    steps: Sequence[PlaybookStep],
+    configmap_changed: bool,
+    cluster_pending: bool = False,
 ) -> NodePlan:
     """One node's steps, file writes and effective-config diff."""
     work = plan_containerd(spec, node)
@@ -175,7 +182,11 @@ def plan_node(
                 else "the device plugin takes the profile from the label change"
             )
         elif step.kind == "configmap.update":
-            noop = "cluster-wide: done once before wave 1"
+            if cluster_pending:
+                # cluster-wide: the first node's step makes the change, later ones find it made
+                action = "publish the profile in the ConfigMap and point the ClusterPolicy at it"
+            else:
+                noop = "the ConfigMap and the ClusterPolicy already hold the profile"
         elif step.kind in {"gpu.wait", "gpu.smoke"}:
             if writes or label_action or restart_action:
                 expected = expected_gpus(spec, node)

@@ -1,0 +1,430 @@
+"""Time-slicing steps: publish a device-plugin profile, select it per node, reload the plugin.
+
+The device plugin's config-manager reacts to node *label* changes only (FACTS.md): a new
+profile under a label the node already carries reloads nothing until the plugin pod restarts.
+So `configmap.update` records whether this run changed the profile's content,
+`node.label` records whether the node already had the label, and `deviceplugin.restart`
+acts only when both are true.
+
+`configmap.update` is cluster-wide but runs in a node's context: the first node of a run
+changes the ConfigMap, every later node finds it done (a no-op). The ConfigMap itself
+carries which run last changed which key (annotations), so a later node, or a resumed run,
+still knows the content changed in this run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import yaml
+
+from rollout.facts import ClusterFacts
+from rollout.planner import DEVICE_PLUGIN_CONFIG_LABEL, SHARED_MEMORY_WARNING, plan_cluster_changes
+from rollout.spec import MAX_REPLICAS, TimeSlicingChange
+from rollout.steps.base import StepContext, StepFailed, StepResult
+from rollout.steps.kube import (
+    GPU_RESOURCE,
+    RUN_ANNOTATION,
+    Deadline,
+    describe_pod,
+    find_device_plugin_pods,
+    report_step,
+    time_slicing_change,
+)
+from rollout.transports.errors import Conflict, NotFound
+from rollout.transports.kube import ConfigMap, Pod
+
+# Which key of the ConfigMap the run in RUN_ANNOTATION changed.
+CHANGED_KEY_ANNOTATION = "rollout.nvidia.com/changed-key"
+CONFLICT_ATTEMPTS = 5
+POLL_INTERVAL_S = 1.0
+
+
+def render_profile(change: TimeSlicingChange) -> str:
+    """The profile as stored under its key: the device plugin's YAML (as the plan shows it)."""
+    return yaml.safe_dump(change.config_document(), sort_keys=False)
+
+
+def check_replicas(change: TimeSlicingChange) -> int:
+    """The replicas of nvidia.com/gpu, refusing what the plan's validation should have caught."""
+    replicas = change.replicas_for(GPU_RESOURCE)
+    if not 1 <= replicas <= MAX_REPLICAS:
+        raise ValueError(f"replicas of {GPU_RESOURCE} must be 1..{MAX_REPLICAS}, not {replicas}")
+    return replicas
+
+
+def changed_in_run(configmap: ConfigMap | None, run_id: str, key: str) -> bool:
+    """Whether the ConfigMap says run `run_id` changed `key` (and nobody changed it since)."""
+    if configmap is None:
+        return False
+    notes = configmap.annotations
+    return notes.get(RUN_ANNOTATION) == run_id and notes.get(CHANGED_KEY_ANNOTATION) == key
+
+
+def get_configmap(ctx: StepContext, change: TimeSlicingChange) -> ConfigMap | None:
+    try:
+        return ctx.kube.get_configmap(change.configmap.namespace, change.configmap.name)
+    except NotFound:
+        return None
+
+
+def get_cluster_policy(ctx: StepContext, kind: str) -> dict[str, Any]:
+    """The GPU Operator's ClusterPolicy (there is one per cluster)."""
+    policies = ctx.kube.list_cluster_policies()
+    if not policies:
+        raise StepFailed(
+            ctx.node,
+            kind,
+            "no ClusterPolicy in the cluster: time-slicing needs the GPU Operator installed",
+        )
+    return policies[0]
+
+
+def policy_config_name(policy: Mapping[str, Any]) -> str | None:
+    """spec.devicePlugin.config.name of a ClusterPolicy (None when unset)."""
+    config = ((policy.get("spec") or {}).get("devicePlugin") or {}).get("config") or {}
+    name = config.get("name")
+    return str(name) if name is not None else None
+
+
+def with_key(
+    configmap: ConfigMap, key: str, value: str | None, annotations: Mapping[str, str | None]
+) -> ConfigMap:
+    """A copy with `key` set (None: removed) and annotations merged (None: removed); every
+    other key is kept as it is."""
+    data = dict(configmap.data)
+    if value is None:
+        data.pop(key, None)
+    else:
+        data[key] = value
+    notes = {**configmap.annotations, **annotations}
+    return ConfigMap(
+        namespace=configmap.namespace,
+        name=configmap.name,
+        data=data,
+        labels=configmap.labels,
+        annotations={k: v for k, v in notes.items() if v is not None},
+        resource_version=configmap.resource_version,
+    )
+
+
+# ------------------------------------------------------------------------ configmap.update
+
+
+@dataclass(frozen=True)
+class ConfigMapUpdateStep:
+    """Put the profile under its key in the ConfigMap and point the ClusterPolicy at it.
+
+    Saved data: configmap, key, previous (the key's old text, None if it was absent),
+    key_changed, content_changed (this run changed the key, here or on another node),
+    policy_name_before and policy_changed.
+    """
+
+    kind: ClassVar[str] = "configmap.update"
+
+    def apply(self, ctx: StepContext) -> StepResult:
+        return report_step(ctx, self.kind, self._apply)
+
+    def _apply(self, ctx: StepContext) -> StepResult:
+        change = time_slicing_change(ctx.spec)
+        if change is None:
+            return StepResult.noop("no time-slicing change")
+        try:
+            replicas = check_replicas(change)
+        except ValueError as exc:
+            raise StepFailed(ctx.node, self.kind, str(exc)) from None
+        ref = f"{change.configmap.namespace}/{change.configmap.name}"
+        saved = ctx.load_data(self.kind)
+        did: list[str] = []
+        for _ in range(CONFLICT_ATTEMPTS):
+            current = get_configmap(ctx, change)
+            policy = get_cluster_policy(ctx, self.kind)
+            facts = ClusterFacts(
+                configmaps={ref: dict(current.data)} if current is not None else {},
+                cluster_policy=dict(policy.get("spec") or {}),
+            )
+            # The planner's own decision, on fresh facts: what plan showed is what apply does.
+            planned = plan_cluster_changes(ctx.spec, facts)
+            configmap_action = next(
+                (c for c in planned if c.kind == "configmap" and c.target == ref and c.action),
+                None,
+            )
+            policy_action = next((c for c in planned if c.kind == "clusterpolicy"), None)
+            # Saved before any write, so a kill mid-write leaves what undo needs; an earlier
+            # attempt's record of the original value is never overwritten.
+            if configmap_action is not None and not saved.get("key_changed"):
+                saved |= {
+                    "configmap": ref,
+                    "key": change.profile,
+                    "previous": current.data.get(change.profile) if current else None,
+                    "existed": current is not None,
+                    "key_changed": True,
+                }
+            if policy_action is not None and not saved.get("policy_changed"):
+                saved |= {"policy_name_before": policy_config_name(policy), "policy_changed": True}
+            ctx.save_data(self.kind, saved)
+            if configmap_action is not None:
+                try:
+                    self._write(ctx, change, current)
+                except Conflict:
+                    continue  # changed since it was read: read again, decide again
+                did.append(configmap_action.action or "")
+            if policy_action is not None:
+                ctx.kube.patch_cluster_policy(
+                    policy["metadata"]["name"],
+                    {"spec": {"devicePlugin": {"config": {"name": change.configmap.name}}}},
+                )
+                did.append(policy_action.action or "")
+                ctx.progress(
+                    f"{ctx.node}: configmap.update: the ClusterPolicy change restarts the "
+                    "device plugin on every GPU node (a DaemonSet rollout)"
+                )
+            break
+        else:
+            raise StepFailed(
+                ctx.node,
+                self.kind,
+                f"configmap {ref} kept changing under rollout ({CONFLICT_ATTEMPTS} conflicts): "
+                "is another tool writing it?",
+            )
+        current = self._verify(ctx, change)
+        content_changed = bool(saved.get("key_changed")) or changed_in_run(
+            current, ctx.run_id, change.profile
+        )
+        ctx.save_data(self.kind, {**saved, "content_changed": content_changed})
+        if not did:
+            return StepResult.noop(f"key {change.profile!r} already holds this profile")
+        # Said once, when the profile is published: slices share one GPU's memory.
+        ctx.progress(f"{ctx.node}: time-slicing x{replicas}: WARNING: {SHARED_MEMORY_WARNING}")
+        return StepResult.done("; ".join(did))
+
+    @staticmethod
+    def _write(ctx: StepContext, change: TimeSlicingChange, current: ConfigMap | None) -> None:
+        notes = {RUN_ANNOTATION: ctx.run_id, CHANGED_KEY_ANNOTATION: change.profile}
+        if current is None:
+            ctx.kube.create_configmap(
+                ConfigMap(
+                    namespace=change.configmap.namespace,
+                    name=change.configmap.name,
+                    data={change.profile: render_profile(change)},
+                    annotations=notes,
+                )
+            )
+        else:
+            ctx.kube.replace_configmap(
+                with_key(current, change.profile, render_profile(change), notes)
+            )
+
+    def _verify(self, ctx: StepContext, change: TimeSlicingChange) -> ConfigMap:
+        current = get_configmap(ctx, change)
+        text = current.data.get(change.profile) if current is not None else None
+        if current is None or text is None or yaml.safe_load(text) != change.config_document():
+            raise StepFailed(
+                ctx.node,
+                self.kind,
+                f"configmap {change.configmap.namespace}/{change.configmap.name} does not hold "
+                f"profile {change.profile!r} after the write",
+            )
+        name = policy_config_name(get_cluster_policy(ctx, self.kind))
+        if name != change.configmap.name:
+            raise StepFailed(
+                ctx.node,
+                self.kind,
+                f"ClusterPolicy spec.devicePlugin.config.name is {name!r} after the patch, "
+                f"not {change.configmap.name!r}: is the GPU Operator reverting it?",
+            )
+        return current
+
+    def undo(self, ctx: StepContext) -> None:
+        saved = ctx.load_data(self.kind)
+        change = time_slicing_change(ctx.spec)
+        if change is None or not saved:
+            return
+        if saved.get("key_changed"):
+            for _ in range(CONFLICT_ATTEMPTS):
+                current = get_configmap(ctx, change)
+                if current is None:
+                    break
+                ours = changed_in_run(current, ctx.run_id, change.profile)
+                notes: dict[str, str | None] = (
+                    {RUN_ANNOTATION: None, CHANGED_KEY_ANNOTATION: None} if ours else {}
+                )
+                try:
+                    ctx.kube.replace_configmap(
+                        with_key(current, change.profile, saved.get("previous"), notes)
+                    )
+                    break
+                except Conflict:
+                    continue
+        if saved.get("policy_changed"):
+            policy = get_cluster_policy(ctx, self.kind)
+            ctx.kube.patch_cluster_policy(
+                policy["metadata"]["name"],
+                {"spec": {"devicePlugin": {"config": {"name": saved.get("policy_name_before")}}}},
+            )
+        elif saved.get("key_changed"):
+            node = ctx.kube.get_node(ctx.node)
+            # The plugin of a node still labelled with the profile keeps the new content
+            # until it restarts (label changes reload it on their own; a ClusterPolicy
+            # change rolls every plugin).
+            if node.labels.get(DEVICE_PLUGIN_CONFIG_LABEL) == change.profile:
+                restart_device_plugin(ctx, self.kind)
+        ctx.save_data(self.kind, {**saved, "key_changed": False, "policy_changed": False})
+
+
+# ------------------------------------------------------------------------------ node.label
+
+
+@dataclass(frozen=True)
+class NodeLabelStep:
+    """Select the profile on the node: nvidia.com/device-plugin.config=<profile>.
+
+    Saved data: previous (the label's old value, None when absent) and changed.
+    """
+
+    kind: ClassVar[str] = "node.label"
+
+    def apply(self, ctx: StepContext) -> StepResult:
+        return report_step(ctx, self.kind, self._apply)
+
+    def _apply(self, ctx: StepContext) -> StepResult:
+        change = time_slicing_change(ctx.spec)
+        if change is None:
+            return StepResult.noop("no time-slicing change")
+        saved = ctx.load_data(self.kind)
+        current = ctx.kube.get_node(ctx.node).labels.get(DEVICE_PLUGIN_CONFIG_LABEL)
+        if current == change.profile:
+            if saved.get("changed"):
+                return StepResult.noop(f"already labelled {change.profile} (by this run)")
+            ctx.save_data(self.kind, {"previous": current, "changed": False})
+            return StepResult.noop(f"already labelled {change.profile}")
+        # A label naming a key the ConfigMap lacks breaks the plugin's config-manager.
+        configmap = get_configmap(ctx, change)
+        if configmap is None or change.profile not in configmap.data:
+            raise StepFailed(
+                ctx.node,
+                self.kind,
+                f"configmap {change.configmap.namespace}/{change.configmap.name} has no key "
+                f"{change.profile!r}: configmap.update must run first",
+            )
+        if not saved.get("changed"):
+            ctx.save_data(self.kind, {"previous": current, "changed": True})
+        ctx.kube.patch_node_labels(ctx.node, {DEVICE_PLUGIN_CONFIG_LABEL: change.profile})
+        after = ctx.kube.get_node(ctx.node).labels.get(DEVICE_PLUGIN_CONFIG_LABEL)
+        if after != change.profile:
+            raise StepFailed(
+                ctx.node,
+                self.kind,
+                f"label {DEVICE_PLUGIN_CONFIG_LABEL} reads {after!r} after the patch",
+            )
+        return StepResult.done(
+            f"label {DEVICE_PLUGIN_CONFIG_LABEL}={change.profile} (was {current or 'unset'})"
+        )
+
+    def undo(self, ctx: StepContext) -> None:
+        saved = ctx.load_data(self.kind)
+        if not saved.get("changed"):
+            return
+        previous = saved.get("previous")
+        ctx.kube.patch_node_labels(ctx.node, {DEVICE_PLUGIN_CONFIG_LABEL: previous})
+        after = ctx.kube.get_node(ctx.node).labels.get(DEVICE_PLUGIN_CONFIG_LABEL)
+        if after != previous:
+            raise StepFailed(
+                ctx.node,
+                self.kind,
+                f"label {DEVICE_PLUGIN_CONFIG_LABEL} reads {after!r} after restoring {previous!r}",
+            )
+
+
+# -------------------------------------------------------------------- deviceplugin.restart
+
+
+def find_device_plugin(ctx: StepContext, kind: str) -> Pod:
+    """The node's live device-plugin pod; StepFailed when there is none."""
+    live = [p for p in find_device_plugin_pods(ctx) if not p.deleting]
+    if not live:
+        raise StepFailed(ctx.node, kind, "no device-plugin pod on the node to restart")
+    return live[0]
+
+
+def wait_for_device_plugin(ctx: StepContext, kind: str, deleted_uid: str) -> Pod:
+    """Wait until a device-plugin pod other than `deleted_uid` runs on the node and is ready."""
+    deadline = Deadline(ctx.spec.policy.verify.gpu_wait_timeout_s, ctx.sleep)
+    while True:
+        pods = find_device_plugin_pods(ctx)
+        ready = [
+            p
+            for p in pods
+            if p.uid != deleted_uid and not p.deleting and p.phase == "Running" and p.ready
+        ]
+        if ready:
+            return ready[0]
+        if deadline.expired:
+            state = "; ".join(describe_pod(p) for p in pods) or "no device-plugin pod"
+            raise StepFailed(
+                ctx.node,
+                kind,
+                f"the device plugin did not come back within {round(deadline.elapsed_s)}s "
+                f"(policy.verify.gpu_wait_timeout_s): {state}",
+            )
+        deadline.sleep(POLL_INTERVAL_S)
+
+
+def restart_device_plugin(ctx: StepContext, kind: str) -> Pod:
+    """Delete the node's device-plugin pod and wait for its replacement to be ready."""
+    old = find_device_plugin(ctx, kind)
+    ctx.kube.delete_pod(old.namespace, old.name, missing_ok=True)
+    return wait_for_device_plugin(ctx, kind, old.uid)
+
+
+@dataclass(frozen=True)
+class DevicePluginRestartStep:
+    """Restart the node's device plugin where only the profile's content changed.
+
+    Saved data: deleted_pod and deleted_uid, written before the delete, so a resumed run
+    waits for the replacement instead of deleting that one too.
+    """
+
+    kind: ClassVar[str] = "deviceplugin.restart"
+
+    def apply(self, ctx: StepContext) -> StepResult:
+        return report_step(ctx, self.kind, self._apply)
+
+    def _apply(self, ctx: StepContext) -> StepResult:
+        change = time_slicing_change(ctx.spec)
+        if change is None:
+            return StepResult.noop("no time-slicing change")
+        label = ctx.load_data(NodeLabelStep.kind)
+        if label:
+            had_label = not label.get("changed") and label.get("previous") == change.profile
+        else:
+            had_label = ctx.facts.labels.get(DEVICE_PLUGIN_CONFIG_LABEL) == change.profile
+        if not had_label:
+            return StepResult.noop("the device plugin takes the profile from the label change")
+        published = ctx.load_data(ConfigMapUpdateStep.kind)
+        if published:
+            content_changed = bool(published.get("content_changed"))
+        else:
+            content_changed = changed_in_run(get_configmap(ctx, change), ctx.run_id, change.profile)
+        if not content_changed:
+            return StepResult.noop(
+                f"already labelled {change.profile} and the profile is unchanged"
+            )
+        deleted_uid = ctx.load_data(self.kind).get("deleted_uid")
+        if deleted_uid is None:
+            old = find_device_plugin(ctx, self.kind)
+            ctx.save_data(
+                self.kind, {"deleted_pod": f"{old.namespace}/{old.name}", "deleted_uid": old.uid}
+            )
+            ctx.kube.delete_pod(old.namespace, old.name, missing_ok=True)
+            deleted_uid = old.uid
+        pod = wait_for_device_plugin(ctx, self.kind, str(deleted_uid))
+        return StepResult.done(
+            f"restarted the device plugin to reload profile {change.profile}: "
+            f"pod {pod.namespace}/{pod.name} ready"
+        )
+
+    def undo(self, ctx: StepContext) -> None:
+        """A restart cannot be undone; configmap.update's undo restarts it if needed."""

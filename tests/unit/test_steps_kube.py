@@ -1,0 +1,599 @@
+"""Decisions of the Kubernetes and time-slicing steps, against an in-memory fake of KubeClient."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+import yaml
+
+from rollout.containerd import ConfigFiles, ContainerdVersion
+from rollout.facts import GpuFacts, NodeFacts
+from rollout.journal import Journal
+from rollout.plan import NodePlan
+from rollout.spec import Spec, parse_spec
+from rollout.steps import builtin_steps
+from rollout.steps.base import StepContext, StepFailed, StepResultKind
+from rollout.steps.kube import (
+    CordonStep,
+    Deadline,
+    DrainStep,
+    GpuExpectation,
+    GpuSmokeStep,
+    GpuWaitStep,
+    UncordonStep,
+    event_reason,
+    expect_gpus,
+    judge_smoke_log,
+    parse_gpu_uuids,
+    pod_to_drain_json,
+    smoke_pod_manifest,
+    smoke_pod_name,
+)
+from rollout.steps.timeslicing import (
+    CHANGED_KEY_ANNOTATION,
+    ConfigMapUpdateStep,
+    DevicePluginRestartStep,
+    NodeLabelStep,
+)
+from rollout.transports.errors import Conflict, EvictionBlocked, NotFound
+from rollout.transports.kube import (
+    ConfigMap,
+    EventType,
+    EvictionOutcome,
+    KubeClient,
+    Node,
+    OwnerRef,
+    Pod,
+)
+from rollout.transports.local import LocalRunner
+
+NODE = "gpu-1"
+UUIDS = ("GPU-11111111-2222-3333-4444-555555555555", "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee")
+PROFILE_LABEL = "nvidia.com/device-plugin.config"
+
+BASE_SPEC = """
+apiVersion: rollout/v1
+kind: Plan
+metadata: {name: unit}
+targets: {nodes: [gpu-1]}
+changes:
+"""
+CONTAINERD_CHANGE = "  - containerd: {settings: {enable_cdi: true}}\n"
+SLICING_CHANGE = """  - time-slicing:
+      profile: a100-4x
+      config:
+        sharing:
+          timeSlicing:
+            renameByDefault: RENAME
+            resources: [{name: nvidia.com/gpu, replicas: 4}]
+"""
+
+
+def make_spec(*, slicing: bool = False, rename: bool = False, policy: str = "") -> Spec:
+    change = SLICING_CHANGE.replace("RENAME", str(rename).lower()) if slicing else CONTAINERD_CHANGE
+    return parse_spec(BASE_SPEC + change + policy, "unit.yaml")
+
+
+def make_facts(labels: Mapping[str, str] | None = None, gpus: int = 2) -> NodeFacts:
+    return NodeFacts(
+        name=NODE,
+        containerd=ContainerdVersion.from_series("1.7.24"),
+        config_files=ConfigFiles(
+            main_path="/etc/containerd/config.toml",
+            files={"/etc/containerd/config.toml": "version = 2\n"},
+        ),
+        labels=dict(labels or {}),
+        gpus=GpuFacts(count=gpus, product="NVIDIA A100-SXM4-40GB", uuids=UUIDS[:gpus]),
+    )
+
+
+class FakeKube:
+    """Just enough of KubeClient, in memory; records what the steps did."""
+
+    def __init__(self) -> None:
+        self.node = Node(name=NODE, uid="n1", resource_version="1")
+        self.pods: dict[tuple[str, str], Pod] = {}
+        self.configmaps: dict[tuple[str, str], ConfigMap] = {}
+        self.policy: dict[str, Any] = {
+            "metadata": {"name": "cluster-policy"},
+            "spec": {"devicePlugin": {"config": {"name": "", "default": ""}}},
+        }
+        self.events: list[tuple[str, str, EventType]] = []
+        self.evictions: list[str] = []
+        self.blocked: dict[str, str] = {}  # pod name -> PDB refusing its eviction
+        self.conflicts = 0  # replace_configmap answers Conflict this many times first
+        self.versions = itertools.count(2)
+
+    # nodes
+    def get_node(self, name: str) -> Node:
+        assert name == NODE
+        return self.node
+
+    def set_unschedulable(self, name: str, unschedulable: bool) -> Node:
+        self.node = replace(self.node, unschedulable=unschedulable)
+        return self.node
+
+    def patch_node_labels(self, name: str, labels: Mapping[str, str | None]) -> Node:
+        merged = {**self.node.labels, **labels}
+        self.node = replace(self.node, labels={k: v for k, v in merged.items() if v is not None})
+        return self.node
+
+    def patch_node_annotations(self, name: str, annotations: Mapping[str, str | None]) -> Node:
+        merged = {**self.node.annotations, **annotations}
+        self.node = replace(
+            self.node, annotations={k: v for k, v in merged.items() if v is not None}
+        )
+        return self.node
+
+    def create_event(
+        self,
+        namespace: str,
+        node: str,
+        reason: str,
+        message: str,
+        type: EventType = EventType.NORMAL,
+    ) -> str:
+        self.events.append((reason, message, type))
+        return f"{node}.{len(self.events)}"
+
+    # pods
+    def list_pods(
+        self,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> list[Pod]:
+        pods = list(self.pods.values())
+        if label_selector:
+            key, _, value = label_selector.partition("=")
+            pods = [p for p in pods if p.labels.get(key) == value]
+        return pods
+
+    def get_pod(self, namespace: str, name: str) -> Pod:
+        try:
+            return self.pods[(namespace, name)]
+        except KeyError:
+            raise NotFound("get", f"pod {namespace}/{name}", status=404) from None
+
+    def evict_pod(
+        self, namespace: str, name: str, grace_period_s: int | None = None
+    ) -> EvictionOutcome:
+        if name in self.blocked:
+            raise EvictionBlocked(
+                "evict", f"pod {namespace}/{name}", status=429, reason="", message="",
+                pdb=self.blocked[name],
+            )  # fmt: skip
+        self.evictions.append(name)
+        self.pods.pop((namespace, name), None)
+        return EvictionOutcome.EVICTED
+
+    def create_pod(self, namespace: str, manifest: Mapping[str, Any]) -> Pod:
+        name = manifest["metadata"]["name"]
+        pod = Pod(namespace, name, uid="smoke", resource_version="1", phase="Failed")
+        self.pods[(namespace, name)] = pod
+        return pod
+
+    def delete_pod(
+        self, namespace: str, name: str, grace_period_s: int | None = None, *, missing_ok: bool
+    ) -> bool:
+        return self.pods.pop((namespace, name), None) is not None
+
+    def read_pod_log(
+        self, namespace: str, name: str, container: str | None = None, tail_lines: int | None = None
+    ) -> str:
+        return "Failed to initialize NVML: Driver/library version mismatch\n"
+
+    # configmaps and the ClusterPolicy
+    def get_configmap(self, namespace: str, name: str) -> ConfigMap:
+        try:
+            return self.configmaps[(namespace, name)]
+        except KeyError:
+            raise NotFound("get", f"configmap {namespace}/{name}", status=404) from None
+
+    def create_configmap(self, configmap: ConfigMap) -> ConfigMap:
+        stored = replace(configmap, resource_version=str(next(self.versions)))
+        self.configmaps[(configmap.namespace, configmap.name)] = stored
+        return stored
+
+    def replace_configmap(self, configmap: ConfigMap) -> ConfigMap:
+        key = (configmap.namespace, configmap.name)
+        if self.conflicts:
+            self.conflicts -= 1
+            # someone else wrote another key meanwhile
+            other = self.configmaps[key]
+            self.configmaps[key] = replace(
+                other.with_data({**other.data, "late": "x"}),
+                resource_version=str(next(self.versions)),
+            )
+            raise Conflict("replace", "configmap", status=409)
+        assert configmap.resource_version == self.configmaps[key].resource_version
+        return self.create_configmap(configmap)
+
+    def list_cluster_policies(self) -> list[dict[str, Any]]:
+        return [self.policy]
+
+    def patch_cluster_policy(self, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        config = self.policy["spec"]["devicePlugin"]["config"]
+        config.update(patch["spec"]["devicePlugin"]["config"])
+        return self.policy
+
+
+@pytest.fixture
+def kube() -> FakeKube:
+    return FakeKube()
+
+
+@pytest.fixture
+def journal(tmp_path: Path) -> Journal:
+    return Journal.create(tmp_path, "test", "{}")
+
+
+def make_context(
+    kube: FakeKube,
+    journal: Journal,
+    spec: Spec | None = None,
+    facts: NodeFacts | None = None,
+    lines: list[str] | None = None,
+) -> StepContext:
+    return StepContext(
+        node=NODE,
+        node_plan=NodePlan(name=NODE, containerd_version="1.7.24", steps=()),
+        facts=facts or make_facts(),
+        spec=spec or make_spec(),
+        runner=LocalRunner(),
+        kube=cast(KubeClient, kube),
+        journal=journal,
+        progress=(lines.append if lines is not None else lambda _: None),
+        sleep=lambda _: None,
+    )
+
+
+# ------------------------------------------------------------------ registry and plumbing
+
+
+def test_every_kind_of_the_playbooks_is_registered() -> None:
+    kinds = set(builtin_steps())
+    expected = {"cordon", "drain", "uncordon", "gpu.wait", "gpu.smoke"}
+    expected |= {"configmap.update", "node.label", "deviceplugin.restart"}
+    assert expected <= kinds
+
+
+@pytest.mark.parametrize(
+    ("kind", "reason"),
+    [("cordon", "RolloutCordon"), ("gpu.smoke", "RolloutGpuSmoke"),
+     ("deviceplugin.restart", "RolloutDevicepluginRestart")],
+)  # fmt: skip
+def test_event_reasons_are_camel_case(kind: str, reason: str) -> None:
+    assert event_reason(kind) == reason
+
+
+def test_a_deadline_counts_fake_sleeps() -> None:
+    slept: list[float] = []
+    deadline = Deadline(3.0, slept.append)
+    while not deadline.expired:
+        deadline.sleep(2.0)
+    assert slept == [2.0, 1.0]
+
+
+# ------------------------------------------------------------------ cordon and uncordon
+
+
+def test_cordon_journals_then_cordons_and_marks_the_node(kube: FakeKube, journal: Journal) -> None:
+    ctx = make_context(kube, journal)
+    result = CordonStep().apply(ctx)
+    assert result.kind is StepResultKind.DONE
+    assert kube.node.unschedulable
+    assert journal.replay().node(NODE).cordoned_by_rollout
+    assert kube.node.annotations["rollout.nvidia.com/run"] == journal.run_id
+    assert kube.node.annotations["rollout.nvidia.com/step"] == "cordon"
+    assert kube.events[-1][0] == "RolloutCordon"
+    # again (resume): a no-op that still counts the cordon as rollout's
+    assert CordonStep().apply(ctx).detail == "already cordoned by this run"
+    result = UncordonStep().apply(ctx)
+    assert result.kind is StepResultKind.DONE and not kube.node.unschedulable
+    assert not journal.replay().node(NODE).cordoned_by_rollout
+    assert UncordonStep().apply(ctx).detail == "already uncordoned by this run"
+
+
+def test_a_node_cordoned_by_someone_else_stays_cordoned(kube: FakeKube, journal: Journal) -> None:
+    kube.node = replace(kube.node, unschedulable=True)
+    ctx = make_context(kube, journal)
+    result = CordonStep().apply(ctx)
+    assert (result.kind, result.detail) == (
+        StepResultKind.NOOP,
+        "cordoned by someone else; stays cordoned",
+    )
+    assert ctx.load_data("cordon") == {"cordoned_by_rollout": False, "cordoned_before": True}
+    assert UncordonStep().apply(ctx).detail == "cordoned by someone else; stays cordoned"
+    CordonStep().undo(ctx)
+    assert kube.node.unschedulable
+    assert not journal.replay().node(NODE).cordoned_by_rollout
+
+
+def test_undo_of_uncordon_cordons_again(kube: FakeKube, journal: Journal) -> None:
+    ctx = make_context(kube, journal)
+    CordonStep().apply(ctx)
+    UncordonStep().apply(ctx)
+    UncordonStep().undo(ctx)
+    assert kube.node.unschedulable and journal.replay().node(NODE).cordoned_by_rollout
+    CordonStep().undo(ctx)
+    assert not kube.node.unschedulable
+
+
+def test_progress_marks_never_fail_a_step(kube: FakeKube, journal: Journal) -> None:
+    def refuse(*_: Any, **__: Any) -> str:
+        raise NotFound("create", "event", status=404)
+
+    kube.create_event = refuse  # type: ignore[method-assign]
+    lines: list[str] = []
+    assert CordonStep().apply(make_context(kube, journal, lines=lines)).kind is StepResultKind.DONE
+    assert "could not record progress" in lines[-1]
+
+
+# ---------------------------------------------------------------------------------- drain
+
+
+def add_pod(kube: FakeKube, name: str, owner: str | None = "ReplicaSet", **kw: Any) -> Pod:
+    owners = (OwnerRef(owner, f"{name}-owner", controller=True),) if owner else ()
+    pod = Pod("ml", name, uid=f"uid-{name}", resource_version="1", node_name=NODE, owners=owners)
+    pod = replace(pod, phase="Running", **kw)
+    kube.pods[("ml", name)] = pod
+    return pod
+
+
+def test_drain_json_feeds_the_drain_rules() -> None:
+    pod = Pod("ml", "w", "u", "1", node_name=NODE, uses_empty_dir=True, labels={"a": "b"})
+    pod = replace(pod, owners=(OwnerRef("DaemonSet", "ds", controller=True),))
+    doc = pod_to_drain_json(pod)
+    assert doc["metadata"]["ownerReferences"] == [
+        {"kind": "DaemonSet", "name": "ds", "controller": True}
+    ]
+    assert doc["spec"]["volumes"][0]["emptyDir"] == {}
+    assert doc["spec"]["nodeName"] == NODE
+
+
+def test_drain_evicts_managed_pods_and_skips_daemonset_ones(
+    kube: FakeKube, journal: Journal
+) -> None:
+    add_pod(kube, "web")
+    add_pod(kube, "plugin", owner="DaemonSet")
+    ctx = make_context(kube, journal)
+    result = DrainStep().apply(ctx)
+    assert result.kind is StepResultKind.DONE
+    assert kube.evictions == ["web"]
+    assert ctx.load_data("drain") == {"evicted": ["ml/web"]}
+    assert DrainStep().apply(ctx).kind is StepResultKind.NOOP
+
+
+def test_drain_refuses_an_unmanaged_pod_without_force(kube: FakeKube, journal: Journal) -> None:
+    add_pod(kube, "web")
+    add_pod(kube, "bare", owner=None)
+    with pytest.raises(StepFailed) as failed:
+        DrainStep().apply(make_context(kube, journal))
+    assert "ml/bare: cannot delete Pods that declare no controller" in str(failed.value)
+    assert kube.evictions == []  # kubectl refuses before it evicts anything
+    assert kube.events[-1][2] is EventType.WARNING
+
+
+def test_drain_with_force_evicts_an_unmanaged_pod_and_warns(
+    kube: FakeKube, journal: Journal
+) -> None:
+    add_pod(kube, "bare", owner=None)
+    lines: list[str] = []
+    spec = make_spec(policy="policy: {drain: {force: true}}\n")
+    DrainStep().apply(make_context(kube, journal, spec=spec, lines=lines))
+    assert kube.evictions == ["bare"]
+    assert any("deleting Pods that declare no controller: ml/bare" in line for line in lines)
+
+
+def test_drain_names_the_budget_when_it_times_out(kube: FakeKube, journal: Journal) -> None:
+    add_pod(kube, "web")
+    add_pod(kube, "db")
+    kube.blocked["db"] = "db-pdb"
+    lines: list[str] = []
+    spec = make_spec(policy="policy: {drain: {timeout_s: 7}}\n")
+    with pytest.raises(StepFailed) as failed:
+        DrainStep().apply(make_context(kube, journal, spec=spec, lines=lines))
+    assert "drain of gpu-1 timed out after 7s: pod ml/db is protected by PodDisruptionBudget " \
+        "ml/db-pdb (0 disruptions allowed)" in str(failed.value)  # fmt: skip
+    assert kube.evictions == ["web"]
+    # the EvictionBackoff schedule for 7 s: 1, 2, 4
+    assert [line.split("retrying in ")[1].split("s:")[0] for line in lines] == ["1", "2", "4"]
+
+
+# ------------------------------------------------------------------------------- gpu.wait
+
+
+@pytest.mark.parametrize(
+    ("slicing", "rename", "labels", "expected"),
+    [
+        (False, False, {}, GpuExpectation("nvidia.com/gpu", 2, 2, 1)),
+        (False, False, {"nvidia.com/gpu.replicas": "3"}, GpuExpectation("nvidia.com/gpu", 6, 2, 3)),
+        (False, False, {"nvidia.com/gpu.replicas": "x"}, GpuExpectation("nvidia.com/gpu", 2, 2, 1)),
+        (True, False, {"nvidia.com/gpu.replicas": "3"}, GpuExpectation("nvidia.com/gpu", 8, 2, 4)),
+        (True, True, {}, GpuExpectation("nvidia.com/gpu.shared", 8, 2, 4)),
+    ],
+)  # fmt: skip
+def test_expected_gpus(
+    slicing: bool, rename: bool, labels: dict[str, str], expected: GpuExpectation
+) -> None:
+    assert expect_gpus(make_spec(slicing=slicing, rename=rename), make_facts(labels)) == expected
+
+
+def test_gpu_wait_returns_when_allocatable_matches(kube: FakeKube, journal: Journal) -> None:
+    kube.node = replace(
+        kube.node, capacity={"nvidia.com/gpu": "2"}, allocatable={"nvidia.com/gpu": "2"}
+    )
+    result = GpuWaitStep().apply(make_context(kube, journal))
+    assert result.kind is StepResultKind.DONE
+    assert "allocatable nvidia.com/gpu = 2" in result.detail
+
+
+def test_gpu_wait_explains_a_lost_device_plugin(kube: FakeKube, journal: Journal) -> None:
+    kube.node = replace(
+        kube.node, capacity={"nvidia.com/gpu": "2"}, allocatable={"nvidia.com/gpu": "0"}
+    )
+    add_pod(
+        kube,
+        "nvidia-device-plugin-daemonset-x",
+        owner="DaemonSet",
+        labels={"app": "nvidia-device-plugin-daemonset"},
+        container_reasons=("CrashLoopBackOff",),
+    )
+    spec = make_spec(policy="policy: {verify: {gpu_wait_timeout_s: 3}}\n")
+    with pytest.raises(StepFailed) as failed:
+        GpuWaitStep().apply(make_context(kube, journal, spec=spec))
+    message = str(failed.value)
+    assert "expected nvidia.com/gpu = 2 within 3s" in message
+    assert "capacity 2, allocatable 0" in message
+    assert "the kubelet lost the device plugin" in message
+    assert "pod ml/nvidia-device-plugin-daemonset-x: Running, not ready" in message
+    assert "CrashLoopBackOff" in message
+
+
+# ------------------------------------------------------------------------------ gpu.smoke
+
+SMI = (
+    f"GPU 0: NVIDIA A100-SXM4-40GB (UUID: {UUIDS[0]})\n"
+    "  MIG 1g.5gb      Device  0: (UUID: MIG-ffda444c-c706-57c6-98c9-67c441a0b109)\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("log", "uuids"),
+    [
+        (SMI, (UUIDS[0], "MIG-ffda444c-c706-57c6-98c9-67c441a0b109")),
+        (f"  MIG Device 0: (UUID: MIG-{UUIDS[1]}/1/0)\n", (f"MIG-{UUIDS[1]}/1/0",)),
+        (f"{UUIDS[0]}, {UUIDS[0]}\n", (UUIDS[0],)),  # a format change: still found, once
+        ("No devices were found\n", ()),
+    ],
+)
+def test_parse_gpu_uuids(log: str, uuids: tuple[str, ...]) -> None:
+    assert parse_gpu_uuids(log) == uuids
+
+
+def test_judge_smoke_log() -> None:
+    assert judge_smoke_log(SMI, UUIDS).ok
+    assert judge_smoke_log(f"MIG-{UUIDS[1]}/1/0", UUIDS).ok
+    # the hex digits' case is not significant
+    assert judge_smoke_log(f"GPU 1: X (UUID: {UUIDS[1]})", [UUIDS[1].upper()]).ok
+    assert judge_smoke_log("No devices were found", UUIDS).problems == (
+        "nvidia-smi -L listed no GPU",
+    )
+    stranger = "GPU 0: X (UUID: GPU-99999999-2222-3333-4444-555555555555)"
+    (problem,) = judge_smoke_log(stranger, UUIDS).problems
+    assert problem.startswith("GPU-99999999-2222-3333-4444-555555555555 is not one of the node's")
+    (problem,) = judge_smoke_log("MIG-GPU-99999999-0000/1/0", UUIDS).problems
+    assert "is not one of the node's GPUs" in problem
+    assert judge_smoke_log(stranger, ()).ok  # nothing known to compare with
+
+
+def test_the_smoke_pod_goes_through_the_scheduler_to_the_cordoned_node() -> None:
+    name = smoke_pod_name(NODE, "20240501-100000-unit-ab12")
+    assert name == smoke_pod_name(NODE, "20240501-100000-unit-ab12")  # same on every attempt
+    assert name.startswith(f"rollout-smoke-{NODE}-") and len(name) == len(NODE) + 21
+    spec = smoke_pod_manifest(name, NODE, "run", "cuda:12")["spec"]
+    assert "nodeName" not in spec
+    term = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["nodeSelectorTerms"][0]["matchFields"][0]["values"] == [NODE]
+    assert {"key": "node.kubernetes.io/unschedulable", "operator": "Exists",
+            "effect": "NoSchedule"} in spec["tolerations"]  # fmt: skip
+    (container,) = spec["containers"]
+    assert container["command"] == ["nvidia-smi", "-L"]
+    assert container["resources"] == {"limits": {"nvidia.com/gpu": "1"}}
+    assert spec["runtimeClassName"] == "nvidia" and spec["restartPolicy"] == "Never"
+
+
+def test_a_failed_smoke_pod_is_described_and_deleted(kube: FakeKube, journal: Journal) -> None:
+    ctx = make_context(kube, journal)
+    with pytest.raises(StepFailed) as failed:
+        GpuSmokeStep().apply(ctx)
+    assert "Failed" in str(failed.value) and "Driver/library version mismatch" in str(failed.value)
+    assert kube.pods == {}
+
+
+# ------------------------------------------------------------------------- time-slicing
+
+
+def slicing_context(kube: FakeKube, journal: Journal, **kw: Any) -> StepContext:
+    return make_context(kube, journal, spec=make_spec(slicing=True), **kw)
+
+
+def test_configmap_update_keeps_other_keys_and_retries_conflicts(
+    kube: FakeKube, journal: Journal
+) -> None:
+    ref = ("gpu-operator", "time-slicing-config")
+    kube.configmaps[ref] = ConfigMap(*ref, data={"other": "keep"}, resource_version="1")
+    kube.conflicts = 1
+    lines: list[str] = []
+    ctx = slicing_context(kube, journal, lines=lines)
+    result = ConfigMapUpdateStep().apply(ctx)
+    assert result.kind is StepResultKind.DONE
+    stored = kube.configmaps[ref]
+    assert set(stored.data) == {"other", "late", "a100-4x"}
+    document = yaml.safe_load(stored.data["a100-4x"])
+    assert document["sharing"]["timeSlicing"]["resources"] == [
+        {"name": "nvidia.com/gpu", "replicas": 4}
+    ]
+    assert stored.annotations[CHANGED_KEY_ANNOTATION] == "a100-4x"
+    assert kube.policy["spec"]["devicePlugin"]["config"]["name"] == "time-slicing-config"
+    assert any("shares each GPU, it does not divide it" in line for line in lines)
+    saved = ctx.load_data("configmap.update")
+    assert saved["previous"] is None and saved["content_changed"] is True
+    assert saved["policy_name_before"] == ""
+    # a second node of the run: nothing to do, but it knows the content changed in this run
+    again = ConfigMapUpdateStep().apply(ctx)
+    assert again.kind is StepResultKind.NOOP
+    assert again.detail == "key 'a100-4x' already holds this profile"
+    ConfigMapUpdateStep().undo(ctx)
+    assert set(kube.configmaps[ref].data) == {"other", "late"}
+    assert CHANGED_KEY_ANNOTATION not in kube.configmaps[ref].annotations
+    assert kube.policy["spec"]["devicePlugin"]["config"]["name"] == ""
+
+
+def test_node_label_saves_the_previous_value_and_undo_restores_it(
+    kube: FakeKube, journal: Journal
+) -> None:
+    ctx = slicing_context(kube, journal)
+    with pytest.raises(StepFailed, match=r"configmap\.update must run first"):
+        NodeLabelStep().apply(ctx)
+    ConfigMapUpdateStep().apply(ctx)
+    kube.patch_node_labels(NODE, {PROFILE_LABEL: "old"})
+    assert NodeLabelStep().apply(ctx).kind is StepResultKind.DONE
+    assert kube.node.labels[PROFILE_LABEL] == "a100-4x"
+    assert NodeLabelStep().apply(ctx).detail == "already labelled a100-4x (by this run)"
+    assert ctx.load_data("node.label") == {"previous": "old", "changed": True}
+    # the label changed, so the config-manager reloads by itself: no restart
+    assert DevicePluginRestartStep().apply(ctx).kind is StepResultKind.NOOP
+    NodeLabelStep().undo(ctx)
+    assert kube.node.labels[PROFILE_LABEL] == "old"
+
+
+def test_the_device_plugin_restarts_only_for_new_content_under_an_old_label(
+    kube: FakeKube, journal: Journal
+) -> None:
+    ref = ("gpu-operator", "time-slicing-config")
+    kube.configmaps[ref] = ConfigMap(*ref, data={"a100-4x": "version: v1\n"}, resource_version="1")
+    kube.policy["spec"]["devicePlugin"]["config"]["name"] = "time-slicing-config"
+    kube.patch_node_labels(NODE, {PROFILE_LABEL: "a100-4x"})
+    plugin = add_pod(
+        kube, "plugin-1", owner="DaemonSet", labels={"app": "nvidia-device-plugin-daemonset"}
+    )
+    ctx = slicing_context(kube, journal)
+    ConfigMapUpdateStep().apply(ctx)
+    assert NodeLabelStep().apply(ctx).kind is StepResultKind.NOOP
+
+    def replace_plugin(namespace: str, name: str, *_: Any, **__: Any) -> bool:
+        del kube.pods[(namespace, name)]
+        add_pod(kube, "plugin-2", owner="DaemonSet", labels=dict(plugin.labels), ready=True)
+        return True
+
+    kube.delete_pod = replace_plugin  # type: ignore[method-assign]
+    result = DevicePluginRestartStep().apply(ctx)
+    assert result.kind is StepResultKind.DONE and "plugin-2 ready" in result.detail
+    assert ctx.load_data("deviceplugin.restart")["deleted_uid"] == "uid-plugin-1"
