@@ -220,22 +220,30 @@ def plan_node(
     )
 
 
-def plan_containerd(spec: Spec, node: NodeFacts) -> NodeWork:
-    """The containerd file writes for the registry and containerd changes of the spec."""
-    files, version = node.config_files, node.containerd
+def build_intent(spec: Spec) -> engine.Intent | None:
+    """The CRI settings the spec's registry and containerd changes ask for (None: none)."""
     settings: list[engine.CriSetting] = []
-    extra_files: list[FileChange] = []
     for change in spec.changes:
         if isinstance(change, RegistryChange):
             settings.append(engine.CriSetting("registry.config_path", change.config_path))
-            extra_files.extend(plan_hosts_toml(change, node))
         elif isinstance(change, ContainerdChange):
             settings.extend(engine.CriSetting(k, v) for k, v in change.all_settings().items())
+    return engine.Intent(tuple(settings)) if settings else None
+
+
+def plan_containerd(spec: Spec, node: NodeFacts) -> NodeWork:
+    """The containerd file writes for the registry and containerd changes of the spec."""
+    files, version = node.config_files, node.containerd
+    extra_files = [
+        write
+        for change in spec.changes_of(RegistryChange)
+        for write in plan_hosts_toml(change, node)
+    ]
     found = engine.find_shadowing(files, version)
     shadowing = tuple(s.describe() for s in found)
-    if not settings:
+    intent = build_intent(spec)
+    if intent is None:
         return NodeWork(tuple(extra_files), (), "", shadowing, (), ())
-    intent = engine.Intent(tuple(settings))
     # repair_shadowing is synthesize when nothing is shadowed; on a broken node it also gives
     # back what a shadowing drop-in threw away, and says so.
     synthesis = engine.repair_shadowing(files, version, intent)

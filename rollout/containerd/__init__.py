@@ -49,7 +49,7 @@ from rollout.containerd.hosts import (
 from rollout.containerd.intent import CriSetting, Intent, PlacedSetting, place_intent
 from rollout.containerd.merge import EffectiveConfig, load_effective, resolve_load_order
 from rollout.containerd.prediction import Prediction, predict
-from rollout.containerd.shadowing import Shadowing, ShadowKind, find_shadowing
+from rollout.containerd.shadowing import Shadowing, ShadowKind, find_shadowing, repair_scope
 from rollout.containerd.staging import dump_config, dump_configs
 from rollout.containerd.synthesis import (
     FileWrite,
@@ -108,6 +108,7 @@ __all__ = [
     "read_config_version",
     "render_diff_text",
     "render_hosts_toml",
+    "repair_scope",
     "repair_shadowing",
     "resolve_load_order",
     "synthesize",

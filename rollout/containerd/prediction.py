@@ -45,23 +45,38 @@ def predict(
     writes: Iterable[FileWrite],
     intent: Intent,
     version: ContainerdVersion,
+    restoring: Iterable[tuple[str, ...]] = (),
 ) -> Prediction:
-    """Dump the staged files before and after `writes`; refuse unless the change is the intent."""
+    """Dump the staged files before and after `writes`; refuse unless the change is the intent.
+
+    `restoring` names tables a repair gives back (see repair_scope): under them keys may only
+    come back, never change or vanish.
+    """
     candidate = apply_writes(files, writes)
     before, after = dump_configs(runner, containerd_bin, [files, candidate])
     config_version = after.get("version", 2)
     placed = place_intent(intent, version, config_version if isinstance(config_version, int) else 2)
     changes = tuple(diff_effective(before, after))
-    check_prediction(changes, after, placed, runner.host)
+    check_prediction(changes, after, placed, runner.host, restoring)
     return Prediction(before, after, changes, placed)
 
 
 def check_prediction(
-    changes: Iterable[Change], after: Mapping[str, Any], placed: Iterable[PlacedSetting], host: str
+    changes: Iterable[Change],
+    after: Mapping[str, Any],
+    placed: Iterable[PlacedSetting],
+    host: str,
+    restoring: Iterable[tuple[str, ...]] = (),
 ) -> None:
-    """Raise PredictionRefused unless the changes are exactly the placed settings."""
+    """Raise PredictionRefused unless the changes are the placed settings (and restorations)."""
     placed = tuple(placed)
-    extra = [c for c in changes if not any(c.path[: len(s.path)] == s.path for s in placed)]
+    restored = tuple(restoring)
+    extra = [
+        c
+        for c in changes
+        if not any(c.path[: len(s.path)] == s.path for s in placed)
+        and not (c.before is None and any(c.path[: len(r)] == r for r in restored))
+    ]
     unmet = [s for s in placed if _get(after, s.path) != s.value]
     if not extra and not unmet:
         return

@@ -143,3 +143,12 @@ def _collapse(leaves: list[Path], effective: Mapping[str, Any]) -> tuple[Path, .
             tops.append(top)
     handlers = sorted(t for t in tops if t[:2] == ("containerd", "runtimes"))
     return tuple(handlers + [t for t in tops if t not in handlers])
+
+
+def repair_scope(files: ConfigFiles, version: ContainerdVersion) -> tuple[Path, ...]:
+    """The plugin tables repair_shadowing gives keys back to: where prediction lets keys return."""
+    return tuple(
+        ("plugins", s.plugin_id)
+        for s in find_shadowing(files, version)
+        if s.kind is ShadowKind.TABLE_REPLACED
+    )

@@ -227,3 +227,40 @@ def test_planned_writes_proven_by_real_containerd(
         assert handlers_before <= handlers_after
     hosts = files["/etc/containerd/certs.d/docker.io/hosts.toml"]
     assert tomllib.loads(hosts)["server"] == "https://registry-1.docker.io"
+
+
+@pytest.mark.containerd
+def test_prediction_accepts_a_repair_only_as_restored_keys() -> None:
+    """On the broken node the writes give back the hidden CRI table: allowed only as additions."""
+    from rollout import containerd as engine
+    from rollout.planner import build_intent
+    from rollout.spec import load_spec
+
+    node = load_recorded_facts(FACTS).by_name("gpu-a-3")
+    assert node is not None
+    intent = build_intent(load_spec(PLAN))
+    assert intent is not None
+    files, version = node.config_files, node.containerd
+    synthesis = engine.repair_shadowing(files, version, intent)
+    binary = str(containerd_binary(version.series))
+    runner = LocalRunner()
+    with pytest.raises(engine.PredictionRefused, match="unintended change"):
+        engine.predict(runner, binary, files, synthesis.writes, intent, version)
+    scope = engine.repair_scope(files, version)
+    assert scope == (("plugins", "io.containerd.grpc.v1.cri"),)
+    prediction = engine.predict(runner, binary, files, synthesis.writes, intent, version, scope)
+    assert all(c.before is None for c in prediction.changes)  # keys only come back
+    # a write that would change an existing value under the same table is still refused
+    bad = [
+        engine.FileWrite(
+            w.path,
+            w.before,
+            w.after.replace("max_concurrent_downloads = 3", "max_concurrent_downloads = 7"),
+        )
+        if w.path.endswith("registry.toml")
+        else w
+        for w in synthesis.writes
+    ]
+    assert bad != list(synthesis.writes)
+    with pytest.raises(engine.PredictionRefused, match="max_concurrent_downloads"):
+        engine.predict(runner, binary, files, bad, intent, version, scope)

@@ -1,0 +1,432 @@
+"""Steps `containerd.write` and `containerd.verify`: the node side of a containerd change.
+
+`containerd.write` replaces the planned files only after three checks on the node itself:
+the files are still what the plan read (else the plan is stale), the real `containerd config
+dump` of staged copies changes exactly the intent (invariant 1), and every file it replaces
+is backed up first (invariant 6). `containerd.verify` runs after `systemd.restart` and checks
+the real dump against the prediction and that no runtime handler vanished (invariant 2).
+
+Saved data of `containerd.write` (StepContext.save_data), read by the later steps and undo:
+
+- before_dump / after_dump: the normalised effective config before and as predicted after;
+- handlers_before: the runtime handlers of before_dump;
+- created_files / created_dirs: what did not exist before, so undo deletes it;
+- written_at: node-clock time the last file was replaced (absent until then);
+- main_pid_at_write: containerd's MainPID when the files were written.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import tomllib
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+from rollout import containerd as engine
+from rollout.commands import CommandRunner, check
+from rollout.containerd.staging import normalise_dump
+from rollout.errors import RolloutError
+from rollout.journal import BackupWritten
+from rollout.plan import FileChange
+from rollout.planner import build_intent
+from rollout.probe import CONTAINERD_DIR, file_dump_argv, parse_file_dump
+from rollout.steps.backup import (
+    BackupRecord,
+    back_up_file,
+    backup_path_for,
+    find_missing_dirs,
+    read_node_files,
+    remove_empty_dirs,
+    remove_file,
+    replace_file,
+    restore_file,
+)
+from rollout.steps.base import StepContext, StepFailed, StepResult
+from rollout.steps.systemd import (
+    probe_service,
+    read_node_clock,
+    restart_service,
+    written_at_of,
+)
+
+CONTAINERD_BIN = "containerd"
+WRITE_STEP = "containerd.write"
+DIFF_LINES = 12
+# 1.6 resolves relative import globs against the working directory, which is / under
+# systemd; the real dump must run from there too to read what the daemon reads.
+_LIVE_DUMP_SCRIPT = 'cd / && exec "$1" --config "$2" config dump'
+
+
+# --- pure decisions ----------------------------------------------------------------------------
+
+
+def classify_files(
+    planned: Sequence[FileChange], current: Mapping[str, str | None]
+) -> tuple[list[FileChange], list[FileChange], list[FileChange]]:
+    """Split planned files into (still original, already written, changed by someone else)."""
+    original: list[FileChange] = []
+    written: list[FileChange] = []
+    drifted: list[FileChange] = []
+    for change in planned:
+        now = current.get(change.path)
+        if now == change.after:
+            written.append(change)
+        elif now == change.before:
+            original.append(change)
+        else:
+            drifted.append(change)
+    return original, written, drifted
+
+
+def describe_drift(change: FileChange, now: str | None) -> str:
+    """One drifted file: what the plan read, what is there now, as a short diff."""
+    if now is None:
+        return f"{change.path} was removed since the plan"
+    if change.before is None:
+        return f"{change.path} was created since the plan (the plan creates it)"
+    diff = FileChange(change.path, change.before, now, "").unified_diff().splitlines()
+    shown = diff[2 : 2 + DIFF_LINES]
+    more = (
+        f"\n    ... {len(diff) - 2 - DIFF_LINES} more line(s)" if len(diff) > 2 + DIFF_LINES else ""
+    )
+    return (
+        f"{change.path} differs from what the plan read:\n"
+        + "\n".join(f"    {line}" for line in shown)
+        + more
+    )
+
+
+def list_runtime_handlers(dump: Mapping[str, Any]) -> tuple[str, ...]:
+    """The runtime handler names of an effective config, over every CRI plugin table."""
+    names: set[str] = set()
+    plugins = dump.get("plugins")
+    if isinstance(plugins, Mapping):
+        for table in plugins.values():
+            containerd = table.get("containerd") if isinstance(table, Mapping) else None
+            runtimes = containerd.get("runtimes") if isinstance(containerd, Mapping) else None
+            if isinstance(runtimes, Mapping):
+                names.update(str(name) for name in runtimes)
+    return tuple(sorted(names))
+
+
+def as_saved(tree: Mapping[str, Any]) -> dict[str, Any]:
+    """A dump as save_data stores it (JSON), so a saved and a fresh dump compare equal."""
+    loaded: dict[str, Any] = json.loads(json.dumps(tree, sort_keys=True, default=str))
+    return loaded
+
+
+def describe_dump_difference(expected: Mapping[str, Any], actual: Mapping[str, Any]) -> str:
+    """The leaves of `actual` that differ from `expected`, a few lines at most."""
+    changes = engine.diff_effective(dict(expected), dict(actual))
+    lines = [f"  {engine.format_path(c.path)}: {c}" for c in changes[:DIFF_LINES]]
+    if len(changes) > DIFF_LINES:
+        lines.append(f"  ... {len(changes) - DIFF_LINES} more")
+    return "\n".join(lines) or "  (no leaf differs; the trees differ in shape)"
+
+
+# --- node reads --------------------------------------------------------------------------------
+
+
+def read_live_dump(runner: CommandRunner, main_path: str) -> dict[str, Any]:
+    """`containerd config dump` of the node's real files, normalised like the staged dumps."""
+    result = check(
+        runner.run(["sh", "-c", _LIVE_DUMP_SCRIPT, "rollout-dump", CONTAINERD_BIN, main_path]),
+        f"containerd config dump of {main_path}",
+    )
+    try:
+        tree = tomllib.loads(result.stdout)
+    except tomllib.TOMLDecodeError as exc:
+        raise engine.StagingFailed(
+            f"`containerd config dump` on {runner.host} printed invalid TOML: {exc}"
+        ) from exc
+    # The real files are not staged: there is no stage prefix to strip, only `imports`.
+    return as_saved(normalise_dump(tree, ""))
+
+
+def read_config_files(runner: CommandRunner, main_path: str) -> engine.ConfigFiles:
+    """Every file under /etc/containerd now (the same probe the plan's facts came from)."""
+    dumped = check(runner.run(file_dump_argv(CONTAINERD_DIR)), f"read {CONTAINERD_DIR}").stdout
+    return engine.ConfigFiles(main_path=main_path, files=parse_file_dump(dumped))
+
+
+def with_planned_before(
+    files: engine.ConfigFiles, planned: Sequence[FileChange]
+) -> engine.ConfigFiles:
+    """The node's files as the plan read them: each planned file at its `before` text.
+
+    Predicting from this set (rather than from the node as found) gives the same prediction
+    on a first attempt and on a resumed one that finds some files already written.
+    """
+    out = files
+    for change in planned:
+        if change.before is None:
+            out = out.without_file(change.path)
+        else:
+            out = out.with_file(change.path, change.before)
+    return out
+
+
+def recorded_backups(ctx: StepContext) -> dict[str, BackupRecord]:
+    """The backups this run's journal holds for the node's planned files, latest per path."""
+    planned = {f.path for f in ctx.node_plan.files}
+    found: dict[str, BackupRecord] = {}
+    for backup in ctx.journal.replay().node(ctx.node).backups:
+        if backup.path in planned:
+            found[backup.path] = BackupRecord(backup.path, backup.backup_path, backup.sha256)
+    return found
+
+
+# --- steps -------------------------------------------------------------------------------------
+
+
+class ContainerdWrite:
+    """Write the planned containerd files, after a drift check, a prediction and backups."""
+
+    kind: ClassVar[str] = WRITE_STEP
+
+    def apply(self, ctx: StepContext) -> StepResult:
+        planned = list(ctx.node_plan.files)
+        if not planned:
+            return StepResult.noop("the effective containerd config already holds the intent")
+        removals = [f.path for f in planned if f.after is None]
+        if removals:
+            raise self._fail(ctx, f"removing files is not supported: {', '.join(removals)}")
+        try:
+            return self._apply(ctx, planned)
+        except StepFailed:
+            raise
+        except RolloutError as exc:
+            raise self._fail(ctx, str(exc)) from exc
+
+    def _apply(self, ctx: StepContext, planned: list[FileChange]) -> StepResult:
+        runner = ctx.runner
+        current = read_node_files(runner, [f.path for f in planned])
+        original, written, drifted = classify_files(planned, current)
+        if drifted:
+            raise self._fail(
+                ctx,
+                "node changed since the plan; nothing was written:\n  "
+                + "\n  ".join(describe_drift(f, current.get(f.path)) for f in drifted)
+                + "\n  run `rollout plan` again and review the new diff",
+            )
+        saved = ctx.load_data(self.kind)
+        if not original and saved.get("after_dump") is not None:
+            return StepResult.noop("already written: " + ", ".join(f.path for f in planned))
+        backups = recorded_backups(ctx)
+        unbacked = [f.path for f in written if f.before is not None and f.path not in backups]
+        if unbacked:
+            raise self._fail(
+                ctx,
+                f"{', '.join(unbacked)} already hold(s) the planned content but this run "
+                "recorded no backup of the original; rollout did not write it, so it "
+                "cannot roll it back: run `rollout plan` again",
+            )
+        prediction = self._predict(ctx, planned)
+        handlers_before = list_runtime_handlers(prediction.before)
+        service = probe_service(runner)
+        created_files = [f.path for f in planned if f.before is None]
+        new_dirs = sorted({d for f in original if f.before is None for d in _ancestors(f.path)})
+        created_dirs = sorted(
+            set(find_missing_dirs(runner, new_dirs)) | set(saved.get("created_dirs", []))
+        )
+        data: dict[str, Any] = {
+            "before_dump": as_saved(prediction.before),
+            "after_dump": as_saved(prediction.after),
+            "handlers_before": list(handlers_before),
+            "created_files": created_files,
+            "created_dirs": created_dirs,
+            "main_pid_at_write": service.main_pid,
+        }
+        # Saved before the node is touched: undo (or a resume) must know what was created.
+        ctx.save_data(self.kind, data)
+        if not original:
+            # A resume that finds every file written but no saved prediction yet.
+            return StepResult.noop("already written: " + ", ".join(f.path for f in planned))
+        for change in original:
+            if change.before is None:
+                continue
+            record = back_up_file(runner, change.path, backup_path_for(ctx.run_id, change.path))
+            # Journalled before the file is replaced: a crash after the write still finds it.
+            ctx.journal.append(
+                BackupWritten(ctx.node, record.path, record.backup_path, record.sha256)
+            )
+        for change in original:
+            assert change.after is not None  # removals were refused above
+            replace_file(runner, change.path, change.after)
+        written_at = read_node_clock(runner)
+        ctx.save_data(self.kind, {**data, "written_at": written_at.isoformat()})
+        kept = ", ".join(handlers_before) or "none"
+        return StepResult.done(
+            f"wrote {', '.join(f.path for f in original)} "
+            f"(backups under {backup_path_for(ctx.run_id, '/')}; handlers kept: {kept})"
+        )
+
+    def _predict(self, ctx: StepContext, planned: Sequence[FileChange]) -> engine.Prediction:
+        runner = ctx.runner
+        version_text = check(
+            runner.run([CONTAINERD_BIN, "--version"]), "read the containerd version"
+        ).stdout
+        version = engine.parse_version(version_text)
+        planned_version = ctx.facts.containerd
+        if (version.major, version.minor, version.patch) != (
+            planned_version.major,
+            planned_version.minor,
+            planned_version.patch,
+        ):
+            raise self._fail(
+                ctx,
+                f"containerd changed since the plan: {version} now, {ctx.facts.containerd} "
+                "planned; nothing was written: run `rollout plan` again",
+            )
+        intent = build_intent(ctx.spec)
+        if intent is None:
+            raise self._fail(ctx, "the plan writes files but the spec holds no CRI setting")
+        base = with_planned_before(
+            read_config_files(runner, ctx.facts.config_files.main_path), planned
+        )
+        writes = [engine.FileWrite(f.path, f.before, f.after or "") for f in planned]
+        try:
+            # a plan that repairs a shadowing drop-in gives back the keys it hid: those may
+            # come back, and nothing else may change
+            restoring = engine.repair_scope(base, version) if ctx.node_plan.repairs else ()
+            prediction = engine.predict(
+                runner, CONTAINERD_BIN, base, writes, intent, version, restoring
+            )
+        except engine.PredictionRefused as exc:
+            raise self._fail(ctx, f"prediction refused the change: {exc}") from exc
+        lost = set(list_runtime_handlers(prediction.before)) - set(
+            list_runtime_handlers(prediction.after)
+        )
+        if lost:
+            raise self._fail(
+                ctx,
+                f"runtime handler(s) {', '.join(sorted(lost))} would vanish; nothing was written",
+            )
+        return prediction
+
+    def undo(self, ctx: StepContext) -> None:
+        """Restore every backup byte for byte, delete created files, restart, check the dump."""
+        planned = list(ctx.node_plan.files)
+        data = ctx.load_data(self.kind)
+        if not planned or not data:
+            return  # data is saved before the first byte is written: nothing was touched
+        try:
+            self._undo(ctx, planned, data)
+        except StepFailed:
+            raise
+        except RolloutError as exc:
+            raise self._fail(ctx, f"undo: {exc}") from exc
+
+    def _undo(self, ctx: StepContext, planned: list[FileChange], data: Mapping[str, Any]) -> None:
+        runner = ctx.runner
+        backups = recorded_backups(ctx)
+        current = read_node_files(runner, [f.path for f in planned])
+        changed = False
+        for change in planned:
+            now = current.get(change.path)
+            if change.before is None:
+                if now is not None:
+                    remove_file(runner, change.path)
+                    changed = True
+            elif change.path in backups:
+                restore_file(runner, backups[change.path])
+                changed = changed or now != change.before
+            elif now != change.before:
+                raise self._fail(
+                    ctx,
+                    f"undo: {change.path} is not the original and this run recorded no "
+                    "backup of it; restore it by hand",
+                )
+        remove_empty_dirs(runner, list(data.get("created_dirs", [])))
+        written_at = written_at_of(data)
+        if not changed and written_at is None:
+            return  # no file was replaced and no restart could have read one
+        timeout_s = float(ctx.spec.policy.verify.containerd_restart_timeout_s)
+        restart_service(runner, timeout_s, sleep=ctx.sleep)
+        expected = data.get("before_dump")
+        live = read_live_dump(runner, ctx.facts.config_files.main_path)
+        if isinstance(expected, Mapping) and live != expected:
+            raise self._fail(
+                ctx,
+                "undo: files restored and containerd restarted, but `containerd config dump` "
+                "differs from the one before the write:\n"
+                + describe_dump_difference(expected, live),
+            )
+
+    def _fail(self, ctx: StepContext, message: str) -> StepFailed:
+        return StepFailed(ctx.node, self.kind, message)
+
+
+class ContainerdVerify:
+    """After the restart: the real dump is the predicted one and every handler is still there."""
+
+    kind: ClassVar[str] = "containerd.verify"
+
+    def apply(self, ctx: StepContext) -> StepResult:
+        if not ctx.node_plan.files:
+            return StepResult.noop("no containerd file changes")
+        data = ctx.load_data(WRITE_STEP)
+        expected = data.get("after_dump")
+        if not isinstance(expected, Mapping):
+            raise self._fail(ctx, f"{WRITE_STEP} saved no predicted config: run it first")
+        try:
+            return self._verify(ctx, data, expected)
+        except StepFailed:
+            raise
+        except RolloutError as exc:
+            raise self._fail(ctx, str(exc)) from exc
+
+    def _verify(
+        self, ctx: StepContext, data: Mapping[str, Any], expected: Mapping[str, Any]
+    ) -> StepResult:
+        state = probe_service(ctx.runner)
+        written_at = written_at_of(data)
+        if written_at is not None and not state.started_after(written_at):
+            raise self._fail(
+                ctx,
+                f"the running containerd ({state.describe()}) did not start after the files "
+                f"were written at {written_at.isoformat()}: it may still run the old config; "
+                "run systemd.restart",
+            )
+        live = read_live_dump(ctx.runner, ctx.facts.config_files.main_path)
+        before = tuple(str(h) for h in data.get("handlers_before", []))
+        now = list_runtime_handlers(live)
+        missing = [h for h in before if h not in now]
+        problems: list[str] = []
+        if missing:
+            problems.append(
+                f"runtime handler(s) present before are gone: {', '.join(missing)} "
+                "(pods with those runtime classes, the device plugin first, will not start)"
+            )
+        if live != expected:
+            problems.append(
+                "`containerd config dump` differs from the prediction:\n"
+                + describe_dump_difference(expected, live)
+            )
+        if problems:
+            raise self._fail(
+                ctx,
+                "\n".join(problems) + "\n  roll the node back: containerd.write's undo "
+                "restores the files",
+            )
+        return StepResult.done(
+            f"config dump matches the prediction; handlers kept: {', '.join(before) or 'none'}; "
+            f"{state.describe()}"
+        )
+
+    def undo(self, ctx: StepContext) -> None:
+        """Nothing: verification changes nothing on the node."""
+
+    def _fail(self, ctx: StepContext, message: str) -> StepFailed:
+        return StepFailed(ctx.node, self.kind, message)
+
+
+def _ancestors(path: str) -> list[str]:
+    """Every directory above `path`, nearest first, up to (not including) /."""
+    out: list[str] = []
+    parent = posixpath.dirname(path)
+    while parent not in {"/", ""}:
+        out.append(parent)
+        parent = posixpath.dirname(parent)
+    return out

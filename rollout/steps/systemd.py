@@ -1,0 +1,268 @@
+"""Step `systemd.restart`: restart containerd through systemd and prove the restart.
+
+Invariant 3: containerd restarts only through systemd, never by a signal (FACTS.md: SIGHUP
+is a restart by systemd's Restart=always, not a reload, and it bypasses the job queue), and
+the restart is proven before anything depends on it: ActiveState=active with a MainPID other
+than the one before.
+
+The service probe is a command plus a pure parser, so the decisions are tested from recorded
+`systemctl show` output.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, ClassVar, NoReturn
+
+from rollout.commands import CommandRunner, CommandTimeout, check
+from rollout.errors import RolloutError
+from rollout.steps.base import StepContext, StepFailed, StepResult
+
+SERVICE = "containerd"
+WRITE_STEP = "containerd.write"
+POLL_INTERVAL_S = 1.0
+JOURNAL_LINES = 20
+SHOW_PROPERTIES = (
+    "MainPID",
+    "ActiveState",
+    "SubState",
+    "NRestarts",
+    "ActiveEnterTimestamp",
+    "InvocationID",
+)
+# `--timestamp=us+utc` (systemd >= 248) prints microseconds in UTC, so a restart in the same
+# second as the write is still ordered after it, whatever the node's time zone.
+_TIMESTAMP_FORMATS = ("%a %Y-%m-%d %H:%M:%S.%f UTC", "%a %Y-%m-%d %H:%M:%S UTC")
+
+
+class ServiceProbeFailed(RolloutError):
+    """`systemctl show` did not say what rollout needs to know about the service."""
+
+
+class RestartFailed(RolloutError):
+    """The service did not come back active with a new main process in time."""
+
+
+@dataclass(frozen=True)
+class ServiceState:
+    """What `systemctl show` says about one service at one moment."""
+
+    main_pid: int
+    active_state: str
+    sub_state: str
+    n_restarts: int | None
+    active_enter_at: datetime | None
+    invocation_id: str = ""
+
+    @property
+    def running(self) -> bool:
+        """Active with a main process: the state a proven restart ends in."""
+        return self.active_state == "active" and self.main_pid > 0
+
+    def describe(self) -> str:
+        since = self.active_enter_at.isoformat() if self.active_enter_at else "never"
+        return f"{self.active_state}/{self.sub_state} MainPID={self.main_pid} since {since}"
+
+    def started_after(self, moment: datetime) -> bool:
+        """Whether the running process was started after `moment` (a node clock reading)."""
+        return self.running and self.active_enter_at is not None and self.active_enter_at > moment
+
+
+@dataclass(frozen=True)
+class RestartProof:
+    """The service before and after a restart, and every state seen while waiting."""
+
+    before: ServiceState
+    after: ServiceState
+    seen: tuple[str, ...]
+
+    def describe(self) -> str:
+        return (
+            f"{SERVICE} restarted through systemd: MainPID {self.before.main_pid} -> "
+            f"{self.after.main_pid}, {self.after.active_state}/{self.after.sub_state}"
+        )
+
+
+def show_service_argv(unit: str = SERVICE) -> list[str]:
+    """The `systemctl show` probe of the properties that prove a restart."""
+    argv = ["systemctl", "show", unit, "--timestamp=us+utc"]
+    for name in SHOW_PROPERTIES:
+        argv += ["-p", name]
+    return argv
+
+
+def parse_service_show(text: str) -> ServiceState:
+    """`systemctl show -p ...` output (KEY=VALUE lines, any order) -> ServiceState."""
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            values[key.strip()] = value.strip()
+    missing = [k for k in ("MainPID", "ActiveState", "SubState") if k not in values]
+    if missing:
+        raise ServiceProbeFailed(
+            f"`systemctl show` printed no {', '.join(missing)}: {text.strip()[:200]!r}"
+        )
+    try:
+        main_pid = int(values["MainPID"])
+    except ValueError as exc:
+        raise ServiceProbeFailed(f"MainPID is not a number: {values['MainPID']!r}") from exc
+    restarts = values.get("NRestarts", "")
+    return ServiceState(
+        main_pid=main_pid,
+        active_state=values["ActiveState"],
+        sub_state=values["SubState"],
+        n_restarts=int(restarts) if restarts.isdigit() else None,
+        active_enter_at=parse_systemd_timestamp(values.get("ActiveEnterTimestamp", "")),
+        invocation_id=values.get("InvocationID", ""),
+    )
+
+
+def parse_systemd_timestamp(text: str) -> datetime | None:
+    """`Sun 2026-11-29 23:38:01.558249 UTC` -> an aware datetime; empty or `n/a` -> None."""
+    text = text.strip()
+    if not text or text == "n/a":
+        return None
+    for fmt in _TIMESTAMP_FORMATS:
+        try:
+            return datetime.strptime(text, fmt).replace(tzinfo=UTC)
+        except ValueError:
+            continue
+    raise ServiceProbeFailed(
+        f"cannot read the systemd timestamp {text!r} (expected `Day YYYY-MM-DD HH:MM:SS UTC`)"
+    )
+
+
+def probe_service(runner: CommandRunner, unit: str = SERVICE) -> ServiceState:
+    """The service's state now, over the runner."""
+    result = check(runner.run(show_service_argv(unit)), f"read the state of {unit}.service")
+    return parse_service_show(result.stdout)
+
+
+def read_node_clock(runner: CommandRunner) -> datetime:
+    """The node's clock now: the same clock systemd stamps ActiveEnterTimestamp with."""
+    out = check(runner.run(["date", "-u", "+%s.%N"]), "read the node's clock").stdout.strip()
+    try:
+        return datetime.fromtimestamp(float(out), UTC)
+    except ValueError as exc:
+        raise ServiceProbeFailed(f"`date -u +%s.%N` printed {out!r}") from exc
+
+
+def read_unit_journal(
+    runner: CommandRunner, unit: str = SERVICE, lines: int = JOURNAL_LINES
+) -> str:
+    """The last lines of the unit's journal, for a failure message; never raises."""
+    try:
+        result = runner.run(["journalctl", "-u", unit, "-n", str(lines), "--no-pager"])
+    except RolloutError as exc:
+        return f"(journalctl failed: {exc})"
+    return (result.stdout.strip() or result.stderr.strip()) or "(no journal lines)"
+
+
+def restart_service(
+    runner: CommandRunner,
+    timeout_s: float,
+    *,
+    unit: str = SERVICE,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> RestartProof:
+    """`systemctl restart` (never a signal), then wait for active with a new MainPID.
+
+    Raises RestartFailed naming every state seen and the unit's last journal lines.
+    """
+    before = probe_service(runner, unit)
+    seen: list[str] = [f"before: {before.describe()}"]
+    deadline = clock() + timeout_s
+    # Count polls as well as time: a fake sleep in tests does not move the clock.
+    max_polls = max(1, math.ceil(timeout_s / POLL_INTERVAL_S))
+    try:
+        restarted = runner.run(["systemctl", "restart", unit], timeout_s=timeout_s)
+    except CommandTimeout:
+        restarted = None
+    if restarted is not None and not restarted.ok:
+        seen.append(f"`systemctl restart {unit}` exited {restarted.exit_code}: {restarted.tail(3)}")
+        _raise_restart_failed(runner, unit, seen, probe_service(runner, unit))
+    if restarted is None:
+        seen.append(f"`systemctl restart {unit}` ran past {timeout_s:g}s")
+    polls = 0
+    while True:
+        now = probe_service(runner, unit)
+        label = now.describe()
+        if not seen[-1].endswith(label):
+            seen.append(f"then: {label}")
+        if now.running and now.main_pid != before.main_pid:
+            return RestartProof(before, now, tuple(seen))
+        polls += 1
+        if polls >= max_polls or clock() >= deadline:
+            _raise_restart_failed(runner, unit, seen, now, timeout_s)
+        sleep(POLL_INTERVAL_S)
+
+
+def _raise_restart_failed(
+    runner: CommandRunner,
+    unit: str,
+    seen: Sequence[str],
+    last: ServiceState,
+    timeout_s: float | None = None,
+) -> NoReturn:
+    waited = f" within {timeout_s:g}s" if timeout_s is not None else ""
+    journal = read_unit_journal(runner, unit)
+    raise RestartFailed(
+        f"{unit}.service did not come back active with a new MainPID{waited} "
+        f"(last: {last.describe()}); states seen:\n"
+        + "\n".join(f"  {s}" for s in seen)
+        + f"\nlast {JOURNAL_LINES} lines of `journalctl -u {unit}`:\n"
+        + "\n".join(f"  | {line}" for line in journal.splitlines())
+        + f"\n  check the unit on the node: systemctl status {unit}"
+    )
+
+
+def written_at_of(data: Mapping[str, Any]) -> datetime | None:
+    """The node-clock time containerd.write finished replacing files, from its saved data."""
+    text = data.get("written_at")
+    return datetime.fromisoformat(text) if isinstance(text, str) else None
+
+
+class SystemdRestart:
+    """Restart containerd through systemd after the write, and prove the new process runs."""
+
+    kind: ClassVar[str] = "systemd.restart"
+
+    def apply(self, ctx: StepContext) -> StepResult:
+        if not ctx.node_plan.files:
+            return StepResult.noop("no containerd file changes")
+        written_at = written_at_of(ctx.load_data(WRITE_STEP))
+        state = probe_service(ctx.runner)
+        if written_at is not None and state.started_after(written_at):
+            # Resume: the process running now already read the written files.
+            return StepResult.noop(
+                f"already restarted after the write ({state.describe()}, "
+                f"files written {written_at.isoformat()})"
+            )
+        timeout_s = float(ctx.spec.policy.verify.containerd_restart_timeout_s)
+        try:
+            proof = restart_service(ctx.runner, timeout_s, sleep=ctx.sleep)
+        except RolloutError as exc:
+            raise StepFailed(ctx.node, self.kind, str(exc)) from exc
+        ctx.save_data(
+            self.kind,
+            {
+                "main_pid_before": proof.before.main_pid,
+                "main_pid_after": proof.after.main_pid,
+                "active_enter_at": _iso(proof.after.active_enter_at),
+                "n_restarts": proof.after.n_restarts,
+            },
+        )
+        return StepResult.done(proof.describe())
+
+    def undo(self, ctx: StepContext) -> None:
+        """Nothing: a restart cannot be taken back; containerd.write's undo restarts again."""
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat() if moment else None

@@ -1,0 +1,249 @@
+"""`rollout apply` and `rollout resume` end to end on a fresh lab per test: real SSH, systemd and
+containerd 1.6/1.7/2.1 on the nodes, the API emulator through the official client."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rollout.cli import main
+from rollout.journal import list_runs, read_run
+from rollout.lab.cluster import (
+    CONTEXT,
+    Lab,
+    LabOptions,
+    bring_up_lab,
+    controlplane_available,
+    tear_down_lab,
+)
+from rollout.lab.prerequisites import find_missing
+from rollout.transports.kube import KubeClient
+from tests.conftest import require
+from tests.lab.test_cluster_shared import ssh_check
+
+pytestmark = pytest.mark.lab
+
+ROOT = Path(__file__).resolve().parents[2]
+PLAN = ROOT / "examples" / "plan.yaml"
+PREFIX = os.environ.get("ROLLOUT_TEST_APPLY_PREFIX", "127.0.45")
+HANDLERS = {"nvidia", "nvidia-cdi", "nvidia-legacy"}
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> Iterator[Lab]:
+    """A lab of its own for each test: apply changes nodes for good."""
+    missing = find_missing()
+    if missing or not controlplane_available():
+        require("the lab cannot run here: " + "; ".join(str(m) for m in missing))
+    options = LabOptions(
+        lab_dir=tmp_path / "lab",
+        nodes=4,
+        containerd=("1.6", "1.7", "2.1", "1.7"),
+        gpus=2,
+        address_prefix=PREFIX,
+        api_port=0,
+        device_plugin_grace_s=300,
+    )
+    built = bring_up_lab(options, progress=lambda _: None)
+    try:
+        yield built
+    finally:
+        tear_down_lab(options.lab_dir, progress=lambda _: None)
+
+
+@pytest.fixture
+def kube(lab: Lab) -> Iterator[KubeClient]:
+    with KubeClient.from_kubeconfig(str(lab.kubeconfig), context=CONTEXT) as client:
+        yield client
+
+
+def apply_args(lab: Lab, plan: Path, state: Path) -> list[str]:
+    return [
+        "apply",
+        str(plan),
+        "--inventory",
+        str(lab.inventory),
+        "--kubeconfig",
+        str(lab.kubeconfig),
+        "--context",
+        CONTEXT,
+        "--state-dir",
+        str(state),
+        "--yes",
+    ]
+
+
+def dump_of(lab: Lab, name: str) -> dict[str, Any]:
+    node = next(n for n in lab.nodes if n.name == name)
+    return tomllib.loads(ssh_check(lab, node, ["containerd", "config", "dump"]))
+
+
+def handlers_and_config_path(dump: dict[str, Any]) -> tuple[set[str], str]:
+    plugins = dump["plugins"]
+    if "io.containerd.cri.v1.runtime" in plugins:
+        runtimes = plugins["io.containerd.cri.v1.runtime"]["containerd"]["runtimes"]
+        path = plugins["io.containerd.cri.v1.images"]["registry"]["config_path"]
+    else:
+        cri = plugins["io.containerd.grpc.v1.cri"]
+        runtimes, path = cri["containerd"]["runtimes"], cri["registry"]["config_path"]
+    return set(runtimes), str(path)
+
+
+def assert_converged(lab: Lab, kube: KubeClient) -> None:
+    for spec in lab.nodes:
+        handlers, path = handlers_and_config_path(dump_of(lab, spec.name))
+        assert handlers >= HANDLERS, spec.name
+        assert path == "/etc/containerd/certs.d", spec.name
+        ssh_check(lab, spec, ["test", "-f", "/etc/containerd/certs.d/docker.io/hosts.toml"])
+        node = kube.get_node(spec.name)
+        assert node.allocatable.get("nvidia.com/gpu") == str(len(spec.gpus)), spec.name
+        assert not node.unschedulable, spec.name
+
+
+def test_registry_mirror_on_a_mixed_fleet(
+    lab: Lab, kube: KubeClient, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(apply_args(lab, PLAN, tmp_path / "state")) == 0
+    assert_converged(lab, kube)
+    (run,) = list_runs(tmp_path / "state")
+    state = read_run(tmp_path / "state", run.run_id)
+    for spec in lab.nodes:
+        node = state.node(spec.name)
+        assert node.outcome is not None and node.outcome.value == "succeeded"
+        assert node.backups, "every replaced file is backed up first"
+    # no smoke pod is left behind
+    assert not [p for p in kube.list_pods(None) if p.name.startswith("rollout-smoke")]
+    # a second apply finds nothing to do
+    capsys.readouterr()
+    assert main(apply_args(lab, PLAN, tmp_path / "state")) == 0
+    assert "No changes." in capsys.readouterr().out
+
+
+def test_upgrade_failed_label_halts_before_any_write(
+    lab: Lab, kube: KubeClient, tmp_path: Path
+) -> None:
+    last = lab.nodes[-1].name
+    kube.patch_node_labels(last, {"nvidia.com/gpu-driver-upgrade-state": "upgrade-failed"})
+    before = {n.name: dump_of(lab, n.name) for n in lab.nodes}
+    assert main(apply_args(lab, PLAN, tmp_path / "state")) == 1
+    (run,) = list_runs(tmp_path / "state")
+    assert run.halted_reason and last in run.halted_reason
+    assert {n.name: dump_of(lab, n.name) for n in lab.nodes} == before
+
+
+def test_node_cordoned_by_hand_stays_cordoned(lab: Lab, kube: KubeClient, tmp_path: Path) -> None:
+    first = lab.nodes[0].name
+    kube.set_unschedulable(first, True)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(PLAN.read_text().replace("max_unavailable: 1", "max_unavailable: 2"))
+    assert main(apply_args(lab, plan, tmp_path / "state")) == 0
+    assert kube.get_node(first).unschedulable, "someone else's cordon is kept"
+    handlers, path = handlers_and_config_path(dump_of(lab, first))
+    assert handlers >= HANDLERS and path == "/etc/containerd/certs.d"
+    assert not any(kube.get_node(n.name).unschedulable for n in lab.nodes[1:])
+
+
+def test_failed_containerd_start_rolls_back_and_halts(
+    lab: Lab, kube: KubeClient, tmp_path: Path
+) -> None:
+    # the second node (first of wave 2) cannot start containerd after the write
+    victim = next(n for n in lab.nodes if n.name == "lab-node-2")
+    dropin = "/etc/systemd/system/containerd.service.d/90-test-broken.conf"
+    later = [n.name for n in lab.nodes if n.name not in ("lab-node-1", "lab-node-2")]
+    before_victim = dump_of(lab, victim.name)
+    before_later = {name: dump_of(lab, name) for name in later}
+    ssh_check(
+        lab,
+        victim,
+        ["sh", "-c", f"cat > {dropin} && systemctl daemon-reload"],
+        stdin=b"[Service]\nExecStartPre=/bin/false\n",
+    )
+    assert main(apply_args(lab, PLAN, tmp_path / "state")) == 1
+    (run,) = list_runs(tmp_path / "state")
+    state = read_run(tmp_path / "state", run.run_id)
+    outcome = state.node(victim.name).outcome
+    assert run.halted_reason and victim.name in run.halted_reason
+    # the rollback restarts containerd too: with the start still broken it cannot succeed,
+    # so the node is left cordoned with the reason recorded
+    assert outcome is not None and outcome.value in ("rolled-back", "left-cordoned")
+    ssh_check(lab, victim, ["sh", "-c", f"rm -f {dropin} && systemctl daemon-reload"])
+    for name in later:
+        assert state.node(name).outcome is None, "later nodes untouched"
+        assert dump_of(lab, name) == before_later[name]
+    # the victim's files are the originals again
+    ssh_check(lab, victim, ["systemctl", "restart", "containerd"])
+    assert dump_of(lab, victim.name) == before_victim
+
+
+def test_second_concurrent_apply_is_refused_by_the_lease(
+    lab: Lab, kube: KubeClient, tmp_path: Path
+) -> None:
+    from rollout.lease import RunLease
+
+    holder = RunLease(kube, "rollout/someone-elses-run", renew_every_s=3600)
+    holder.acquire()
+    try:
+        assert main(apply_args(lab, PLAN, tmp_path / "state")) == 1
+    finally:
+        holder.release()
+    (run,) = list_runs(tmp_path / "state")
+    state = read_run(tmp_path / "state", run.run_id)
+    assert all(not state.node(n.name).completed for n in lab.nodes), "nothing ran"
+
+
+def journal_lines(state: Path) -> int:
+    runs = list(state.glob("runs/*/journal.jsonl"))
+    return sum(1 for _ in runs[0].open()) if runs else 0
+
+
+def run_killed_after(lab: Lab, state: Path, lines: int) -> None:
+    """Start apply in a subprocess and SIGKILL it once the journal has `lines` records."""
+    cmd = [sys.executable, "-m", "rollout", *apply_args(lab, PLAN, state)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    try:
+        while proc.poll() is None and time.monotonic() < deadline:
+            if journal_lines(state) >= lines:
+                break
+            time.sleep(0.05)
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+@pytest.mark.parametrize("kill_after", [4, 17, 40])
+def test_kill_then_resume_converges(
+    lab: Lab, kube: KubeClient, tmp_path: Path, kill_after: int
+) -> None:
+    state = tmp_path / "state"
+    run_killed_after(lab, state, kill_after)
+    (run,) = list_runs(state)
+    assert main(["resume", run.run_id, "--state-dir", str(state)]) == 0
+    assert_converged(lab, kube)
+    final = read_run(state, run.run_id)
+    assert final.outcome is not None and final.outcome.value == "succeeded"
+    entries = [json.loads(line) for line in (run.run_dir / "journal.jsonl").open()]
+    writes = [
+        e
+        for e in entries
+        if e.get("kind") == "step-finished"
+        and e.get("step") == "containerd.write"
+        and e.get("outcome") == "done"
+    ]
+    # each node's files are written once: a resumed run does not redo finished steps
+    assert len({e["node"] for e in writes}) == len(writes) == len(lab.nodes)
+
+
+def names(nodes: Sequence[Any]) -> list[str]:
+    return [n.name for n in nodes]

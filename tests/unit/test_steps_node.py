@@ -1,0 +1,503 @@
+"""The node-side steps' decisions from recorded outputs: systemctl parsing, restart proof,
+drift and no-op decisions; and the node file scripts run for real on this machine."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import cast
+
+import pytest
+
+from rollout.commands import DEFAULT_TIMEOUT_S, CommandResult
+from rollout.containerd import ConfigFiles, parse_version
+from rollout.facts import NodeFacts
+from rollout.journal import Journal
+from rollout.plan import FileChange, NodePlan
+from rollout.planner import build_intent
+from rollout.spec import load_spec
+from rollout.steps import builtin_steps
+from rollout.steps.backup import (
+    BackupRecord,
+    NodeFileError,
+    back_up_file,
+    backup_path_for,
+    parse_node_files,
+    parse_sha256sum,
+    read_node_files,
+    replace_file,
+    restore_file,
+)
+from rollout.steps.base import StepContext, StepFailed, StepResultKind
+from rollout.steps.containerd import (
+    ContainerdVerify,
+    ContainerdWrite,
+    classify_files,
+    describe_drift,
+    list_runtime_handlers,
+    with_planned_before,
+)
+from rollout.steps.systemd import (
+    RestartFailed,
+    ServiceProbeFailed,
+    SystemdRestart,
+    parse_service_show,
+    parse_systemd_timestamp,
+    restart_service,
+    show_service_argv,
+)
+from rollout.transports.kube import KubeClient
+from rollout.transports.local import LocalRunner
+
+ROOT = Path(__file__).resolve().parents[2]
+PLAN = ROOT / "examples" / "plan.yaml"
+MAIN = "/etc/containerd/config.toml"
+HOSTS = "/etc/containerd/certs.d/docker.io/hosts.toml"
+
+# `systemctl show containerd --timestamp=us+utc -p ...` on a lab node (systemd 252)
+SHOW_RUNNING = """MainPID=37
+NRestarts=0
+ActiveState=active
+SubState=running
+ActiveEnterTimestamp=Sun 2026-11-29 23:38:01.558249 UTC
+InvocationID=48f11d1588c7435584c1293daf6fcae9
+"""
+
+
+def show(pid: int, active: str = "active", sub: str = "running", at: str = "") -> str:
+    stamp = at or "Sun 2026-11-29 23:40:00.000001 UTC"
+    return (
+        f"MainPID={pid}\nNRestarts=0\nActiveState={active}\nSubState={sub}\n"
+        f"ActiveEnterTimestamp={stamp}\nInvocationID=x\n"
+    )
+
+
+# --- a scripted runner ---------------------------------------------------------------------
+
+Reply = str | CommandResult | Callable[[Sequence[str]], CommandResult]
+
+
+@dataclass
+class ScriptedRunner:
+    """Replies by argv prefix; a list of replies is consumed in order (the last one repeats)."""
+
+    replies: dict[tuple[str, ...], list[Reply]] = field(default_factory=dict)
+    calls: list[tuple[str, ...]] = field(default_factory=list)
+
+    @property
+    def host(self) -> str:
+        return "gpu-1"
+
+    def on(self, prefix: Sequence[str], *replies: Reply) -> ScriptedRunner:
+        self.replies[tuple(prefix)] = list(replies)
+        return self
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> CommandResult:
+        argv = tuple(argv)
+        self.calls.append(argv)
+        for prefix, queue in sorted(self.replies.items(), key=lambda kv: -len(kv[0])):
+            if argv[: len(prefix)] == prefix:
+                reply = queue.pop(0) if len(queue) > 1 else queue[0]
+                if callable(reply):
+                    return reply(argv)
+                if isinstance(reply, CommandResult):
+                    return reply
+                return CommandResult(argv, 0, reply, "", self.host)
+        raise AssertionError(f"unscripted command: {argv}")
+
+    def ran(self, *words: str) -> bool:
+        return any(all(w in call for w in words) for call in self.calls)
+
+
+def failed(code: int = 1, stderr: str = "") -> CommandResult:
+    return CommandResult(("x",), code, "", stderr, "gpu-1")
+
+
+# --- systemctl show --------------------------------------------------------------------------
+
+
+def test_show_parser_reads_a_running_service() -> None:
+    state = parse_service_show(SHOW_RUNNING)
+    assert state.main_pid == 37 and state.running and state.n_restarts == 0
+    assert state.active_enter_at == datetime(2026, 11, 29, 23, 38, 1, 558249, tzinfo=UTC)
+    assert state.invocation_id == "48f11d1588c7435584c1293daf6fcae9"
+
+
+@pytest.mark.parametrize(
+    ("text", "running"),
+    [
+        ("MainPID=0\nActiveState=activating\nSubState=auto-restart\nNRestarts=3\n", False),
+        ("MainPID=0\nActiveState=failed\nSubState=failed\nActiveEnterTimestamp=\n", False),
+        ("MainPID=0\nActiveState=active\nSubState=exited\n", False),
+        ("ActiveState=active\nMainPID=9\nSubState=running\n", True),
+    ],
+)
+def test_show_parser_states(text: str, running: bool) -> None:
+    assert parse_service_show(text).running is running
+
+
+def test_show_parser_refuses_output_without_the_properties() -> None:
+    with pytest.raises(ServiceProbeFailed, match="MainPID, ActiveState, SubState"):
+        parse_service_show("Unit containerd.service could not be found.\n")
+    with pytest.raises(ServiceProbeFailed, match="not a number"):
+        parse_service_show("MainPID=x\nActiveState=active\nSubState=running\n")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Sun 2026-11-29 23:38:01.558249 UTC", datetime(2026, 11, 29, 23, 38, 1, 558249, UTC)),
+        ("Sun 2026-11-29 23:38:01 UTC", datetime(2026, 11, 29, 23, 38, 1, tzinfo=UTC)),
+        ("", None),
+        ("n/a", None),
+    ],
+)
+def test_systemd_timestamps(text: str, expected: datetime | None) -> None:
+    assert parse_systemd_timestamp(text) == expected
+
+
+def test_systemd_timestamp_in_a_local_zone_is_refused() -> None:
+    # the probe asks for UTC; a local-zone stamp means an old systemd: refuse, do not guess
+    with pytest.raises(ServiceProbeFailed, match="cannot read"):
+        parse_systemd_timestamp("Sun 2026-11-29 23:38:01 CET")
+
+
+def test_show_probe_asks_for_every_property_in_utc() -> None:
+    argv = show_service_argv()
+    assert argv[:4] == ["systemctl", "show", "containerd", "--timestamp=us+utc"]
+    for name in ("MainPID", "ActiveState", "SubState", "NRestarts", "ActiveEnterTimestamp"):
+        assert name in argv
+
+
+# --- restart proof ---------------------------------------------------------------------------
+
+
+def test_restart_is_proven_by_a_new_main_pid() -> None:
+    runner = (
+        ScriptedRunner()
+        .on(["systemctl", "show"], show(37), show(0, "activating", "start"), show(88))
+        .on(["systemctl", "restart"], "")
+    )
+    sleeps: list[float] = []
+    proof = restart_service(runner, 10, sleep=sleeps.append)
+    assert (proof.before.main_pid, proof.after.main_pid) == (37, 88)
+    assert any("activating/start" in s for s in proof.seen)
+    assert sleeps == [1.0]
+    # invariant 3: through systemd, never a signal
+    assert not runner.ran("kill") and runner.ran("systemctl", "restart", "containerd")
+
+
+def test_restart_that_never_comes_back_names_states_and_journal() -> None:
+    runner = (
+        ScriptedRunner()
+        .on(["systemctl", "show"], show(37), show(0, "activating", "auto-restart"))
+        .on(["systemctl", "restart"], "")
+        .on(["journalctl"], "Nov 29 containerd[88]: failed to load config\n")
+    )
+    with pytest.raises(RestartFailed) as raised:
+        restart_service(runner, 3, sleep=lambda _: None)
+    message = str(raised.value)
+    assert "within 3s" in message and "activating/auto-restart" in message
+    assert "failed to load config" in message and "active/running MainPID=37" in message
+    assert runner.ran("journalctl", "-u", "containerd", "-n", "20", "--no-pager")
+
+
+def test_restart_with_the_same_main_pid_is_not_proven() -> None:
+    runner = ScriptedRunner().on(["systemctl", "show"], show(37)).on(["systemctl", "restart"], "")
+    runner.on(["journalctl"], "")
+    with pytest.raises(RestartFailed, match="new MainPID"):
+        restart_service(runner, 2, sleep=lambda _: None)
+
+
+def test_a_failed_restart_job_fails_at_once() -> None:
+    runner = (
+        ScriptedRunner()
+        .on(["systemctl", "show"], show(37), show(0, "activating", "auto-restart"))
+        .on(["systemctl", "restart"], failed(1, "Job for containerd.service failed."))
+        .on(["journalctl"], "ExecStartPre=/bin/false (code=exited, status=1/FAILURE)")
+    )
+    with pytest.raises(RestartFailed, match=r"Job for containerd\.service failed") as raised:
+        restart_service(runner, 30, sleep=lambda _: pytest.fail("no waiting after a failed job"))
+    assert "status=1/FAILURE" in str(raised.value)
+
+
+# --- pure decisions --------------------------------------------------------------------------
+
+PLANNED = (
+    FileChange(MAIN, "version = 2\n", 'version = 2\n[x]\ny = "z"\n', "intent"),
+    FileChange(HOSTS, None, 'server = "https://registry-1.docker.io"\n', "mirrors"),
+)
+
+
+@pytest.mark.parametrize(
+    ("current", "expected"),
+    [
+        ({MAIN: "version = 2\n", HOSTS: None}, ([MAIN, HOSTS], [], [])),
+        ({MAIN: PLANNED[0].after, HOSTS: PLANNED[1].after}, ([], [MAIN, HOSTS], [])),
+        ({MAIN: PLANNED[0].after, HOSTS: None}, ([HOSTS], [MAIN], [])),
+        ({MAIN: "version = 2\n# edited\n", HOSTS: None}, ([HOSTS], [], [MAIN])),
+        ({MAIN: "version = 2\n", HOSTS: "other\n"}, ([MAIN], [], [HOSTS])),
+        ({MAIN: None, HOSTS: None}, ([HOSTS], [], [MAIN])),
+    ],
+    ids=["original", "written", "partly-written", "edited", "created-by-someone", "removed"],
+)
+def test_drift_and_noop_decisions(
+    current: dict[str, str | None], expected: tuple[list[str], list[str], list[str]]
+) -> None:
+    split = classify_files(PLANNED, current)
+    assert tuple([f.path for f in part] for part in split) == expected
+
+
+def test_drift_message_shows_the_edit() -> None:
+    text = describe_drift(PLANNED[0], "version = 2\n# edited\n")
+    assert text.startswith(f"{MAIN} differs from what the plan read")
+    assert "+# edited" in text
+    assert "was removed" in describe_drift(PLANNED[0], None)
+    assert "was created" in describe_drift(PLANNED[1], "x")
+
+
+def test_planned_before_undoes_a_partial_write() -> None:
+    files = ConfigFiles(MAIN, {MAIN: PLANNED[0].after or "", HOSTS: PLANNED[1].after or ""})
+    assert dict(with_planned_before(files, PLANNED).files) == {MAIN: "version = 2\n"}
+
+
+def test_runtime_handlers_of_both_config_versions() -> None:
+    v2 = {
+        "version": 2,
+        "plugins": {
+            "io.containerd.grpc.v1.cri": {
+                "containerd": {"runtimes": {"runc": {}, "nvidia": {}, "nvidia-cdi": {}}}
+            }
+        },
+    }
+    v3 = {
+        "version": 3,
+        "plugins": {
+            "io.containerd.cri.v1.runtime": {
+                "containerd": {"runtimes": {"runc": {}, "nvidia": {}}}
+            },
+            "io.containerd.cri.v1.images": {"registry": {"config_path": ""}},
+        },
+    }
+    assert list_runtime_handlers(v2) == ("nvidia", "nvidia-cdi", "runc")
+    assert list_runtime_handlers(v3) == ("nvidia", "runc")
+    assert list_runtime_handlers({}) == ()
+
+
+def test_intent_of_the_registry_example() -> None:
+    intent = build_intent(load_spec(PLAN))
+    assert intent is not None
+    assert [(s.key, s.value) for s in intent.settings] == [
+        ("registry.config_path", "/etc/containerd/certs.d")
+    ]
+
+
+def test_node_file_listing_parser() -> None:
+    assert parse_node_files("/a\x001\x00x = 1\n\x00/b\x000\x00\x00") == {
+        "/a": "x = 1\n",
+        "/b": None,
+    }
+    assert parse_node_files("") == {}
+    with pytest.raises(NodeFileError, match="ends inside a record"):
+        parse_node_files("/a\x001\x00")
+    with pytest.raises(NodeFileError, match="bad existence flag"):
+        parse_node_files("/a\x002\x00\x00")
+
+
+def test_backup_paths_mirror_the_node_tree() -> None:
+    assert (
+        backup_path_for("run-1", MAIN)
+        == "/var/lib/rollout/backups/run-1/etc/containerd/config.toml"
+    )
+    with pytest.raises(NodeFileError):
+        backup_path_for("../x", MAIN)
+    digest = "a" * 64
+    assert parse_sha256sum(f"{digest}  /etc/x y\nsha256sum: /z: No such file\n") == {
+        "/etc/x y": digest
+    }
+
+
+def test_every_node_step_is_registered() -> None:
+    pytest.importorskip("rollout.steps.kube")
+    pytest.importorskip("rollout.steps.timeslicing")
+    steps = builtin_steps()
+    assert isinstance(steps["containerd.write"], ContainerdWrite)
+    assert isinstance(steps["containerd.verify"], ContainerdVerify)
+    assert isinstance(steps["systemd.restart"], SystemdRestart)
+
+
+# --- steps with a scripted node ------------------------------------------------------------
+
+
+def make_context(tmp_path: Path, runner: ScriptedRunner) -> StepContext:
+    version = parse_version("containerd github.com/containerd/containerd v1.7.24 abc\n")
+    facts = NodeFacts("gpu-1", version, ConfigFiles(MAIN, {MAIN: "version = 2\n"}))
+    plan = NodePlan(name="gpu-1", containerd_version=str(version), steps=(), files=PLANNED)
+    journal = Journal.create(tmp_path, "test", "{}")
+    return StepContext(
+        node="gpu-1",
+        node_plan=plan,
+        facts=facts,
+        spec=load_spec(PLAN),
+        runner=runner,
+        kube=cast(KubeClient, None),  # the node steps never use the API
+        journal=journal,
+        progress=lambda _: None,
+        sleep=lambda _: None,
+    )
+
+
+def listing(files: dict[str, str | None]) -> str:
+    return "".join(f"{p}\0{'0' if t is None else '1'}\0{t or ''}\0" for p, t in files.items())
+
+
+def test_write_fails_on_drift_before_touching_anything(tmp_path: Path) -> None:
+    runner = ScriptedRunner().on(
+        ["sh", "-c"], listing({MAIN: "version = 2\n# edited\n", HOSTS: None})
+    )
+    ctx = make_context(tmp_path, runner)
+    with pytest.raises(StepFailed, match="node changed since the plan") as raised:
+        ContainerdWrite().apply(ctx)
+    assert str(raised.value).startswith("gpu-1: containerd.write: ")
+    assert MAIN in str(raised.value)
+    assert len(runner.calls) == 1  # the read; no prediction, backup or write
+    assert ctx.load_data("containerd.write") == {}
+
+
+def test_write_is_a_noop_when_already_written(tmp_path: Path) -> None:
+    runner = ScriptedRunner().on(
+        ["sh", "-c"], listing({MAIN: PLANNED[0].after, HOSTS: PLANNED[1].after})
+    )
+    ctx = make_context(tmp_path, runner)
+    ctx.save_data("containerd.write", {"after_dump": {"version": 2}})
+    result = ContainerdWrite().apply(ctx)
+    assert result.kind is StepResultKind.NOOP and "already written" in result.detail
+    assert len(runner.calls) == 1
+
+
+def test_write_refuses_files_it_finds_written_without_a_backup(tmp_path: Path) -> None:
+    runner = ScriptedRunner().on(["sh", "-c"], listing({MAIN: PLANNED[0].after, HOSTS: None}))
+    ctx = make_context(tmp_path, runner)
+    with pytest.raises(StepFailed, match="recorded no backup"):
+        ContainerdWrite().apply(ctx)
+
+
+def test_restart_is_a_noop_after_a_restart_that_followed_the_write(tmp_path: Path) -> None:
+    runner = ScriptedRunner().on(
+        ["systemctl", "show"], show(88, at="Sun 2026-11-29 23:40:00.000001 UTC")
+    )
+    ctx = make_context(tmp_path, runner)
+    ctx.save_data("containerd.write", {"written_at": "2026-11-29T23:39:59.900000+00:00"})
+    result = SystemdRestart().apply(ctx)
+    assert result.kind is StepResultKind.NOOP and "already restarted" in result.detail
+    assert not runner.ran("restart")
+
+
+def test_restart_runs_when_the_process_predates_the_write(tmp_path: Path) -> None:
+    runner = (
+        ScriptedRunner()
+        .on(["systemctl", "show"], *[show(37, at="Sun 2026-11-29 23:38:01 UTC")] * 2, show(88))
+        .on(["systemctl", "restart"], "")
+    )
+    ctx = make_context(tmp_path, runner)
+    ctx.save_data("containerd.write", {"written_at": "2026-11-29T23:39:00+00:00"})
+    result = SystemdRestart().apply(ctx)
+    assert result.kind is StepResultKind.DONE and "MainPID 37 -> 88" in result.detail
+    assert ctx.load_data("systemd.restart")["main_pid_after"] == 88
+
+
+def test_verify_needs_the_write_prediction(tmp_path: Path) -> None:
+    ctx = make_context(tmp_path, ScriptedRunner())
+    with pytest.raises(StepFailed, match="saved no predicted config"):
+        ContainerdVerify().apply(ctx)
+
+
+def test_verify_names_missing_handlers(tmp_path: Path) -> None:
+    dump_now = '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n'
+    runner = (
+        ScriptedRunner()
+        .on(["systemctl", "show"], show(88))
+        .on(["sh", "-c"], f"version = 2\n{dump_now}")
+    )
+    ctx = make_context(tmp_path, runner)
+    expected = {
+        "version": 2,
+        "plugins": {
+            "io.containerd.grpc.v1.cri": {
+                "containerd": {"runtimes": {"runc": {}, "nvidia": {}, "nvidia-cdi": {}}}
+            }
+        },
+    }
+    ctx.save_data(
+        "containerd.write",
+        {
+            "after_dump": expected,
+            "handlers_before": ["nvidia", "nvidia-cdi", "runc"],
+            "written_at": "2026-11-29T23:39:00+00:00",
+        },
+    )
+    with pytest.raises(StepFailed) as raised:
+        ContainerdVerify().apply(ctx)
+    message = str(raised.value)
+    assert "present before are gone: nvidia, nvidia-cdi" in message
+    assert "differs from the prediction" in message
+
+
+def test_verify_refuses_a_process_older_than_the_write(tmp_path: Path) -> None:
+    runner = ScriptedRunner().on(["systemctl", "show"], show(37, at="Sun 2026-11-29 23:38:01 UTC"))
+    ctx = make_context(tmp_path, runner)
+    ctx.save_data(
+        "containerd.write",
+        {"after_dump": {"version": 2}, "written_at": "2026-11-29T23:39:00+00:00"},
+    )
+    with pytest.raises(StepFailed, match="did not start after the files were written"):
+        ContainerdVerify().apply(ctx)
+
+
+# --- the node file scripts, run for real here ----------------------------------------------
+
+
+def test_backup_replace_restore_round_trip(tmp_path: Path) -> None:
+    runner = LocalRunner()
+    target = tmp_path / "etc" / "config.toml"
+    target.parent.mkdir()
+    original = b"version = 2\n\xff not utf-8 \xfe\n"
+    target.write_bytes(original)
+    target.chmod(0o600)
+    backup = str(tmp_path / "backups" / "run" / "config.toml")
+
+    record = back_up_file(runner, str(target), backup)
+    assert record.sha256 == hashlib.sha256(original).hexdigest()
+    assert Path(backup).read_bytes() == original
+
+    replace_file(runner, str(target), 'version = 2\nx = "é"\n')
+    assert target.read_text() == 'version = 2\nx = "é"\n'
+    assert target.stat().st_mode & 0o777 == 0o600  # mode of the original kept
+    assert not [p for p in target.parent.iterdir() if p.name.startswith(".rollout.")]
+    assert read_node_files(runner, [str(target), str(tmp_path / "none")]) == {
+        str(target): 'version = 2\nx = "é"\n',
+        str(tmp_path / "none"): None,
+    }
+
+    restore_file(runner, record)
+    assert target.read_bytes() == original and target.stat().st_mode & 0o777 == 0o600
+    with pytest.raises(NodeFileError, match="the backup is damaged"):
+        restore_file(runner, BackupRecord(record.path, record.backup_path, "0" * 64))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="new files are chowned to root")
+def test_replace_creates_a_new_file_and_its_directories(tmp_path: Path) -> None:
+    target = tmp_path / "certs.d" / "docker.io" / "hosts.toml"
+    replace_file(LocalRunner(), str(target), 'server = "x"\n')
+    assert target.read_text() == 'server = "x"\n'
+    assert target.stat().st_mode & 0o777 == 0o644 and target.stat().st_uid == 0
