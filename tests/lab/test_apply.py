@@ -27,7 +27,9 @@ from rollout.lab.cluster import (
     tear_down_lab,
 )
 from rollout.lab.prerequisites import find_missing
-from rollout.transports.kube import KubeClient
+from rollout.lease import RunLease
+from rollout.transports.errors import NotFound
+from rollout.transports.kube import ConfigMap, KubeClient
 from tests.conftest import require
 from tests.lab.test_cluster_shared import ssh_check
 
@@ -85,7 +87,9 @@ def apply_args(lab: Lab, plan: Path, state: Path) -> list[str]:
 
 def dump_of(lab: Lab, name: str) -> dict[str, Any]:
     node = next(n for n in lab.nodes if n.name == name)
-    return tomllib.loads(ssh_check(lab, node, ["containerd", "config", "dump"]))
+    dump = tomllib.loads(ssh_check(lab, node, ["containerd", "config", "dump"]))
+    dump.pop("imports", None)  # 1.x prints the resolved imports in no fixed order
+    return dump
 
 
 def handlers_and_config_path(dump: dict[str, Any]) -> tuple[set[str], str]:
@@ -188,8 +192,6 @@ def test_failed_containerd_start_rolls_back_and_halts(
 def test_second_concurrent_apply_is_refused_by_the_lease(
     lab: Lab, kube: KubeClient, tmp_path: Path
 ) -> None:
-    from rollout.lease import RunLease
-
     holder = RunLease(kube, "rollout/someone-elses-run", renew_every_s=3600)
     holder.acquire()
     try:
@@ -247,3 +249,99 @@ def test_kill_then_resume_converges(
 
 def names(nodes: Sequence[Any]) -> list[str]:
     return [n.name for n in nodes]
+
+
+TIME_SLICING = """\
+apiVersion: rollout/v1
+kind: Plan
+metadata: {name: share-gpus}
+targets: {selector: nvidia.com/gpu.present=true}
+changes:
+  - time-slicing:
+      profile: shared-4x
+      config:
+        version: v1
+        sharing:
+          timeSlicing:
+            resources:
+              - name: nvidia.com/gpu
+                replicas: 4
+policy:
+  waves: [1, "100%"]
+"""
+
+
+def test_time_slicing_replicas_multiply_allocatable(
+    lab: Lab, kube: KubeClient, tmp_path: Path
+) -> None:
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(TIME_SLICING)
+    other = {"other-profile": "version: v1\n"}
+    try:
+        current = kube.get_configmap("gpu-operator", "time-slicing-config")
+        kube.replace_configmap(current.with_data({**current.data, **other}))
+    except NotFound:
+        kube.create_configmap(ConfigMap("gpu-operator", "time-slicing-config", other))
+    assert main(apply_args(lab, plan, tmp_path / "state")) == 0
+    for spec in lab.nodes:
+        node = kube.get_node(spec.name)
+        assert node.allocatable.get("nvidia.com/gpu") == str(len(spec.gpus) * 4), spec.name
+        assert node.labels.get("nvidia.com/device-plugin.config") == "shared-4x"
+        assert not node.unschedulable, "time-slicing drains nothing and cordons nothing"
+    data = kube.get_configmap("gpu-operator", "time-slicing-config").data
+    assert "replicas: 4" in data["shared-4x"]
+    assert data["other-profile"] == "version: v1\n", "other profiles are kept"
+
+
+def test_drain_blocked_by_a_budget_fails_naming_it(
+    lab: Lab, kube: KubeClient, tmp_path: Path
+) -> None:
+    from kubernetes import client
+
+    first = lab.nodes[0].name
+    kube.create_pod(
+        "default",
+        {
+            "metadata": {
+                "name": "db-0",
+                "labels": {"app": "db"},
+                "ownerReferences": [
+                    {
+                        "apiVersion": "apps/v1",
+                        "kind": "StatefulSet",
+                        "name": "db",
+                        "uid": "0b6f2f4c-1b1e-4d3a-9b7a-3f3f3f3f3f3f",
+                        "controller": True,
+                    }
+                ],
+            },
+            "spec": {"nodeName": first, "containers": [{"name": "db", "image": "postgres:16"}]},
+        },
+    )
+    policy = client.PolicyV1Api(client.ApiClient(client.Configuration(host=kube.server)))
+    policy.create_namespaced_pod_disruption_budget(
+        "default",
+        {
+            "metadata": {"name": "db-pdb"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "db"}}},
+        },
+    )
+    deadline = time.monotonic() + 30
+    while kube.get_pod("default", "db-0").phase != "Running" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(
+        PLAN.read_text().replace(
+            "on_failure: rollback", "on_failure: rollback\n  drain: {timeout_s: 3}"
+        )
+    )
+    before = dump_of(lab, first)
+    assert main(apply_args(lab, plan, tmp_path / "state")) == 1
+    (run,) = list_runs(tmp_path / "state")
+    state = read_run(tmp_path / "state", run.run_id)
+    node = state.node(first)
+    assert node.outcome is not None and node.outcome.value == "rolled-back"
+    assert "PodDisruptionBudget default/db-pdb" in node.outcome_reason
+    assert dump_of(lab, first) == before, "nothing was written"
+    assert not kube.get_node(first).unschedulable, "rollout's own cordon was undone"
+    assert kube.get_pod("default", "db-0").phase == "Running"
