@@ -14,6 +14,7 @@ more node down stays within max_unavailable counting nodes already cordoned or N
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -35,6 +36,7 @@ from rollout.journal import (
     StepUndone,
 )
 from rollout.plan import NodePlan, Plan
+from rollout.retry import DEFAULT_POLICY, RetryPolicy, call_with_policy
 from rollout.spec import OnFailure, Spec
 from rollout.steps.base import Step, StepContext, StepResult, StepResultKind
 
@@ -110,6 +112,7 @@ class Executor:
         progress: Progress,
         lease: LeaseCheck | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        retry: RetryPolicy = DEFAULT_POLICY,
     ) -> None:
         missing = sorted({s.kind for n in plan.nodes for s in n.steps} - steps.keys())
         if missing:
@@ -123,6 +126,7 @@ class Executor:
         self._progress = progress
         self._lease = lease
         self._clock = clock
+        self._retry = retry
         self._targets = {n.name for n in plan.nodes}
 
     def run(self) -> RunReport:
@@ -200,7 +204,10 @@ class Executor:
                 if planned.action is None:
                     result = StepResult.noop(planned.noop_reason or "nothing to do")
                 else:
-                    result = self._steps[planned.kind].apply(ctx)
+                    # steps are idempotent, so a transient error (API or SSH hiccup) retries
+                    # the whole step under the one retry policy
+                    apply = functools.partial(self._steps[planned.kind].apply, ctx)
+                    result = call_with_policy(apply, self._retry, sleep=ctx.sleep)
             except RolloutError as exc:
                 self._journal.append(
                     StepFinished(
@@ -228,8 +235,9 @@ class Executor:
         for completed in reversed(done):
             if completed.outcome is not StepOutcome.DONE:
                 continue
+            undo = functools.partial(self._steps[completed.kind].undo, ctx)
             try:
-                self._steps[completed.kind].undo(ctx)
+                call_with_policy(undo, self._retry, sleep=ctx.sleep)
             except RolloutError as exc:
                 self._finish(
                     node.name,

@@ -15,6 +15,7 @@ from rollout.commands import CommandRunner, check
 from rollout.containerd import ConfigFiles, ContainerdVersion, parse_version
 from rollout.errors import RolloutError
 from rollout.facts import DEFAULT_CONTAINERD_CONFIG, ClusterFacts, FleetFacts, GpuFacts, NodeFacts
+from rollout.retry import retry_transient
 from rollout.spec import Spec, TimeSlicingChange
 from rollout.transports.errors import NotFound
 from rollout.transports.kube import KubeClient, Node
@@ -139,7 +140,11 @@ def gather_fleet_facts(
     source: str = "live",
 ) -> FleetFacts:
     """Probe every node in parallel (bounded); one failed node fails the gathering, named."""
-    results = run_on_nodes(list(runners.values()), probe_node, max_parallel=max_parallel)
+
+    def probe(runner: CommandRunner) -> NodeProbe:
+        return retry_transient(lambda: probe_node(runner))
+
+    results = run_on_nodes(list(runners.values()), probe, max_parallel=max_parallel)
     failures = [f"{name}: {res}" for name, res in results.items() if isinstance(res, RolloutError)]
     if failures:
         raise ProbeFailed("could not gather facts from every node:\n  " + "\n  ".join(failures))

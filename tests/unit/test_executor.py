@@ -214,3 +214,25 @@ def test_halt_only_policy_does_not_roll_back(tmp_path: Path) -> None:
     assert report.nodes["gpu-a-1"][0] == "failed"
     assert not [c for c in log.calls if c[0] == "undo"]
     assert cluster.nodes["gpu-a-1"].unschedulable  # left cordoned, as the policy says
+
+
+def test_a_transient_error_retries_the_idempotent_step(tmp_path: Path) -> None:
+    from rollout.transports.errors import TransientError
+
+    plan, spec, cluster, log, journal, steps = setup(tmp_path)
+    real_apply = steps["gpu.wait"].apply
+    failures = {"left": 2}
+
+    def flaky(ctx: StepContext) -> StepResult:
+        if ctx.node == "gpu-a-1" and failures["left"]:
+            failures["left"] -= 1
+            log.calls.append(("apply", ctx.node, "gpu.wait"))
+            raise TransientError("API server unreachable for a moment")
+        return real_apply(ctx)
+
+    steps["gpu.wait"].apply = flaky
+    executor = make_executor(plan, spec, cluster, journal, steps)
+    assert executor.run().outcome is RunOutcome.SUCCEEDED
+    assert [c for c in log.calls if c[1:] == ("gpu-a-1", "gpu.wait")] == [
+        ("apply", "gpu-a-1", "gpu.wait")
+    ] * 3
