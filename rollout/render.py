@@ -8,12 +8,15 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import IO, Any
 
 from rich.console import Console
+from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
+from rollout.executor import RunReport
 from rollout.plan import NodePlan, Plan, plan_to_data
 
 SCHEMA_VERSION = 1
@@ -249,3 +252,89 @@ def print_run_summary(
     console.print(table)
     if reason:
         console.print(f"halted: {escape(reason)}")
+
+
+@dataclass
+class _NodeRow:
+    wave: int
+    state: str = "pending"
+    step: str = ""
+    started: float | None = None
+    finished: float | None = None
+
+
+class LiveProgress:
+    """Executor progress as a live table on a terminal: wave, node, state, step, elapsed."""
+
+    def __init__(self, console: Console, waves: Mapping[str, int]) -> None:
+        self._rows = {node: _NodeRow(wave) for node, wave in waves.items()}
+        self._halt = ""
+        self._live = Live(self.table(), console=console, refresh_per_second=4, transient=False)
+
+    def __enter__(self) -> LiveProgress:
+        self._live.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._live.update(self.table())
+        self._live.stop()
+
+    def table(self) -> Table:
+        now = time.monotonic()
+        table = Table(title="rollout apply", title_justify="left")
+        for column in ("wave", "node", "state", "step", "elapsed"):
+            table.add_column(column)
+        for node, row in self._rows.items():
+            elapsed = ""
+            if row.started is not None:
+                elapsed = f"{(row.finished or now) - row.started:.0f}s"
+            style = {"succeeded": "green", "running": "cyan", "pending": "dim"}.get(
+                row.state, "red"
+            )
+            table.add_row(
+                str(row.wave), node, f"[{style}]{row.state}[/{style}]", escape(row.step), elapsed
+            )
+        if self._halt:
+            table.caption = f"halted: {escape(self._halt)}"
+        return table
+
+    def _refresh(self) -> None:
+        self._live.update(self.table())
+
+    def node_started(self, wave: int, node: str) -> None:
+        row = self._rows.setdefault(node, _NodeRow(wave))
+        row.state, row.started = "running", time.monotonic()
+        self._refresh()
+
+    def step_started(self, node: str, step: str) -> None:
+        self._rows[node].step = step
+        self._refresh()
+
+    def step_finished(self, node: str, step: str, outcome: str, detail: str) -> None:
+        self._rows[node].step = f"{step}: {outcome}"
+        self._refresh()
+
+    def node_finished(self, node: str, outcome: str, reason: str) -> None:
+        row = self._rows[node]
+        row.state, row.finished = outcome, time.monotonic()
+        row.step = reason[:80] if reason else ""
+        self._refresh()
+
+    def halted(self, reason: str) -> None:
+        self._halt = reason
+        self._refresh()
+
+
+def report_to_json(run_id: str, report: RunReport) -> str:
+    """A run's outcome for tools: run id, outcome, halt reason, each node's outcome and reason."""
+    nodes = {
+        name: {"outcome": outcome, "reason": reason}
+        for name, (outcome, reason) in report.nodes.items()
+    }
+    doc = {
+        "run_id": run_id,
+        "outcome": report.outcome.value,
+        "halt_reason": report.halt_reason or None,
+        "nodes": nodes,
+    }
+    return json.dumps(doc, indent=2) + "\n"

@@ -29,10 +29,12 @@ from rollout.plan import NodePlan, Plan, plan_from_data, plan_to_data
 from rollout.planner import build_plan
 from rollout.playbook import load_playbooks
 from rollout.render import (
+    LiveProgress,
     ProgressLines,
     make_console,
     print_plan_text,
     print_run_summary,
+    report_to_json,
 )
 from rollout.spec import Spec, load_spec, parse_spec
 from rollout.steps import builtin_steps
@@ -70,6 +72,7 @@ def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
     apply.add_argument("plan_file", metavar="PLAN", type=Path)
     add_fleet_arguments(apply)
     apply.add_argument("--yes", "-y", action="store_true", help="skip the confirmation")
+    add_output_argument(apply)
     add_state_argument(apply)
     apply.set_defaults(func=run_apply)
 
@@ -83,6 +86,7 @@ def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
         ),
     )
     resume.add_argument("run_id", metavar="RUN")
+    add_output_argument(resume)
     add_state_argument(resume)
     resume.set_defaults(func=run_resume)
 
@@ -93,6 +97,17 @@ def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
     status.add_argument("--all", action="store_true", help="list every run")
     add_state_argument(status)
     status.set_defaults(func=run_status)
+
+
+def add_output_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--output",
+        "-o",
+        choices=("text", "json"),
+        default="text",
+        help="text: the plan, live progress and a summary table; json: one report on stdout "
+        "(progress lines still go to stderr)",
+    )
 
 
 def add_state_argument(parser: argparse.ArgumentParser) -> None:
@@ -118,8 +133,11 @@ def run_apply(args: argparse.Namespace) -> int:
     ) as fleet:
         facts = fleet.gather(spec, max_parallel=args.parallel)
         plan = build_plan(spec, str(args.plan_file), facts, load_playbooks())
-        print_plan_text(plan, console)
+        if args.output == "text":
+            print_plan_text(plan, console)
         if not plan.has_changes:
+            if args.output == "json":
+                sys.stdout.write(json.dumps({"run_id": None, "outcome": "no-changes"}) + "\n")
             return ExitCode.OK
         confirm(args.yes)
         journal = Journal.create(
@@ -134,9 +152,12 @@ def run_apply(args: argparse.Namespace) -> int:
             accept_new_host_keys=args.accept_new_host_keys,
         )
         (journal.run_dir / INVOCATION_FILE).write_text(json.dumps(asdict(invocation), indent=2))
-        console.print(f"run {journal.run_id} (resume with: rollout resume {journal.run_id})")
+        print(
+            f"run {journal.run_id} (resume with: rollout resume {journal.run_id})",
+            file=sys.stderr,
+        )
         with journal:
-            report = execute(plan, spec, facts, fleet, journal, console)
+            report = execute(plan, spec, facts, fleet, journal, args.output)
     return exit_code(report)
 
 
@@ -158,8 +179,8 @@ def run_resume(args: argparse.Namespace) -> int:
         ) as fleet:
             facts = fleet.gather(spec)
             journal.append(RunResumed(user=getpass.getuser(), host=socket.gethostname()))
-            console.print(f"resuming run {journal.run_id}")
-            report = execute(plan, spec, facts, fleet, journal, console)
+            print(f"resuming run {journal.run_id}", file=sys.stderr)
+            report = execute(plan, spec, facts, fleet, journal, args.output)
     return exit_code(report)
 
 
@@ -169,11 +190,15 @@ def execute(
     facts: FleetFacts,
     fleet: FleetConnection,
     journal: Journal,
-    console: object,
+    output: str,
 ) -> RunReport:
     """Hold the lease and run the executor with the built-in steps."""
     progress_console = make_console(sys.stderr)
-    progress = ProgressLines(progress_console)
+    live = output == "text" and sys.stderr.isatty()
+    waves = {node.name: wave.index for wave in plan.waves for node in wave.nodes}
+    progress: LiveProgress | ProgressLines = (
+        LiveProgress(progress_console, waves) if live else ProgressLines(progress_console)
+    )
 
     def context(node: NodePlan) -> StepContext:
         node_facts = facts.by_name(node.name)
@@ -196,9 +221,16 @@ def execute(
         executor = Executor(
             plan, spec, builtin_steps(), journal, fleet.kube, context, progress, lease
         )
-        report = executor.run()
+        if isinstance(progress, LiveProgress):
+            with progress:
+                report = executor.run()
+        else:
+            report = executor.run()
     finally:
         lease.release()
+    if output == "json":
+        sys.stdout.write(report_to_json(str(journal.run_id), report))
+        return report
     print_run_summary(
         make_console(sys.stdout),
         str(journal.run_id),

@@ -134,12 +134,16 @@ def test_registry_mirror_on_a_mixed_fleet(
 
 
 def test_upgrade_failed_label_halts_before_any_write(
-    lab: Lab, kube: KubeClient, tmp_path: Path
+    lab: Lab, kube: KubeClient, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     last = lab.nodes[-1].name
     kube.patch_node_labels(last, {"nvidia.com/gpu-driver-upgrade-state": "upgrade-failed"})
     before = {n.name: dump_of(lab, n.name) for n in lab.nodes}
-    assert main(apply_args(lab, PLAN, tmp_path / "state")) == 1
+    capsys.readouterr()
+    assert main([*apply_args(lab, PLAN, tmp_path / "state"), "--output", "json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["outcome"] == "halted" and last in report["halt_reason"]
+    assert report["nodes"] and all(n["outcome"] == "pending" for n in report["nodes"].values())
     (run,) = list_runs(tmp_path / "state")
     assert run.halted_reason and last in run.halted_reason
     assert {n.name: dump_of(lab, n.name) for n in lab.nodes} == before

@@ -236,3 +236,24 @@ def test_a_transient_error_retries_the_idempotent_step(tmp_path: Path) -> None:
     assert [c for c in log.calls if c[1:] == ("gpu-a-1", "gpu.wait")] == [
         ("apply", "gpu-a-1", "gpu.wait")
     ] * 3
+
+
+def test_live_progress_table_shows_each_node_state() -> None:
+    import io
+
+    from rollout.render import LiveProgress, make_console
+
+    out = io.StringIO()
+    console = make_console(out, color=False)
+    progress = LiveProgress(console, {"gpu-a-1": 1, "gpu-a-2": 2})
+    with progress:
+        progress.node_started(1, "gpu-a-1")
+        progress.step_started("gpu-a-1", "containerd.write")
+        progress.node_finished("gpu-a-1", "succeeded", "")
+        progress.node_started(2, "gpu-a-2")
+        progress.step_started("gpu-a-2", "drain")
+        progress.halted("drain of gpu-a-2 timed out")
+    text = out.getvalue()
+    assert "gpu-a-1" in text and "succeeded" in text
+    assert "gpu-a-2" in text and "drain" in text and "running" in text
+    assert "halted: drain of gpu-a-2 timed out" in text
