@@ -10,6 +10,8 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from rich.markup import escape
+
 from rollout.cli.plan import add_fleet_arguments
 from rollout.connection import FleetConnection
 from rollout.errors import Aborted, BadInput, ExitCode
@@ -212,7 +214,8 @@ def execute(
             runner=fleet.runners[node.name],
             kube=fleet.kube,
             journal=journal,
-            progress=lambda text: progress_console.print(f"{node.name}: {text}"),
+            # the steps name the node in their own lines
+            progress=lambda text: progress_console.print(escape(text)),
         )
 
     lease = RunLease(fleet.kube, f"rollout/{journal.run_id}")
