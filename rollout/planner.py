@@ -151,7 +151,12 @@ def plan_node(
     for step in steps:
         action: str | None = None
         noop: str | None = None
-        if step.kind == "cordon":
+        if step.kind == "preflight":
+            if writes or label_action or restart_action or cluster_pending:
+                action = "check the node is Ready and containerd runs as planned"
+            else:
+                noop = "nothing changes on this node"
+        elif step.kind == "cordon":
             if not disruptive:
                 noop = "nothing restarts on this node"
             elif node.unschedulable:

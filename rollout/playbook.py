@@ -16,6 +16,7 @@ from rollout.errors import InputError, SourceLocation
 # Every step kind rollout knows; a playbook naming another is refused at load time.
 STEP_KINDS = frozenset(
     {
+        "preflight",
         "cordon",
         "drain",
         "containerd.write",

@@ -15,6 +15,7 @@ The lab directory holds everything one lab is, so `down` can leave nothing behin
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import hashlib
 import importlib.util
@@ -73,6 +74,8 @@ GPU_MEMORY_MIB = 40960
 CONTEXT = "rollout-lab"
 CONTROLPLANE_MODULE = "rollout.lab.controlplane"
 CONTROLPLANE_READY_TIMEOUT_S = 30.0
+# Automatic API ports are chosen free, then bound by another process: another may win.
+PORT_ATTEMPTS = 3
 CONTROLPLANE_STOP_TIMEOUT_S = 10.0
 
 MARKER = ".rollout-lab"
@@ -278,7 +281,7 @@ def bring_up_lab(options: LabOptions, progress: Progress = print) -> Lab:
             nodes=specs,
         )
         try:
-            _start_lab(lab, image, options, progress)
+            lab = _start_lab(lab, image, options, progress)
         except BaseException:
             progress("lab: start failed; stopping what was started (logs stay in the lab dir)")
             _tear_down(lab, progress, remove_files=False)
@@ -287,7 +290,7 @@ def bring_up_lab(options: LabOptions, progress: Progress = print) -> Lab:
     return lab
 
 
-def _start_lab(lab: Lab, image: NodeImage, options: LabOptions, progress: Progress) -> None:
+def _start_lab(lab: Lab, image: NodeImage, options: LabOptions, progress: Progress) -> Lab:
     _write_json(lab.lab_dir / LAB_JSON, lab.to_json())
     public_key = _generate_client_key(lab.lab_dir)
     progress(f"lab: creating {len(lab.nodes)} nodes on overlays over {image.directory}")
@@ -311,8 +314,21 @@ def _start_lab(lab: Lab, image: NodeImage, options: LabOptions, progress: Progre
         )
     for node, version in zip(lab.nodes, versions, strict=True):
         progress(f"lab: {node.name} {node.address} ready: {version}")
-    if options.controlplane:
-        _start_controlplane(lab, progress)
+    if not options.controlplane:
+        return lab
+    for _ in range(PORT_ATTEMPTS):
+        try:
+            _start_controlplane(lab, progress)
+            return lab
+        except ApiPortTaken:
+            if options.api_port:
+                raise  # the user asked for this port: say so rather than move
+            # another process took the free port between choosing it and binding it
+            lab = dataclasses.replace(lab, api_port=_choose_port(0))
+            _write_json(lab.lab_dir / LAB_JSON, lab.to_json())
+            _write_kubeconfig(lab)
+            progress(f"lab: API port taken meanwhile; trying {lab.api_port}")
+    raise LabFailed(f"no free API port after {PORT_ATTEMPTS} attempts")
 
 
 def tear_down_lab(lab_dir: Path, progress: Progress = print) -> None:
@@ -535,10 +551,9 @@ def _start_controlplane(lab: Lab, progress: Progress) -> None:
     deadline = time.monotonic() + CONTROLPLANE_READY_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise LabFailed(
-                f"the control plane exited with {process.returncode}\n"
-                + _tail(lab.lab_dir / CONTROLPLANE_LOG)
-            )
+            tail = _tail(lab.lab_dir / CONTROLPLANE_LOG)
+            error = ApiPortTaken if "Address already in use" in tail else LabFailed
+            raise error(f"the control plane exited with {process.returncode}\n" + tail)
         if _healthz(lab.api_url):
             progress(f"lab: control plane ready on {lab.api_url}")
             return
@@ -547,6 +562,10 @@ def _start_controlplane(lab: Lab, progress: Progress) -> None:
         f"the control plane did not answer {lab.api_url}/healthz within "
         f"{CONTROLPLANE_READY_TIMEOUT_S:g}s\n" + _tail(lab.lab_dir / CONTROLPLANE_LOG)
     )
+
+
+class ApiPortTaken(LabFailed):
+    """The control plane could not bind its port: another process holds it."""
 
 
 def _stop_controlplane(lab_dir: Path, progress: Progress) -> None:

@@ -1,4 +1,4 @@
-"""Step kinds, one module per area: containerd files, systemd, Kubernetes, time-slicing."""
+"""Step kinds, one module per area: preflight, containerd, systemd, Kubernetes, time-slicing."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from rollout.steps.base import Step
 
 def builtin_steps() -> dict[str, Step]:
     """Every built-in step, by kind: each class in the step modules that has a `kind`."""
-    from rollout.steps import containerd, kube, systemd, timeslicing
+    from rollout.steps import containerd, kube, preflight, systemd, timeslicing
 
-    return steps_in(containerd, systemd, kube, timeslicing)
+    return steps_in(preflight, containerd, systemd, kube, timeslicing)
 
 
 def steps_in(*modules: ModuleType) -> dict[str, Step]:

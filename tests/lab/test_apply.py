@@ -349,3 +349,19 @@ def test_drain_blocked_by_a_budget_fails_naming_it(
     assert dump_of(lab, first) == before, "nothing was written"
     assert not kube.get_node(first).unschedulable, "rollout's own cordon was undone"
     assert kube.get_pod("default", "db-0").phase == "Running"
+
+
+def test_preflight_refuses_a_node_whose_containerd_is_down(
+    lab: Lab, kube: KubeClient, tmp_path: Path
+) -> None:
+    first = lab.nodes[0]
+    ssh_check(lab, first, ["systemctl", "stop", "containerd"])
+    before = dump_of(lab, first.name)  # `config dump` reads the files; no daemon needed
+    assert main(apply_args(lab, PLAN, tmp_path / "state")) == 1
+    (run,) = list_runs(tmp_path / "state")
+    node = read_run(tmp_path / "state", run.run_id).node(first.name)
+    assert node.outcome is not None and node.outcome.value == "rolled-back"
+    assert "containerd is not running before any change" in node.outcome_reason
+    assert [c.kind for c in node.completed] == [], "refused before the first change"
+    assert dump_of(lab, first.name) == before
+    assert not kube.get_node(first.name).unschedulable

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -224,3 +225,40 @@ def test_image_build_is_cached_and_safe_to_run_concurrently(lab: Lab) -> None:
         assert (cached.layer(series) / "usr/bin/containerd").is_file()
     debs = sorted(p.name for p in (cached.base / "opt/rollout-lab/debs").iterdir())
     assert [d.split("_")[1][:3] for d in debs] == list(SERIES)
+
+
+@pytest.mark.lab
+def test_an_api_port_taken_meanwhile_moves_to_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+
+    from rollout.lab import cluster
+
+    require_lab_prerequisites()
+    holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    taken = holder.getsockname()[1]
+    real_choose = cluster._choose_port
+    chosen = iter([taken])  # the first automatic choice is lost to another process
+
+    def racing_choice(wanted: int) -> int:
+        return next(chosen, None) or real_choose(wanted)
+
+    monkeypatch.setattr(cluster, "_choose_port", racing_choice)
+    lab_dir = tmp_path / "lab"
+    options = LabOptions(
+        lab_dir=lab_dir, nodes=1, containerd=("1.7",), gpus=1, address_prefix="127.0.43"
+    )
+    options = dataclasses.replace(options, api_port=0)
+    try:
+        lab = bring_up_lab(options, progress=lambda line: None)
+        try:
+            assert lab.api_port != taken
+            assert json.loads((lab_dir / "lab.json").read_text())["api"]["port"] == lab.api_port
+            assert f":{lab.api_port}" in (lab_dir / "kubeconfig").read_text()
+        finally:
+            tear_down_lab(lab_dir, progress=lambda line: None)
+    finally:
+        holder.close()

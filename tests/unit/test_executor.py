@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PLAN = ROOT / "examples" / "plan.yaml"
 FACTS = ROOT / "examples" / "facts"
 KINDS = (
+    "preflight",
     "cordon",
     "drain",
     "containerd.write",
@@ -157,7 +158,8 @@ def test_failed_node_is_rolled_back_and_the_run_halts(tmp_path: Path) -> None:
     assert report.nodes["gpu-a-2"] == ("rolled-back", "gpu-a-2: systemd.restart: injected failure")
     assert report.nodes["gpu-a-3"][0] == "pending"  # later nodes untouched
     undone = [k for verb, n, k in log.calls if verb == "undo"]
-    assert undone == ["containerd.write", "drain", "cordon"]  # reverse order, done steps only
+    # reverse order, done steps only
+    assert undone == ["containerd.write", "drain", "cordon", "preflight"]
     assert not any(n in ("gpu-a-3", "gpu-b-1") for _, n, _ in log.calls)
     assert not cluster.nodes["gpu-a-2"].unschedulable
 
@@ -202,7 +204,7 @@ def test_resume_skips_finished_work_and_reapplies_the_step_in_flight(tmp_path: P
     again = log.calls[before:]
     assert ("apply", "gpu-a-1", "cordon") not in again  # finished node not redone
     assert again[0] == ("apply", "gpu-a-2", "systemd.restart")  # the step in flight, re-checked
-    assert [k for _, n, k in again if n == "gpu-a-2"] == list(KINDS[3:])
+    assert [k for _, n, k in again if n == "gpu-a-2"] == list(KINDS[4:])
 
 
 def test_halt_only_policy_does_not_roll_back(tmp_path: Path) -> None:

@@ -54,6 +54,7 @@ def test_example_plan_waves_and_steps(capsys: pytest.CaptureFixture[str]) -> Non
     ]
     node = nodes_of(data)["gpu-a-1"]
     assert [s["kind"] for s in node["steps"]] == [
+        "preflight",
         "cordon",
         "drain",
         "containerd.write",
