@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from rollout.spec import DrainPolicy
+
 Pod = Mapping[str, Any]
 """A pod as the Kubernetes API returns it in JSON (metadata, spec, status)."""
 
@@ -299,4 +301,15 @@ def format_blocked(pod: Pod, pdb_name: str | None, waited_s: float) -> str:
     return (
         f"drain of {node} timed out after {round(waited_s)}s: pod {ref} is protected by "
         f"{budget} (0 disruptions allowed)"
+    )
+
+
+def classify_for_policy(pods: Iterable[Pod], policy: DrainPolicy) -> DrainSelection:
+    """classify_pods with the plan's drain policy: what the plan shows and the step does."""
+    return classify_pods(
+        pods,
+        force=policy.force,
+        delete_emptydir_data=policy.delete_emptydir_data,
+        pod_selector=None if policy.pod_selector.is_empty else policy.pod_selector.matches,
+        skip_label=policy.skip_label or None,
     )

@@ -64,6 +64,16 @@ class NodeFacts:
     unschedulable: bool = False
     ready: bool = True
     gpus: GpuFacts = GpuFacts(count=0)
+    # Live facts only (recorded facts leave them empty):
+    taints: tuple[str, ...] = ()
+    capacity: Mapping[str, str] = field(default_factory=dict)
+    allocatable: Mapping[str, str] = field(default_factory=dict)
+    # containerd.service properties: MainPID, ActiveState, NRestarts, Restart, RestartUSec
+    service: Mapping[str, str] = field(default_factory=dict)
+    # the node's own `containerd config dump` of its files now
+    effective_config: Mapping[str, Any] = field(default_factory=dict)
+    # the pods bound to the node, in the API's JSON shape that rollout.drain reads
+    pods: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def available(self) -> bool:
@@ -77,6 +87,8 @@ class ClusterFacts:
 
     configmaps: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     cluster_policy: Mapping[str, Any] = field(default_factory=dict)
+    # PodDisruptionBudgets as "namespace/name: N disruption(s) allowed"
+    pdbs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

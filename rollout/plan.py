@@ -89,6 +89,8 @@ class NodePlan:
     labels: tuple[LabelChange, ...] = ()
     warnings: tuple[str, ...] = ()
     unavailable: bool = False
+    # live facts only: containerd service state, GPUs allocatable/capacity, taints
+    status: str = ""
 
     @property
     def changes(self) -> bool:

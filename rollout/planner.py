@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from rollout import containerd as engine
+from rollout.drain import classify_for_policy
 from rollout.errors import BadInput
 from rollout.facts import ClusterFacts, FleetFacts, NodeFacts
 from rollout.plan import (
@@ -148,6 +149,7 @@ def plan_node(
     writes = bool(work.files)
     disruptive = writes  # cordon and drain only when containerd restarts
     planned: list[StepPlan] = []
+    node_warnings: list[str] = list(work.notes)
     for step in steps:
         action: str | None = None
         noop: str | None = None
@@ -164,8 +166,11 @@ def plan_node(
             else:
                 action = "mark the node unschedulable"
         elif step.kind == "drain":
-            action = "evict pods through the Eviction API" if disruptive else None
-            noop = None if disruptive else "nothing restarts on this node"
+            if disruptive:
+                action, refusal = describe_drain(spec, node)
+                node_warnings.extend(refusal)
+            else:
+                noop = "nothing restarts on this node"
         elif step.kind == "containerd.write":
             if writes:
                 action = "write " + ", ".join(f.path for f in work.files)
@@ -220,7 +225,8 @@ def plan_node(
         shadowing=work.shadowing,
         repairs=work.repairs,
         labels=tuple(label_changes),
-        warnings=work.notes,
+        warnings=tuple(node_warnings),
+        status=describe_status(node),
         unavailable=not node.available,
     )
 
@@ -234,6 +240,42 @@ def build_intent(spec: Spec) -> engine.Intent | None:
         elif isinstance(change, ContainerdChange):
             settings.extend(engine.CriSetting(k, v) for k, v in change.all_settings().items())
     return engine.Intent(tuple(settings)) if settings else None
+
+
+def describe_drain(spec: Spec, node: NodeFacts) -> tuple[str, list[str]]:
+    """The drain's action from the node's pods (live facts), and why it would refuse."""
+    if not node.pods:
+        return "evict pods through the Eviction API", []
+    selection = classify_for_policy(node.pods, spec.policy.drain)
+    names = [f"{p.namespace}/{p.name}" for p in selection.to_evict]
+    shown = ", ".join(names[:5]) + (f", ... ({len(names) - 5} more)" if len(names) > 5 else "")
+    if selection.refused:
+        blocked = len(selection.blocking)
+        return f"would refuse: {blocked} pod(s) block the drain (see the warning)", [
+            selection.refusal_message()
+        ]
+    if not names:
+        return "nothing to evict now (checked again at apply time)", []
+    return f"evict {len(names)} pod(s) through the Eviction API: {shown}", []
+
+
+def describe_status(node: NodeFacts) -> str:
+    """The node as probed: containerd's service state, GPUs, taints (live facts only)."""
+    parts: list[str] = []
+    if node.service:
+        restarts = node.service.get("NRestarts", "?")
+        parts.append(
+            f"containerd {node.service.get('ActiveState', '?')} "
+            f"(MainPID {node.service.get('MainPID', '?')}, {restarts} restart(s))"
+        )
+    if node.capacity:
+        parts.append(
+            f"nvidia.com/gpu {node.allocatable.get('nvidia.com/gpu', '0')}/"
+            f"{node.capacity.get('nvidia.com/gpu', '0')} allocatable"
+        )
+    if node.taints:
+        parts.append("taints " + ", ".join(node.taints))
+    return "; ".join(parts)
 
 
 def plan_containerd(spec: Spec, node: NodeFacts) -> NodeWork:

@@ -7,6 +7,7 @@ whether it plans from a directory or from the cluster.
 from __future__ import annotations
 
 import re
+import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +19,7 @@ from rollout.facts import DEFAULT_CONTAINERD_CONFIG, ClusterFacts, FleetFacts, G
 from rollout.retry import retry_transient
 from rollout.spec import Spec, TimeSlicingChange
 from rollout.transports.errors import NotFound
-from rollout.transports.kube import KubeClient, Node
+from rollout.transports.kube import KubeClient, Node, Pod
 from rollout.transports.ssh import run_on_nodes
 
 CONTAINERD_DIR = "/etc/containerd"
@@ -34,6 +35,9 @@ class ProbeFailed(RolloutError):
     """A node could not be probed; the message names the node and the probe."""
 
 
+SERVICE_PROPERTIES = ("MainPID", "ActiveState", "NRestarts", "Restart", "RestartUSec")
+
+
 @dataclass(frozen=True)
 class NodeProbe:
     """What SSH tells about one node."""
@@ -41,6 +45,8 @@ class NodeProbe:
     containerd: ContainerdVersion
     config_files: ConfigFiles
     gpus: GpuFacts
+    service: Mapping[str, str]
+    effective_config: Mapping[str, Any]
 
 
 def probe_node(runner: CommandRunner, main_path: str = DEFAULT_CONTAINERD_CONFIG) -> NodeProbe:
@@ -56,7 +62,20 @@ def probe_node(runner: CommandRunner, main_path: str = DEFAULT_CONTAINERD_CONFIG
         ["nvidia-smi", "--query-gpu=uuid,name,driver_version", "--format=csv,noheader"]
     )
     gpus = parse_gpu_query(smi.stdout) if smi.ok else GpuFacts(count=0)
-    return NodeProbe(version, ConfigFiles(main_path=main_path, files=files), gpus)
+    show = ["systemctl", "show", "containerd", *(f"--property={p}" for p in SERVICE_PROPERTIES)]
+    service = parse_properties(check(runner.run(show), "read containerd.service").stdout)
+    dump = check(runner.run(["containerd", "config", "dump"]), "read containerd's config dump")
+    try:
+        effective = tomllib.loads(dump.stdout)
+    except tomllib.TOMLDecodeError as exc:
+        raise ProbeFailed(f"{runner.host}: `containerd config dump` is not TOML: {exc}") from exc
+    files_now = ConfigFiles(main_path=main_path, files=files)
+    return NodeProbe(version, files_now, gpus, service, effective)
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """`systemctl show` output (Key=Value lines) -> {Key: Value}."""
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
 
 
 def file_dump_argv(directory: str) -> list[str]:
@@ -102,7 +121,24 @@ def parse_gpu_query(text: str) -> GpuFacts:
     )
 
 
-def node_facts_from(name: str, probe: NodeProbe, node: Node) -> NodeFacts:
+def pod_to_drain_json(pod: Pod) -> dict[str, Any]:
+    """The fields of a pod rollout.drain's rules read, in the API's JSON shape."""
+    metadata: dict[str, Any] = {
+        "namespace": pod.namespace,
+        "name": pod.name,
+        "labels": dict(pod.labels),
+        "annotations": dict(pod.annotations),
+        "ownerReferences": [
+            {"kind": o.kind, "name": o.name, "controller": o.controller} for o in pod.owners
+        ],
+    }
+    spec: dict[str, Any] = {"nodeName": pod.node_name}
+    if pod.uses_empty_dir:
+        spec["volumes"] = [{"name": "scratch", "emptyDir": {}}]
+    return {"metadata": metadata, "spec": spec, "status": {"phase": pod.phase}}
+
+
+def node_facts_from(name: str, probe: NodeProbe, node: Node, pods: Sequence[Pod] = ()) -> NodeFacts:
     """Join what SSH and the API say about one node."""
     return NodeFacts(
         name=name,
@@ -113,6 +149,15 @@ def node_facts_from(name: str, probe: NodeProbe, node: Node) -> NodeFacts:
         unschedulable=bool(node.unschedulable),
         ready=bool(node.ready),
         gpus=probe.gpus,
+        taints=tuple(
+            f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}"
+            for t in node.taints
+        ),
+        capacity=dict(node.capacity),
+        allocatable=dict(node.allocatable),
+        service=probe.service,
+        effective_config=probe.effective_config,
+        pods=tuple(pod_to_drain_json(p) for p in pods),
     )
 
 
@@ -129,7 +174,11 @@ def gather_cluster_facts(spec: Spec, kube: KubeClient) -> ClusterFacts:
             continue
     policies: Sequence[Mapping[str, Any]] = kube.list_cluster_policies()
     policy = dict(policies[0].get("spec") or {}) if policies else {}
-    return ClusterFacts(configmaps=configmaps, cluster_policy=policy)
+    pdbs = tuple(
+        f"{b.namespace}/{b.name}: {b.disruptions_allowed} disruption(s) allowed"
+        for b in kube.list_pdbs(None)
+    )
+    return ClusterFacts(configmaps=configmaps, cluster_policy=policy, pdbs=pdbs)
 
 
 def gather_fleet_facts(
@@ -151,7 +200,8 @@ def gather_fleet_facts(
     nodes = []
     for name, result in results.items():
         assert isinstance(result, NodeProbe)
-        nodes.append(node_facts_from(name, result, kube.get_node(name)))
+        bound = kube.list_pods(None, field_selector=f"spec.nodeName={name}")
+        nodes.append(node_facts_from(name, result, kube.get_node(name), bound))
     return FleetFacts(
         nodes=tuple(sorted(nodes, key=lambda n: n.name)),
         cluster=gather_cluster_facts(spec, kube),

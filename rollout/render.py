@@ -89,6 +89,8 @@ def _print_node(console: Console, node: NodePlan) -> None:
     console.print(
         f"\n  {marker} [bold]{node.name}[/bold]  containerd {node.containerd_version}{state}"
     )
+    if node.status:
+        console.print(f"    [dim]{escape(node.status)}[/dim]")
     for text in node.shadowing:
         console.print(f"    [red]shadowed:[/red] {escape(text)}")
     for text in node.repairs:

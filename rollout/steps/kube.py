@@ -18,11 +18,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from rollout.drain import EvictionBackoff, classify_pods, format_blocked
+from rollout.drain import EvictionBackoff, classify_for_policy, format_blocked
 from rollout.errors import RolloutError
 from rollout.facts import NodeFacts
 from rollout.journal import CordonedByRollout, Uncordoned
 from rollout.planner import current_replicas
+from rollout.probe import pod_to_drain_json
 from rollout.spec import Spec, TimeSlicingChange
 from rollout.steps.base import StepContext, StepFailed, StepResult
 from rollout.transports.errors import EvictionBlocked, KubeError, NotFound, TooManyRequests
@@ -244,23 +245,6 @@ class UncordonStep:
 # ---------------------------------------------------------------------------------- drain
 
 
-def pod_to_drain_json(pod: Pod) -> dict[str, Any]:
-    """The fields of a pod rollout.drain's rules read, in the API's JSON shape."""
-    metadata: dict[str, Any] = {
-        "namespace": pod.namespace,
-        "name": pod.name,
-        "labels": dict(pod.labels),
-        "annotations": dict(pod.annotations),
-        "ownerReferences": [
-            {"kind": o.kind, "name": o.name, "controller": o.controller} for o in pod.owners
-        ],
-    }
-    spec: dict[str, Any] = {"nodeName": pod.node_name}
-    if pod.uses_empty_dir:
-        spec["volumes"] = [{"name": "scratch", "emptyDir": {}}]
-    return {"metadata": metadata, "spec": spec, "status": {"phase": pod.phase}}
-
-
 def is_pod_gone(original: Pod, current: Pod | None) -> bool:
     """Gone, or replaced: a pod of the same name with another uid is a new pod."""
     return current is None or current.uid != original.uid
@@ -279,13 +263,7 @@ class DrainStep:
         policy = ctx.spec.policy.drain
         deadline = Deadline(policy.timeout_s, ctx.sleep)
         pods = ctx.kube.list_pods(None, field_selector=f"spec.nodeName={ctx.node}")
-        selection = classify_pods(
-            [pod_to_drain_json(p) for p in pods],
-            force=policy.force,
-            delete_emptydir_data=policy.delete_emptydir_data,
-            pod_selector=None if policy.pod_selector.is_empty else policy.pod_selector.matches,
-            skip_label=policy.skip_label or None,
-        )
+        selection = classify_for_policy([pod_to_drain_json(p) for p in pods], policy)
         if selection.refused:
             raise StepFailed(ctx.node, self.kind, selection.refusal_message())
         by_ref = {(p.namespace, p.name): p for p in pods}

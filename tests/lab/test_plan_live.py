@@ -122,3 +122,38 @@ def test_file_dump_reads_a_tree_in_one_command(tmp_path: Path) -> None:
     assert parse_file_dump("") == {}
     with pytest.raises(ProbeFailed, match="ends inside a record"):
         parse_file_dump("/etc/containerd/config.toml\0version = 2\n\0/etc/x\0")
+
+
+def test_live_plan_shows_service_gpus_and_what_drain_would_do(
+    lab: Lab, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rollout.lab.cluster import CONTEXT
+    from rollout.transports.kube import KubeClient
+
+    node = node_of_series(lab, "2.1")
+    with KubeClient.from_kubeconfig(str(lab.kubeconfig), context=CONTEXT) as kube:
+        kube.create_pod(
+            "default",
+            {
+                "metadata": {"name": "bare-pod", "labels": {"app": "bare"}},
+                "spec": {"nodeName": node.name, "containers": [{"name": "c", "image": "busybox"}]},
+            },
+        )
+        try:
+            planned = plan_live(lab, capsys)
+        finally:
+            kube.delete_pod("default", "bare-pod", grace_period_s=0, missing_ok=True)
+    status = planned[node.name]["status"]
+    assert "containerd active (MainPID" in status
+    gpus = len(node.gpus)
+    assert f"nvidia.com/gpu {gpus}/{gpus} allocatable" in status
+    drain = next(s for s in planned[node.name]["steps"] if s["kind"] == "drain")
+    assert drain["action"] == "would refuse: 1 pod(s) block the drain (see the warning)"
+    assert any(
+        "default/bare-pod" in w and "policy.drain.force" in w
+        for w in planned[node.name]["warnings"]
+    )
+    other = node_of_series(lab, "1.6").name
+    assert next(s for s in planned[other]["steps"] if s["kind"] == "drain")["action"] == (
+        "nothing to evict now (checked again at apply time)"
+    )

@@ -15,6 +15,7 @@ from rollout.containerd import ConfigFiles, ContainerdVersion
 from rollout.facts import GpuFacts, NodeFacts
 from rollout.journal import Journal
 from rollout.plan import NodePlan
+from rollout.probe import pod_to_drain_json
 from rollout.spec import Spec, parse_spec
 from rollout.steps import builtin_steps
 from rollout.steps.base import StepContext, StepFailed, StepResultKind
@@ -30,7 +31,6 @@ from rollout.steps.kube import (
     expect_gpus,
     judge_smoke_log,
     parse_gpu_uuids,
-    pod_to_drain_json,
     smoke_pod_manifest,
     smoke_pod_name,
 )
