@@ -247,7 +247,15 @@ def describe_drain(spec: Spec, node: NodeFacts) -> tuple[str, list[str]]:
     if not node.pods:
         return "evict pods through the Eviction API", []
     selection = classify_for_policy(node.pods, spec.policy.drain)
-    names = [f"{p.namespace}/{p.name}" for p in selection.to_evict]
+    gpus = {
+        (p["metadata"]["namespace"], p["metadata"]["name"]): p["spec"].get("gpuRequest", 0)
+        for p in node.pods
+    }
+    names = [
+        f"{p.namespace}/{p.name}"
+        + (f" ({gpus[(p.namespace, p.name)]} GPU)" if gpus.get((p.namespace, p.name)) else "")
+        for p in selection.to_evict
+    ]
     shown = ", ".join(names[:5]) + (f", ... ({len(names) - 5} more)" if len(names) > 5 else "")
     if selection.refused:
         blocked = len(selection.blocking)

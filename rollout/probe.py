@@ -135,6 +135,8 @@ def pod_to_drain_json(pod: Pod) -> dict[str, Any]:
     spec: dict[str, Any] = {"nodeName": pod.node_name}
     if pod.uses_empty_dir:
         spec["volumes"] = [{"name": "scratch", "emptyDir": {}}]
+    # not read by the drain rules: shown in plans (what a drain takes off the GPUs)
+    spec["gpuRequest"] = pod.gpu_request
     return {"metadata": metadata, "spec": spec, "status": {"phase": pod.phase}}
 
 

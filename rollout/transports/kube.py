@@ -180,6 +180,8 @@ class Pod:
     container_reasons: tuple[str, ...] = ()
     reason: str = ""
     message: str = ""
+    # nvidia.com/gpu the pod's containers ask for (limits, else requests), summed
+    gpu_request: int = 0
 
     @property
     def controller(self) -> OwnerRef | None:
@@ -221,7 +223,21 @@ class Pod:
             container_reasons=tuple(reasons),
             reason=status.get("reason", ""),
             message=status.get("message", ""),
+            gpu_request=sum(_gpu_request(c) for c in spec.get("containers") or []),
         )
+
+
+def _gpu_request(container: Mapping[str, Any]) -> int:
+    """A container's nvidia.com/gpu: its limit (the device plugin's rule), else its request."""
+    resources = container.get("resources") or {}
+    for kind in ("limits", "requests"):
+        value = (resources.get(kind) or {}).get("nvidia.com/gpu")
+        if value is not None:
+            try:
+                return int(str(value))
+            except ValueError:
+                return 0
+    return 0
 
 
 @dataclass(frozen=True)

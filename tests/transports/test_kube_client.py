@@ -211,6 +211,19 @@ def test_pods_create_list_get_delete(kube: KubeClient, registry: Registry) -> No
         kube.delete_pod("default", "p2")
 
 
+def test_pod_gpu_request_reads_limits_then_requests(kube: KubeClient) -> None:
+    manifest = pod_manifest("gpu", "n1")
+    manifest["spec"]["containers"] = [
+        {"name": "a", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "2"}}},
+        {"name": "b", "image": "x", "resources": {"requests": {"nvidia.com/gpu": "1"}}},
+        {"name": "c", "image": "x"},
+    ]
+    kube.create_pod("default", manifest)
+    assert kube.get_pod("default", "gpu").gpu_request == 3
+    kube.create_pod("default", pod_manifest("cpu", "n1"))
+    assert kube.get_pod("default", "cpu").gpu_request == 0
+
+
 def test_an_invalid_pod_is_invalid(kube: KubeClient) -> None:
     with pytest.raises(Invalid) as raised:
         kube.create_pod("default", {"metadata": {"name": "bad"}, "spec": {"containers": []}})

@@ -265,3 +265,34 @@ def test_prediction_accepts_a_repair_only_as_restored_keys() -> None:
     assert bad != list(synthesis.writes)
     with pytest.raises(engine.PredictionRefused, match="max_concurrent_downloads"):
         engine.predict(runner, binary, files, bad, intent, version, scope)
+
+
+def test_drain_action_names_the_pods_and_their_gpus() -> None:
+    import dataclasses
+
+    from rollout.planner import describe_drain
+    from rollout.spec import load_spec
+
+    def pod(name: str, owner: str | None, gpus: int) -> dict[str, Any]:
+        owners = [{"kind": owner, "name": f"{name}-owner", "controller": True}] if owner else []
+        return {
+            "metadata": {"namespace": "ml", "name": name, "ownerReferences": owners},
+            "spec": {"nodeName": "gpu-a-1", "gpuRequest": gpus},
+            "status": {"phase": "Running"},
+        }
+
+    node = load_recorded_facts(FACTS).by_name("gpu-a-1")
+    assert node is not None
+    spec = load_spec(PLAN)
+    busy = dataclasses.replace(
+        node, pods=(pod("train-0", "StatefulSet", 2), pod("plugin", "DaemonSet", 0))
+    )
+    assert describe_drain(spec, busy) == (
+        "evict 1 pod(s) through the Eviction API: ml/train-0 (2 GPU)",
+        [],
+    )
+    bare = dataclasses.replace(node, pods=(pod("notebook", None, 1),))
+    action, warnings = describe_drain(spec, bare)
+    assert action == "would refuse: 1 pod(s) block the drain (see the warning)"
+    assert "ml/notebook" in warnings[0] and "policy.drain.force" in warnings[0]
+    assert describe_drain(spec, node) == ("evict pods through the Eviction API", [])
