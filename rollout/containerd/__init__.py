@@ -13,6 +13,8 @@ Public API (details in each module's docstring):
 - synthesis: `synthesize(files, version, intent) -> Synthesis` (writes: FileWrite(path, before,
   after)), `repair_shadowing(files, version, intent)`, `apply_writes(files, writes)`.
 - shadowing: `find_shadowing(files, version) -> list[Shadowing]` (`.describe()`).
+- dump: `dump_command(containerd_bin, config_path)` (the one argv of a real `config dump`,
+  run from `/`), `parse_dump(text, host)` (its output as a tree).
 - staging/prediction: `dump_config(runner, containerd_bin, files)`, `dump_configs(...)`,
   `predict(runner, containerd_bin, files, writes, intent, version) -> Prediction`.
 - hosts: `render_hosts_toml(server, hosts)`, `HostEndpoint`, `hosts_namespace(registry)`,
@@ -28,6 +30,7 @@ from rollout.containerd.diff import (
     format_path,
     render_diff_text,
 )
+from rollout.containerd.dump import dump_command, parse_dump
 from rollout.containerd.errors import (
     ConfigParseError,
     ContainerdConfigError,
@@ -94,6 +97,7 @@ __all__ = [
     "apply_writes",
     "cri_plugin_ids",
     "diff_effective",
+    "dump_command",
     "dump_config",
     "dump_configs",
     "find_shadowing",
@@ -102,6 +106,7 @@ __all__ = [
     "hosts_namespace",
     "hosts_toml_path",
     "load_effective",
+    "parse_dump",
     "parse_version",
     "place_intent",
     "predict",

@@ -13,18 +13,17 @@ from __future__ import annotations
 import io
 import posixpath
 import tarfile
-import tomllib
 from collections.abc import Sequence
 from typing import Any
 
 import tomlkit
 
 from rollout.commands import CommandRunner, check
+from rollout.containerd.dump import dump_command, parse_dump
 from rollout.containerd.errors import StagingFailed
 from rollout.containerd.files import ConfigFiles
 
 DUMP_TIMEOUT_S = 60.0
-_DUMP_SCRIPT = 'cd "$1" && exec "$2" --config "$3" config dump'
 
 
 def dump_configs(
@@ -48,24 +47,11 @@ def dump_configs(
         dumps = []
         for root, files in zip(roots, file_sets, strict=True):
             result = runner.run(
-                [
-                    "sh",
-                    "-c",
-                    _DUMP_SCRIPT,
-                    "rollout-dump",
-                    root,
-                    containerd_bin,
-                    root + files.main_path,
-                ],
+                dump_command(containerd_bin, root + files.main_path, workdir=root),
                 timeout_s=DUMP_TIMEOUT_S,
             )
             check(result, f"containerd config dump of staged {files.main_path}")
-            try:
-                tree = tomllib.loads(result.stdout)
-            except tomllib.TOMLDecodeError as exc:
-                raise StagingFailed(
-                    f"`containerd config dump` on {runner.host} printed invalid TOML: {exc}"
-                ) from exc
+            tree = parse_dump(result.stdout, runner.host)
             dumps.append(normalise_dump(tree, root))
         return dumps
     finally:
