@@ -10,6 +10,8 @@ The lab directory holds everything one lab is, so `down` can leave nothing behin
     known_hosts           each node's own host key
     controlplane.log      output of `python -m rollout.lab.controlplane --lab-dir DIR`
     nodes/<name>/         see rollout.lab.nodes
+
+The control plane's process (launch, health, stop) is rollout.lab.controlplane_process.
 """
 
 from __future__ import annotations
@@ -18,17 +20,11 @@ import contextlib
 import dataclasses
 import fcntl
 import hashlib
-import importlib.util
 import json
 import os
 import shutil
-import signal
 import socket
-import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -40,6 +36,14 @@ import yaml
 
 from rollout.commands import check
 from rollout.errors import BadInput, RolloutError
+from rollout.lab.controlplane_process import (
+    CONTROLPLANE_MODULE,
+    ApiPortTaken,
+    controlplane_answers,
+    controlplane_available,
+    launch_controlplane,
+    stop_controlplane,
+)
 from rollout.lab.image import INSTALLED_DRIVER, SERIES, NodeImage, build_image, find_image
 from rollout.lab.nodes import (
     Gpu,
@@ -49,7 +53,6 @@ from rollout.lab.nodes import (
     SshAccess,
     create_node,
     probe_node,
-    process_alive,
     read_node_pid,
     remove_node_dirs,
     start_node,
@@ -72,11 +75,8 @@ DEVICE_PLUGIN_GRACE_S = 300  # kubelet's endpointStopGracePeriod (FACTS.md)
 GPU_PRODUCT = "NVIDIA A100-SXM4-40GB"
 GPU_MEMORY_MIB = 40960
 CONTEXT = "rollout-lab"
-CONTROLPLANE_MODULE = "rollout.lab.controlplane"
-CONTROLPLANE_READY_TIMEOUT_S = 30.0
 # Automatic API ports are chosen free, then bound by another process: another may win.
 PORT_ATTEMPTS = 3
-CONTROLPLANE_STOP_TIMEOUT_S = 10.0
 
 MARKER = ".rollout-lab"
 LAB_JSON = "lab.json"
@@ -84,10 +84,6 @@ KUBECONFIG = "kubeconfig"
 INVENTORY = "inventory.yaml"
 KEY_FILE = "id_ed25519"
 KNOWN_HOSTS = "known_hosts"
-CONTROLPLANE_LOG = "controlplane.log"
-CONTROLPLANE_PID = "controlplane.pid"
-# Our own record of the pid we launched, in case the control plane never wrote its own.
-CONTROLPLANE_LAUNCH_PID = ".controlplane-launch.pid"
 
 Progress = Callable[[str], None]
 
@@ -316,9 +312,12 @@ def _start_lab(lab: Lab, image: NodeImage, options: LabOptions, progress: Progre
         progress(f"lab: {node.name} {node.address} ready: {version}")
     if not options.controlplane:
         return lab
+    if not controlplane_available():
+        progress(f"lab: {CONTROLPLANE_MODULE} is not available: nodes only, no Kubernetes API")
+        return lab
     for _ in range(PORT_ATTEMPTS):
         try:
-            _start_controlplane(lab, progress)
+            launch_controlplane(lab.lab_dir, lab.api_url, progress)
             return lab
         except ApiPortTaken:
             if options.api_port:
@@ -343,14 +342,14 @@ def tear_down_lab(lab_dir: Path, progress: Progress = print) -> None:
         if (lab_dir / LAB_JSON).exists():
             _tear_down(Lab.from_lab_dir(lab_dir), progress, remove_files=True)
         else:
-            _stop_controlplane(lab_dir, progress)
+            stop_controlplane(lab_dir, progress)
             _unmount_strays(lab_dir)
     shutil.rmtree(lab_dir)
     progress(f"lab: removed {lab_dir}")
 
 
 def _tear_down(lab: Lab, progress: Progress, *, remove_files: bool) -> None:
-    _stop_controlplane(lab.lab_dir, progress)
+    stop_controlplane(lab.lab_dir, progress)
 
     def stop(node: NodeSpec) -> None:
         dirs = lab.node_dirs(node)
@@ -372,7 +371,7 @@ def read_lab_status(lab_dir: Path) -> LabStatus:
     return LabStatus(
         lab_dir=lab.lab_dir,
         api_url=lab.api_url,
-        controlplane_up=_healthz(lab.api_url),
+        controlplane_up=controlplane_answers(lab.api_url),
         nodes=nodes,
     )
 
@@ -523,98 +522,3 @@ def _unmount_strays(lab_dir: Path) -> None:
     ]
     for mount_point in reversed(mounts):
         unmount_root(Path(mount_point), Path(mount_point).parent.name)
-
-
-# --- control plane ---------------------------------------------------------------------
-
-
-def controlplane_available() -> bool:
-    """Whether the control plane module is installed (it is written separately)."""
-    return importlib.util.find_spec(CONTROLPLANE_MODULE) is not None
-
-
-def _start_controlplane(lab: Lab, progress: Progress) -> None:
-    if not controlplane_available():
-        progress(f"lab: {CONTROLPLANE_MODULE} is not available: nodes only, no Kubernetes API")
-        return
-    progress(f"lab: starting the control plane on {lab.api_url}")
-    log = (lab.lab_dir / CONTROLPLANE_LOG).open("ab")
-    with log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", CONTROLPLANE_MODULE, "--lab-dir", str(lab.lab_dir)],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    (lab.lab_dir / CONTROLPLANE_LAUNCH_PID).write_text(f"{process.pid}\n")
-    deadline = time.monotonic() + CONTROLPLANE_READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            tail = _tail(lab.lab_dir / CONTROLPLANE_LOG)
-            error = ApiPortTaken if "Address already in use" in tail else LabFailed
-            raise error(f"the control plane exited with {process.returncode}\n" + tail)
-        if _healthz(lab.api_url):
-            progress(f"lab: control plane ready on {lab.api_url}")
-            return
-        time.sleep(0.2)
-    raise LabFailed(
-        f"the control plane did not answer {lab.api_url}/healthz within "
-        f"{CONTROLPLANE_READY_TIMEOUT_S:g}s\n" + _tail(lab.lab_dir / CONTROLPLANE_LOG)
-    )
-
-
-class ApiPortTaken(LabFailed):
-    """The control plane could not bind its port: another process holds it."""
-
-
-def _stop_controlplane(lab_dir: Path, progress: Progress) -> None:
-    recorded = (_read_pid(lab_dir / name) for name in (CONTROLPLANE_PID, CONTROLPLANE_LAUNCH_PID))
-    pids = {pid for pid in recorded if pid}
-    for pid in pids:
-        if not _is_controlplane(pid, lab_dir):
-            continue
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + CONTROLPLANE_STOP_TIMEOUT_S
-        while process_alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if process_alive(pid):
-            os.kill(pid, signal.SIGKILL)
-            while process_alive(pid) and time.monotonic() < deadline + 5:
-                time.sleep(0.1)
-        progress(f"lab: control plane {pid} stopped")
-    for name in (CONTROLPLANE_PID, CONTROLPLANE_LAUNCH_PID):
-        (lab_dir / name).unlink(missing_ok=True)
-
-
-def _is_controlplane(pid: int, lab_dir: Path) -> bool:
-    """Only a live `-m rollout.lab.controlplane --lab-dir <this dir>` is ours to signal."""
-    if not process_alive(pid):
-        return False
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-    except OSError:
-        return False
-    return CONTROLPLANE_MODULE in argv and str(lab_dir) in argv
-
-
-def _read_pid(path: Path) -> int | None:
-    try:
-        return int(path.read_text().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def _healthz(api_url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{api_url}/healthz", timeout=1.0) as response:
-            return bool(response.status == 200)
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
-
-
-def _tail(path: Path, lines: int = 20) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""

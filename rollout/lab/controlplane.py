@@ -20,12 +20,10 @@ from types import FrameType
 from rollout.errors import ExitCode, RolloutError
 from rollout.lab.apiserver.registry import Registry
 from rollout.lab.apiserver.server import ApiServer
+from rollout.lab.controlplane_process import LOG_FILE, PID_FILE
 from rollout.lab.simulation.description import LAB_FILE, LabDescription
 from rollout.lab.simulation.engine import Simulation, SimulationTimings
 from rollout.lab.simulation.probe import NodeRuntimeProbe, RunningConfigProbe
-
-PID_FILE = "controlplane.pid"
-LOG_FILE = "controlplane.log"
 
 log = logging.getLogger("rollout.lab.controlplane")
 

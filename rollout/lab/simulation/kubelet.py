@@ -9,7 +9,6 @@ node after the grace period. The plugin takes up a sharing profile only when its
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -39,6 +38,14 @@ from rollout.lab.simulation.pods import (
     is_ready,
     is_terminal,
     runs_nvidia_smi,
+)
+from rollout.lab.simulation.podstatus import (
+    set_crash_loop,
+    set_failed,
+    set_running,
+    set_succeeded,
+    set_waiting,
+    waiting_reason,
 )
 from rollout.lab.simulation.probe import NodeRuntimeProbe
 from rollout.lab.simulation.profiles import (
@@ -172,7 +179,7 @@ class Kubelet:
         first_seen = self._first_seen.setdefault(uid, now)
         if not self._handler_ok(pod):
             runtime_class = pod["spec"]["runtimeClassName"]
-            self._write_pod(pod, lambda p: _set_waiting(p, "ContainerCreating", "", now))
+            self._write_pod(pod, lambda p: set_waiting(p, "ContainerCreating", "", now))
             self._recorder.record(
                 pod,
                 "Warning",
@@ -190,12 +197,12 @@ class Kubelet:
                 f"Allocate failed due to requested number of devices unavailable for "
                 f"{GPU_RESOURCE}. Requested: {wanted}, Available: {free}, which is unexpected"
             )
-            self._write_pod(pod, lambda p: _set_failed(p, "UnexpectedAdmissionError", message))
+            self._write_pod(pod, lambda p: set_failed(p, "UnexpectedAdmissionError", message))
             self._recorder.record(pod, "Warning", "UnexpectedAdmissionError", message)
             return
         ip = f"10.244.{self._index}.{self._ip_counter % 250 + 2}"
         self._ip_counter += 1
-        self._write_pod(pod, lambda p: _set_running(p, self._node.address, ip, now))
+        self._write_pod(pod, lambda p: set_running(p, self._node.address, ip, now))
         self._running_since[uid] = now
         container = runs_nvidia_smi(pod)
         if container is not None:
@@ -213,15 +220,15 @@ class Kubelet:
         # Operand containers restart when the runtime loses their handler; bare pods keep
         # their already-running containers.
         if owner_daemonset(pod) is not None:
-            crashing = _waiting_reason(pod) == "CrashLoopBackOff"
+            crashing = waiting_reason(pod) == "CrashLoopBackOff"
             if not handler_ok and not crashing:
-                self._write_pod(pod, lambda p: _set_crash_loop(p, now))
+                self._write_pod(pod, lambda p: set_crash_loop(p, now))
                 return
             if handler_ok and crashing:
-                self._write_pod(pod, lambda p: _set_running(p, self._node.address, None, now))
+                self._write_pod(pod, lambda p: set_running(p, self._node.address, None, now))
                 return
         if runs_nvidia_smi(pod) is not None and now - since >= self._timings.smoke_run_s:
-            self._write_pod(pod, lambda p: _set_succeeded(p, now))
+            self._write_pod(pod, lambda p: set_succeeded(p, now))
             self._release(uid)
 
     def _write_pod(self, pod: Mapping[str, Any], change: Callable[[dict[str, Any]], None]) -> None:
@@ -395,212 +402,6 @@ class Kubelet:
             )
             labels["nvidia.com/cuda.driver-version.full"] = self.driver_version
         return labels
-
-
-# ---------------------------------------------------------------- pod status writers
-
-
-def _condition(
-    kind: str, status: bool, now: float, reason: str = "", message: str = ""
-) -> dict[str, Any]:
-    condition: dict[str, Any] = {
-        "type": kind,
-        "status": "True" if status else "False",
-        "lastProbeTime": None,
-        "lastTransitionTime": format_timestamp(now),
-    }
-    if reason:
-        condition["reason"] = reason
-    if message:
-        condition["message"] = message
-    return condition
-
-
-def _set_conditions(pod: dict[str, Any], conditions: list[dict[str, Any]]) -> None:
-    """Replace conditions, keeping transition times of those whose status did not change."""
-    status = pod.setdefault("status", {})
-    previous = {c.get("type"): c for c in status.get("conditions") or []}
-    for condition in conditions:
-        old = previous.get(condition["type"])
-        if old is not None and old.get("status") == condition["status"]:
-            condition["lastTransitionTime"] = old.get("lastTransitionTime")
-    scheduled = previous.get("PodScheduled")
-    status["conditions"] = [*conditions, *([scheduled] if scheduled else [])]
-
-
-def _image_id(image: str) -> str:
-    return f"{image.split(':')[0]}@sha256:{hashlib.sha256(image.encode()).hexdigest()}"
-
-
-def _container_id(pod: Mapping[str, Any], name: str, restarts: int) -> str:
-    seed = f"{pod['metadata']['uid']}/{name}/{restarts}".encode()
-    return f"containerd://{hashlib.sha256(seed).hexdigest()}"
-
-
-def _containers(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
-    return list(pod["spec"].get("containers") or [])
-
-
-def _set_waiting(pod: dict[str, Any], reason: str, message: str, now: float) -> None:
-    names = [c["name"] for c in _containers(pod)]
-    unready = f"containers with unready status: [{' '.join(names)}]"
-    _set_conditions(
-        pod,
-        [
-            _condition("PodReadyToStartContainers", False, now),
-            _condition("Initialized", True, now),
-            _condition("Ready", False, now, "ContainersNotReady", unready),
-            _condition("ContainersReady", False, now, "ContainersNotReady", unready),
-        ],
-    )
-    waiting: dict[str, Any] = {"reason": reason}
-    if message:
-        waiting["message"] = message
-    pod["status"]["hostIP"] = pod["status"].get("hostIP")
-    pod["status"]["containerStatuses"] = [
-        {
-            "name": c["name"],
-            "image": c.get("image", ""),
-            "imageID": "",
-            "ready": False,
-            "restartCount": 0,
-            "started": False,
-            "state": {"waiting": waiting},
-        }
-        for c in _containers(pod)
-    ]
-    pod["status"].setdefault("startTime", format_timestamp(now))
-
-
-def _set_running(pod: dict[str, Any], host_ip: str, pod_ip: str | None, now: float) -> None:
-    status = pod.setdefault("status", {})
-    status["phase"] = "Running"
-    status["hostIP"] = host_ip
-    status["hostIPs"] = [{"ip": host_ip}]
-    if pod_ip is not None:
-        status["podIP"] = pod_ip
-        status["podIPs"] = [{"ip": pod_ip}]
-    status.setdefault("startTime", format_timestamp(now))
-    _set_conditions(
-        pod,
-        [
-            _condition("PodReadyToStartContainers", True, now),
-            _condition("Initialized", True, now),
-            _condition("Ready", True, now),
-            _condition("ContainersReady", True, now),
-        ],
-    )
-    previous = {s.get("name"): s for s in status.get("containerStatuses") or []}
-    statuses = []
-    for container in _containers(pod):
-        restarts = int((previous.get(container["name"]) or {}).get("restartCount", 0))
-        entry: dict[str, Any] = {
-            "name": container["name"],
-            "image": container.get("image", ""),
-            "imageID": _image_id(str(container.get("image", ""))),
-            "containerID": _container_id(pod, container["name"], restarts),
-            "ready": True,
-            "started": True,
-            "restartCount": restarts,
-            "state": {"running": {"startedAt": format_timestamp(now)}},
-        }
-        last = (previous.get(container["name"]) or {}).get("lastState")
-        if last:
-            entry["lastState"] = last
-        statuses.append(entry)
-    status["containerStatuses"] = statuses
-
-
-def _set_crash_loop(pod: dict[str, Any], now: float) -> None:
-    status = pod["status"]
-    names = [c["name"] for c in _containers(pod)]
-    unready = f"containers with unready status: [{' '.join(names)}]"
-    _set_conditions(
-        pod,
-        [
-            _condition("PodReadyToStartContainers", True, now),
-            _condition("Initialized", True, now),
-            _condition("Ready", False, now, "ContainersNotReady", unready),
-            _condition("ContainersReady", False, now, "ContainersNotReady", unready),
-        ],
-    )
-    statuses = []
-    for entry in status.get("containerStatuses") or []:
-        restarts = int(entry.get("restartCount", 0)) + 1
-        statuses.append(
-            {
-                **entry,
-                "ready": False,
-                "started": False,
-                "restartCount": restarts,
-                "lastState": {
-                    "terminated": {
-                        "exitCode": 1,
-                        "reason": "Error",
-                        "finishedAt": format_timestamp(now),
-                        "containerID": entry.get("containerID", ""),
-                    }
-                },
-                "state": {
-                    "waiting": {
-                        "reason": "CrashLoopBackOff",
-                        "message": f"back-off 10s restarting failed container={entry['name']} "
-                        f"pod={pod['metadata']['name']}_{pod['metadata']['namespace']}"
-                        f"({pod['metadata']['uid']})",
-                    }
-                },
-            }
-        )
-    status["containerStatuses"] = statuses
-
-
-def _set_succeeded(pod: dict[str, Any], now: float) -> None:
-    status = pod["status"]
-    status["phase"] = "Succeeded"
-    _set_conditions(
-        pod,
-        [
-            _condition("PodReadyToStartContainers", False, now),
-            _condition("Initialized", True, now, "PodCompleted"),
-            _condition("Ready", False, now, "PodCompleted"),
-            _condition("ContainersReady", False, now, "PodCompleted"),
-        ],
-    )
-    statuses = []
-    for entry in status.get("containerStatuses") or []:
-        started = ((entry.get("state") or {}).get("running") or {}).get("startedAt")
-        statuses.append(
-            {
-                **entry,
-                "ready": False,
-                "started": False,
-                "state": {
-                    "terminated": {
-                        "exitCode": 0,
-                        "reason": "Completed",
-                        "startedAt": started,
-                        "finishedAt": format_timestamp(now),
-                        "containerID": entry.get("containerID", ""),
-                    }
-                },
-            }
-        )
-    status["containerStatuses"] = statuses
-
-
-def _set_failed(pod: dict[str, Any], reason: str, message: str) -> None:
-    status = pod["status"]
-    status["phase"] = "Failed"
-    status["reason"] = reason
-    status["message"] = message
-
-
-def _waiting_reason(pod: Mapping[str, Any]) -> str | None:
-    for entry in (pod.get("status") or {}).get("containerStatuses") or []:
-        waiting = (entry.get("state") or {}).get("waiting")
-        if waiting:
-            return str(waiting.get("reason"))
-    return None
 
 
 def _set_node_conditions(status: dict[str, Any], not_ready: bool, now: float) -> None:
