@@ -61,6 +61,18 @@ class StepPlan:
     why: str
     action: str | None = None
     noop_reason: str | None = None
+    # what a reviewer must know before this step runs (a drain that would refuse, ...)
+    warnings: tuple[str, ...] = ()
+
+    @classmethod
+    def acting(cls, kind: str, action: str, warnings: tuple[str, ...] = ()) -> StepPlan:
+        """A step that will act; `why` is the playbook's, filled in by the planner."""
+        return cls(kind=kind, why="", action=action, warnings=warnings)
+
+    @classmethod
+    def skipping(cls, kind: str, reason: str) -> StepPlan:
+        """A step with nothing to do, and why."""
+        return cls(kind=kind, why="", noop_reason=reason)
 
     @property
     def changes(self) -> bool:

@@ -12,25 +12,7 @@ from typing import Any
 import yaml
 
 from rollout.errors import InputError, SourceLocation
-
-# Every step kind rollout knows; a playbook naming another is refused at load time.
-STEP_KINDS = frozenset(
-    {
-        "preflight",
-        "cordon",
-        "drain",
-        "containerd.write",
-        "systemd.restart",
-        "containerd.verify",
-        "configmap.update",
-        "node.label",
-        "deviceplugin.restart",
-        "driver.install",
-        "gpu.wait",
-        "gpu.smoke",
-        "uncordon",
-    }
-)
+from rollout.steps import step_kinds
 
 
 class Phase(enum.Enum):
@@ -128,12 +110,13 @@ def _parse_step(location: SourceLocation, index: int, item: Any) -> PlaybookStep
             location, "each step is a mapping with `step`, `phase` and `why`", field=field
         )
     kind = str(item["step"])
-    if kind not in STEP_KINDS:
+    known = step_kinds()  # the step classes are the one list of kinds
+    if kind not in known:
         raise InputError(
             location,
             f"unknown step {kind!r}",
             field=field,
-            hint="known steps: " + ", ".join(sorted(STEP_KINDS)),
+            hint="known steps: " + ", ".join(sorted(known)),
         )
     try:
         phase = Phase(str(item.get("phase", "change")))

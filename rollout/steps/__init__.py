@@ -1,4 +1,8 @@
-"""Step kinds, one module per area: preflight, containerd, systemd, Kubernetes, time-slicing."""
+"""Step kinds, one module per area: preflight, containerd, systemd, Kubernetes, time-slicing.
+
+The step classes are the one list of step kinds: playbooks are checked against it, the
+planner asks each step for its plan, the executor runs the ones that can be applied.
+"""
 
 from __future__ import annotations
 
@@ -6,27 +10,41 @@ import inspect
 from types import ModuleType
 from typing import cast
 
-from rollout.steps.base import Step
+from rollout.steps.base import Step, StepPlanner
+
+
+def step_planners() -> dict[str, StepPlanner]:
+    """Every built-in step kind, by kind: each step class that can plan itself."""
+    from rollout.steps import containerd, driver, kube, preflight, systemd, timeslicing
+
+    return steps_in(preflight, containerd, systemd, kube, timeslicing, driver)
 
 
 def builtin_steps() -> dict[str, Step]:
-    """Every built-in step, by kind: each class in the step modules that has a `kind`."""
-    from rollout.steps import containerd, kube, preflight, systemd, timeslicing
+    """The step kinds rollout can apply: those that also implement `apply` and `undo`."""
+    return {
+        kind: cast(Step, step)
+        for kind, step in step_planners().items()
+        if callable(getattr(step, "apply", None)) and callable(getattr(step, "undo", None))
+    }
 
-    return steps_in(preflight, containerd, systemd, kube, timeslicing)
+
+def step_kinds() -> frozenset[str]:
+    """The names a playbook may use."""
+    return frozenset(step_planners())
 
 
-def steps_in(*modules: ModuleType) -> dict[str, Step]:
+def steps_in(*modules: ModuleType) -> dict[str, StepPlanner]:
     """An instance of every step class defined in the modules, keyed by its kind."""
-    found: dict[str, Step] = {}
+    found: dict[str, StepPlanner] = {}
     for module in modules:
         for _, cls in inspect.getmembers(module, inspect.isclass):
             kind = getattr(cls, "kind", None)
             if cls.__module__ != module.__name__ or not isinstance(kind, str) or not kind:
                 continue
-            if not (callable(getattr(cls, "apply", None)) and callable(getattr(cls, "undo", None))):
+            if not callable(getattr(cls, "plan", None)):
                 continue
             if kind in found:
                 raise TypeError(f"two step classes for {kind!r}: {cls} and {type(found[kind])}")
-            found[kind] = cast(Step, cls())
+            found[kind] = cast(StepPlanner, cls())
     return found

@@ -19,9 +19,9 @@ from typing import Any, ClassVar, Protocol
 
 from rollout.commands import CommandRunner
 from rollout.errors import RolloutError
-from rollout.facts import NodeFacts
+from rollout.facts import ClusterFacts, NodeFacts
 from rollout.journal import Journal
-from rollout.plan import NodePlan
+from rollout.plan import NodePlan, StepPlan
 from rollout.spec import Spec
 from rollout.transports.kube import KubeClient
 
@@ -98,10 +98,20 @@ class StepContext:
         return self.journal.run_dir / "nodes" / self.node / f"{step}.json"
 
 
-class Step(Protocol):
-    """One step kind: `apply` (idempotent, verified) and `undo` (idempotent)."""
+class StepPlanner(Protocol):
+    """A step kind's one decision — its action, or why it has nothing to do — from facts alone.
+
+    `rollout plan` shows it; `rollout apply` runs only steps whose plan acts, and a step's
+    `apply` that re-checks fresh state asks the same `plan` again.
+    """
 
     kind: ClassVar[str]
+
+    def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan: ...
+
+
+class Step(StepPlanner, Protocol):
+    """A step kind rollout can run: `plan`, `apply` (idempotent, verified), `undo` (idempotent)."""
 
     def apply(self, ctx: StepContext) -> StepResult: ...
 

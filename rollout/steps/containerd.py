@@ -27,10 +27,11 @@ from rollout import containerd as engine
 from rollout.commands import CommandRunner, check
 from rollout.containerd.staging import normalise_dump
 from rollout.errors import RolloutError
+from rollout.facts import ClusterFacts, NodeFacts
 from rollout.journal import BackupWritten
-from rollout.plan import FileChange
-from rollout.planner import build_intent
+from rollout.plan import FileChange, StepPlan
 from rollout.probe import CONTAINERD_DIR, file_dump_argv, parse_file_dump
+from rollout.spec import Spec
 from rollout.steps.backup import (
     BackupRecord,
     back_up_file,
@@ -43,6 +44,8 @@ from rollout.steps.backup import (
     restore_file,
 )
 from rollout.steps.base import StepContext, StepFailed, StepResult
+from rollout.steps.containerd_changes import build_intent
+from rollout.steps.nodechanges import node_changes
 from rollout.steps.systemd import (
     probe_service,
     read_node_clock,
@@ -184,6 +187,14 @@ class ContainerdWrite:
     """Write the planned containerd files, after a drift check, a prediction and backups."""
 
     kind: ClassVar[str] = WRITE_STEP
+
+    def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
+        files = node_changes(facts, cluster, spec).containerd.files
+        if not files:
+            return StepPlan.skipping(
+                self.kind, "the effective containerd config already holds the intent"
+            )
+        return StepPlan.acting(self.kind, "write " + ", ".join(f.path for f in files))
 
     def apply(self, ctx: StepContext) -> StepResult:
         planned = list(ctx.node_plan.files)
@@ -362,6 +373,11 @@ class ContainerdVerify:
     """After the restart: the real dump is the predicted one and every handler is still there."""
 
     kind: ClassVar[str] = "containerd.verify"
+
+    def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
+        if not node_changes(facts, cluster, spec).restarts_containerd:
+            return StepPlan.skipping(self.kind, "no containerd file changes")
+        return StepPlan.acting(self.kind, "containerd config dump == predicted")
 
     def apply(self, ctx: StepContext) -> StepResult:
         if not ctx.node_plan.files:

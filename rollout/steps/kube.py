@@ -20,12 +20,13 @@ from typing import Any, ClassVar
 
 from rollout.drain import EvictionBackoff, classify_for_policy, format_blocked
 from rollout.errors import RolloutError
-from rollout.facts import NodeFacts
+from rollout.facts import ClusterFacts, NodeFacts
 from rollout.journal import CordonedByRollout, Uncordoned
-from rollout.planner import current_replicas
+from rollout.plan import StepPlan
 from rollout.probe import pod_to_drain_json
 from rollout.spec import Spec, TimeSlicingChange
 from rollout.steps.base import StepContext, StepFailed, StepResult
+from rollout.steps.nodechanges import node_changes
 from rollout.transports.errors import EvictionBlocked, KubeError, NotFound, TooManyRequests
 from rollout.transports.kube import EventType, Node, Pod
 
@@ -167,6 +168,15 @@ class CordonStep:
 
     kind: ClassVar[str] = "cordon"
 
+    def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
+        if not node_changes(facts, cluster, spec).disruptive:
+            return StepPlan.skipping(self.kind, "nothing restarts on this node")
+        if facts.unschedulable:
+            return StepPlan.skipping(
+                self.kind, "already cordoned (by someone else: it stays cordoned afterwards)"
+            )
+        return StepPlan.acting(self.kind, "mark the node unschedulable")
+
     def apply(self, ctx: StepContext) -> StepResult:
         return report_step(ctx, self.kind, self._apply)
 
@@ -217,6 +227,11 @@ class UncordonStep:
 
     kind: ClassVar[str] = "uncordon"
 
+    def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
+        if node_changes(facts, cluster, spec).disruptive and not facts.unschedulable:
+            return StepPlan.acting(self.kind, "mark the node schedulable again")
+        return StepPlan.skipping(self.kind, "rollout does not cordon this node")
+
     def apply(self, ctx: StepContext) -> StepResult:
         return report_step(ctx, self.kind, self._apply)
 
@@ -255,6 +270,12 @@ class DrainStep:
     """Evict the node's pods through the Eviction API, as `kubectl drain` would."""
 
     kind: ClassVar[str] = "drain"
+
+    def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
+        if not node_changes(facts, cluster, spec).disruptive:
+            return StepPlan.skipping(self.kind, "nothing restarts on this node")
+        action, refusal = describe_drain(spec, facts)
+        return StepPlan.acting(self.kind, action, tuple(refusal))
 
     def apply(self, ctx: StepContext) -> StepResult:
         return report_step(ctx, self.kind, self._apply)
@@ -341,6 +362,37 @@ class DrainStep:
         """Nothing to put back: the pods' controllers reschedule them once the node is open."""
 
 
+def describe_drain(spec: Spec, node: NodeFacts) -> tuple[str, list[str]]:
+    """The drain's action from the node's pods (live facts), and why it would refuse."""
+    if not node.pods:
+        return "evict pods through the Eviction API", []
+    selection = classify_for_policy(node.pods, spec.policy.drain)
+    gpus = {
+        (p["metadata"]["namespace"], p["metadata"]["name"]): p["spec"].get("gpuRequest", 0)
+        for p in node.pods
+    }
+    names = [
+        f"{p.namespace}/{p.name}"
+        + (f" ({gpus[(p.namespace, p.name)]} GPU)" if gpus.get((p.namespace, p.name)) else "")
+        for p in selection.to_evict
+    ]
+    shown = ", ".join(names[:5]) + (f", ... ({len(names) - 5} more)" if len(names) > 5 else "")
+    if selection.refused:
+        blocked = len(selection.blocking)
+        return f"would refuse: {blocked} pod(s) block the drain (see the warning)", [
+            selection.refusal_message()
+        ]
+    if not names:
+        return "nothing to evict now (checked again at apply time)", []
+    return f"evict {len(names)} pod(s) through the Eviction API: {shown}", []
+
+
+def current_replicas(node: NodeFacts) -> int:
+    """The replicas the node's device plugin runs now (its gpu.replicas label, else 1)."""
+    text = node.labels.get("nvidia.com/gpu.replicas", "1")
+    return int(text) if text.isdigit() and int(text) > 0 else 1
+
+
 def read_pod(ctx: StepContext, pod: Pod) -> Pod | None:
     try:
         return ctx.kube.get_pod(pod.namespace, pod.name)
@@ -369,8 +421,8 @@ class GpuExpectation:
 def expect_gpus(spec: Spec, facts: NodeFacts) -> GpuExpectation:
     """Physical GPUs (facts) x replicas: the spec's time-slicing change, else the node's label.
 
-    The replicas rule is the planner's (`expected_gpus`); the resource name follows
-    renameByDefault, which moves shared GPUs to nvidia.com/gpu.shared.
+    The resource name follows renameByDefault, which moves shared GPUs to
+    nvidia.com/gpu.shared. Both gpu.wait's plan and its apply read this one rule.
     """
     change = time_slicing_change(spec)
     if change is not None:
@@ -404,6 +456,14 @@ class GpuWaitStep:
     """Wait until the node advertises its GPUs again: allocatable = GPUs x replicas."""
 
     kind: ClassVar[str] = "gpu.wait"
+
+    def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
+        if not node_changes(facts, cluster, spec).touches_node:
+            return StepPlan.skipping(self.kind, "nothing changed on this node")
+        expected = expect_gpus(spec, facts)
+        return StepPlan.acting(
+            self.kind, f"wait for allocatable {expected.resource} = {expected.count}"
+        )
 
     def apply(self, ctx: StepContext) -> StepResult:
         return report_step(ctx, self.kind, self._apply)
@@ -582,6 +642,11 @@ class GpuSmokeStep:
     """Run `nvidia-smi -L` in a one-GPU pod on the node; the node's GPUs must show up."""
 
     kind: ClassVar[str] = "gpu.smoke"
+
+    def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
+        if not node_changes(facts, cluster, spec).touches_node:
+            return StepPlan.skipping(self.kind, "nothing changed on this node")
+        return StepPlan.acting(self.kind, "run nvidia-smi -L in a one-GPU pod pinned to the node")
 
     def apply(self, ctx: StepContext) -> StepResult:
         return report_step(ctx, self.kind, self._apply)

@@ -12,7 +12,11 @@ from typing import ClassVar
 
 from rollout.commands import check
 from rollout.containerd import parse_version
+from rollout.facts import ClusterFacts, NodeFacts
+from rollout.plan import StepPlan
+from rollout.spec import Spec
 from rollout.steps.base import StepContext, StepFailed, StepResult
+from rollout.steps.nodechanges import node_changes
 from rollout.steps.systemd import probe_service
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -22,6 +26,14 @@ class Preflight:
     """Check the node before the first change; record its GPU baseline."""
 
     kind: ClassVar[str] = "preflight"
+
+    def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
+        changes = node_changes(facts, cluster, spec)
+        if changes.touches_node or changes.cluster_pending:
+            return StepPlan.acting(
+                self.kind, "check the node is Ready and containerd runs as planned"
+            )
+        return StepPlan.skipping(self.kind, "nothing changes on this node")
 
     def apply(self, ctx: StepContext) -> StepResult:
         node = ctx.kube.get_node(ctx.node)

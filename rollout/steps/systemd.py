@@ -20,7 +20,11 @@ from typing import Any, ClassVar, NoReturn
 
 from rollout.commands import CommandRunner, CommandTimeout, check
 from rollout.errors import RolloutError
+from rollout.facts import ClusterFacts, NodeFacts
+from rollout.plan import StepPlan
+from rollout.spec import Spec
 from rollout.steps.base import StepContext, StepFailed, StepResult
+from rollout.steps.nodechanges import node_changes
 
 SERVICE = "containerd"
 WRITE_STEP = "containerd.write"
@@ -232,6 +236,11 @@ class SystemdRestart:
     """Restart containerd through systemd after the write, and prove the new process runs."""
 
     kind: ClassVar[str] = "systemd.restart"
+
+    def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
+        if not node_changes(facts, cluster, spec).restarts_containerd:
+            return StepPlan.skipping(self.kind, "no containerd file changes")
+        return StepPlan.acting(self.kind, "systemctl restart containerd")
 
     def apply(self, ctx: StepContext) -> StepResult:
         if not ctx.node_plan.files:

@@ -20,9 +20,9 @@ from typing import Any, ClassVar
 
 import yaml
 
-from rollout.facts import ClusterFacts
-from rollout.planner import DEVICE_PLUGIN_CONFIG_LABEL, SHARED_MEMORY_WARNING, plan_cluster_changes
-from rollout.spec import MAX_REPLICAS, TimeSlicingChange
+from rollout.facts import ClusterFacts, NodeFacts
+from rollout.plan import StepPlan
+from rollout.spec import MAX_REPLICAS, Spec, TimeSlicingChange
 from rollout.steps.base import StepContext, StepFailed, StepResult
 from rollout.steps.kube import (
     GPU_RESOURCE,
@@ -32,6 +32,12 @@ from rollout.steps.kube import (
     find_device_plugin_pods,
     report_step,
     time_slicing_change,
+)
+from rollout.steps.nodechanges import node_changes
+from rollout.steps.profile_changes import (
+    DEVICE_PLUGIN_CONFIG_LABEL,
+    SHARED_MEMORY_WARNING,
+    plan_cluster_changes,
 )
 from rollout.transports.errors import Conflict, NotFound
 from rollout.transports.kube import ConfigMap, Pod
@@ -123,6 +129,16 @@ class ConfigMapUpdateStep:
     """
 
     kind: ClassVar[str] = "configmap.update"
+
+    def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
+        if node_changes(facts, cluster, spec).cluster_pending:
+            # cluster-wide: the first node's step makes the change, later ones find it made
+            return StepPlan.acting(
+                self.kind, "publish the profile in the ConfigMap and point the ClusterPolicy at it"
+            )
+        return StepPlan.skipping(
+            self.kind, "the ConfigMap and the ClusterPolicy already hold the profile"
+        )
 
     def apply(self, ctx: StepContext) -> StepResult:
         return report_step(ctx, self.kind, self._apply)
@@ -286,6 +302,12 @@ class NodeLabelStep:
 
     kind: ClassVar[str] = "node.label"
 
+    def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
+        profile = node_changes(facts, cluster, spec).profile
+        if profile.label is None:
+            return StepPlan.skipping(self.kind, profile.noop_reason or "no label change")
+        return StepPlan.acting(self.kind, f"label {profile.label.key}={profile.label.after}")
+
     def apply(self, ctx: StepContext) -> StepResult:
         return report_step(ctx, self.kind, self._apply)
 
@@ -388,6 +410,15 @@ class DevicePluginRestartStep:
     """
 
     kind: ClassVar[str] = "deviceplugin.restart"
+
+    def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
+        if node_changes(facts, cluster, spec).profile.restart_device_plugin:
+            return StepPlan.acting(
+                self.kind, "delete the node's device-plugin pod so it reloads the profile"
+            )
+        return StepPlan.skipping(
+            self.kind, "the device plugin takes the profile from the label change"
+        )
 
     def apply(self, ctx: StepContext) -> StepResult:
         return report_step(ctx, self.kind, self._apply)

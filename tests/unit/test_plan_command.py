@@ -234,7 +234,7 @@ def test_planned_writes_proven_by_real_containerd(
 def test_prediction_accepts_a_repair_only_as_restored_keys() -> None:
     """On the broken node the writes give back the hidden CRI table: allowed only as additions."""
     from rollout import containerd as engine
-    from rollout.planner import build_intent
+    from rollout.steps.containerd_changes import build_intent
     from rollout.spec import load_spec
 
     node = load_recorded_facts(FACTS).by_name("gpu-a-3")
@@ -270,7 +270,7 @@ def test_prediction_accepts_a_repair_only_as_restored_keys() -> None:
 def test_drain_action_names_the_pods_and_their_gpus() -> None:
     import dataclasses
 
-    from rollout.planner import describe_drain
+    from rollout.steps.kube import describe_drain
     from rollout.spec import load_spec
 
     def pod(name: str, owner: str | None, gpus: int) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from rollout.containerd import ConfigFiles, parse_version
 from rollout.facts import NodeFacts
 from rollout.journal import Journal
 from rollout.plan import FileChange, NodePlan
-from rollout.planner import build_intent
+from rollout.steps.containerd_changes import build_intent
 from rollout.spec import load_spec
 from rollout.steps import builtin_steps
 from rollout.steps.backup import (

@@ -1,0 +1,74 @@
+"""What a plan changes on one node, decided once and read by every step's `plan`.
+
+Several steps hang on the same node-wide facts: cordon, drain and uncordon act only where
+containerd restarts; preflight and the GPU checks act wherever anything on the node changes.
+Those answers are computed here once per (spec, node, cluster) so that no step re-derives
+them its own way.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from rollout.facts import ClusterFacts, NodeFacts
+from rollout.plan import ClusterChange
+from rollout.spec import Spec
+from rollout.steps.containerd_changes import ContainerdChanges, plan_containerd
+from rollout.steps.profile_changes import ProfileChange, plan_cluster_changes, plan_profile
+
+# Planning one node reads every step; the cache keeps the answer for the node being planned
+# (and a few more) without holding a whole fleet's results.
+_CACHE_SIZE = 64
+
+
+@dataclass(frozen=True)
+class NodeChanges:
+    """The node's containerd writes, its time-slicing change and the cluster-wide changes."""
+
+    containerd: ContainerdChanges
+    profile: ProfileChange
+    cluster: tuple[ClusterChange, ...]
+
+    @property
+    def restarts_containerd(self) -> bool:
+        return bool(self.containerd.files)
+
+    @property
+    def disruptive(self) -> bool:
+        """Whether workloads must leave the node first (cordon and drain)."""
+        return self.restarts_containerd
+
+    @property
+    def touches_node(self) -> bool:
+        """Whether anything on the node itself changes (files, label, device plugin)."""
+        return self.restarts_containerd or self.profile.changes_node
+
+    @property
+    def cluster_pending(self) -> bool:
+        """Whether a cluster-wide object (ConfigMap, ClusterPolicy) still has to change."""
+        return any(c.action is not None for c in self.cluster)
+
+
+_cache: OrderedDict[tuple[int, int, int], tuple[Spec, NodeFacts, ClusterFacts, NodeChanges]] = (
+    OrderedDict()
+)
+
+
+def node_changes(facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> NodeChanges:
+    """What the spec changes on this node; the same objects give the same (cached) answer."""
+    key = (id(spec), id(facts), id(cluster))
+    hit = _cache.get(key)
+    # the cached inputs are kept alive, so an id cannot be reused while its entry exists
+    if hit is not None and hit[0] is spec and hit[1] is facts and hit[2] is cluster:
+        _cache.move_to_end(key)
+        return hit[3]
+    result = NodeChanges(
+        containerd=plan_containerd(spec, facts),
+        profile=plan_profile(spec, facts, cluster),
+        cluster=tuple(plan_cluster_changes(spec, cluster)),
+    )
+    _cache[key] = (spec, facts, cluster, result)
+    if len(_cache) > _CACHE_SIZE:
+        _cache.popitem(last=False)
+    return result
