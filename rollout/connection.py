@@ -13,8 +13,9 @@ from rollout.facts import FleetFacts
 from rollout.inventory import load_inventory
 from rollout.probe import gather_fleet_facts
 from rollout.spec import Spec
+from rollout.transports.fanout import close_runners
 from rollout.transports.kube import KubeClient
-from rollout.transports.ssh import SshOptions, SshRunner, close_runners
+from rollout.transports.ssh import SshOptions, SshRunner
 
 
 class FleetConnection:

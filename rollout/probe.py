@@ -19,8 +19,8 @@ from rollout.facts import DEFAULT_CONTAINERD_CONFIG, ClusterFacts, FleetFacts, G
 from rollout.retry import retry_transient
 from rollout.spec import Spec, TimeSlicingChange
 from rollout.transports.errors import NotFound
+from rollout.transports.fanout import run_on_nodes
 from rollout.transports.kube import KubeClient, Node, Pod
-from rollout.transports.ssh import run_on_nodes
 
 CONTAINERD_DIR = "/etc/containerd"
 # Config files are small; anything bigger under /etc/containerd (a stray image, a core dump)

@@ -64,34 +64,37 @@ class SshProtocolError(SshError):
     """The SSH session failed for another reason: a refused channel, a protocol error."""
 
 
-class HostKeyUnknown(SshError):
+class HostKeyError(SshError):
+    """The node's host key is not the one known_hosts records (or none is recorded)."""
+
+    def __init__(
+        self, node: str, target: str, where: tuple[str, str, str], problem: str, hint: str
+    ) -> None:
+        # where: (known_hosts file, its entry for the node, the key's type)
+        self.known_hosts, self.entry, self.key_type = where
+        super().__init__(node, target, problem, hint=hint)
+
+
+class HostKeyUnknown(HostKeyError):
     """The node's host key is not in known_hosts and adding unknown keys was not asked for."""
 
     def __init__(
-        self,
-        node: str,
-        target: str,
-        known_hosts: str,
-        entry: str,
-        key_type: str,
-        fingerprint: str,
+        self, node: str, target: str, known_hosts: str, entry: str, key_type: str, fingerprint: str
     ) -> None:
-        self.known_hosts = known_hosts
-        self.entry = entry
-        self.key_type = key_type
         self.fingerprint = fingerprint
         host, port = split_known_hosts_entry(entry)
         keyscan = f"ssh-keyscan -p {port} {host}" if port != 22 else f"ssh-keyscan {host}"
         super().__init__(
             node,
             target,
+            (known_hosts, entry, key_type),
             f"the host key of {entry} is not in {known_hosts} ({key_type} {fingerprint})",
             hint=f"check the fingerprint, then add the key (`{keyscan} >> {known_hosts}`) "
             "or accept new host keys explicitly (--accept-new-host-keys)",
         )
 
 
-class HostKeyMismatch(SshError):
+class HostKeyMismatch(HostKeyError):
     """The node presented a key other than the one known_hosts records for it.
 
     Never accepted, whatever the options: it is either a reinstalled node or a
@@ -108,14 +111,12 @@ class HostKeyMismatch(SshError):
         presented: str,
         expected: str,
     ) -> None:
-        self.known_hosts = known_hosts
-        self.entry = entry
-        self.key_type = key_type
         self.presented = presented
         self.expected = expected
         super().__init__(
             node,
             target,
+            (known_hosts, entry, key_type),
             f"HOST KEY CHANGED for {entry}: the node presented {key_type} {presented}, "
             f"{known_hosts} expects {expected}",
             hint="if the node was reinstalled, remove the old key "
@@ -190,7 +191,61 @@ class Unauthorized(KubeError):
 class Forbidden(KubeError):
     """403: the credentials are valid but RBAC does not allow this request."""
 
-    hint = "grant the user or service account this verb on this resource (see `rollout schedule`)"
+    def __init__(
+        self,
+        verb: str,
+        obj: str,
+        *,
+        status: int | None = None,
+        reason: str = "",
+        message: str = "",
+    ) -> None:
+        self.hint = rbac_hint(verb, obj)
+        super().__init__(verb, obj, status=status, reason=reason, message=message)
+
+
+# How the client's requests name objects (first word) -> the RBAC resource (and API group).
+_RBAC_RESOURCES = {
+    "node": "nodes",
+    "nodes": "nodes",
+    "pod": "pods",
+    "pods": "pods",
+    "configmap": "configmaps",
+    "event": "events",
+    "lease": "leases.coordination.k8s.io",
+    "poddisruptionbudgets": "poddisruptionbudgets.policy",
+    "clusterpolicy": "clusterpolicies.nvidia.com",
+    "clusterpolicies": "clusterpolicies.nvidia.com",
+}
+# Requests whose RBAC verb, or subresource, is not the request's own verb.
+_RBAC_REQUESTS = {
+    "replace": ("update", ""),
+    "evict": ("create", "/eviction"),
+    "read log of": ("get", "/log"),
+}
+
+
+def rbac_hint(verb: str, obj: str) -> str:
+    """What to grant for a refused request: `patch` on `nodes`, `create` on `pods/eviction`."""
+    words = obj.split()
+    resource = _RBAC_RESOURCES.get(words[0], words[0]) if words else obj
+    rbac_verb, subresource = _RBAC_REQUESTS.get(verb, (verb, ""))
+    if subresource:
+        resource = resource.split(".")[0] + subresource
+    after_in = words[words.index("in") + 1 :] if "in" in words else []
+    if after_in[:2] == ["all", "namespaces"]:
+        scope, flag = " in every namespace", " --all-namespaces"
+    elif len(words) > 1 and "/" in words[1]:  # `pod ns/name`
+        scope, flag = f" in namespace {words[1].split('/')[0]}", f" -n {words[1].split('/')[0]}"
+    elif after_in:  # `pods in ns`
+        scope, flag = f" in namespace {after_in[0]}", f" -n {after_in[0]}"
+    else:
+        scope, flag = "", ""
+    return (
+        f"grant the user or service account `{rbac_verb}` on `{resource}`{scope} "
+        f"(a Role or ClusterRole rule and its binding); "
+        f"`kubectl auth can-i {rbac_verb} {resource}{flag}` checks it"
+    )
 
 
 class NotFound(KubeError):

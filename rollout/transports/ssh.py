@@ -15,23 +15,20 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import select
 import shlex
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any
 
 import fabric
 import paramiko
 
-from rollout.commands import DEFAULT_TIMEOUT_S, CommandResult, CommandRunner, CommandTimeout
-from rollout.errors import RolloutError
+from rollout.commands import DEFAULT_TIMEOUT_S, CommandResult, CommandTimeout
 from rollout.inventory import Host
 from rollout.transports.errors import (
     HostKeyMismatch,
@@ -42,6 +39,8 @@ from rollout.transports.errors import (
     SshResolveError,
     known_hosts_entry,
 )
+from rollout.transports.hostkeys import HostKeyPolicy, UnknownHostKey
+from rollout.transports.sshchannel import exchange
 
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
@@ -53,16 +52,10 @@ REPORT_SLACK_S = 5.0
 TIMEOUT_EXIT_CODES = frozenset({124, 128 + 9})
 # paramiko's exit code when the channel closed without an exit status (killed by a signal).
 NO_EXIT_STATUS = -1
-CHUNK_BYTES = 32768
 
 # paramiko logs every failed handshake from its transport thread; rollout reports the
 # translated error itself, so without a handler of the user's these would print twice.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
-
-_known_hosts_lock = threading.Lock()
-
-R = TypeVar("R", bound=CommandRunner)
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -74,43 +67,6 @@ class SshOptions:
     # An ssh_config file to read instead of /etc/ssh/ssh_config and ~/.ssh/config
     # (as `ssh -F`); None reads those two, as ssh does.
     ssh_config_path: str | None = None
-
-
-class _UnknownHostKey(paramiko.SSHException):  # type: ignore[misc]
-    """Raised by the host key policy; translated into HostKeyUnknown at the boundary."""
-
-    def __init__(self, entry: str, key: paramiko.PKey) -> None:
-        self.entry = entry
-        self.key = key
-        super().__init__(f"unknown host key for {entry}")
-
-
-class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):  # type: ignore[misc]
-    """Unknown keys: refuse, or (when asked) append to known_hosts and accept.
-
-    paramiko consults the policy only for a host it has no key for; a host whose recorded
-    key differs fails in paramiko itself (BadHostKeyException), so a changed key can never
-    be accepted here.
-    """
-
-    def __init__(self, known_hosts: Path, accept_new: bool) -> None:
-        self._known_hosts = known_hosts
-        self._accept_new = accept_new
-
-    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: Any) -> None:
-        if not self._accept_new:
-            raise _UnknownHostKey(hostname, key)
-        client.get_host_keys().add(hostname, key.get_name(), key)
-        append_known_host(self._known_hosts, hostname, key.get_name(), key.get_base64())
-
-
-def append_known_host(known_hosts: Path, entry: str, key_type: str, key_base64: str) -> None:
-    """Append one `entry type key` line to known_hosts, creating the file (0600) if needed."""
-    with _known_hosts_lock:
-        known_hosts.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(known_hosts, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        with os.fdopen(fd, "a") as out:
-            out.write(f"{entry} {key_type} {key_base64}\n")
 
 
 class SshRunner:
@@ -242,7 +198,7 @@ class SshRunner:
             channel = transport.open_session(timeout=self._options.connect_timeout_s)
             try:
                 channel.exec_command(command)
-                exchanged = _exchange(
+                exchanged = exchange(
                     channel, stdin, started + timeout_s + KILL_AFTER_S + REPORT_SLACK_S
                 )
             finally:
@@ -340,7 +296,7 @@ class SshRunner:
         if known_hosts.exists():
             client.get_host_keys().load(str(known_hosts))
         client.set_missing_host_key_policy(
-            _HostKeyPolicy(known_hosts, self._options.accept_new_host_keys)
+            HostKeyPolicy(known_hosts, self._options.accept_new_host_keys)
         )
 
     def _open_transport(self) -> paramiko.Transport:
@@ -370,7 +326,7 @@ class SshRunner:
         """paramiko, fabric and socket errors -> rollout's SshError tree, cause chained."""
         try:
             yield
-        except _UnknownHostKey as exc:
+        except UnknownHostKey as exc:
             raise HostKeyUnknown(
                 self.host,
                 self.target,
@@ -462,99 +418,3 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror
     return str(exc) or type(exc).__name__
-
-
-def _exchange(
-    channel: paramiko.Channel, stdin: bytes | None, deadline: float
-) -> tuple[int, bytes, bytes] | None:
-    """Stream stdin in, collect stdout/stderr and the exit status; None past the deadline.
-
-    stdin goes from its own thread: a command that writes more than the SSH window before
-    reading its input would otherwise deadlock against us.
-    """
-    feeder = threading.Thread(target=_feed_stdin, args=(channel, stdin), daemon=True)
-    feeder.start()
-    stdout, stderr = bytearray(), bytearray()
-    # channel.fileno() turns readable on data for either stream and on EOF/close.
-    while not (channel.eof_received or channel.closed):
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return None
-        select.select([channel], [], [], remaining)
-        _drain(channel, stdout, stderr)
-    if not channel.status_event.wait(max(0.0, deadline - time.monotonic())):
-        return None
-    _drain(channel, stdout, stderr)
-    feeder.join(timeout=1.0)
-    return channel.recv_exit_status(), bytes(stdout), bytes(stderr)
-
-
-def _drain(channel: paramiko.Channel, stdout: bytearray, stderr: bytearray) -> None:
-    """Read what is buffered, without blocking."""
-    while channel.recv_ready():
-        stdout += channel.recv(CHUNK_BYTES)
-    while channel.recv_stderr_ready():
-        stderr += channel.recv_stderr(CHUNK_BYTES)
-
-
-def _feed_stdin(channel: paramiko.Channel, data: bytes | None) -> None:
-    """Send all of stdin, then EOF; a command that exits without reading it is no error."""
-    with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
-        if data:
-            channel.sendall(data)
-        channel.shutdown_write()
-
-
-# ------------------------------------------------------------------------------ fan-out
-
-
-def open_runners(hosts: Sequence[Host], options: SshOptions | None = None) -> list[SshRunner]:
-    """One (not yet connected) SshRunner per host."""
-    return [SshRunner(h, options) for h in hosts]
-
-
-def run_on_nodes(
-    runners: Sequence[R],
-    fn: Callable[[R], T],
-    max_parallel: int = 10,
-) -> dict[str, T | RolloutError]:
-    """Call fn(runner) for every runner, at most max_parallel at once; gather every outcome.
-
-    The result maps each runner's node (runner.host), in the order given, to what fn
-    returned or the RolloutError it raised, so one unreachable node does not hide the
-    others. Any other exception is a bug: it is raised once every node has finished.
-    """
-    if max_parallel < 1:
-        raise ValueError("max_parallel must be at least 1")
-    names = [r.host for r in runners]
-    if len(set(names)) != len(names):
-        raise ValueError(f"a node appears twice among the runners: {names}")
-    outcomes: dict[str, T | RolloutError] = {}
-    if not runners:
-        return outcomes
-    bugs: list[BaseException] = []
-
-    def call(runner: R) -> T | RolloutError:
-        try:
-            return fn(runner)
-        except RolloutError as error:
-            return error
-
-    with ThreadPoolExecutor(
-        max_workers=min(max_parallel, len(runners)), thread_name_prefix="rollout-node"
-    ) as pool:
-        futures = [(r.host, pool.submit(call, r)) for r in runners]
-        for name, future in futures:
-            try:
-                outcomes[name] = future.result()
-            except Exception as exc:
-                bugs.append(exc)
-    if bugs:
-        raise bugs[0]
-    return outcomes
-
-
-def close_runners(runners: Mapping[str, SshRunner] | Sequence[SshRunner]) -> None:
-    """Close every runner's connection."""
-    for runner in runners.values() if isinstance(runners, Mapping) else runners:
-        runner.close()

@@ -184,3 +184,36 @@ def test_max_retry_error_reports_its_reason() -> None:
 def test_other_exceptions_pass_through_untouched() -> None:
     with pytest.raises(KeyError), translate_api_errors("get", "node n1"):
         raise KeyError("a bug")
+
+
+@pytest.mark.parametrize(
+    ("verb", "obj", "grant", "check"),
+    [
+        ("patch", "node lab-node-1", "`patch` on `nodes`", "can-i patch nodes`"),
+        (
+            "evict",
+            "pod default/web-1",
+            "`create` on `pods/eviction` in namespace default",
+            "can-i create pods/eviction -n default`",
+        ),
+        (
+            "replace",
+            "lease kube-system/rollout",
+            "`update` on `leases.coordination.k8s.io` in namespace kube-system",
+            "can-i update leases.coordination.k8s.io -n kube-system`",
+        ),
+        (
+            "list",
+            "pods in all namespaces (spec.nodeName=n1)",
+            "`list` on `pods` in every namespace",
+            "can-i list pods --all-namespaces`",
+        ),
+        ("read log of", "pod ns/smoke", "`get` on `pods/log` in namespace ns", "-n ns`"),
+    ],
+)
+def test_forbidden_says_what_to_grant(verb: str, obj: str, grant: str, check: str) -> None:
+    exc = ApiException(status=403, reason="Forbidden", body=status_body(403, "Forbidden", "cannot"))
+    text = str(error_from_api_exception(exc, verb, obj))
+    assert f"hint: grant the user or service account {grant} " in text
+    assert check in text
+    assert "rollout schedule" not in text

@@ -24,7 +24,8 @@ from rollout.transports.errors import (
     SshAuthError,
     SshConnectError,
 )
-from rollout.transports.ssh import SshOptions, SshRunner, run_on_nodes
+from rollout.transports.fanout import run_on_nodes
+from rollout.transports.ssh import SshOptions, SshRunner
 from tests.lab.test_cluster_shared import shared_lab
 
 pytestmark = pytest.mark.lab

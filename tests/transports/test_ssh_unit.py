@@ -1,21 +1,15 @@
-"""SshRunner without a network: command lines, error translation, host key policy, fan-out."""
+"""SshRunner without a network: command lines, error translation, host key policy."""
 
 from __future__ import annotations
 
 import shlex
 import socket
-import threading
-import time
-from collections.abc import Sequence
 from pathlib import Path
 
 import paramiko
 import pytest
 
-from rollout.commands import DEFAULT_TIMEOUT_S, CommandResult
-from rollout.errors import RolloutError
 from rollout.inventory import Host
-from rollout.transports import ssh
 from rollout.transports.errors import (
     HostKeyMismatch,
     HostKeyUnknown,
@@ -26,7 +20,8 @@ from rollout.transports.errors import (
     SshResolveError,
     TransientError,
 )
-from rollout.transports.ssh import SshOptions, SshRunner, run_on_nodes
+from rollout.transports.hostkeys import HostKeyPolicy, UnknownHostKey
+from rollout.transports.ssh import SshOptions, SshRunner
 
 NO_SSH_CONFIG = SshOptions(ssh_config_path="/dev/null")
 
@@ -153,7 +148,7 @@ def test_library_errors_become_ssh_errors(
 
 def test_an_unknown_host_key_says_how_to_add_it(tmp_path: Path) -> None:
     r = runner(tmp_path, port=2222)
-    failing_open(r, ssh._UnknownHostKey("[10.0.0.7]:2222", ECDSA))
+    failing_open(r, UnknownHostKey("[10.0.0.7]:2222", ECDSA))
     with pytest.raises(HostKeyUnknown) as raised:
         r.run(["true"])
     text = str(raised.value)
@@ -179,8 +174,8 @@ def test_a_changed_host_key_names_both_keys(tmp_path: Path) -> None:
 
 
 def test_the_strict_policy_refuses_unknown_keys(tmp_path: Path) -> None:
-    policy = ssh._HostKeyPolicy(tmp_path / "kh", accept_new=False)
-    with pytest.raises(ssh._UnknownHostKey):
+    policy = HostKeyPolicy(tmp_path / "kh", accept_new=False)
+    with pytest.raises(UnknownHostKey):
         policy.missing_host_key(paramiko.SSHClient(), "10.0.0.7", ECDSA)
     assert not (tmp_path / "kh").exists()
 
@@ -188,7 +183,7 @@ def test_the_strict_policy_refuses_unknown_keys(tmp_path: Path) -> None:
 def test_accepting_new_keys_appends_them(tmp_path: Path) -> None:
     known_hosts = tmp_path / "ssh" / "known_hosts"
     client = paramiko.SSHClient()
-    policy = ssh._HostKeyPolicy(known_hosts, accept_new=True)
+    policy = HostKeyPolicy(known_hosts, accept_new=True)
     policy.missing_host_key(client, "[10.0.0.7]:2222", ECDSA)
     policy.missing_host_key(client, "10.0.0.8", OTHER)
     keys = paramiko.HostKeys(str(known_hosts))
@@ -196,89 +191,6 @@ def test_accepting_new_keys_appends_them(tmp_path: Path) -> None:
     assert keys.lookup("10.0.0.8")[OTHER.get_name()] == OTHER
     assert client.get_host_keys().lookup("10.0.0.8") is not None
     assert known_hosts.stat().st_mode & 0o777 == 0o600
-
-
-# ------------------------------------------------------------------ fan-out
-
-
-class FakeRunner:
-    def __init__(self, name: str, delay_s: float = 0.0, error: Exception | None = None) -> None:
-        self.name = name
-        self.delay_s = delay_s
-        self.error = error
-
-    @property
-    def host(self) -> str:
-        return self.name
-
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        stdin: bytes | None = None,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
-    ) -> CommandResult:
-        time.sleep(self.delay_s)
-        if self.error is not None:
-            raise self.error
-        return CommandResult(tuple(argv), 0, f"{self.name}\n", "", self.name)
-
-
-def test_fan_out_gathers_results_and_errors_in_order() -> None:
-    down = SshConnectError("n2", "root@10.0.0.2:22", "connection refused")
-    runners = [FakeRunner("n1", 0.05), FakeRunner("n2", error=down), FakeRunner("n3")]
-    outcomes = run_on_nodes(runners, lambda r: r.run(["hostname"]).stdout.strip(), max_parallel=3)
-    assert list(outcomes) == ["n1", "n2", "n3"]
-    assert outcomes["n1"] == "n1" and outcomes["n3"] == "n3"
-    assert outcomes["n2"] is down
-
-
-def test_fan_out_is_bounded() -> None:
-    running = 0
-    peak = 0
-    lock = threading.Lock()
-
-    def work(r: FakeRunner) -> str:
-        nonlocal running, peak
-        with lock:
-            running += 1
-            peak = max(peak, running)
-        time.sleep(0.02)
-        with lock:
-            running -= 1
-        return r.host
-
-    outcomes = run_on_nodes([FakeRunner(f"n{i}") for i in range(10)], work, max_parallel=3)
-    assert len(outcomes) == 10
-    assert peak <= 3
-
-
-def test_fan_out_raises_bugs_after_everyone_finished() -> None:
-    finished: list[str] = []
-
-    def work(r: FakeRunner) -> str:
-        if r.host == "n1":
-            raise KeyError("a bug")
-        time.sleep(0.05)
-        finished.append(r.host)
-        return r.host
-
-    with pytest.raises(KeyError):
-        run_on_nodes([FakeRunner("n1"), FakeRunner("n2")], work, max_parallel=2)
-    assert finished == ["n2"]
-
-
-def test_fan_out_refuses_duplicates_and_nonsense() -> None:
-    with pytest.raises(ValueError):
-        run_on_nodes([FakeRunner("n1"), FakeRunner("n1")], lambda r: r.host)
-    with pytest.raises(ValueError):
-        run_on_nodes([FakeRunner("n1")], lambda r: r.host, max_parallel=0)
-    assert run_on_nodes([], lambda r: r.host) == {}
-
-
-def test_every_outcome_error_is_a_rollout_error() -> None:
-    outcomes = run_on_nodes([FakeRunner("n1", error=RolloutError("x"))], lambda r: r.run(["x"]))
-    assert isinstance(outcomes["n1"], RolloutError)
 
 
 # ------------------------------------------------------------------ key files

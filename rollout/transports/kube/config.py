@@ -1,0 +1,62 @@
+"""Where the client's configuration comes from: a kubeconfig as kubectl finds it, the pod's
+service account, or a bare URL; always with urllib3's own retries off."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.config.config_exception import ConfigException
+
+from rollout.transports.errors import KubeConfigError
+
+DEFAULT_KUBECONFIG = "~/.kube/config"
+KUBECONFIG_ENV = "KUBECONFIG"
+
+
+def load_kubeconfig(path: str | None = None, context: str | None = None) -> k8s.Configuration:
+    """Like kubectl: `path`, else $KUBECONFIG (a ':' list), else ~/.kube/config."""
+    chosen = path or os.environ.get(KUBECONFIG_ENV) or DEFAULT_KUBECONFIG
+    files = [Path(p).expanduser() for p in chosen.split(os.pathsep) if p]
+    where = f"kubeconfig {chosen}"
+    if not any(f.is_file() for f in files):
+        raise KubeConfigError("load", where, message="no such file")
+    configuration = k8s.Configuration()
+    try:
+        k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=os.pathsep.join(str(f) for f in files),
+            context=context,
+            client_configuration=configuration,
+        )
+    except ConfigException as exc:
+        target = f"{where} (context {context})" if context else where
+        raise KubeConfigError("load", target, message=str(exc)) from exc
+    return _without_retries(configuration)
+
+
+def load_in_cluster() -> k8s.Configuration:
+    """The pod's service account (for the scheduled CronJob)."""
+    configuration = k8s.Configuration()
+    try:
+        k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
+            client_configuration=configuration
+        )
+    except ConfigException as exc:
+        raise KubeConfigError("load", "in-cluster configuration", message=str(exc)) from exc
+    return _without_retries(configuration)
+
+
+def url_configuration(url: str) -> k8s.Configuration:
+    """No credentials, only the server's URL (the lab's API emulator, tests)."""
+    configuration = k8s.Configuration()
+    configuration.host = url
+    return _without_retries(configuration)
+
+
+def _without_retries(configuration: k8s.Configuration) -> k8s.Configuration:
+    # urllib3 would otherwise retry connection errors on its own, hidden from rollout.retry,
+    # the one place retries live.
+    configuration.retries = False
+    return configuration

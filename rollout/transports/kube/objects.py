@@ -1,0 +1,321 @@
+"""What rollout reads and writes of Kubernetes objects: plain frozen dataclasses from JSON.
+
+No client model objects: each class reads the few fields rollout needs from the JSON the
+server sent (`from_json`) and writes the JSON it sends (`to_json`).
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import Enum
+from typing import Any
+
+StrMap = Mapping[str, str]
+
+
+def _frozen_map(value: Mapping[str, Any] | None) -> StrMap:
+    return types.MappingProxyType({str(k): str(v) for k, v in (value or {}).items()})
+
+
+def _empty_map() -> StrMap:
+    return types.MappingProxyType({})
+
+
+def parse_time(text: str | None) -> datetime | None:
+    """A Kubernetes Time or MicroTime (RFC 3339, `Z`) as an aware datetime."""
+    if not text:
+        return None
+    return datetime.fromisoformat(text)
+
+
+def format_micro_time(moment: datetime) -> str:
+    """MicroTime as the server writes it: `2024-05-01T10:00:00.000000Z`."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def format_time(moment: datetime) -> str:
+    """Time (whole seconds), as Event timestamps carry it."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    effect: str
+    value: str | None = None
+
+
+@dataclass(frozen=True)
+class Node:
+    """What rollout reads of a Node."""
+
+    name: str
+    uid: str
+    resource_version: str
+    labels: StrMap = field(default_factory=_empty_map)
+    annotations: StrMap = field(default_factory=_empty_map)
+    unschedulable: bool = False
+    taints: tuple[Taint, ...] = ()
+    # condition type -> status ("True", "False", "Unknown")
+    conditions: StrMap = field(default_factory=_empty_map)
+    capacity: StrMap = field(default_factory=_empty_map)
+    allocatable: StrMap = field(default_factory=_empty_map)
+    kubelet_version: str = ""
+    container_runtime_version: str = ""
+
+    @property
+    def ready(self) -> bool:
+        return self.conditions.get("Ready") == "True"
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> Node:
+        meta, spec, status = _parts(obj)
+        info = status.get("nodeInfo") or {}
+        return cls(
+            name=meta["name"],
+            uid=meta.get("uid", ""),
+            resource_version=meta.get("resourceVersion", ""),
+            labels=_frozen_map(meta.get("labels")),
+            annotations=_frozen_map(meta.get("annotations")),
+            unschedulable=bool(spec.get("unschedulable", False)),
+            taints=tuple(
+                Taint(key=t["key"], effect=t.get("effect", ""), value=t.get("value"))
+                for t in spec.get("taints") or []
+            ),
+            conditions=_frozen_map(
+                {c["type"]: c.get("status", "Unknown") for c in status.get("conditions") or []}
+            ),
+            capacity=_frozen_map(status.get("capacity")),
+            allocatable=_frozen_map(status.get("allocatable")),
+            kubelet_version=info.get("kubeletVersion", ""),
+            container_runtime_version=info.get("containerRuntimeVersion", ""),
+        )
+
+
+@dataclass(frozen=True)
+class OwnerRef:
+    kind: str
+    name: str
+    controller: bool = False
+
+
+@dataclass(frozen=True)
+class Pod:
+    """What rollout reads of a Pod: enough to drain a node and judge a smoke pod."""
+
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+    node_name: str | None = None
+    phase: str = "Pending"
+    labels: StrMap = field(default_factory=_empty_map)
+    annotations: StrMap = field(default_factory=_empty_map)
+    owners: tuple[OwnerRef, ...] = ()
+    containers: tuple[str, ...] = ()
+    ready: bool = False
+    deleting: bool = False
+    uses_empty_dir: bool = False
+    # waiting/terminated reasons of the containers (ContainerCreating, CrashLoopBackOff, ...)
+    container_reasons: tuple[str, ...] = ()
+    reason: str = ""
+    message: str = ""
+    # nvidia.com/gpu the pod's containers ask for (limits, else requests), summed
+    gpu_request: int = 0
+
+    @property
+    def controller(self) -> OwnerRef | None:
+        return next((o for o in self.owners if o.controller), None)
+
+    @property
+    def is_mirror(self) -> bool:
+        """A static pod's mirror: the kubelet owns it, eviction cannot remove it."""
+        return "kubernetes.io/config.mirror" in self.annotations
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> Pod:
+        meta, spec, status = _parts(obj)
+        reasons: list[str] = []
+        for container_status in status.get("containerStatuses") or []:
+            for state in (container_status.get("state") or {}).values():
+                if isinstance(state, Mapping) and state.get("reason"):
+                    reasons.append(str(state["reason"]))
+        return cls(
+            namespace=meta.get("namespace", ""),
+            name=meta["name"],
+            uid=meta.get("uid", ""),
+            resource_version=meta.get("resourceVersion", ""),
+            node_name=spec.get("nodeName"),
+            phase=status.get("phase", "Pending"),
+            labels=_frozen_map(meta.get("labels")),
+            annotations=_frozen_map(meta.get("annotations")),
+            owners=tuple(
+                OwnerRef(kind=o["kind"], name=o["name"], controller=bool(o.get("controller")))
+                for o in meta.get("ownerReferences") or []
+            ),
+            containers=tuple(c["name"] for c in spec.get("containers") or []),
+            ready=any(
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for c in status.get("conditions") or []
+            ),
+            deleting=bool(meta.get("deletionTimestamp")),
+            uses_empty_dir=any("emptyDir" in v for v in spec.get("volumes") or []),
+            container_reasons=tuple(reasons),
+            reason=status.get("reason", ""),
+            message=status.get("message", ""),
+            gpu_request=sum(_gpu_request(c) for c in spec.get("containers") or []),
+        )
+
+
+def _gpu_request(container: Mapping[str, Any]) -> int:
+    """A container's nvidia.com/gpu: its limit (the device plugin's rule), else its request."""
+    resources = container.get("resources") or {}
+    for kind in ("limits", "requests"):
+        value = (resources.get(kind) or {}).get("nvidia.com/gpu")
+        if value is not None:
+            try:
+                return int(str(value))
+            except ValueError:
+                return 0
+    return 0
+
+
+@dataclass(frozen=True)
+class PodDisruptionBudget:
+    namespace: str
+    name: str
+    disruptions_allowed: int
+    current_healthy: int
+    desired_healthy: int
+    expected_pods: int
+    match_labels: StrMap = field(default_factory=_empty_map)
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> PodDisruptionBudget:
+        meta, spec, status = _parts(obj)
+        return cls(
+            namespace=meta.get("namespace", ""),
+            name=meta["name"],
+            disruptions_allowed=int(status.get("disruptionsAllowed", 0)),
+            current_healthy=int(status.get("currentHealthy", 0)),
+            desired_healthy=int(status.get("desiredHealthy", 0)),
+            expected_pods=int(status.get("expectedPods", 0)),
+            match_labels=_frozen_map((spec.get("selector") or {}).get("matchLabels")),
+        )
+
+
+@dataclass(frozen=True)
+class ConfigMap:
+    """A ConfigMap; replace_configmap sends resource_version, so a stale copy is a Conflict."""
+
+    namespace: str
+    name: str
+    data: StrMap = field(default_factory=_empty_map)
+    labels: StrMap = field(default_factory=_empty_map)
+    annotations: StrMap = field(default_factory=_empty_map)
+    resource_version: str | None = None
+
+    def with_data(self, data: Mapping[str, str]) -> ConfigMap:
+        return ConfigMap(
+            self.namespace,
+            self.name,
+            _frozen_map(data),
+            self.labels,
+            self.annotations,
+            self.resource_version,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        meta: dict[str, Any] = {"name": self.name, "namespace": self.namespace}
+        if self.labels:
+            meta["labels"] = dict(self.labels)
+        if self.annotations:
+            meta["annotations"] = dict(self.annotations)
+        if self.resource_version:
+            meta["resourceVersion"] = self.resource_version
+        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": dict(self.data)}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> ConfigMap:
+        meta = obj.get("metadata") or {}
+        return cls(
+            namespace=meta.get("namespace", ""),
+            name=meta["name"],
+            data=_frozen_map(obj.get("data")),
+            labels=_frozen_map(meta.get("labels")),
+            annotations=_frozen_map(meta.get("annotations")),
+            resource_version=meta.get("resourceVersion"),
+        )
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A coordination.k8s.io Lease; replace_lease is optimistic on resource_version."""
+
+    namespace: str
+    name: str
+    holder_identity: str | None = None
+    lease_duration_s: int | None = None
+    acquire_time: datetime | None = None
+    renew_time: datetime | None = None
+    lease_transitions: int = 0
+    labels: StrMap = field(default_factory=_empty_map)
+    resource_version: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        meta: dict[str, Any] = {"name": self.name, "namespace": self.namespace}
+        if self.labels:
+            meta["labels"] = dict(self.labels)
+        if self.resource_version:
+            meta["resourceVersion"] = self.resource_version
+        spec: dict[str, Any] = {"leaseTransitions": self.lease_transitions}
+        if self.holder_identity is not None:
+            spec["holderIdentity"] = self.holder_identity
+        if self.lease_duration_s is not None:
+            spec["leaseDurationSeconds"] = self.lease_duration_s
+        if self.acquire_time is not None:
+            spec["acquireTime"] = format_micro_time(self.acquire_time)
+        if self.renew_time is not None:
+            spec["renewTime"] = format_micro_time(self.renew_time)
+        return {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": meta,
+            "spec": spec,
+        }
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> Lease:
+        meta, spec, _ = _parts(obj)
+        duration = spec.get("leaseDurationSeconds")
+        return cls(
+            namespace=meta.get("namespace", ""),
+            name=meta["name"],
+            holder_identity=spec.get("holderIdentity"),
+            lease_duration_s=int(duration) if duration is not None else None,
+            acquire_time=parse_time(spec.get("acquireTime")),
+            renew_time=parse_time(spec.get("renewTime")),
+            lease_transitions=int(spec.get("leaseTransitions") or 0),
+            labels=_frozen_map(meta.get("labels")),
+            resource_version=meta.get("resourceVersion"),
+        )
+
+
+class EventType(Enum):
+    NORMAL = "Normal"
+    WARNING = "Warning"
+
+
+class EvictionOutcome(Enum):
+    """What an eviction did; a refusal by a budget raises EvictionBlocked instead."""
+
+    EVICTED = "evicted"
+    # Already deleted: for a drain, as good as evicted.
+    GONE = "gone"
+
+
+def _parts(obj: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    return obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
