@@ -13,6 +13,14 @@ from pathlib import Path
 from rich.markup import escape
 
 from rollout.cli.plan import add_fleet_arguments
+from rollout.cli.render import (
+    LiveProgress,
+    ProgressLines,
+    make_console,
+    print_plan_text,
+    print_run_summary,
+    report_to_json,
+)
 from rollout.connection import FleetConnection
 from rollout.errors import Aborted, BadInput, ExitCode
 from rollout.executor import Executor, RunReport
@@ -30,14 +38,6 @@ from rollout.lease import RunLease
 from rollout.plan import NodePlan, Plan, plan_from_data, plan_to_data
 from rollout.planner import build_plan
 from rollout.playbook import load_playbooks
-from rollout.render import (
-    LiveProgress,
-    ProgressLines,
-    make_console,
-    print_plan_text,
-    print_run_summary,
-    report_to_json,
-)
 from rollout.spec import Spec, load_spec, parse_spec
 from rollout.steps import builtin_steps
 from rollout.steps.base import StepContext

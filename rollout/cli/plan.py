@@ -6,12 +6,12 @@ import argparse
 import sys
 from pathlib import Path
 
+from rollout.cli.render import make_console, plan_to_json, plan_to_markdown, print_plan_text
 from rollout.connection import FleetConnection
 from rollout.errors import BadInput, ExitCode
 from rollout.facts import FleetFacts, load_recorded_facts
 from rollout.planner import build_plan
 from rollout.playbook import load_playbooks
-from rollout.render import make_console, plan_to_json, plan_to_markdown, print_plan_text
 from rollout.spec import Spec, load_spec
 
 HELP = """\

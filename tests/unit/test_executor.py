@@ -243,7 +243,7 @@ def test_a_transient_error_retries_the_idempotent_step(tmp_path: Path) -> None:
 def test_live_progress_table_shows_each_node_state() -> None:
     import io
 
-    from rollout.render import LiveProgress, make_console
+    from rollout.cli.render import LiveProgress, make_console
 
     out = io.StringIO()
     console = make_console(out, color=False)

@@ -1,6 +1,6 @@
 """Rendering for people and machines: plans as text (rich), markdown and JSON.
 
-The only module besides the CLI that imports rich: everything else hands it plain data.
+Part of the CLI layer, the only one that imports rich: everything else hands it plain data.
 """
 
 from __future__ import annotations
