@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rollout.errors import InputError, InputErrors, SourceLocation
+from rollout.fieldproblems import FieldProblem, describe_value, sort_errors
 from rollout.inventory.model import (
     ALL_GROUP,
     DEFAULT_PORT,
@@ -24,7 +25,6 @@ from rollout.inventory.model import (
     InventoryFormat,
 )
 from rollout.spec.fieldtypes import check_dns_subdomain
-from rollout.yamlsource import FieldProblem, describe_value, sort_errors
 
 # Ansible's connection variables and their older spellings, first match wins.
 ADDRESS_VARS = ("ansible_host", "ansible_ssh_host")

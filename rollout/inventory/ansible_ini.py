@@ -7,9 +7,9 @@ import re
 import shlex
 
 from rollout.errors import InputError, SourceLocation
+from rollout.fieldproblems import did_you_mean
 from rollout.inventory.ansible import AnsibleInventory
 from rollout.inventory.model import UNGROUPED_GROUP, Inventory, InventoryFormat
-from rollout.yamlsource import did_you_mean
 
 _SECTION = re.compile(r"^\[([^\]:]+)(?::(\w+))?\]\s*(?:[#;].*)?$")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rollout.errors import InputError
+from rollout.fieldproblems import describe_value, did_you_mean
 from rollout.inventory.ansible import AnsibleInventory
 from rollout.inventory.model import (
     ALL_GROUP,
@@ -13,7 +14,7 @@ from rollout.inventory.model import (
     require_mapping,
     var_text,
 )
-from rollout.yamlsource import SourceDocument, describe_value, did_you_mean
+from rollout.yamlsource import SourceDocument
 
 _GROUP_KEYS = ("hosts", "vars", "children")
 

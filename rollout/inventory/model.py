@@ -9,7 +9,8 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 
 from rollout.errors import InputError, InputErrors, SourceLocation
-from rollout.yamlsource import SourceDocument, describe_value, did_you_mean
+from rollout.fieldproblems import describe_value, did_you_mean
+from rollout.yamlsource import SourceDocument
 
 DEFAULT_USER = "root"
 DEFAULT_PORT = 22

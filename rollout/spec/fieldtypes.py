@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, PlainSerializer, PlainValidator, Strict
 
-from rollout.yamlsource import FieldProblem, describe_value
+from rollout.fieldproblems import FieldProblem, describe_value
 
 Str = Annotated[str, Strict()]
 Int = Annotated[int, Strict()]

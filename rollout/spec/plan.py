@@ -10,6 +10,7 @@ import pydantic
 from pydantic import Field, PlainValidator, PrivateAttr, model_validator
 
 from rollout.errors import InputError, InputErrors, SourceLocation
+from rollout.fieldproblems import FieldProblem, PathPart, describe_value, format_path, sort_errors
 from rollout.spec.changes import (
     DEFAULT_CERTS_DIR,
     Change,
@@ -18,14 +19,7 @@ from rollout.spec.changes import (
 )
 from rollout.spec.fieldtypes import DnsLabel, KubeName, SpecModel, Str
 from rollout.spec.policy import Policy, SelectorField
-from rollout.yamlsource import (
-    FieldProblem,
-    PathPart,
-    SourceDocument,
-    describe_value,
-    format_path,
-    sort_errors,
-)
+from rollout.yamlsource import SourceDocument
 
 API_VERSION = "rollout/v1"
 ChangeT = TypeVar("ChangeT", bound=SpecModel)

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, PlainSerializer, PlainValidator, model_validator
 
+from rollout.fieldproblems import FieldProblem, describe_value, did_you_mean
 from rollout.spec.fieldtypes import AmountField, Bool, Int, NodeAmount, SpecModel, Str
 from rollout.spec.selector import (
     LabelSelector,
@@ -21,7 +22,6 @@ from rollout.spec.selector import (
     check_label_value,
     parse_label_selector,
 )
-from rollout.yamlsource import FieldProblem, describe_value, did_you_mean
 
 UPGRADE_FAILED_LABEL = "nvidia.com/gpu-driver-upgrade-state=upgrade-failed"
 DRAIN_SKIP_LABEL = "nvidia.com/gpu-driver-upgrade-drain.skip"

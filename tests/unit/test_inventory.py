@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from rollout.errors import InputError, InputErrors
+from rollout.fieldproblems import FieldProblem
 from rollout.inventory import (
     Host,
     Inventory,
@@ -16,7 +17,6 @@ from rollout.inventory import (
     load_inventory,
     parse_inventory,
 )
-from rollout.yamlsource import FieldProblem
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parent / "data" / "inventory"

@@ -1,0 +1,79 @@
+"""`driver-upgrade:` a GPU driver version, from host packages or the GPU Operator."""
+
+from __future__ import annotations
+
+import re
+from enum import Enum
+from typing import Annotated, Any, ClassVar
+
+from pydantic import AfterValidator, PlainValidator, model_validator
+
+from rollout.fieldproblems import FieldProblem, describe_value
+from rollout.spec.changes.kind import ChangeKind
+from rollout.spec.fieldtypes import SpecModel, Str
+
+_DRIVER_VERSION = re.compile(r"^[0-9]{3}\.[0-9]{1,3}\.[0-9]{1,3}$")
+_DEB_PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
+DEFAULT_DRIVER_PACKAGES = ("nvidia-driver",)
+
+
+class DriverMode(Enum):
+    """Who installs the driver: apt on the host, or the GPU Operator's driver container."""
+
+    HOST = "host"
+    OPERATOR = "operator"
+
+
+def check_driver_version(value: Any) -> str:
+    """A full NVIDIA driver version such as 535.154.05, as a string."""
+    if isinstance(value, float):
+        raise FieldProblem(
+            f'expected a driver version like "550.127.05", found the number {value!r}',
+            hint="quote the version; YAML reads 550.127 as a number",
+        )
+    if not isinstance(value, str) or not _DRIVER_VERSION.match(value):
+        raise FieldProblem(
+            f'expected a driver version like "550.127.05", found {describe_value(value)}'
+        )
+    return value
+
+
+def check_package(value: str) -> str:
+    """A Debian package name, without a version pin (rollout pins `version` itself)."""
+    if "=" in value:
+        raise FieldProblem(
+            f"expected a package name without a version, found {describe_value(value)}",
+            hint="rollout installs `version`; list names only",
+        )
+    if not _DEB_PACKAGE.match(value):
+        raise FieldProblem(f"expected a Debian package name, found {describe_value(value)}")
+    return value
+
+
+class DriverUpgradeChange(SpecModel):
+    """Move the GPU driver to `version`, by apt (host) or through the ClusterPolicy (operator)."""
+
+    kind: ClassVar[ChangeKind] = ChangeKind.DRIVER_UPGRADE
+
+    version: Annotated[str, PlainValidator(check_driver_version)]
+    mode: DriverMode
+    packages: tuple[Annotated[Str, AfterValidator(check_package)], ...] | None = None
+
+    @model_validator(mode="after")
+    def _check_packages(self) -> DriverUpgradeChange:
+        if self.mode is DriverMode.OPERATOR and self.packages is not None:
+            raise FieldProblem(
+                "`packages` applies only to mode: host",
+                hint="in operator mode the GPU Operator's driver container is upgraded; remove"
+                " `packages`",
+            )
+        if self.mode is DriverMode.HOST and self.packages == ():
+            raise FieldProblem("mode: host needs at least one package in `packages`")
+        return self
+
+    @property
+    def apt_packages(self) -> tuple[str, ...]:
+        """The packages to install in host mode (default nvidia-driver); () in operator mode."""
+        if self.mode is DriverMode.OPERATOR:
+            return ()
+        return self.packages if self.packages is not None else DEFAULT_DRIVER_PACKAGES

@@ -1,0 +1,138 @@
+"""`registry:` a registry mirror or settings for one host (containerd hosts.toml)."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from enum import Enum
+from typing import Annotated, ClassVar
+from urllib.parse import urlsplit
+
+from pydantic import AfterValidator, Field
+
+from rollout.fieldproblems import FieldProblem, describe_value
+from rollout.spec.changes.kind import ChangeKind
+from rollout.spec.fieldtypes import AbsolutePath, Bool, SpecModel, Str
+
+DEFAULT_CERTS_DIR = "/etc/containerd/certs.d"
+DEFAULT_HOST = "_default"
+_HOSTNAME = re.compile(
+    r"^(?=.{1,253}$)[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*$"
+)
+
+
+class Capability(Enum):
+    """What containerd may do with a registry host (hosts.toml `capabilities`)."""
+
+    PULL = "pull"
+    RESOLVE = "resolve"
+    PUSH = "push"
+
+
+def _host_problem(host: str, port: str | None) -> str | None:
+    """Why host[:port] is not usable as a registry address, or None."""
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else None
+    if bare is not None:
+        try:
+            ipaddress.IPv6Address(bare)
+        except ValueError:
+            return f"{host!r} is not an IPv6 address"
+    elif not _HOSTNAME.match(host):
+        return f"{host!r} is not a host name or IP address"
+    if port is not None and not (port.isdigit() and 1 <= int(port) <= 65535):
+        return f"port {port!r} is not a number from 1 to 65535"
+    return None
+
+
+def _split_host_port(text: str) -> tuple[str, str | None]:
+    if text.startswith("["):
+        end = text.find("]")
+        rest = text[end + 1 :] if end >= 0 else ""
+        return text[: end + 1], (rest[1:] if rest.startswith(":") else None)
+    host, colon, port = text.partition(":")
+    return host, (port if colon else None)
+
+
+def check_registry_host(value: str) -> str:
+    """`host[:port]` as containerd names a hosts.toml directory, or `_default`."""
+    if value == DEFAULT_HOST:
+        return value
+    if "://" in value:
+        raise FieldProblem(
+            f"expected host[:port] without a scheme, found {describe_value(value)}",
+            hint=f"write {value.split('://', 1)[1].rstrip('/')!r}",
+        )
+    if "/" in value:
+        raise FieldProblem(
+            f"expected host[:port] without a path, found {describe_value(value)}",
+            hint="containerd configures mirrors per registry host; paths belong in endpoint urls",
+        )
+    problem = _host_problem(*_split_host_port(value))
+    if problem:
+        raise FieldProblem(f'expected host[:port] or "_default": {problem}')
+    return value
+
+
+def check_url(value: str) -> str:
+    """An http:// or https:// URL with a valid host and port, no query or fragment."""
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https"):
+        raise FieldProblem(
+            f"expected an http:// or https:// URL, found {describe_value(value)}",
+            hint="urls start with https:// (or http:// for a plain-HTTP mirror)",
+        )
+    if not parts.netloc or parts.query or parts.fragment or "@" in parts.netloc:
+        raise FieldProblem(
+            f"expected scheme://host[:port][/path] without user, query or fragment,"
+            f" found {describe_value(value)}"
+        )
+    problem = _host_problem(*_split_host_port(parts.netloc))
+    if problem:
+        raise FieldProblem(f"bad URL {value!r}: {problem}")
+    return value
+
+
+def _check_capabilities(value: tuple[Capability, ...]) -> tuple[Capability, ...]:
+    for index, capability in enumerate(value):
+        if capability in value[:index]:
+            raise FieldProblem(f"capability {capability.value!r} is listed twice", at=(index,))
+    return value
+
+
+class RegistryEndpoint(SpecModel):
+    """One mirror of a registry host, tried in list order."""
+
+    url: Annotated[Str, AfterValidator(check_url)]
+    capabilities: Annotated[
+        tuple[Capability, ...], Field(min_length=1), AfterValidator(_check_capabilities)
+    ] = (Capability.PULL, Capability.RESOLVE)
+    skip_verify: Bool = False
+    ca_file: AbsolutePath | None = None
+
+    @property
+    def plain_http(self) -> bool:
+        """An http:// endpoint: containerd must be told it speaks plain HTTP."""
+        return urlsplit(self.url).scheme == "http"
+
+
+class RegistryChange(SpecModel):
+    """Mirrors for one registry host, written as `<config_path>/<host>/hosts.toml`."""
+
+    kind: ClassVar[ChangeKind] = ChangeKind.REGISTRY
+
+    host: Annotated[Str, AfterValidator(check_registry_host)]
+    endpoints: Annotated[tuple[RegistryEndpoint, ...], Field(min_length=1)]
+    server: Annotated[Str, AfterValidator(check_url)] | None = None
+    config_path: AbsolutePath = DEFAULT_CERTS_DIR
+
+    @property
+    def upstream(self) -> str | None:
+        """The upstream `server`: as given, else https://<host>; None for `_default`."""
+        if self.server is not None:
+            return self.server
+        return None if self.host == DEFAULT_HOST else f"https://{self.host}"
+
+    @property
+    def hosts_toml_path(self) -> str:
+        """Where containerd reads this host's mirrors from on the node."""
+        return f"{self.config_path.rstrip('/')}/{self.host}/hosts.toml"
