@@ -10,8 +10,8 @@ from pathlib import Path
 from types import TracebackType
 
 from rollout.facts import FleetFacts
+from rollout.facts.live import gather_fleet_facts
 from rollout.inventory import load_inventory
-from rollout.probe import gather_fleet_facts
 from rollout.spec import Spec
 from rollout.transports.fanout import close_runners
 from rollout.transports.kube import KubeClient

@@ -135,11 +135,11 @@ def plan_node(
 def describe_status(node: NodeFacts) -> str:
     """The node as probed: containerd's service state, GPUs, taints (live facts only)."""
     parts: list[str] = []
-    if node.service:
-        restarts = node.service.get("NRestarts", "?")
+    if node.service is not None:
+        restarts = "?" if node.service.n_restarts is None else node.service.n_restarts
         parts.append(
-            f"containerd {node.service.get('ActiveState', '?')} "
-            f"(MainPID {node.service.get('MainPID', '?')}, {restarts} restart(s))"
+            f"containerd {node.service.active_state} "
+            f"(MainPID {node.service.main_pid}, {restarts} restart(s))"
         )
     if node.capacity:
         parts.append(

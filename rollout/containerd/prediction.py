@@ -46,14 +46,16 @@ def predict(
     intent: Intent,
     version: ContainerdVersion,
     restoring: Iterable[tuple[str, ...]] = (),
+    *,
+    owner: str = "",
 ) -> Prediction:
     """Dump the staged files before and after `writes`; refuse unless the change is the intent.
 
     `restoring` names tables a repair gives back (see repair_scope): under them keys may only
-    come back, never change or vanish.
+    come back, never change or vanish. `owner` names the staging directory (see staging).
     """
     candidate = apply_writes(files, writes)
-    before, after = dump_configs(runner, containerd_bin, [files, candidate])
+    before, after = dump_configs(runner, containerd_bin, [files, candidate], owner=owner)
     config_version = after.get("version", 2)
     placed = place_intent(intent, version, config_version if isinstance(config_version, int) else 2)
     changes = tuple(diff_effective(before, after))

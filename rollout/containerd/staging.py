@@ -6,12 +6,18 @@ per file set, then `rm -rf` of the staging directory whatever happened. Every fi
 <stage>/<set>/<absolute path>, so relative imports keep working; absolute `imports` entries
 are rewritten to point into the stage. containerd runs with the set's root as its working
 directory, because 1.6 resolves relative globs against it (`/` under systemd).
+
+A process killed while staging cannot remove its directory, so a staging directory may be
+named after its owner (a run): `rollout-containerd.<owner>.XXXXXXXXXX` in the node's temp
+directory. The owner finds its own leftovers with `remove_stages` and never touches another
+owner's.
 """
 
 from __future__ import annotations
 
 import io
 import posixpath
+import re
 import tarfile
 from collections.abc import Sequence
 from typing import Any
@@ -24,14 +30,26 @@ from rollout.containerd.errors import StagingFailed
 from rollout.containerd.files import ConfigFiles
 
 DUMP_TIMEOUT_S = 60.0
+STAGE_PREFIX = "rollout-containerd"
+_OWNER = re.compile(r"[A-Za-z0-9_-]+")
+# $1 the owner; the glob stays outside quotes, the owner inside: no name is parsed as a glob.
+# `${TMPDIR:-/tmp}` is where `mktemp -t` puts the directories.
+_REMOVE_STAGES_SCRIPT = f'rm -rf -- "${{TMPDIR:-/tmp}}/{STAGE_PREFIX}.$1."*'
 
 
 def dump_configs(
-    runner: CommandRunner, containerd_bin: str, file_sets: Sequence[ConfigFiles]
+    runner: CommandRunner,
+    containerd_bin: str,
+    file_sets: Sequence[ConfigFiles],
+    *,
+    owner: str = "",
 ) -> list[dict[str, Any]]:
-    """The normalised `config dump` of each file set, staged together in one temp dir."""
+    """The normalised `config dump` of each file set, staged together in one temp dir.
+
+    `owner` (a run id) names the staging directory, for `remove_stages` after a kill.
+    """
     made = check(
-        runner.run(["mktemp", "-d", "-t", "rollout-containerd.XXXXXXXXXX"]),
+        runner.run(["mktemp", "-d", "-t", stage_template(owner)]),
         "create a staging directory for containerd config files",
     )
     stage = made.stdout.strip()
@@ -56,6 +74,24 @@ def dump_configs(
         return dumps
     finally:
         runner.run(["rm", "-rf", "--", stage])
+
+
+def stage_template(owner: str = "") -> str:
+    """The `mktemp -t` template of a staging directory, with its owner's name when given."""
+    if not owner:
+        return f"{STAGE_PREFIX}.XXXXXXXXXX"
+    if not _OWNER.fullmatch(owner):
+        raise StagingFailed(f"a staging owner must be letters, digits, - and _: {owner!r}")
+    return f"{STAGE_PREFIX}.{owner}.XXXXXXXXXX"
+
+
+def remove_stages(runner: CommandRunner, owner: str) -> None:
+    """Remove every staging directory `owner` left on the runner's machine (none is fine)."""
+    stage_template(owner)  # refuses an owner that is not a plain name
+    check(
+        runner.run(["sh", "-c", _REMOVE_STAGES_SCRIPT, "rollout-unstage", owner]),
+        f"remove the staging directories of {owner}",
+    )
 
 
 def dump_config(runner: CommandRunner, containerd_bin: str, files: ConfigFiles) -> dict[str, Any]:

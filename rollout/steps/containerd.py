@@ -13,24 +13,38 @@ Saved data of `containerd.write` (StepContext.save_data), read by the later step
 - created_files / created_dirs: what did not exist before, so undo deletes it;
 - written_at: node-clock time the last file was replaced (absent until then);
 - main_pid_at_write: containerd's MainPID when the files were written.
+
+What the steps read of the node (containerd's version, its files, its config dump, its
+service) are the fact objects of rollout.facts, the same the plan's facts came from. Errors
+that may go away by themselves (an SSH drop) are let through to the executor's retry policy:
+every read is repeated and every write is skipped when found done, so a retry is safe.
+Staging directories are named after the run, so a retried or resumed write removes what a
+killed attempt of the same run left, and nothing of another run.
 """
 
 from __future__ import annotations
 
 import json
 import posixpath
-import tomllib
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from rollout import containerd as engine
-from rollout.commands import CommandRunner, check
-from rollout.containerd.staging import normalise_dump
+from rollout.commands import CommandRunner
+from rollout.containerd.staging import remove_stages
 from rollout.errors import RolloutError
-from rollout.facts import ClusterFacts, NodeFacts
-from rollout.journal import BackupWritten
+from rollout.facts import (
+    CONTAINERD_BIN,
+    ClusterFacts,
+    ConfigDumpFact,
+    ConfigFilesFact,
+    ContainerdVersionFact,
+    NodeFacts,
+    check_containerd_version,
+    read_fact,
+)
 from rollout.plan import FileChange, StepPlan
-from rollout.probe import CONTAINERD_DIR, file_dump_argv, parse_file_dump
+from rollout.run import BackupWritten
 from rollout.spec import Spec
 from rollout.steps.backup import (
     BackupRecord,
@@ -42,6 +56,7 @@ from rollout.steps.backup import (
     remove_file,
     replace_file,
     restore_file,
+    sha256_of_files,
 )
 from rollout.steps.base import StepContext, StepFailed, StepResult
 from rollout.steps.containerd_changes import build_intent
@@ -52,13 +67,10 @@ from rollout.steps.systemd import (
     restart_service,
     written_at_of,
 )
+from rollout.transports.errors import TransientError
 
-CONTAINERD_BIN = "containerd"
 WRITE_STEP = "containerd.write"
 DIFF_LINES = 12
-# 1.6 resolves relative import globs against the working directory, which is / under
-# systemd; the real dump must run from there too to read what the daemon reads.
-_LIVE_DUMP_SCRIPT = 'cd / && exec "$1" --config "$2" config dump'
 
 
 # --- pure decisions ----------------------------------------------------------------------------
@@ -132,25 +144,22 @@ def describe_dump_difference(expected: Mapping[str, Any], actual: Mapping[str, A
 
 
 def read_live_dump(runner: CommandRunner, main_path: str) -> dict[str, Any]:
-    """`containerd config dump` of the node's real files, normalised like the staged dumps."""
-    result = check(
-        runner.run(["sh", "-c", _LIVE_DUMP_SCRIPT, "rollout-dump", CONTAINERD_BIN, main_path]),
-        f"containerd config dump of {main_path}",
-    )
-    try:
-        tree = tomllib.loads(result.stdout)
-    except tomllib.TOMLDecodeError as exc:
-        raise engine.StagingFailed(
-            f"`containerd config dump` on {runner.host} printed invalid TOML: {exc}"
-        ) from exc
-    # The real files are not staged: there is no stage prefix to strip, only `imports`.
-    return as_saved(normalise_dump(tree, ""))
+    """The dump fact of the node's real files, as save_data stores it."""
+    return as_saved(read_fact(runner, ConfigDumpFact(main_path)))
 
 
-def read_config_files(runner: CommandRunner, main_path: str) -> engine.ConfigFiles:
-    """Every file under /etc/containerd now (the same probe the plan's facts came from)."""
-    dumped = check(runner.run(file_dump_argv(CONTAINERD_DIR)), f"read {CONTAINERD_DIR}").stdout
-    return engine.ConfigFiles(main_path=main_path, files=parse_file_dump(dumped))
+def remove_run_stages(runners: Mapping[str, CommandRunner], run_id: str) -> dict[str, str]:
+    """Remove what `run_id` staged on each node; {node: why not} for those it could not reach.
+
+    The end of a run calls it: staging dirs a killed attempt left behind go with the run.
+    """
+    problems: dict[str, str] = {}
+    for node, runner in runners.items():
+        try:
+            remove_stages(runner, run_id)
+        except RolloutError as exc:
+            problems[node] = str(exc)
+    return problems
 
 
 def with_planned_before(
@@ -180,6 +189,12 @@ def recorded_backups(ctx: StepContext) -> dict[str, BackupRecord]:
     return found
 
 
+def backups_on_node(runner: CommandRunner, backups: Mapping[str, BackupRecord]) -> set[str]:
+    """The paths whose recorded backup is still on the node with its recorded bytes."""
+    sums = sha256_of_files(runner, [b.backup_path for b in backups.values()])
+    return {path for path, b in backups.items() if sums.get(b.backup_path) == b.sha256}
+
+
 # --- steps -------------------------------------------------------------------------------------
 
 
@@ -205,8 +220,8 @@ class ContainerdWrite:
             raise self._fail(ctx, f"removing files is not supported: {', '.join(removals)}")
         try:
             return self._apply(ctx, planned)
-        except StepFailed:
-            raise
+        except (StepFailed, TransientError):
+            raise  # a transient error is the retry policy's to decide
         except RolloutError as exc:
             raise self._fail(ctx, str(exc)) from exc
 
@@ -254,9 +269,10 @@ class ContainerdWrite:
         if not original:
             # A resume that finds every file written but no saved prediction yet.
             return StepResult.noop("already written: " + ", ".join(f.path for f in planned))
+        kept = backups_on_node(runner, backups)
         for change in original:
-            if change.before is None:
-                continue
+            if change.before is None or change.path in kept:
+                continue  # a retried attempt keeps the backup it took of the same bytes
             record = back_up_file(runner, change.path, backup_path_for(ctx.run_id, change.path))
             # Journalled before the file is replaced: a crash after the write still finds it.
             ctx.journal.append(
@@ -267,42 +283,30 @@ class ContainerdWrite:
             replace_file(runner, change.path, change.after)
         written_at = read_node_clock(runner)
         ctx.save_data(self.kind, {**data, "written_at": written_at.isoformat()})
-        kept = ", ".join(handlers_before) or "none"
+        handlers = ", ".join(handlers_before) or "none"
         return StepResult.done(
             f"wrote {', '.join(f.path for f in original)} "
-            f"(backups under {backup_path_for(ctx.run_id, '/')}; handlers kept: {kept})"
+            f"(backups under {backup_path_for(ctx.run_id, '/')}; handlers kept: {handlers})"
         )
 
     def _predict(self, ctx: StepContext, planned: Sequence[FileChange]) -> engine.Prediction:
         runner = ctx.runner
-        version_text = check(
-            runner.run([CONTAINERD_BIN, "--version"]), "read the containerd version"
-        ).stdout
-        version = engine.parse_version(version_text)
-        planned_version = ctx.facts.containerd
-        if (version.major, version.minor, version.patch) != (
-            planned_version.major,
-            planned_version.minor,
-            planned_version.patch,
-        ):
-            raise self._fail(
-                ctx,
-                f"containerd changed since the plan: {version} now, {ctx.facts.containerd} "
-                "planned; nothing was written: run `rollout plan` again",
-            )
+        version = read_fact(runner, ContainerdVersionFact())
+        check_containerd_version(ctx.node_plan.containerd_version, version)
         intent = build_intent(ctx.spec)
         if intent is None:
             raise self._fail(ctx, "the plan writes files but the spec holds no CRI setting")
-        base = with_planned_before(
-            read_config_files(runner, ctx.facts.config_files.main_path), planned
-        )
+        main_path = ctx.facts.config_files.main_path
+        base = with_planned_before(read_fact(runner, ConfigFilesFact(main_path)), planned)
+        # what an earlier attempt of this run staged and could not remove (it was killed)
+        remove_stages(runner, ctx.run_id)
         writes = [engine.FileWrite(f.path, f.before, f.after or "") for f in planned]
         try:
             # a plan that repairs a shadowing drop-in gives back the keys it hid: those may
             # come back, and nothing else may change
             restoring = engine.repair_scope(base, version) if ctx.node_plan.repairs else ()
             prediction = engine.predict(
-                runner, CONTAINERD_BIN, base, writes, intent, version, restoring
+                runner, CONTAINERD_BIN, base, writes, intent, version, restoring, owner=ctx.run_id
             )
         except engine.PredictionRefused as exc:
             raise self._fail(ctx, f"prediction refused the change: {exc}") from exc
@@ -324,7 +328,7 @@ class ContainerdWrite:
             return  # data is saved before the first byte is written: nothing was touched
         try:
             self._undo(ctx, planned, data)
-        except StepFailed:
+        except (StepFailed, TransientError):
             raise
         except RolloutError as exc:
             raise self._fail(ctx, f"undo: {exc}") from exc
@@ -350,6 +354,7 @@ class ContainerdWrite:
                     "backup of it; restore it by hand",
                 )
         remove_empty_dirs(runner, list(data.get("created_dirs", [])))
+        remove_stages(runner, ctx.run_id)
         written_at = written_at_of(data)
         if not changed and written_at is None:
             return  # no file was replaced and no restart could have read one
@@ -388,7 +393,7 @@ class ContainerdVerify:
             raise self._fail(ctx, f"{WRITE_STEP} saved no predicted config: run it first")
         try:
             return self._verify(ctx, data, expected)
-        except StepFailed:
+        except (StepFailed, TransientError):
             raise
         except RolloutError as exc:
             raise self._fail(ctx, str(exc)) from exc

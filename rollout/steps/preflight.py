@@ -1,7 +1,8 @@
 """preflight: before rollout touches a node, the node must be the one it planned for.
 
 Refuses (nothing changed yet) when the node is NotReady, when containerd is not running, or
-when the containerd version differs from the plan's facts. A node already advertising fewer
+when the containerd version differs from the plan's (the plan's, not facts gathered again by
+a resumed run). A node already advertising fewer
 GPUs than it has is not refused — that may be exactly what the plan repairs — but the
 baseline is recorded, so a later failure can be told apart from an earlier one.
 """
@@ -10,9 +11,14 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from rollout.commands import check
-from rollout.containerd import parse_version
-from rollout.facts import ClusterFacts, NodeFacts
+from rollout.facts import (
+    ClusterFacts,
+    ContainerdChanged,
+    ContainerdVersionFact,
+    NodeFacts,
+    check_containerd_version,
+    read_fact,
+)
 from rollout.plan import StepPlan
 from rollout.spec import Spec
 from rollout.steps.base import StepContext, StepFailed, StepResult
@@ -49,20 +55,11 @@ class Preflight:
                 f"containerd is not running before any change ({service.describe()}); "
                 "check `systemctl status containerd` on the node",
             )
-        output = check(ctx.runner.run(["containerd", "--version"]), "read the containerd version")
-        version = parse_version(output.stdout)
-        planned = ctx.facts.containerd
-        if (version.major, version.minor, version.patch) != (
-            planned.major,
-            planned.minor,
-            planned.patch,
-        ):
-            raise StepFailed(
-                ctx.node,
-                self.kind,
-                f"containerd is {version} now, the plan was made for {planned}; "
-                "run `rollout plan` again",
-            )
+        version = read_fact(ctx.runner, ContainerdVersionFact())
+        try:
+            check_containerd_version(ctx.node_plan.containerd_version, version)
+        except ContainerdChanged as exc:
+            raise StepFailed(ctx.node, self.kind, str(exc)) from exc
         allocatable = node.allocatable.get(GPU_RESOURCE, "0")
         ctx.save_data(
             self.kind,

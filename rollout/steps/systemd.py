@@ -5,8 +5,8 @@ is a restart by systemd's Restart=always, not a reload, and it bypasses the job 
 the restart is proven before anything depends on it: ActiveState=active with a MainPID other
 than the one before.
 
-The service probe is a command plus a pure parser, so the decisions are tested from recorded
-`systemctl show` output.
+The service's state is one fact (rollout.facts.service: `systemctl show` and its parser), so
+the decisions are tested from recorded `systemctl show` output.
 """
 
 from __future__ import annotations
@@ -20,60 +20,21 @@ from typing import Any, ClassVar, NoReturn
 
 from rollout.commands import CommandRunner, CommandTimeout, check
 from rollout.errors import RolloutError
-from rollout.facts import ClusterFacts, NodeFacts
+from rollout.facts import ClusterFacts, NodeFacts, ProbeFailed, read_fact
+from rollout.facts.service import SERVICE, ServiceFact, ServiceState
 from rollout.plan import StepPlan
 from rollout.spec import Spec
 from rollout.steps.base import StepContext, StepFailed, StepResult
 from rollout.steps.nodechanges import node_changes
+from rollout.transports.errors import TransientError
 
-SERVICE = "containerd"
 WRITE_STEP = "containerd.write"
 POLL_INTERVAL_S = 1.0
 JOURNAL_LINES = 20
-SHOW_PROPERTIES = (
-    "MainPID",
-    "ActiveState",
-    "SubState",
-    "NRestarts",
-    "ActiveEnterTimestamp",
-    "InvocationID",
-)
-# `--timestamp=us+utc` (systemd >= 248) prints microseconds in UTC, so a restart in the same
-# second as the write is still ordered after it, whatever the node's time zone.
-_TIMESTAMP_FORMATS = ("%a %Y-%m-%d %H:%M:%S.%f UTC", "%a %Y-%m-%d %H:%M:%S UTC")
-
-
-class ServiceProbeFailed(RolloutError):
-    """`systemctl show` did not say what rollout needs to know about the service."""
 
 
 class RestartFailed(RolloutError):
     """The service did not come back active with a new main process in time."""
-
-
-@dataclass(frozen=True)
-class ServiceState:
-    """What `systemctl show` says about one service at one moment."""
-
-    main_pid: int
-    active_state: str
-    sub_state: str
-    n_restarts: int | None
-    active_enter_at: datetime | None
-    invocation_id: str = ""
-
-    @property
-    def running(self) -> bool:
-        """Active with a main process: the state a proven restart ends in."""
-        return self.active_state == "active" and self.main_pid > 0
-
-    def describe(self) -> str:
-        since = self.active_enter_at.isoformat() if self.active_enter_at else "never"
-        return f"{self.active_state}/{self.sub_state} MainPID={self.main_pid} since {since}"
-
-    def started_after(self, moment: datetime) -> bool:
-        """Whether the running process was started after `moment` (a node clock reading)."""
-        return self.running and self.active_enter_at is not None and self.active_enter_at > moment
 
 
 @dataclass(frozen=True)
@@ -91,60 +52,9 @@ class RestartProof:
         )
 
 
-def show_service_argv(unit: str = SERVICE) -> list[str]:
-    """The `systemctl show` probe of the properties that prove a restart."""
-    argv = ["systemctl", "show", unit, "--timestamp=us+utc"]
-    for name in SHOW_PROPERTIES:
-        argv += ["-p", name]
-    return argv
-
-
-def parse_service_show(text: str) -> ServiceState:
-    """`systemctl show -p ...` output (KEY=VALUE lines, any order) -> ServiceState."""
-    values: dict[str, str] = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            values[key.strip()] = value.strip()
-    missing = [k for k in ("MainPID", "ActiveState", "SubState") if k not in values]
-    if missing:
-        raise ServiceProbeFailed(
-            f"`systemctl show` printed no {', '.join(missing)}: {text.strip()[:200]!r}"
-        )
-    try:
-        main_pid = int(values["MainPID"])
-    except ValueError as exc:
-        raise ServiceProbeFailed(f"MainPID is not a number: {values['MainPID']!r}") from exc
-    restarts = values.get("NRestarts", "")
-    return ServiceState(
-        main_pid=main_pid,
-        active_state=values["ActiveState"],
-        sub_state=values["SubState"],
-        n_restarts=int(restarts) if restarts.isdigit() else None,
-        active_enter_at=parse_systemd_timestamp(values.get("ActiveEnterTimestamp", "")),
-        invocation_id=values.get("InvocationID", ""),
-    )
-
-
-def parse_systemd_timestamp(text: str) -> datetime | None:
-    """`Sun 2026-11-29 23:38:01.558249 UTC` -> an aware datetime; empty or `n/a` -> None."""
-    text = text.strip()
-    if not text or text == "n/a":
-        return None
-    for fmt in _TIMESTAMP_FORMATS:
-        try:
-            return datetime.strptime(text, fmt).replace(tzinfo=UTC)
-        except ValueError:
-            continue
-    raise ServiceProbeFailed(
-        f"cannot read the systemd timestamp {text!r} (expected `Day YYYY-MM-DD HH:MM:SS UTC`)"
-    )
-
-
 def probe_service(runner: CommandRunner, unit: str = SERVICE) -> ServiceState:
-    """The service's state now, over the runner."""
-    result = check(runner.run(show_service_argv(unit)), f"read the state of {unit}.service")
-    return parse_service_show(result.stdout)
+    """The service's state now: the service fact, read over the runner."""
+    return read_fact(runner, ServiceFact(unit))
 
 
 def read_node_clock(runner: CommandRunner) -> datetime:
@@ -153,7 +63,7 @@ def read_node_clock(runner: CommandRunner) -> datetime:
     try:
         return datetime.fromtimestamp(float(out), UTC)
     except ValueError as exc:
-        raise ServiceProbeFailed(f"`date -u +%s.%N` printed {out!r}") from exc
+        raise ProbeFailed(f"{runner.host}: `date -u +%s.%N` printed {out!r}") from exc
 
 
 def read_unit_journal(
@@ -245,6 +155,16 @@ class SystemdRestart:
     def apply(self, ctx: StepContext) -> StepResult:
         if not ctx.node_plan.files:
             return StepResult.noop("no containerd file changes")
+        try:
+            return self._restart(ctx)
+        except TransientError:
+            # an SSH drop (even after `systemctl restart` ran) goes to the retry policy: the
+            # retried step finds the process started after the write and does not restart
+            raise
+        except RolloutError as exc:
+            raise StepFailed(ctx.node, self.kind, str(exc)) from exc
+
+    def _restart(self, ctx: StepContext) -> StepResult:
         written_at = written_at_of(ctx.load_data(WRITE_STEP))
         state = probe_service(ctx.runner)
         if written_at is not None and state.started_after(written_at):
@@ -254,10 +174,7 @@ class SystemdRestart:
                 f"files written {written_at.isoformat()})"
             )
         timeout_s = float(ctx.spec.policy.verify.containerd_restart_timeout_s)
-        try:
-            proof = restart_service(ctx.runner, timeout_s, sleep=ctx.sleep)
-        except RolloutError as exc:
-            raise StepFailed(ctx.node, self.kind, str(exc)) from exc
+        proof = restart_service(ctx.runner, timeout_s, sleep=ctx.sleep)
         ctx.save_data(
             self.kind,
             {

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from rollout.cli import main
+from rollout.facts import ConfigFilesFact, ProbeFailed, parse_file_dump, parse_gpu_query
 from rollout.lab.cluster import Lab, controlplane_available
-from rollout.probe import ProbeFailed, file_dump_argv, parse_file_dump, parse_gpu_query
 from rollout.transports.local import LocalRunner
 from tests.conftest import require
 from tests.lab.test_cluster_shared import node_of_series, shared_lab, ssh_check
@@ -112,14 +112,20 @@ def test_file_dump_reads_a_tree_in_one_command(tmp_path: Path) -> None:
     (tmp_path / "config.toml").write_text('version = 2\nimports = ["conf.d/*.toml"]\n')
     (tmp_path / "conf.d" / "with space.toml").write_text("# a 'quoted' \"name\"\n\n")
     (tmp_path / "empty.toml").write_text("")
-    result = LocalRunner().run(file_dump_argv(str(tmp_path)))
+    fact = ConfigFilesFact(f"{tmp_path}/config.toml", directory=str(tmp_path))
+    result = LocalRunner().run(fact.command())
     assert result.ok, result.stderr
     assert parse_file_dump(result.stdout) == {
         f"{tmp_path}/conf.d/with space.toml": "# a 'quoted' \"name\"\n\n",
         f"{tmp_path}/config.toml": 'version = 2\nimports = ["conf.d/*.toml"]\n',
         f"{tmp_path}/empty.toml": "",
     }
+    assert fact.parse(result.stdout, "here").files == parse_file_dump(result.stdout)
     assert parse_file_dump("") == {}
+    with pytest.raises(ProbeFailed, match=r"here: .*config\.toml not found"):
+        ConfigFilesFact("/etc/containerd/config.toml", directory=str(tmp_path)).parse(
+            result.stdout, "here"
+        )
     with pytest.raises(ProbeFailed, match="ends inside a record"):
         parse_file_dump("/etc/containerd/config.toml\0version = 2\n\0/etc/x\0")
 

@@ -19,13 +19,13 @@ from rollout.commands import CommandRunner
 from rollout.containerd.staging import normalise_dump
 from rollout.errors import RolloutError
 from rollout.facts import ClusterFacts, FleetFacts
+from rollout.facts.live import node_facts_from, probe_node
 from rollout.inventory import load_inventory
-from rollout.journal import Journal
 from rollout.lab.cluster import CONTEXT, Lab, controlplane_available
 from rollout.lab.nodes import NodeSpec
 from rollout.planner import build_plan
 from rollout.playbook import load_playbooks
-from rollout.probe import node_facts_from, probe_node
+from rollout.run import Journal
 from rollout.spec import load_spec
 from rollout.steps import containerd as containerd_steps
 from rollout.steps.backup import BACKUP_ROOT, replace_file

@@ -1,13 +1,31 @@
-"""Recorded facts: the layout of examples/facts and every way a facts directory can be wrong."""
+"""Facts: the recorded layout (examples/facts and every way a directory can be wrong), and
+each fact object's command and parser."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+from rollout.commands import CommandFailed, CommandResult
+from rollout.containerd import StagingFailed, dump_command, parse_version
 from rollout.errors import InputError
-from rollout.facts import load_recorded_facts
+from rollout.facts import (
+    ConfigDumpFact,
+    ConfigFilesFact,
+    ContainerdChanged,
+    ContainerdVersionFact,
+    GpuFacts,
+    GpuQueryFact,
+    ProbeFailed,
+    ServiceFact,
+    ServiceProbeFailed,
+    check_containerd_version,
+    load_recorded_facts,
+    read_fact,
+)
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "facts"
 
@@ -92,3 +110,115 @@ def test_cordoned_node_is_unavailable(tmp_path: Path) -> None:
     )
     (node,) = load_recorded_facts(tmp_path).nodes
     assert not node.available
+
+
+def test_unsupported_recorded_version_names_the_file_and_field(tmp_path: Path) -> None:
+    write_node(
+        tmp_path,
+        "n1",
+        "containerd_version: containerd github.com/containerd/containerd 1.4.13 x\n",
+        {"/etc/containerd/config.toml": "version = 2\n"},
+    )
+    with pytest.raises(InputError, match=r"1\.4\.13 is not supported") as info:
+        load_recorded_facts(tmp_path)
+    assert info.value.field == "containerd_version"
+
+
+# --- the fact objects: one command and one pure parser each ---------------------------------
+
+
+@dataclass
+class OneReply:
+    """A runner that answers every command with one result and records the argv."""
+
+    exit_code: int
+    stdout: str
+    calls: list[tuple[str, ...]] = field(default_factory=list)
+
+    @property
+    def host(self) -> str:
+        return "gpu-1"
+
+    def run(
+        self, argv: Sequence[str], *, stdin: bytes | None = None, timeout_s: float = 60.0
+    ) -> CommandResult:
+        self.calls.append(tuple(argv))
+        return CommandResult(tuple(argv), self.exit_code, self.stdout, "boom", self.host)
+
+
+def test_version_fact_reads_and_parses_containerd_version() -> None:
+    runner = OneReply(0, "containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1\n")
+    version = read_fact(runner, ContainerdVersionFact())
+    assert str(version) == "1.6.20" and runner.calls == [("containerd", "--version")]
+
+
+def test_a_required_fact_that_fails_names_what_it_read() -> None:
+    with pytest.raises(CommandFailed, match="read the containerd version"):
+        read_fact(OneReply(127, ""), ContainerdVersionFact())
+
+
+def test_the_gpu_fact_is_optional_a_node_without_nvidia_smi_has_no_gpus() -> None:
+    assert read_fact(OneReply(127, "GPU-1, x, 1\n"), GpuQueryFact()) == GpuFacts(count=0)
+    gpus = read_fact(OneReply(0, "GPU-aa-bb, NVIDIA A100, 535.1\n"), GpuQueryFact())
+    assert gpus == GpuFacts(1, "NVIDIA A100", ("GPU-aa-bb",), "535.1")
+
+
+def test_the_dump_fact_is_the_engine_dump_command_and_drops_imports() -> None:
+    fact = ConfigDumpFact("/etc/containerd/config.toml")
+    assert fact.command() == dump_command("containerd", "/etc/containerd/config.toml")
+    assert fact.command()[4] == "/", "run from / as systemd runs containerd"
+    tree = fact.parse('version = 2\nimports = ["/etc/containerd/conf.d/a.toml"]\n', "gpu-1")
+    assert tree == {"version": 2}
+    with pytest.raises(StagingFailed, match="on gpu-1 printed invalid TOML"):
+        fact.parse("version = = 2", "gpu-1")
+
+
+def test_the_files_fact_needs_the_main_config() -> None:
+    fact = ConfigFilesFact("/etc/containerd/config.toml")
+    assert fact.command()[:2] == ["find", "/etc/containerd"]
+    listing = "/etc/containerd/config.toml\0version = 2\n\0/etc/containerd/conf.d/a.toml\0\0"
+    files = fact.parse(listing, "gpu-1")
+    assert files.main_path == "/etc/containerd/config.toml"
+    assert list(files.files) == ["/etc/containerd/conf.d/a.toml", "/etc/containerd/config.toml"]
+    with pytest.raises(ProbeFailed, match=r"gpu-1: /etc/containerd/config\.toml not found"):
+        fact.parse("/etc/containerd/other.toml\0x\0", "gpu-1")
+
+
+def test_the_service_fact_asks_for_what_its_parser_needs() -> None:
+    fact = ServiceFact()
+    argv = fact.command()
+    asked = {argv[i + 1] for i, word in enumerate(argv) if word == "-p"}
+    assert asked == {
+        "MainPID",
+        "ActiveState",
+        "SubState",
+        "NRestarts",
+        "ActiveEnterTimestamp",
+        "InvocationID",
+    }
+    with pytest.raises(ServiceProbeFailed, match=r"gpu-1: containerd\.service: .*printed no"):
+        fact.parse("Unit containerd.service could not be found.\n", "gpu-1")
+
+
+@pytest.mark.parametrize(
+    ("planned", "found", "refused"),
+    [
+        ("1.7.24", "containerd containerd.io 1.7.24 abc", False),
+        ("1.7.24", "containerd github.com/containerd/containerd 1.7.24~ds1 1.7.24~ds1-2", False),
+        ("1.7.24", "containerd containerd.io 1.7.25 abc", True),
+        ("1.7.24", "containerd github.com/containerd/containerd/v2 2.1.9+unknown", True),
+    ],
+)
+def test_the_one_version_check_names_both_versions(planned: str, found: str, refused: bool) -> None:
+    version = parse_version(found)
+    if not refused:
+        check_containerd_version(planned, version)
+        return
+    with pytest.raises(ContainerdChanged) as info:
+        check_containerd_version(planned, version)
+    assert f"{version} now, {planned} planned" in str(info.value)
+
+
+def test_a_plan_without_a_usable_version_is_refused() -> None:
+    with pytest.raises(ContainerdChanged, match="no usable containerd version"):
+        check_containerd_version("", parse_version("containerd containerd.io 1.7.24 abc"))

@@ -3,6 +3,7 @@ drift and no-op decisions; and the node file scripts run for real on this machin
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 from collections.abc import Callable, Sequence
@@ -14,11 +15,18 @@ from typing import cast
 import pytest
 
 from rollout.commands import DEFAULT_TIMEOUT_S, CommandResult
-from rollout.containerd import ConfigFiles, parse_version
-from rollout.facts import NodeFacts
-from rollout.journal import Journal
+from rollout.containerd import ConfigFiles, StagingFailed, parse_version
+from rollout.containerd.staging import remove_stages, stage_template
+from rollout.facts import (
+    NodeFacts,
+    ServiceFact,
+    ServiceProbeFailed,
+    parse_service_show,
+    parse_systemd_timestamp,
+)
 from rollout.plan import FileChange, NodePlan
-from rollout.steps.containerd_changes import build_intent
+from rollout.retry import RetryPolicy, call_with_policy
+from rollout.run import Journal
 from rollout.spec import load_spec
 from rollout.steps import builtin_steps
 from rollout.steps.backup import (
@@ -39,17 +47,13 @@ from rollout.steps.containerd import (
     classify_files,
     describe_drift,
     list_runtime_handlers,
+    remove_run_stages,
     with_planned_before,
 )
-from rollout.steps.systemd import (
-    RestartFailed,
-    ServiceProbeFailed,
-    SystemdRestart,
-    parse_service_show,
-    parse_systemd_timestamp,
-    restart_service,
-    show_service_argv,
-)
+from rollout.steps.containerd_changes import build_intent
+from rollout.steps.preflight import Preflight
+from rollout.steps.systemd import RestartFailed, SystemdRestart, restart_service
+from rollout.transports.errors import SshConnectError
 from rollout.transports.kube import KubeClient
 from rollout.transports.local import LocalRunner
 
@@ -173,7 +177,7 @@ def test_systemd_timestamp_in_a_local_zone_is_refused() -> None:
 
 
 def test_show_probe_asks_for_every_property_in_utc() -> None:
-    argv = show_service_argv()
+    argv = ServiceFact().command()
     assert argv[:4] == ["systemctl", "show", "containerd", "--timestamp=us+utc"]
     for name in ("MainPID", "ActiveState", "SubState", "NRestarts", "ActiveEnterTimestamp"):
         assert name in argv
@@ -328,7 +332,7 @@ def test_backup_paths_mirror_the_node_tree() -> None:
 
 
 def test_every_node_step_is_registered() -> None:
-    pytest.importorskip("rollout.steps.kube")
+    pytest.importorskip("rollout.steps.cordon")
     pytest.importorskip("rollout.steps.timeslicing")
     steps = builtin_steps()
     assert isinstance(steps["containerd.write"], ContainerdWrite)
@@ -501,3 +505,193 @@ def test_replace_creates_a_new_file_and_its_directories(tmp_path: Path) -> None:
     replace_file(LocalRunner(), str(target), 'server = "x"\n')
     assert target.read_text() == 'server = "x"\n'
     assert target.stat().st_mode & 0o777 == 0o644 and target.stat().st_uid == 0
+
+
+# --- transient errors reach the retry policy ----------------------------------------------
+
+
+WRITTEN_AT = "2026-11-29T23:39:00+00:00"
+
+
+def dropped(argv: Sequence[str]) -> CommandResult:
+    raise SshConnectError("gpu-1", "10.0.0.1:22", f"connection lost while running {argv[0]}")
+
+
+def test_a_dropped_connection_reaches_the_retry_policy_from_every_node_step(
+    tmp_path: Path,
+) -> None:
+    """Each node step lets a transient error through (not a permanent StepFailed)."""
+    runner = ScriptedRunner().on(["sh", "-c"], dropped).on(["systemctl", "show"], dropped)
+    ctx = make_context(tmp_path, runner)
+    with pytest.raises(SshConnectError):
+        ContainerdWrite().apply(ctx)
+    ctx.save_data("containerd.write", {"after_dump": {"version": 2}})
+    with pytest.raises(SshConnectError):
+        SystemdRestart().apply(ctx)
+    with pytest.raises(SshConnectError):
+        ContainerdVerify().apply(ctx)
+    with pytest.raises(SshConnectError):
+        ContainerdWrite().undo(ctx)
+
+
+def test_verify_succeeds_when_the_retry_policy_tries_again(tmp_path: Path) -> None:
+    dump = '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n'
+    runner = (
+        ScriptedRunner()
+        .on(["systemctl", "show"], show(88))
+        .on(["sh", "-c"], dropped, f"version = 2\n{dump}")
+    )
+    ctx = make_context(tmp_path, runner)
+    runtimes = {"containerd": {"runtimes": {"runc": {}}}}
+    expected = {"version": 2, "plugins": {"io.containerd.grpc.v1.cri": runtimes}}
+    saved = {"after_dump": expected, "handlers_before": ["runc"], "written_at": WRITTEN_AT}
+    ctx.save_data("containerd.write", saved)
+    policy = RetryPolicy(attempts=3, first_wait_s=0)
+    result = call_with_policy(lambda: ContainerdVerify().apply(ctx), policy, sleep=lambda _: None)
+    assert result.kind is StepResultKind.DONE
+    assert sum(1 for call in runner.calls if "rollout-dump" in call) == 2
+
+
+def test_a_restart_whose_answer_was_lost_is_not_repeated(tmp_path: Path) -> None:
+    """systemctl restart ran, the connection dropped before its answer: the retry finds the
+    new process started after the write and does not restart containerd again."""
+    runner = (
+        ScriptedRunner()
+        .on(
+            ["systemctl", "show"],
+            show(37, at="Sun 2026-11-29 23:38:01 UTC"),
+            show(37, at="Sun 2026-11-29 23:38:01 UTC"),
+            show(88, at="Sun 2026-11-29 23:40:00 UTC"),
+        )
+        .on(["systemctl", "restart"], dropped)
+    )
+    ctx = make_context(tmp_path, runner)
+    ctx.save_data("containerd.write", {"written_at": "2026-11-29T23:39:00+00:00"})
+    policy = RetryPolicy(attempts=3, first_wait_s=0)
+    result = call_with_policy(lambda: SystemdRestart().apply(ctx), policy, sleep=lambda _: None)
+    assert result.kind is StepResultKind.NOOP and "already restarted" in result.detail
+    assert sum(1 for call in runner.calls if call[:2] == ("systemctl", "restart")) == 1
+
+
+def test_a_permanent_error_is_still_a_step_failure(tmp_path: Path) -> None:
+    runner = ScriptedRunner().on(["sh", "-c"], failed(2, "sh: cannot open"))
+    with pytest.raises(StepFailed, match=r"gpu-1: containerd\.write: "):
+        ContainerdWrite().apply(make_context(tmp_path, runner))
+
+
+# --- the containerd the plan was made for -------------------------------------------------
+
+
+@dataclass
+class FakeNode:
+    ready: bool = True
+    allocatable: dict[str, str] = field(default_factory=lambda: {"nvidia.com/gpu": "4"})
+    capacity: dict[str, str] = field(default_factory=lambda: {"nvidia.com/gpu": "4"})
+
+
+class FakeKube:
+    def get_node(self, name: str) -> FakeNode:
+        return FakeNode()
+
+
+def resumed_context(tmp_path: Path, runner: ScriptedRunner) -> StepContext:
+    """A resumed run: the plan was made for 1.7.24, fresh facts (and the node) say 1.7.25."""
+    ctx = make_context(tmp_path, runner)
+    fresh = parse_version("containerd github.com/containerd/containerd v1.7.25 abc\n")
+    ctx.facts = dataclasses.replace(ctx.facts, containerd=fresh)
+    ctx.kube = cast(KubeClient, FakeKube())
+    assert ctx.node_plan.containerd_version == "1.7.24"
+    return ctx
+
+
+def test_preflight_compares_the_node_with_the_plan_not_with_fresh_facts(tmp_path: Path) -> None:
+    runner = (
+        ScriptedRunner()
+        .on(["systemctl", "show"], show(37))
+        .on(["containerd", "--version"], "containerd github.com/containerd/containerd v1.7.25 x\n")
+    )
+    with pytest.raises(StepFailed) as raised:
+        Preflight().apply(resumed_context(tmp_path, runner))
+    assert "gpu-1: preflight: containerd changed since the plan" in str(raised.value)
+    assert "1.7.25 now, 1.7.24 planned" in str(raised.value)
+
+
+def test_write_compares_the_node_with_the_plan_not_with_fresh_facts(tmp_path: Path) -> None:
+    runner = (
+        ScriptedRunner()
+        .on(["sh", "-c"], listing({MAIN: "version = 2\n", HOSTS: None}))
+        .on(["containerd", "--version"], "containerd github.com/containerd/containerd v1.7.25 x\n")
+    )
+    ctx = resumed_context(tmp_path, runner)
+    with pytest.raises(StepFailed, match=r"1\.7\.25 now, 1\.7\.24 planned"):
+        ContainerdWrite().apply(ctx)
+    assert not runner.ran("mktemp") and not runner.ran("rollout-write")
+    assert ctx.load_data("containerd.write") == {}
+
+
+# --- staging named after the run ----------------------------------------------------------
+
+
+def test_write_removes_what_the_run_staged_before_and_stages_under_its_name(
+    tmp_path: Path,
+) -> None:
+    stage = "/tmp/rollout-containerd.x.0123456789"
+
+    def shell(argv: Sequence[str]) -> CommandResult:
+        name = argv[3]
+        if name == "rollout-read":
+            return CommandResult(tuple(argv), 0, listing({MAIN: "version = 2\n", HOSTS: None}), "")
+        if name == "rollout-unstage":
+            return CommandResult(tuple(argv), 0, "", "")
+        return CommandResult(tuple(argv), 1, "", "containerd: failed to load config", "gpu-1")
+
+    runner = (
+        ScriptedRunner()
+        .on(["sh", "-c"], shell)
+        .on(["containerd", "--version"], "containerd github.com/containerd/containerd v1.7.24 x\n")
+        .on(["find"], f"{MAIN}\0version = 2\n\0")
+        .on(["mktemp"], stage + "\n")
+        .on(["tar"], "")
+        .on(["rm"], "")
+    )
+    ctx = make_context(tmp_path, runner)
+    with pytest.raises(StepFailed, match="failed to load config"):
+        ContainerdWrite().apply(ctx)
+    names = [c[3] if c[:2] == ("sh", "-c") else c[0] for c in runner.calls]
+    assert names.index("rollout-unstage") < names.index("mktemp")
+    unstage = next(c for c in runner.calls if "rollout-unstage" in c)
+    assert unstage[-1] == ctx.run_id
+    mktemp = next(c for c in runner.calls if c[0] == "mktemp")
+    assert mktemp[-1] == f"rollout-containerd.{ctx.run_id}.XXXXXXXXXX"
+    assert ("rm", "-rf", "--", stage) in runner.calls
+
+
+def test_remove_stages_removes_only_the_owners_directories(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    runner = LocalRunner()
+
+    def make(owner: str) -> Path:
+        made = runner.run(["mktemp", "-d", "-t", stage_template(owner)])
+        assert made.ok, made.stderr
+        path = Path(made.stdout.strip())
+        (path / "0" / "etc").mkdir(parents=True)
+        return path
+
+    mine = [make("20260101-120000-a-1f2e"), make("20260101-120000-a-1f2e")]
+    others = [make("20260101-120000-a-1f2e-b"), make("20260101-120000-b-0000"), make("")]
+    remove_stages(runner, "20260101-120000-a-1f2e")
+    assert [p.exists() for p in mine] == [False, False]
+    assert all(p.is_dir() for p in others)
+    remove_stages(runner, "20260101-120000-a-1f2e")  # nothing left: fine
+    with pytest.raises(StagingFailed):
+        remove_stages(runner, "*")
+
+
+def test_run_end_cleanup_reports_unreachable_nodes(tmp_path: Path) -> None:
+    reachable = ScriptedRunner().on(["sh", "-c"], "")
+    broken = ScriptedRunner().on(["sh", "-c"], failed(1, "rm: read-only file system"))
+    problems = remove_run_stages({"a": reachable, "b": broken}, "run-1")
+    assert list(problems) == ["b"] and "read-only" in problems["b"]
+    assert reachable.ran("rollout-unstage", "run-1")

@@ -1,10 +1,10 @@
-"""Facts about the fleet: what a node runs and holds, as the planner sees it.
+"""Recorded facts: a directory of node facts, read by `rollout plan --facts DIR`.
 
-Facts come from two places with one shape: recorded (a directory written by an operator or
-by `rollout facts record`, used by `rollout plan --facts`) and live (probed over SSH and the
-Kubernetes API). The planner never knows which.
+Recorded and live facts (rollout.facts.live) have one shape, so the planner never knows
+which it plans from. The recorded texts go through the same parsers as the live commands'
+output (`containerd_version` is the output of `containerd --version`).
 
-Recorded layout, one directory per node:
+Layout, one directory per node:
 
     <dir>/<node>/node.yaml           name, containerd --version output, labels, GPUs, ...
     <dir>/<node>/files/etc/containerd/config.toml
@@ -16,16 +16,17 @@ Recorded layout, one directory per node:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from rollout.containerd import ConfigFiles, ContainerdVersion, parse_version
-from rollout.errors import InputError, SourceLocation
+from rollout.containerd import ConfigFiles
+from rollout.errors import InputError, RolloutError, SourceLocation
+from rollout.facts.containerd import DEFAULT_CONTAINERD_CONFIG, ContainerdVersionFact
+from rollout.facts.gpu import GpuFacts
+from rollout.facts.model import ClusterFacts, FleetFacts, NodeFacts
 
-DEFAULT_CONTAINERD_CONFIG = "/etc/containerd/config.toml"
 NODE_FILE = "node.yaml"
 CLUSTER_FILE = "cluster.yaml"
 NODE_KEYS = frozenset(
@@ -40,65 +41,6 @@ NODE_KEYS = frozenset(
         "gpus",
     }
 )
-
-
-@dataclass(frozen=True)
-class GpuFacts:
-    """The node's physical GPUs, as nvidia-smi reports them."""
-
-    count: int
-    product: str = ""
-    uuids: tuple[str, ...] = ()
-    driver_version: str = ""
-
-
-@dataclass(frozen=True)
-class NodeFacts:
-    """Everything the planner needs to know about one node."""
-
-    name: str
-    containerd: ContainerdVersion
-    config_files: ConfigFiles
-    labels: Mapping[str, str] = field(default_factory=dict)
-    annotations: Mapping[str, str] = field(default_factory=dict)
-    unschedulable: bool = False
-    ready: bool = True
-    gpus: GpuFacts = GpuFacts(count=0)
-    # Live facts only (recorded facts leave them empty):
-    taints: tuple[str, ...] = ()
-    capacity: Mapping[str, str] = field(default_factory=dict)
-    allocatable: Mapping[str, str] = field(default_factory=dict)
-    # containerd.service properties: MainPID, ActiveState, NRestarts, Restart, RestartUSec
-    service: Mapping[str, str] = field(default_factory=dict)
-    # the node's own `containerd config dump` of its files now
-    effective_config: Mapping[str, Any] = field(default_factory=dict)
-    # the pods bound to the node, in the API's JSON shape that rollout.drain reads
-    pods: tuple[Mapping[str, Any], ...] = ()
-
-    @property
-    def available(self) -> bool:
-        """Counts toward max_unavailable when false: cordoned or NotReady."""
-        return self.ready and not self.unschedulable
-
-
-@dataclass(frozen=True)
-class ClusterFacts:
-    """Cluster-wide objects the plan touches: ConfigMaps by namespace/name, the ClusterPolicy."""
-
-    configmaps: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
-    cluster_policy: Mapping[str, Any] = field(default_factory=dict)
-    # PodDisruptionBudgets as "namespace/name: N disruption(s) allowed"
-    pdbs: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class FleetFacts:
-    nodes: tuple[NodeFacts, ...]
-    cluster: ClusterFacts
-    source: str
-
-    def by_name(self, name: str) -> NodeFacts | None:
-        return next((n for n in self.nodes if n.name == name), None)
 
 
 def load_recorded_facts(directory: Path) -> FleetFacts:
@@ -143,7 +85,10 @@ def load_node_facts(node_dir: Path) -> NodeFacts:
             "missing: the output of `containerd --version`",
             field="containerd_version",
         )
-    containerd = parse_version(version_text)
+    try:
+        containerd = ContainerdVersionFact().parse(version_text, name)
+    except RolloutError as exc:
+        raise InputError(location, str(exc), field="containerd_version") from exc
     main_path = str(raw.get("containerd_config") or DEFAULT_CONTAINERD_CONFIG)
     files_root = node_dir / "files"
     if not (files_root / main_path.lstrip("/")).is_file():

@@ -1,0 +1,146 @@
+"""The containerd facts: its version, the files under /etc/containerd, its real config dump.
+
+Each is one command and one pure parser, read alike by live probing and by the steps (the
+drift check before a write, the verification after the restart, the check of an undo); and
+one function decides whether the containerd a step finds is the one the plan was made for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rollout.containerd import ConfigFiles, ContainerdVersion, dump_command, parse_dump
+from rollout.containerd.staging import normalise_dump
+from rollout.errors import RolloutError
+from rollout.facts.fact import ProbeFailed
+
+CONTAINERD_BIN = "containerd"
+CONTAINERD_DIR = "/etc/containerd"
+DEFAULT_CONTAINERD_CONFIG = "/etc/containerd/config.toml"
+# Config files are small; anything bigger under /etc/containerd (a stray image, a core dump)
+# is not configuration and is not read.
+MAX_FILE_BYTES = 1_000_000
+# Every regular file in one round trip: path NUL content NUL, ... Config files hold no NUL,
+# so splitting on it is exact.
+_CAT_SCRIPT = 'for f do printf "%s\\0" "$f"; cat -- "$f"; printf "\\0"; done'
+
+
+class ContainerdChanged(RolloutError):
+    """The node runs another containerd than the plan was made for."""
+
+
+@dataclass(frozen=True)
+class ContainerdVersionFact:
+    """`containerd --version` -> ContainerdVersion."""
+
+    binary: str = CONTAINERD_BIN
+    optional: bool = False
+
+    @property
+    def what(self) -> str:
+        return "read the containerd version"
+
+    def command(self) -> list[str]:
+        return [self.binary, "--version"]
+
+    def parse(self, text: str, host: str) -> ContainerdVersion:
+        return ContainerdVersion.from_output(text)
+
+
+@dataclass(frozen=True)
+class ConfigFilesFact:
+    """Every file under /etc/containerd (find + cat, one round trip) -> ConfigFiles.
+
+    The main config must be among them: a node without it is not configured as planned.
+    """
+
+    main_path: str = DEFAULT_CONTAINERD_CONFIG
+    directory: str = CONTAINERD_DIR
+    optional: bool = False
+
+    @property
+    def what(self) -> str:
+        return f"read {self.directory}"
+
+    def command(self) -> list[str]:
+        return [
+            "find",
+            self.directory,
+            "-type",
+            "f",
+            "-size",
+            f"-{MAX_FILE_BYTES}c",
+            "-exec",
+            "sh",
+            "-c",
+            _CAT_SCRIPT,
+            "sh",
+            "{}",
+            "+",
+        ]
+
+    def parse(self, text: str, host: str) -> ConfigFiles:
+        files = parse_file_dump(text)
+        if self.main_path not in files:
+            raise ProbeFailed(
+                f"{host}: {self.main_path} not found; is containerd configured there?"
+            )
+        return ConfigFiles(main_path=self.main_path, files=files)
+
+
+@dataclass(frozen=True)
+class ConfigDumpFact:
+    """containerd's real `config dump` of the node's files, run from `/` as systemd runs it.
+
+    Parsed without `imports` (1.x prints the resolved paths in map order, which changes from
+    run to run), so two dumps of the same files compare equal.
+    """
+
+    main_path: str = DEFAULT_CONTAINERD_CONFIG
+    binary: str = CONTAINERD_BIN
+    optional: bool = False
+
+    @property
+    def what(self) -> str:
+        return f"containerd config dump of {self.main_path}"
+
+    def command(self) -> list[str]:
+        return dump_command(self.binary, self.main_path)
+
+    def parse(self, text: str, host: str) -> dict[str, Any]:
+        # The real files are not staged: there is no stage prefix to strip, only `imports`.
+        return normalise_dump(parse_dump(text, host), "")
+
+
+def parse_file_dump(text: str) -> dict[str, str]:
+    """`path NUL content NUL ...` (the files fact's output) -> {path: content}, sorted."""
+    parts = text.split("\0")
+    if parts and parts[-1] == "":
+        parts.pop()
+    if len(parts) % 2:
+        raise ProbeFailed(f"file listing ends inside a record ({len(parts)} fields)")
+    return dict(sorted(zip(parts[0::2], parts[1::2], strict=True)))
+
+
+def check_containerd_version(planned: str | ContainerdVersion, found: ContainerdVersion) -> None:
+    """Raise ContainerdChanged, naming both versions, unless `found` is the planned release.
+
+    `planned` is the plan's (NodePlan.containerd_version, `1.7.24`), never facts gathered
+    again since: a resumed run compares the node with what was planned and shown.
+    """
+    want = planned if isinstance(planned, ContainerdVersion) else _planned_version(planned)
+    if (found.major, found.minor, found.patch) != (want.major, want.minor, want.patch):
+        raise ContainerdChanged(
+            f"containerd changed since the plan: {found} now, {want} planned; nothing was "
+            "changed by this step: run `rollout plan` again and review the new plan"
+        )
+
+
+def _planned_version(text: str) -> ContainerdVersion:
+    try:
+        return ContainerdVersion.from_series(text.strip())
+    except RolloutError as exc:
+        raise ContainerdChanged(
+            f"the plan records no usable containerd version ({text!r}): {exc}"
+        ) from exc

@@ -1,0 +1,123 @@
+"""Live facts: each node probed over SSH (the fact objects) and the Kubernetes API.
+
+The result has the same shape as recorded facts (rollout.facts.recorded), so the planner
+never knows whether it plans from a directory or from the cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rollout.commands import CommandRunner
+from rollout.containerd import ConfigFiles, ContainerdVersion
+from rollout.errors import RolloutError
+from rollout.facts.containerd import (
+    DEFAULT_CONTAINERD_CONFIG,
+    ConfigDumpFact,
+    ConfigFilesFact,
+    ContainerdVersionFact,
+)
+from rollout.facts.fact import ProbeFailed, read_fact
+from rollout.facts.gpu import GpuFacts, GpuQueryFact
+from rollout.facts.model import ClusterFacts, FleetFacts, NodeFacts
+from rollout.facts.service import ServiceFact, ServiceState
+from rollout.retry import retry_transient
+from rollout.spec import Spec, TimeSlicingChange
+from rollout.transports.errors import NotFound
+from rollout.transports.fanout import run_on_nodes
+from rollout.transports.kube import KubeClient, Node, Pod
+
+
+@dataclass(frozen=True)
+class NodeProbe:
+    """What SSH tells about one node."""
+
+    containerd: ContainerdVersion
+    config_files: ConfigFiles
+    gpus: GpuFacts
+    service: ServiceState
+    effective_config: Mapping[str, Any]
+
+
+def probe_node(runner: CommandRunner, main_path: str = DEFAULT_CONTAINERD_CONFIG) -> NodeProbe:
+    """Every node fact over one runner: containerd, its files and dump, its service, the GPUs."""
+    return NodeProbe(
+        containerd=read_fact(runner, ContainerdVersionFact()),
+        config_files=read_fact(runner, ConfigFilesFact(main_path)),
+        gpus=read_fact(runner, GpuQueryFact()),
+        service=read_fact(runner, ServiceFact()),
+        effective_config=read_fact(runner, ConfigDumpFact(main_path)),
+    )
+
+
+def node_facts_from(name: str, probe: NodeProbe, node: Node, pods: Sequence[Pod] = ()) -> NodeFacts:
+    """Join what SSH and the API say about one node."""
+    return NodeFacts(
+        name=name,
+        containerd=probe.containerd,
+        config_files=probe.config_files,
+        labels=dict(node.labels),
+        annotations=dict(node.annotations),
+        unschedulable=bool(node.unschedulable),
+        ready=bool(node.ready),
+        gpus=probe.gpus,
+        taints=tuple(
+            f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}"
+            for t in node.taints
+        ),
+        capacity=dict(node.capacity),
+        allocatable=dict(node.allocatable),
+        service=probe.service,
+        effective_config=probe.effective_config,
+        pods=tuple(pods),
+    )
+
+
+def gather_cluster_facts(spec: Spec, kube: KubeClient) -> ClusterFacts:
+    """The ConfigMaps the plan's time-slicing changes touch, and the ClusterPolicy spec."""
+    configmaps: dict[str, Mapping[str, str]] = {}
+    for change in spec.changes_of(TimeSlicingChange):
+        ref = change.configmap
+        try:
+            configmaps[f"{ref.namespace}/{ref.name}"] = dict(
+                kube.get_configmap(ref.namespace, ref.name).data
+            )
+        except NotFound:
+            continue
+    policies: Sequence[Mapping[str, Any]] = kube.list_cluster_policies()
+    policy = dict(policies[0].get("spec") or {}) if policies else {}
+    pdbs = tuple(
+        f"{b.namespace}/{b.name}: {b.disruptions_allowed} disruption(s) allowed"
+        for b in kube.list_pdbs(None)
+    )
+    return ClusterFacts(configmaps=configmaps, cluster_policy=policy, pdbs=pdbs)
+
+
+def gather_fleet_facts(
+    spec: Spec,
+    runners: Mapping[str, CommandRunner],
+    kube: KubeClient,
+    max_parallel: int = 8,
+    source: str = "live",
+) -> FleetFacts:
+    """Probe every node in parallel (bounded); one failed node fails the gathering, named."""
+
+    def probe(runner: CommandRunner) -> NodeProbe:
+        return retry_transient(lambda: probe_node(runner))
+
+    results = run_on_nodes(list(runners.values()), probe, max_parallel=max_parallel)
+    failures = [f"{name}: {res}" for name, res in results.items() if isinstance(res, RolloutError)]
+    if failures:
+        raise ProbeFailed("could not gather facts from every node:\n  " + "\n  ".join(failures))
+    nodes = []
+    for name, result in results.items():
+        assert isinstance(result, NodeProbe)
+        bound = kube.list_pods(None, field_selector=f"spec.nodeName={name}")
+        nodes.append(node_facts_from(name, result, kube.get_node(name), bound))
+    return FleetFacts(
+        nodes=tuple(sorted(nodes, key=lambda n: n.name)),
+        cluster=gather_cluster_facts(spec, kube),
+        source=source,
+    )

@@ -1,0 +1,61 @@
+"""What the planner knows about the fleet: one shape for recorded and live facts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rollout.containerd import ConfigFiles, ContainerdVersion
+from rollout.facts.gpu import GpuFacts
+from rollout.facts.service import ServiceState
+from rollout.transports.kube import Pod
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """Everything the planner needs to know about one node."""
+
+    name: str
+    containerd: ContainerdVersion
+    config_files: ConfigFiles
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    unschedulable: bool = False
+    ready: bool = True
+    gpus: GpuFacts = field(default_factory=lambda: GpuFacts(count=0))
+    # Live facts only (recorded facts leave them empty):
+    taints: tuple[str, ...] = ()
+    capacity: Mapping[str, str] = field(default_factory=dict)
+    allocatable: Mapping[str, str] = field(default_factory=dict)
+    # containerd.service as `systemctl show` reported it
+    service: ServiceState | None = None
+    # the node's own `containerd config dump` of its files now (without `imports`)
+    effective_config: Mapping[str, Any] = field(default_factory=dict)
+    # the pods bound to the node, as the API transport reads them (rollout.drain classifies them)
+    pods: tuple[Pod, ...] = ()
+
+    @property
+    def available(self) -> bool:
+        """Counts toward max_unavailable when false: cordoned or NotReady."""
+        return self.ready and not self.unschedulable
+
+
+@dataclass(frozen=True)
+class ClusterFacts:
+    """Cluster-wide objects the plan touches: ConfigMaps by namespace/name, the ClusterPolicy."""
+
+    configmaps: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    cluster_policy: Mapping[str, Any] = field(default_factory=dict)
+    # PodDisruptionBudgets as "namespace/name: N disruption(s) allowed"
+    pdbs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class FleetFacts:
+    nodes: tuple[NodeFacts, ...]
+    cluster: ClusterFacts
+    source: str
+
+    def by_name(self, name: str) -> NodeFacts | None:
+        return next((n for n in self.nodes if n.name == name), None)
