@@ -21,8 +21,9 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from rollout.errors import RolloutError
-from rollout.facts import NodeFacts
-from rollout.journal import (
+from rollout.plan import NodePlan, Plan
+from rollout.retry import DEFAULT_POLICY, RetryPolicy, call_with_policy
+from rollout.run import (
     Journal,
     NodeFinished,
     NodeOutcome,
@@ -35,8 +36,6 @@ from rollout.journal import (
     StepStarted,
     StepUndone,
 )
-from rollout.plan import NodePlan, Plan
-from rollout.retry import DEFAULT_POLICY, RetryPolicy, call_with_policy
 from rollout.spec import OnFailure, Spec
 from rollout.steps.base import Step, StepContext, StepResult, StepResultKind
 
@@ -268,7 +267,3 @@ class Executor:
                 ns.outcome_reason,
             )
         return RunReport(outcome, reason, nodes)
-
-
-def facts_by_name(facts: Sequence[NodeFacts]) -> dict[str, NodeFacts]:
-    return {f.name: f for f in facts}

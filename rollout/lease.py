@@ -4,6 +4,9 @@ Held while a run works and renewed in the background; when a run dies its lease 
 renewed and expires after `duration_s`, so a crashed laptop does not lock the cluster
 forever. A holder that finds its own lease (same identity, e.g. `rollout resume` of the same
 run) takes it back at once.
+
+`rollout apply` takes the lease before it creates its run, under the id the run will have,
+so a refused apply leaves no run behind.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import dataclasses
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from types import TracebackType
 
 from rollout.errors import RolloutError
 from rollout.transports.errors import Conflict, NotFound
@@ -29,6 +33,11 @@ class LeaseHeld(RolloutError):
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+def run_identity(run_id: str) -> str:
+    """The lease holder identity of a run: the same for its apply, resume and rollback."""
+    return f"rollout/{run_id}"
 
 
 class RunLease:
@@ -135,6 +144,19 @@ class RunLease:
         except RolloutError:
             pass  # it expires on its own; releasing is a courtesy
         self._lease = None
+
+    def __enter__(self) -> RunLease:
+        """Acquire (LeaseHeld if another run holds it); released on leaving the block."""
+        self.acquire()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()
 
     def _renew_loop(self) -> None:
         while not self._stop.wait(self._renew_every_s):

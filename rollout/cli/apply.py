@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
 import socket
 import sys
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from rich.markup import escape
@@ -25,36 +23,31 @@ from rollout.connection import FleetConnection
 from rollout.errors import Aborted, BadInput, ExitCode
 from rollout.executor import Executor, RunReport
 from rollout.facts import FleetFacts
-from rollout.journal import (
-    Journal,
-    RunOutcome,
-    RunResumed,
-    default_state_dir,
-    latest_run,
-    list_runs,
-    read_run,
-)
-from rollout.lease import RunLease
+from rollout.lease import RunLease, run_identity
 from rollout.plan import NodePlan, Plan, plan_from_data, plan_to_data
 from rollout.planner import build_plan
 from rollout.playbook import load_playbooks
+from rollout.run import (
+    Invocation,
+    Journal,
+    LockHolder,
+    RunOutcome,
+    RunPhase,
+    RunResumed,
+    current_user,
+    default_state_dir,
+    latest_run,
+    list_runs,
+    lock_holder,
+    make_run_id,
+    read_plan_json,
+    read_run,
+    utc_now,
+)
 from rollout.spec import Spec, load_spec, parse_spec
 from rollout.steps import builtin_steps
 from rollout.steps.base import StepContext
-
-INVOCATION_FILE = "invocation.json"
-
-
-@dataclass(frozen=True)
-class Invocation:
-    """What `resume` needs to reconnect: the plan file's text and where the fleet is."""
-
-    spec_source: str
-    spec_text: str
-    inventory: str
-    kubeconfig: str | None
-    context: str | None
-    accept_new_host_keys: bool
+from rollout.steps.containerd import remove_run_stages
 
 
 def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -142,9 +135,6 @@ def run_apply(args: argparse.Namespace) -> int:
                 sys.stdout.write(json.dumps({"run_id": None, "outcome": "no-changes"}) + "\n")
             return ExitCode.OK
         confirm(args.yes)
-        journal = Journal.create(
-            state_dir, plan.name, json.dumps(plan_to_data(plan)), user=getpass.getuser()
-        )
         invocation = Invocation(
             spec_source=str(args.plan_file),
             spec_text=args.plan_file.read_text(),
@@ -153,13 +143,21 @@ def run_apply(args: argparse.Namespace) -> int:
             context=args.context,
             accept_new_host_keys=args.accept_new_host_keys,
         )
-        (journal.run_dir / INVOCATION_FILE).write_text(json.dumps(asdict(invocation), indent=2))
-        print(
-            f"run {journal.run_id} (resume with: rollout resume {journal.run_id})",
-            file=sys.stderr,
-        )
-        with journal:
-            report = execute(plan, spec, facts, fleet, journal, args.output)
+        # The Lease first, under the id the run will have: an apply refused by it (another
+        # run works on this cluster) leaves no run behind.
+        run_id = make_run_id(plan.name, utc_now())
+        with (
+            RunLease(fleet.kube, run_identity(run_id)) as lease,
+            Journal.create(
+                state_dir,
+                plan.name,
+                json.dumps(plan_to_data(plan)),
+                invocation=invocation,
+                run_id=run_id,
+            ) as journal,
+        ):
+            print(f"run {run_id} (resume with: rollout resume {run_id})", file=sys.stderr)
+            report = execute(plan, spec, facts, fleet, journal, lease, args.output)
     return exit_code(report)
 
 
@@ -170,7 +168,7 @@ def run_resume(args: argparse.Namespace) -> int:
         if journal.replay().finished:
             console.print(f"run {args.run_id} already finished; nothing to resume")
             return ExitCode.OK
-        invocation = Invocation(**json.loads((journal.run_dir / INVOCATION_FILE).read_text()))
+        invocation = journal.read_invocation()
         spec = parse_spec(invocation.spec_text, invocation.spec_source)
         plan = plan_from_data(json.loads(journal.read_plan_json()))
         with FleetConnection(
@@ -180,9 +178,12 @@ def run_resume(args: argparse.Namespace) -> int:
             accept_new_host_keys=invocation.accept_new_host_keys,
         ) as fleet:
             facts = fleet.gather(spec)
-            journal.append(RunResumed(user=getpass.getuser(), host=socket.gethostname()))
-            print(f"resuming run {journal.run_id}", file=sys.stderr)
-            report = execute(plan, spec, facts, fleet, journal, args.output)
+            # Journalled only once the Lease is held: a refused resume leaves the run as it
+            # was (a halted run stays halted, with its reason).
+            with RunLease(fleet.kube, run_identity(journal.run_id)) as lease:
+                journal.append(RunResumed(user=current_user(), host=socket.gethostname()))
+                print(f"resuming run {journal.run_id}", file=sys.stderr)
+                report = execute(plan, spec, facts, fleet, journal, lease, args.output)
     return exit_code(report)
 
 
@@ -192,9 +193,10 @@ def execute(
     facts: FleetFacts,
     fleet: FleetConnection,
     journal: Journal,
+    lease: RunLease,
     output: str,
 ) -> RunReport:
-    """Hold the lease and run the executor with the built-in steps."""
+    """Run the executor with the built-in steps, under a lease the caller holds."""
     progress_console = make_console(sys.stderr)
     live = output == "text" and sys.stderr.isatty()
     waves = {node.name: wave.index for wave in plan.waves for node in wave.nodes}
@@ -218,19 +220,16 @@ def execute(
             progress=lambda text: progress_console.print(escape(text)),
         )
 
-    lease = RunLease(fleet.kube, f"rollout/{journal.run_id}")
-    lease.acquire()
-    try:
-        executor = Executor(
-            plan, spec, builtin_steps(), journal, fleet.kube, context, progress, lease
-        )
-        if isinstance(progress, LiveProgress):
-            with progress:
-                report = executor.run()
-        else:
+    executor = Executor(plan, spec, builtin_steps(), journal, fleet.kube, context, progress, lease)
+    if isinstance(progress, LiveProgress):
+        with progress:
             report = executor.run()
-    finally:
-        lease.release()
+    else:
+        report = executor.run()
+    # staging dirs a killed attempt of this run left on a node go with the run
+    staged = {n.name: fleet.runners[n.name] for n in plan.nodes if n.files}
+    for node, problem in remove_run_stages(staged, str(journal.run_id)).items():
+        progress_console.print(escape(f"{node}: staging not removed: {problem}"))
     if output == "json":
         sys.stdout.write(report_to_json(str(journal.run_id), report))
         return report
@@ -263,22 +262,27 @@ def run_status(args: argparse.Namespace) -> int:
     console = make_console(sys.stdout)
     if args.all:
         for run in list_runs(state_dir):
-            outcome = run.outcome.value if run.outcome else "in progress or interrupted"
-            console.print(f"{run.run_id}  {run.plan_name}  {outcome}")
+            if run.phase is None:
+                where = f"unreadable: {run.problem}"
+            else:
+                where = describe_phase(
+                    run.run_id, run.phase, run.outcome, run.halted_reason, run.holder
+                )
+            console.print(escape(f"{run.run_id}  {run.plan_name}  {where}"))
         return ExitCode.OK
     run_id = args.run_id
     if run_id is None:
         latest = latest_run(state_dir)
         if latest is None:
-            console.print(f"no runs in {state_dir}")
+            console.print(escape(f"no runs in {state_dir}"))
             return ExitCode.OK
         run_id = latest.run_id
     state = read_run(state_dir, run_id)
-    plan = plan_from_data(json.loads((state_dir / "runs" / run_id / "plan.json").read_text()))
-    outcome = state.outcome.value if state.outcome else "in progress or interrupted"
-    console.print(
-        f"run {run_id}: {outcome}" + (f" ({state.halted_reason})" if state.halted_reason else "")
-    )
+    plan = plan_from_data(json.loads(read_plan_json(state_dir, run_id)))
+    holder = lock_holder(state_dir, run_id)
+    phase = state.phase(locked=holder is not None)
+    where = describe_phase(run_id, phase, state.outcome, state.halted_reason, holder)
+    console.print(escape(f"run {run_id}: {where}"))
     for node in plan.nodes:
         ns = state.node(node.name)
         done = len(ns.completed)
@@ -287,6 +291,29 @@ def run_status(args: argparse.Namespace) -> int:
         reason = f" ({ns.outcome_reason})" if ns.outcome_reason else ""
         cordoned = ", cordoned by rollout" if ns.cordoned_by_rollout else ""
         console.print(
-            f"  {node.name}: {result}{reason}; {done}/{len(node.steps)} steps{flying}{cordoned}"
+            escape(
+                f"  {node.name}: {result}{reason}; {done}/{len(node.steps)} steps{flying}{cordoned}"
+            )
         )
     return ExitCode.OK
+
+
+def describe_phase(
+    run_id: str,
+    phase: RunPhase,
+    outcome: RunOutcome | None,
+    halted_reason: str | None,
+    holder: LockHolder | None,
+) -> str:
+    """Where a run stands, in words, and what to do about it."""
+    resume = f"continue with `rollout resume {run_id}`"
+    match phase:
+        case RunPhase.FINISHED:
+            text = outcome.value if outcome else "finished"
+            return text + (f" ({halted_reason})" if halted_reason else "")
+        case RunPhase.HALTED:
+            return f"halted: {halted_reason}; {resume} once that is dealt with"
+        case RunPhase.RUNNING:
+            return f"running ({holder or 'a live process'} holds it)"
+        case RunPhase.INTERRUPTED:
+            return f"interrupted (no process holds it); {resume}"

@@ -9,19 +9,16 @@ idempotent too. Verification is part of `apply`: a step that cannot prove its ef
 from __future__ import annotations
 
 import enum
-import json
-import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 from rollout.commands import CommandRunner
 from rollout.errors import RolloutError
 from rollout.facts import ClusterFacts, NodeFacts
-from rollout.journal import Journal
 from rollout.plan import NodePlan, StepPlan
+from rollout.run import Journal
 from rollout.spec import Spec
 from rollout.transports.kube import KubeClient
 
@@ -69,7 +66,6 @@ class StepContext:
     journal: Journal
     progress: Callable[[str], None] = print
     sleep: Callable[[float], None] = time.sleep
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def run_id(self) -> str:
@@ -77,25 +73,11 @@ class StepContext:
 
     def save_data(self, step: str, data: Mapping[str, Any]) -> None:
         """Keep what later steps (or a resumed run) need from this step, durably."""
-        path = self._data_path(step)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        with tmp.open("w") as out:
-            json.dump(dict(data), out, sort_keys=True)
-            out.flush()
-            os.fsync(out.fileno())
-        tmp.replace(path)
+        self.journal.save_step_data(self.node, step, data)
 
     def load_data(self, step: str) -> dict[str, Any]:
         """What an earlier step of this node saved; {} when it saved nothing."""
-        path = self._data_path(step)
-        if not path.is_file():
-            return {}
-        loaded: dict[str, Any] = json.loads(path.read_text())
-        return loaded
-
-    def _data_path(self, step: str) -> Path:
-        return self.journal.run_dir / "nodes" / self.node / f"{step}.json"
+        return self.journal.load_step_data(self.node, step)
 
 
 class StepPlanner(Protocol):

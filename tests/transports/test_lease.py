@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from rollout.lab.apiserver import ApiServer, Registry
-from rollout.lease import LeaseHeld, RunLease
+from rollout.lease import LeaseHeld, RunLease, run_identity
 from rollout.transports.kube import KubeClient
 
 
@@ -17,12 +17,8 @@ from rollout.transports.kube import KubeClient
 def kube() -> Iterator[KubeClient]:
     registry = Registry()
     registry.ensure_namespace("kube-system")
-    server = ApiServer.start(registry)
-    try:
-        with KubeClient.from_url(server.url) as client:
-            yield client
-    finally:
-        server.stop()
+    with ApiServer.start(registry) as server, KubeClient.from_url(server.url) as client:
+        yield client
 
 
 class Clock:
@@ -84,3 +80,27 @@ def test_renewal_keeps_the_lease_and_a_stolen_lease_is_noticed(kube: KubeClient)
     with pytest.raises(LeaseHeld, match="taken by another run"):
         lease.check()
     lease.release()
+
+
+def test_a_block_holds_the_lease_and_gives_it_back_even_on_error(kube: KubeClient) -> None:
+    class Boom(Exception):
+        pass
+
+    lease = RunLease(kube, run_identity("20261129-231500-p-ab12"), renew_every_s=3600)
+    with pytest.raises(Boom), lease:
+        holder = kube.get_lease("kube-system", "rollout").holder_identity
+        assert holder == "rollout/20261129-231500-p-ab12"
+        raise Boom
+    assert kube.get_lease("kube-system", "rollout").holder_identity == ""
+
+
+def test_a_refused_block_never_runs(kube: KubeClient) -> None:
+    first = RunLease(kube, run_identity("run-a"), renew_every_s=3600)
+    first.acquire()
+    ran = False
+    try:
+        with pytest.raises(LeaseHeld), RunLease(kube, run_identity("run-b"), renew_every_s=3600):
+            ran = True
+    finally:
+        first.release()
+    assert not ran

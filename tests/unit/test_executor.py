@@ -12,10 +12,10 @@ import pytest
 
 from rollout.executor import Executor
 from rollout.facts import load_recorded_facts
-from rollout.journal import Journal, NodeOutcome, RunOutcome
 from rollout.plan import NodePlan, Plan
 from rollout.planner import build_plan
 from rollout.playbook import load_playbooks
+from rollout.run import Journal, NodeOutcome, RunOutcome
 from rollout.spec import Spec, load_spec, parse_spec
 from rollout.steps.base import StepContext, StepFailed, StepResult
 

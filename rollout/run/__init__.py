@@ -1,0 +1,156 @@
+"""The run store: the only code that reads or writes a run's files.
+
+A run lives in ``<state-dir>/runs/<run-id>/``:
+
+- ``plan.json`` — the plan exactly as rendered when the run started; resume and rollback
+  follow it, never a re-planned one, so a step's index and kind mean the same thing forever.
+  Every reader checks it against the digest in the run-started record.
+- ``invocation.json`` — the plan file's text and where the fleet is, for `rollout resume`.
+- ``journal.jsonl`` — the append-only record of what the run did, each line fsynced before
+  the executor acts on it (`journal`); folded into a `RunState` (`state`) for resume and
+  status. A run is resumable once this file exists; it is written last at creation.
+- ``lock`` — flock'ed by the one process allowed to append, with that process's pid inside
+  (`lock`); a held lock is how status tells a running run from an interrupted one.
+- ``nodes/<node>/<step>.json`` — what a step kept for later steps and its undo (`stepdata`).
+
+Modules: `records` (the records and their JSON codec), `state` (the fold), `journal` (the
+reader and the appender, with the files beside it), `invocation`, `stepdata`, `lock`,
+`files` (paths and durable writes), `listing` (the runs for `rollout status`).
+"""
+
+from rollout.run.errors import (
+    InvalidRecord,
+    InvocationUnreadable,
+    JournalCorrupt,
+    JournalError,
+    JournalLocked,
+    JournalMismatch,
+    JournalWriteFailed,
+    RunIncomplete,
+    RunNotFound,
+    StepDataUnreadable,
+)
+from rollout.run.files import (
+    INVOCATION_FILE,
+    JOURNAL_FILE,
+    LOCK_FILE,
+    PLAN_FILE,
+    RUNS_DIR,
+    STATE_DIR_ENV,
+    current_user,
+    default_state_dir,
+    make_run_id,
+)
+from rollout.run.invocation import Invocation
+from rollout.run.journal import (
+    Journal,
+    JournalContents,
+    digest_plan,
+    read_journal,
+    read_plan_json,
+    read_run,
+)
+from rollout.run.listing import RunSummary, latest_run, list_runs, lock_holder
+from rollout.run.lock import LockHolder
+from rollout.run.records import (
+    JOURNAL_FORMAT,
+    RECORD_TYPES,
+    BackupWritten,
+    Clock,
+    CordonedByRollout,
+    Entry,
+    NodeFinished,
+    NodeOutcome,
+    Record,
+    RecordKind,
+    RunFinished,
+    RunHalted,
+    RunId,
+    RunOutcome,
+    RunResumed,
+    RunStarted,
+    StepFinished,
+    StepOutcome,
+    StepRef,
+    StepStarted,
+    StepUndone,
+    Uncordoned,
+    format_time,
+    parse_time,
+    utc_now,
+)
+from rollout.run.state import (
+    Backup,
+    CompletedStep,
+    FailedStep,
+    NodeState,
+    RunPhase,
+    RunState,
+    StepInFlight,
+)
+
+__all__ = [
+    "INVOCATION_FILE",
+    "JOURNAL_FILE",
+    "JOURNAL_FORMAT",
+    "LOCK_FILE",
+    "PLAN_FILE",
+    "RECORD_TYPES",
+    "RUNS_DIR",
+    "STATE_DIR_ENV",
+    "Backup",
+    "BackupWritten",
+    "Clock",
+    "CompletedStep",
+    "CordonedByRollout",
+    "Entry",
+    "FailedStep",
+    "InvalidRecord",
+    "Invocation",
+    "InvocationUnreadable",
+    "Journal",
+    "JournalContents",
+    "JournalCorrupt",
+    "JournalError",
+    "JournalLocked",
+    "JournalMismatch",
+    "JournalWriteFailed",
+    "LockHolder",
+    "NodeFinished",
+    "NodeOutcome",
+    "NodeState",
+    "Record",
+    "RecordKind",
+    "RunFinished",
+    "RunHalted",
+    "RunId",
+    "RunIncomplete",
+    "RunNotFound",
+    "RunOutcome",
+    "RunPhase",
+    "RunResumed",
+    "RunStarted",
+    "RunState",
+    "RunSummary",
+    "StepDataUnreadable",
+    "StepFinished",
+    "StepInFlight",
+    "StepOutcome",
+    "StepRef",
+    "StepStarted",
+    "StepUndone",
+    "Uncordoned",
+    "current_user",
+    "default_state_dir",
+    "digest_plan",
+    "format_time",
+    "latest_run",
+    "list_runs",
+    "lock_holder",
+    "make_run_id",
+    "parse_time",
+    "read_journal",
+    "read_plan_json",
+    "read_run",
+    "utc_now",
+]

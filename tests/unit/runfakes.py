@@ -1,0 +1,58 @@
+"""Shared by the run store's tests: a ticking clock, a plan, and a node journalled through."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from rollout.run import (
+    BackupWritten,
+    CordonedByRollout,
+    Journal,
+    NodeFinished,
+    NodeOutcome,
+    StepFinished,
+    StepOutcome,
+    StepStarted,
+    Uncordoned,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+PLAN_JSON = json.dumps({"name": "registry-mirror", "waves": [["gpu-1", "gpu-2"]]})
+STEPS = ("cordon", "drain", "containerd.write", "systemd.restart", "uncordon")
+
+
+class FakeClock:
+    """A clock that ticks one second per call, so timestamps are exact in tests."""
+
+    def __init__(self, start: datetime = datetime(2026, 11, 29, 23, 15, tzinfo=UTC)) -> None:
+        self.now = start
+
+    def __call__(self) -> datetime:
+        current = self.now
+        self.now += timedelta(seconds=1)
+        return current
+
+
+def open_journal(tmp_path: Path) -> Iterator[Journal]:
+    """A fresh run, open for appending, closed after the test."""
+    with Journal.create(
+        tmp_path, "registry-mirror", PLAN_JSON, user="ops", host="laptop", clock=FakeClock()
+    ) as j:
+        yield j
+
+
+def run_node(journal: Journal, node: str, steps: tuple[str, ...] = STEPS) -> None:
+    """Journal a node going through all its steps successfully."""
+    for index, kind in enumerate(steps):
+        journal.append(StepStarted(node, index, kind, 1))
+        if kind == "cordon":
+            journal.append(CordonedByRollout(node))
+        if kind == "containerd.write":
+            journal.append(BackupWritten(node, "/etc/a.toml", "/var/backup/a.toml", "ab" * 32))
+        if kind == "uncordon":
+            journal.append(Uncordoned(node))
+        journal.append(StepFinished(node, index, kind, 1, StepOutcome.DONE, "ok"))
+    journal.append(NodeFinished(node, NodeOutcome.SUCCEEDED))

@@ -1,0 +1,339 @@
+"""`rollout apply`, `resume` and `status` over the run store, with recorded facts and the API
+emulator instead of SSH and a real cluster: the Lease before the run, clear errors for a run
+resume cannot open, and where a run stands (finished, halted, running, interrupted)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import rollout.cli.apply as cli_apply
+from rollout.cli import main
+from rollout.executor import RunReport
+from rollout.lab.apiserver import ApiServer, Registry
+from rollout.lease import RunLease
+from rollout.plan import NodePlan, Plan, StepPlan, Wave, plan_from_data, plan_to_data
+from rollout.run import (
+    INVOCATION_FILE,
+    CordonedByRollout,
+    Invocation,
+    Journal,
+    RunFinished,
+    RunHalted,
+    RunOutcome,
+    StepFinished,
+    StepOutcome,
+    StepStarted,
+    list_runs,
+    read_plan_json,
+    read_run,
+)
+from rollout.spec import Spec
+from rollout.transports.kube import KubeClient
+from tests.unit.runfakes import REPO
+
+PLAN = REPO / "examples" / "plan.yaml"
+STEP_KINDS = ("preflight", "cordon", "uncordon")
+HALT_REASON = "halt label on gpu-b-1 (nvidia.com/gpu-driver-upgrade-state=upgrade-failed)"
+
+
+@pytest.fixture
+def kube() -> Iterator[KubeClient]:
+    registry = Registry()
+    registry.ensure_namespace("kube-system")
+    server = ApiServer.start(registry)
+    try:
+        with KubeClient.from_url(server.url) as client:
+            yield client
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def plan() -> Plan:
+    """A small plan of two nodes in two waves, as the planner would make it."""
+    steps = tuple(StepPlan.acting(kind, f"{kind} it") for kind in STEP_KINDS)
+    nodes = tuple(NodePlan(name, "1.7.24", steps) for name in ("gpu-a-1", "gpu-a-2"))
+    return Plan(
+        name="registry-mirror",
+        source=str(PLAN),
+        facts_source="recorded",
+        changes=("registry mirror",),
+        waves=(Wave(1, nodes[:1]), Wave(2, nodes[1:])),
+    )
+
+
+@pytest.fixture
+def fleet(kube: KubeClient, plan: Plan, monkeypatch: pytest.MonkeyPatch) -> KubeClient:
+    """FleetConnection without SSH, over the emulator's API; the planner gives `plan`."""
+
+    class FakeFleet:
+        def __init__(self, inventory: Path, kubeconfig: str | None, context: str | None, **_: Any):
+            self.kube = kube
+            self.runners: dict[str, Any] = {}
+
+        def gather(self, spec: Spec, max_parallel: int = 8) -> object:
+            return object()  # only the (faked) planner and executor look at the facts
+
+        def __enter__(self) -> FakeFleet:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+    monkeypatch.setattr(cli_apply, "FleetConnection", FakeFleet)
+    monkeypatch.setattr(cli_apply, "build_plan", lambda *_: plan)
+    return kube
+
+
+def apply_args(tmp_path: Path, state: Path) -> list[str]:
+    inventory = tmp_path / "inventory.yaml"
+    return [
+        *("apply", str(PLAN), "-i", str(inventory), "--state-dir", str(state)),
+        *("--yes", "--output", "json"),
+    ]
+
+
+def make_run(state: Path, plan: Plan, *, invocation: Invocation | None = None) -> Journal:
+    return Journal.create(state, plan.name, json.dumps(plan_to_data(plan)), invocation=invocation)
+
+
+def other_run_holds_the_lease(kube: KubeClient) -> RunLease:
+    holder = RunLease(kube, "rollout/someone-elses-run", renew_every_s=3600)
+    holder.acquire()
+    return holder
+
+
+def status(state: Path, capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    capsys.readouterr()
+    assert main(["status", *args, "--state-dir", str(state)]) == 0
+    return capsys.readouterr().out
+
+
+# --- apply and the Lease ----------------------------------------------------------------------
+
+
+def test_an_apply_refused_by_the_lease_creates_no_run(
+    fleet: KubeClient, plan: Plan, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = tmp_path / "state"
+    make_run(state, plan).close()  # an earlier run, interrupted
+    (earlier,) = list_runs(state)
+    holder = other_run_holds_the_lease(fleet)
+    try:
+        assert main(apply_args(tmp_path, state)) == 1
+    finally:
+        holder.release()
+    assert "held by rollout/someone-elses-run" in capsys.readouterr().err
+    assert [r.run_id for r in list_runs(state)] == [earlier.run_id]
+    assert [p.name for p in (state / "runs").iterdir()] == [earlier.run_id]
+    listed = status(state, capsys, "--all").splitlines()
+    assert len(listed) == 1 and listed[0].startswith(earlier.run_id)
+
+
+def test_apply_holds_the_lease_before_its_run_exists(
+    fleet: KubeClient,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    state = tmp_path / "state"
+    seen: dict[str, Any] = {}
+    real_acquire = RunLease.acquire
+
+    def acquire(lease: RunLease) -> None:
+        seen["runs when the lease was taken"] = list_runs(state)
+        real_acquire(lease)
+
+    def execute(plan: Plan, spec: Spec, facts: object, _f: Any, journal: Journal, *_: Any) -> Any:
+        seen["run_id"] = journal.run_id
+        seen["holder"] = fleet.get_lease("kube-system", "rollout").holder_identity
+        seen["invocation"] = journal.read_invocation()
+        seen["plan"] = plan_from_data(json.loads(read_plan_json(state, journal.run_id)))
+        seen["executed"] = plan
+        return RunReport(RunOutcome.SUCCEEDED, "", {})
+
+    monkeypatch.setattr(RunLease, "acquire", acquire)
+    monkeypatch.setattr(cli_apply, "execute", execute)
+    assert main(apply_args(tmp_path, state)) == 0
+    assert seen["runs when the lease was taken"] == []
+    assert seen["holder"] == f"rollout/{seen['run_id']}"
+    assert seen["invocation"] == Invocation(
+        spec_source=str(PLAN),
+        spec_text=PLAN.read_text(),
+        inventory=str((tmp_path / "inventory.yaml").resolve()),
+        kubeconfig=None,
+        context=None,
+        accept_new_host_keys=False,
+    )
+    assert seen["plan"] == seen["executed"]
+    assert fleet.get_lease("kube-system", "rollout").holder_identity == "", "released after"
+    assert f"run {seen['run_id']} (resume with" in capsys.readouterr().err
+
+
+# --- resume -----------------------------------------------------------------------------------
+
+
+def test_resume_without_an_invocation_says_so(
+    plan: Plan, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with make_run(tmp_path, plan) as journal:
+        run_id = journal.run_id
+    assert main(["resume", run_id, "--state-dir", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: cannot resume run {run_id}: ")
+    assert f"{INVOCATION_FILE} is missing" in err and "rollout apply PLAN" in err
+
+
+def test_resume_with_a_torn_invocation_says_so(
+    plan: Plan, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    invocation = Invocation(str(PLAN), PLAN.read_text(), "/srv/inventory.yaml", None, None, False)
+    with make_run(tmp_path, plan, invocation=invocation) as journal:
+        run_id = journal.run_id
+        path = journal.run_dir / INVOCATION_FILE
+        path.write_bytes(path.read_bytes()[:40])
+    assert main(["resume", run_id, "--state-dir", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert f"error: cannot resume run {run_id}: {path} is not valid JSON" in err
+
+
+def test_resume_of_a_run_cut_short_while_created_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "runs" / "20261129-231500-p-abcd"
+    run_dir.mkdir(parents=True)
+    (run_dir / "plan.json").write_text("{}")
+    assert main(["resume", run_dir.name, "--state-dir", str(tmp_path)]) == 1
+    assert "nothing to resume" in capsys.readouterr().err
+
+
+def test_a_resume_refused_by_the_lease_leaves_the_run_halted(
+    fleet: KubeClient, plan: Plan, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    invocation = Invocation(
+        str(PLAN), PLAN.read_text(), str(tmp_path / "inv.yaml"), None, None, False
+    )
+    with make_run(tmp_path, plan, invocation=invocation) as journal:
+        journal.append(RunHalted(HALT_REASON))
+        run_id, records = journal.run_id, len(journal.entries())
+    holder = other_run_holds_the_lease(fleet)
+    try:
+        assert main(["resume", run_id, "--state-dir", str(tmp_path)]) == 1
+    finally:
+        holder.release()
+    state = read_run(tmp_path, run_id)
+    assert state.halted_reason == HALT_REASON and state.last_seq == records
+    assert f"run {run_id}: halted: {HALT_REASON}" in status(tmp_path, capsys, run_id)
+
+
+# --- status -----------------------------------------------------------------------------------
+
+
+def test_status_says_a_halted_run_halted_and_why(
+    plan: Plan, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with make_run(tmp_path, plan) as journal:
+        journal.append(RunHalted(HALT_REASON))
+        run_id = journal.run_id
+        # halted, even while the process that halted it has not exited yet
+        assert f"run {run_id}: halted: {HALT_REASON}; continue with `rollout resume {run_id}`" in (
+            status(tmp_path, capsys, run_id)
+        )
+    out = status(tmp_path, capsys)
+    assert out.startswith(f"run {run_id}: halted: {HALT_REASON};")
+    assert "in progress" not in out and "interrupted" not in out
+    assert f"{run_id}  {plan.name}  halted: {HALT_REASON}" in status(tmp_path, capsys, "--all")
+
+
+def test_status_says_a_run_whose_process_died_was_interrupted(
+    plan: Plan, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with make_run(tmp_path, plan) as journal:
+        journal.append(StepStarted("gpu-a-1", 0, "preflight", 1))
+        run_id = journal.run_id
+    out = status(tmp_path, capsys, run_id)
+    assert f"run {run_id}: interrupted (no process holds it); continue with" in out
+    assert "gpu-a-1: pending; 0/" in out and "in flight: preflight" in out
+    assert f"{run_id}  {plan.name}  interrupted" in status(tmp_path, capsys, "--all")
+
+
+HOLDER = """
+import sys
+from pathlib import Path
+from rollout.run import Journal
+
+with Journal.open(Path(sys.argv[1]), sys.argv[2]):
+    print("locked", flush=True)
+    sys.stdin.read()
+"""
+
+
+def test_status_says_a_run_held_by_a_live_process_is_running(
+    plan: Plan, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with make_run(tmp_path, plan) as journal:
+        run_id = journal.run_id
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(tmp_path), run_id],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+        out = status(tmp_path, capsys, run_id)
+        assert f"run {run_id}: running (pid {holder.pid} on " in out
+        assert f"{run_id}  {plan.name}  running (pid {holder.pid}" in status(
+            tmp_path, capsys, "--all"
+        )
+        # looking did not take the lock from it, nor block it
+        (run,) = list_runs(tmp_path)
+        assert run.holder is not None and run.holder.pid == holder.pid
+    finally:
+        holder.kill()
+        holder.wait()
+        assert holder.stdin is not None and holder.stdout is not None
+        holder.stdin.close()
+        holder.stdout.close()
+    # killed: the kernel dropped its lock, so the run is interrupted, not running
+    assert f"run {run_id}: interrupted" in status(tmp_path, capsys, run_id)
+
+
+def test_status_of_finished_runs_and_unreadable_ones(
+    plan: Plan, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with make_run(tmp_path, plan) as journal:
+        for node in plan.nodes:
+            journal.append(CordonedByRollout(node.name))
+        journal.append(StepStarted("gpu-a-1", 0, "preflight", 1))
+        journal.append(StepFinished("gpu-a-1", 0, "preflight", 1, StepOutcome.DONE))
+        journal.append(RunFinished(RunOutcome.FAILED))
+        run_id = journal.run_id
+    out = status(tmp_path, capsys, run_id)
+    assert out.startswith(f"run {run_id}: failed\n")
+    assert "  gpu-a-1: pending; 1/" in out and "cordoned by rollout" in out
+    broken = tmp_path / "runs" / "20991231-000000-broken-0000"
+    broken.mkdir()
+    listed = status(tmp_path, capsys, "--all")
+    assert f"{broken.name}    unreadable: run {broken.name} has no journal" in listed
+    assert f"{run_id}  {plan.name}  failed" in listed
+
+
+def test_status_reads_the_plan_through_its_digest(
+    plan: Plan, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with make_run(tmp_path, plan) as journal:
+        run_id = journal.run_id
+        changed = plan_to_data(plan) | {"name": "something-else"}
+        journal.plan_path.write_text(json.dumps(changed))
+    assert main(["status", run_id, "--state-dir", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert f"{journal.plan_path} does not match the plan run {run_id} started with" in err
