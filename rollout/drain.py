@@ -1,8 +1,8 @@
 """Which pods a drain evicts, skips or refuses on, with kubectl drain's rules, as pure functions.
 
-The executor lists the pods of a node through the API and hands their JSON here; nothing in
-this module talks to a cluster, so `rollout plan` can show the same decision `rollout apply`
-will act on, and every rule is a data-driven test.
+The facts and the drain step list the pods of a node through the API and hand the transport's
+`Pod` objects here, unchanged; nothing in this module talks to a cluster, so `rollout plan`
+can show the same decision `rollout apply` will act on, and every rule is a data-driven test.
 
 The rules follow kubectl's drain filters (kubectl/pkg/drain/filters.go), in kubectl's order,
 with three deliberate differences, each documented where it applies:
@@ -20,14 +20,10 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
 
 from rollout.spec import DrainPolicy
+from rollout.transports.kube import Pod
 
-Pod = Mapping[str, Any]
-"""A pod as the Kubernetes API returns it in JSON (metadata, spec, status)."""
-
-MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 
 
@@ -86,14 +82,7 @@ class PodRef:
 
     @classmethod
     def from_pod(cls, pod: Pod) -> PodRef:
-        metadata = _mapping(pod.get("metadata"))
-        spec = _mapping(pod.get("spec"))
-        node = spec.get("nodeName")
-        return cls(
-            namespace=str(metadata.get("namespace") or "default"),
-            name=str(metadata.get("name") or "?"),
-            node=str(node) if node else None,
-        )
+        return cls(namespace=pod.namespace or "default", name=pod.name, node=pod.node_name or None)
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"
@@ -197,45 +186,30 @@ def _skip_reason(
     pod_selector: Callable[[Mapping[str, str]], bool] | None,
     skip_label: str | None,
 ) -> SkipReason | None:
-    metadata = _mapping(pod.get("metadata"))
-    labels = {str(k): str(v) for k, v in _mapping(metadata.get("labels")).items()}
-    if pod_selector is not None and not pod_selector(labels):
+    if pod_selector is not None and not pod_selector(pod.labels):
         return SkipReason.NOT_SELECTED
     # The GPU Operator selects with `<skip_label>!=true`: only the exact value "true" skips.
-    if skip_label and labels.get(skip_label) == "true":
+    if skip_label and pod.labels.get(skip_label) == "true":
         return SkipReason.SKIP_LABEL
-    controller = _controller_of(pod)
-    if controller is not None and controller.get("kind") == "DaemonSet":
+    # Only the owner marked controller: true counts; other owners do not make a pod managed.
+    controller = pod.controller
+    if controller is not None and controller.kind == "DaemonSet":
         return SkipReason.DAEMONSET
-    # kubectl checks only that the key exists, whatever its value.
-    if MIRROR_POD_ANNOTATION in _mapping(metadata.get("annotations")):
+    # kubectl checks only that the mirror annotation exists, whatever its value.
+    if pod.is_mirror:
         return SkipReason.MIRROR
-    if _mapping(pod.get("status")).get("phase") in FINISHED_PHASES:
+    if pod.phase in FINISHED_PHASES:
         return SkipReason.FINISHED
     return None
 
 
 def _block_reasons(pod: Pod) -> tuple[BlockReason, ...]:
     reasons: list[BlockReason] = []
-    volumes = _mapping(pod.get("spec")).get("volumes") or ()
-    if any(isinstance(v, Mapping) and v.get("emptyDir") is not None for v in volumes):
+    if pod.uses_empty_dir:
         reasons.append(BlockReason.LOCAL_STORAGE)
-    if _controller_of(pod) is None:
+    if pod.controller is None:
         reasons.append(BlockReason.UNMANAGED)
     return tuple(reasons)
-
-
-def _controller_of(pod: Pod) -> Mapping[str, Any] | None:
-    """The owner reference marked controller: true; other owners do not make a pod managed."""
-    owners = _mapping(pod.get("metadata")).get("ownerReferences") or ()
-    for owner in owners:
-        if isinstance(owner, Mapping) and owner.get("controller") is True:
-            return owner
-    return None
-
-
-def _mapping(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
 
 
 @dataclass(frozen=True)

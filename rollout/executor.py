@@ -38,6 +38,7 @@ from rollout.run import (
 )
 from rollout.spec import OnFailure, Spec
 from rollout.steps.base import Step, StepContext, StepResult, StepResultKind
+from rollout.steps.nodemarks import mark_left_cordoned
 
 
 class Halt(RolloutError):
@@ -238,11 +239,9 @@ class Executor:
             try:
                 call_with_policy(undo, self._retry, sleep=ctx.sleep)
             except RolloutError as exc:
-                self._finish(
-                    node.name,
-                    NodeOutcome.LEFT_CORDONED,
-                    f"{reason}; rollback failed at {completed.kind}: {exc}",
-                )
+                left = f"{reason}; rollback failed at {completed.kind}: {exc}"
+                mark_left_cordoned(ctx, left)
+                self._finish(node.name, NodeOutcome.LEFT_CORDONED, left)
                 return
             self._journal.append(StepUndone(node.name, completed.index, completed.kind))
             self._progress.step_finished(node.name, completed.kind, "undone", "")

@@ -1,4 +1,5 @@
-"""Step kinds, one module per area: preflight, containerd, systemd, Kubernetes, time-slicing.
+"""Step kinds, one module per job: preflight, containerd, systemd, cordon, drain, time-slicing,
+the GPU checks, drivers.
 
 The step classes are the one list of step kinds: playbooks are checked against it, the
 planner asks each step for its plan, the executor runs the ones that can be applied.
@@ -15,9 +16,21 @@ from rollout.steps.base import Step, StepPlanner
 
 def step_planners() -> dict[str, StepPlanner]:
     """Every built-in step kind, by kind: each step class that can plan itself."""
-    from rollout.steps import containerd, driver, kube, preflight, systemd, timeslicing
+    from rollout.steps import (
+        containerd,
+        cordon,
+        drain,
+        driver,
+        gpu_smoke,
+        gpu_wait,
+        preflight,
+        systemd,
+        timeslicing,
+    )
 
-    return steps_in(preflight, containerd, systemd, kube, timeslicing, driver)
+    return steps_in(
+        preflight, containerd, systemd, cordon, drain, timeslicing, gpu_wait, gpu_smoke, driver
+    )
 
 
 def builtin_steps() -> dict[str, Step]:

@@ -23,6 +23,12 @@ SHARED_MEMORY_WARNING = (
 )
 
 
+def time_slicing_change(spec: Spec) -> TimeSlicingChange | None:
+    """The spec's time-slicing change; a node carries one profile label, so the first counts."""
+    changes = spec.changes_of(TimeSlicingChange)
+    return changes[0] if changes else None
+
+
 def plan_cluster_changes(spec: Spec, cluster: ClusterFacts) -> list[ClusterChange]:
     """ConfigMap and ClusterPolicy changes for time-slicing, made once before wave 1."""
     result: list[ClusterChange] = []

@@ -24,28 +24,26 @@ from rollout.facts import ClusterFacts, NodeFacts
 from rollout.plan import StepPlan
 from rollout.spec import MAX_REPLICAS, Spec, TimeSlicingChange
 from rollout.steps.base import StepContext, StepFailed, StepResult
-from rollout.steps.kube import (
-    GPU_RESOURCE,
-    RUN_ANNOTATION,
-    Deadline,
-    describe_pod,
-    find_device_plugin_pods,
-    report_step,
-    time_slicing_change,
+from rollout.steps.deviceplugin import (
+    find_device_plugin,
+    restart_device_plugin,
+    wait_for_device_plugin,
 )
+from rollout.steps.gpu_wait import GPU_RESOURCE
 from rollout.steps.nodechanges import node_changes
+from rollout.steps.nodemarks import ANNOTATION_DOMAIN, RUN_ANNOTATION, report_step
 from rollout.steps.profile_changes import (
     DEVICE_PLUGIN_CONFIG_LABEL,
     SHARED_MEMORY_WARNING,
     plan_cluster_changes,
+    time_slicing_change,
 )
 from rollout.transports.errors import Conflict, NotFound
-from rollout.transports.kube import ConfigMap, Pod
+from rollout.transports.kube import ConfigMap
 
 # Which key of the ConfigMap the run in RUN_ANNOTATION changed.
-CHANGED_KEY_ANNOTATION = "rollout.nvidia.com/changed-key"
+CHANGED_KEY_ANNOTATION = f"{ANNOTATION_DOMAIN}/changed-key"
 CONFLICT_ATTEMPTS = 5
-POLL_INTERVAL_S = 1.0
 
 
 def render_profile(change: TimeSlicingChange) -> str:
@@ -361,44 +359,6 @@ class NodeLabelStep:
 
 
 # -------------------------------------------------------------------- deviceplugin.restart
-
-
-def find_device_plugin(ctx: StepContext, kind: str) -> Pod:
-    """The node's live device-plugin pod; StepFailed when there is none."""
-    live = [p for p in find_device_plugin_pods(ctx) if not p.deleting]
-    if not live:
-        raise StepFailed(ctx.node, kind, "no device-plugin pod on the node to restart")
-    return live[0]
-
-
-def wait_for_device_plugin(ctx: StepContext, kind: str, deleted_uid: str) -> Pod:
-    """Wait until a device-plugin pod other than `deleted_uid` runs on the node and is ready."""
-    deadline = Deadline(ctx.spec.policy.verify.gpu_wait_timeout_s, ctx.sleep)
-    while True:
-        pods = find_device_plugin_pods(ctx)
-        ready = [
-            p
-            for p in pods
-            if p.uid != deleted_uid and not p.deleting and p.phase == "Running" and p.ready
-        ]
-        if ready:
-            return ready[0]
-        if deadline.expired:
-            state = "; ".join(describe_pod(p) for p in pods) or "no device-plugin pod"
-            raise StepFailed(
-                ctx.node,
-                kind,
-                f"the device plugin did not come back within {round(deadline.elapsed_s)}s "
-                f"(policy.verify.gpu_wait_timeout_s): {state}",
-            )
-        deadline.sleep(POLL_INTERVAL_S)
-
-
-def restart_device_plugin(ctx: StepContext, kind: str) -> Pod:
-    """Delete the node's device-plugin pod and wait for its replacement to be ready."""
-    old = find_device_plugin(ctx, kind)
-    ctx.kube.delete_pod(old.namespace, old.name, missing_ok=True)
-    return wait_for_device_plugin(ctx, kind, old.uid)
 
 
 @dataclass(frozen=True)

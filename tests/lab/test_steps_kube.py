@@ -19,21 +19,20 @@ import pytest
 
 from rollout.connection import FleetConnection
 from rollout.facts import FleetFacts, NodeFacts
-from rollout.journal import Journal
 from rollout.lab.cluster import CONTEXT, Lab, controlplane_available
 from rollout.planner import build_plan
 from rollout.playbook import load_playbooks
+from rollout.run import Journal
 from rollout.spec import Spec, parse_spec
 from rollout.steps.base import StepContext, StepFailed, StepResultKind
-from rollout.steps.kube import (
+from rollout.steps.cordon import CordonStep, UncordonStep
+from rollout.steps.drain import DrainStep
+from rollout.steps.gpu_smoke import GpuSmokeStep, smoke_pod_name
+from rollout.steps.gpu_wait import GpuWaitStep
+from rollout.steps.nodemarks import (
+    LEFT_CORDONED_ANNOTATION,
     RUN_ANNOTATION,
     STEP_ANNOTATION,
-    CordonStep,
-    DrainStep,
-    GpuSmokeStep,
-    GpuWaitStep,
-    UncordonStep,
-    smoke_pod_name,
 )
 from rollout.steps.timeslicing import (
     ConfigMapUpdateStep,
@@ -129,7 +128,9 @@ def restore(kube: KubeClient) -> Iterator[None]:
     for node in (NODE, SLICED_NODE):
         kube.set_unschedulable(node, False)
         kube.patch_node_labels(node, {PROFILE_LABEL: None})
-        kube.patch_node_annotations(node, {RUN_ANNOTATION: None, STEP_ANNOTATION: None})
+        kube.patch_node_annotations(
+            node, {RUN_ANNOTATION: None, STEP_ANNOTATION: None, LEFT_CORDONED_ANNOTATION: None}
+        )
 
 
 def make_context(

@@ -1,4 +1,8 @@
-"""kubectl drain's pod selection, one case per rule and per combination, as data."""
+"""kubectl drain's pod selection, one case per rule and per combination, as data.
+
+Each case is a pod as the API server sends it, read by the transport (`Pod.from_json`): the
+drain rules classify the transport's own objects, as the facts and the drain step hand them.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from rollout.drain import (
     classify_pods,
     format_blocked,
 )
+from rollout.transports.kube import Pod
 
 SKIP_LABEL = "nvidia.com/gpu-driver-upgrade-drain.skip"
 NODE = "gpu-1"
@@ -41,8 +46,20 @@ def make_pod(
     annotations: dict[str, str] | None = None,
     volumes: list[dict[str, Any]] | None = None,
     phase: str = "Running",
+) -> Pod:
+    """A pod from the API's JSON; by default a running ReplicaSet pod with no volumes."""
+    return Pod.from_json(api_pod(name, namespace, owners, labels, annotations, volumes, phase))
+
+
+def api_pod(
+    name: str,
+    namespace: str,
+    owners: list[dict[str, Any]] | None,
+    labels: dict[str, str] | None,
+    annotations: dict[str, str] | None,
+    volumes: list[dict[str, Any]] | None,
+    phase: str,
 ) -> dict[str, Any]:
-    """A pod in the API's JSON shape; by default a running ReplicaSet pod with no volumes."""
     return {
         "metadata": {
             "name": name,
@@ -65,7 +82,7 @@ MIRROR = {"kubernetes.io/config.mirror": "abc"}
 @dataclass(frozen=True)
 class Case:
     id: str
-    pod: dict[str, Any]
+    pod: Pod
     expect: str  # "evict", a SkipReason, or blocking reasons joined by "+"
     force: bool = False
     delete_emptydir_data: bool = False
@@ -254,16 +271,18 @@ CASES = [
     # odd shapes the API may return
     Case(
         "missing ownerReferences, labels and volumes",
-        {"metadata": {"name": "p", "namespace": "ml"}, "spec": {}, "status": {}},
+        Pod.from_json({"metadata": {"name": "p", "namespace": "ml"}, "spec": {}, "status": {}}),
         BlockReason.UNMANAGED.name,
     ),
     Case(
         "null volumes",
-        {
-            "metadata": {"name": "p", "ownerReferences": [owner("Job")]},
-            "spec": {"volumes": None},
-            "status": {"phase": "Running"},
-        },
+        Pod.from_json(
+            {
+                "metadata": {"name": "p", "ownerReferences": [owner("Job")]},
+                "spec": {"volumes": None},
+                "status": {"phase": "Running"},
+            }
+        ),
         "evict",
     ),
 ]
@@ -306,7 +325,9 @@ def test_every_rule_has_a_case() -> None:
 
 
 def test_pod_ref_defaults_namespace_and_reads_node() -> None:
-    assert PodRef.from_pod({"metadata": {"name": "p"}}) == PodRef("default", "p", None)
+    assert PodRef.from_pod(Pod.from_json({"metadata": {"name": "p"}})) == PodRef(
+        "default", "p", None
+    )
     assert str(PodRef.from_pod(make_pod("a", namespace="ns"))) == "ns/a"
     assert PodRef.from_pod(make_pod()).node == NODE
 
@@ -324,7 +345,7 @@ MIXED = [
 ]
 
 
-def classify_mixed(pods: list[dict[str, Any]], **flags: bool) -> DrainSelection:
+def classify_mixed(pods: list[Pod], **flags: bool) -> DrainSelection:
     return classify_pods(
         pods,
         force=flags.get("force", False),
@@ -359,7 +380,7 @@ def test_every_pod_lands_in_exactly_one_group() -> None:
             + [s.pod.name for s in selection.skipped]
             + [b.pod.name for b in selection.blocking]
         )
-        assert sorted(seen) == sorted(p["metadata"]["name"] for p in MIXED)
+        assert sorted(seen) == sorted(p.name for p in MIXED)
 
 
 def test_order_follows_input_not_names() -> None:
@@ -417,7 +438,7 @@ def test_refusal_message_names_only_the_setting_needed() -> None:
 
 
 def test_refusal_message_for_one_pod_without_node() -> None:
-    pod = {"metadata": {"name": "p", "namespace": "ns"}}
+    pod = Pod.from_json({"metadata": {"name": "p", "namespace": "ns"}})
     selection = classify_mixed([pod])
     assert selection.refusal_message().splitlines()[0] == "drain refused: 1 pod cannot be evicted"
 
@@ -505,7 +526,9 @@ def test_format_blocked() -> None:
 
 
 def test_format_blocked_without_pdb_name_or_node() -> None:
-    message = format_blocked({"metadata": {"name": "p", "namespace": "ns"}}, None, 59.6)
+    message = format_blocked(
+        Pod.from_json({"metadata": {"name": "p", "namespace": "ns"}}), None, 59.6
+    )
     assert message == (
         "drain of the node timed out after 60s: pod ns/p is protected by "
         "a PodDisruptionBudget (0 disruptions allowed)"

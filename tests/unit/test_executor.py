@@ -41,11 +41,27 @@ class FakeNode:
     unschedulable: bool = False
     ready: bool = True
     labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
 
 
 class FakeCluster:
     def __init__(self, names: Sequence[str]) -> None:
         self.nodes = {n: FakeNode(n) for n in names}
+        self.events: list[tuple[str, str, str]] = []
+
+    # the little of KubeClient the executor's own node marks use
+    def get_node(self, name: str) -> FakeNode:
+        return self.nodes[name]
+
+    def patch_node_annotations(self, name: str, annotations: Mapping[str, str | None]) -> None:
+        for key, value in annotations.items():
+            if value is None:
+                self.nodes[name].annotations.pop(key, None)
+            else:
+                self.nodes[name].annotations[key] = value
+
+    def create_event(self, namespace: str, node: str, reason: str, message: str, type: Any) -> None:
+        self.events.append((node, reason, message))
 
     def list_nodes(self, label_selector: str | None = None) -> list[FakeNode]:
         if not label_selector:
@@ -115,7 +131,7 @@ def make_executor(
             facts=None,  # type: ignore[arg-type]
             spec=spec,
             runner=None,  # type: ignore[arg-type]
-            kube=None,  # type: ignore[arg-type]
+            kube=cluster,  # type: ignore[arg-type]
             journal=journal,
         )
 
@@ -176,6 +192,12 @@ def test_failed_rollback_leaves_the_node_cordoned_with_the_reason(tmp_path: Path
     assert outcome == NodeOutcome.LEFT_CORDONED.value
     assert "rollback failed at containerd.write" in reason and "backup missing" in reason
     assert cluster.nodes["gpu-a-1"].unschedulable
+    # kubectl describe node says so, why, and which run
+    left = cluster.nodes["gpu-a-1"].annotations["rollout.dev/left-cordoned"]
+    assert "rollback failed at containerd.write" in left and "backup missing" in left
+    assert cluster.nodes["gpu-a-1"].annotations["rollout.dev/run"] == journal.run_id
+    (event,) = [e for e in cluster.events if e[1] == "RolloutLeftCordoned"]
+    assert event[0] == "gpu-a-1" and journal.run_id in event[2] and "backup missing" in event[2]
 
 
 def test_resume_skips_finished_work_and_reapplies_the_step_in_flight(tmp_path: Path) -> None:

@@ -90,7 +90,10 @@ def test_broken_node_shows_shadowing_and_repair(capsys: pytest.CaptureFixture[st
     assert "containerd.runtimes.nvidia" in text
     assert broken["repairs"] and "nvidia, nvidia-cdi, nvidia-legacy" in broken["repairs"][0]
     restored = {c["path"] for c in broken["effective_changes"] if not c["intended"]}
-    assert 'plugins."io.containerd.grpc.v1.cri".containerd' in restored
+    # containerd loads its default `containerd` table (runc) before the repair too: only the
+    # toolkit's handlers come back
+    runtimes = 'plugins."io.containerd.grpc.v1.cri".containerd.runtimes'
+    assert restored == {f"{runtimes}.{name}" for name in NVIDIA_HANDLERS}
     for other in ("gpu-a-1", "gpu-a-2", "gpu-b-1"):
         assert (
             nodes_of(run_json(capsys, str(PLAN), "--facts", str(FACTS)))[other]["shadowing"] == []
@@ -270,16 +273,14 @@ def test_prediction_accepts_a_repair_only_as_restored_keys() -> None:
 def test_drain_action_names_the_pods_and_their_gpus() -> None:
     import dataclasses
 
-    from rollout.steps.kube import describe_drain
     from rollout.spec import load_spec
+    from rollout.steps.drain import describe_drain
+    from rollout.transports.kube import OwnerRef, Pod
 
-    def pod(name: str, owner: str | None, gpus: int) -> dict[str, Any]:
-        owners = [{"kind": owner, "name": f"{name}-owner", "controller": True}] if owner else []
-        return {
-            "metadata": {"namespace": "ml", "name": name, "ownerReferences": owners},
-            "spec": {"nodeName": "gpu-a-1", "gpuRequest": gpus},
-            "status": {"phase": "Running"},
-        }
+    def pod(name: str, owner: str | None, gpus: int) -> Pod:
+        owners = (OwnerRef(owner, f"{name}-owner", controller=True),) if owner else ()
+        return Pod("ml", name, f"uid-{name}", "1", "gpu-a-1", "Running", owners=owners,
+                   gpu_request=gpus)  # fmt: skip
 
     node = load_recorded_facts(FACTS).by_name("gpu-a-1")
     assert node is not None

@@ -13,26 +13,27 @@ import yaml
 
 from rollout.containerd import ConfigFiles, ContainerdVersion
 from rollout.facts import GpuFacts, NodeFacts
-from rollout.journal import Journal
 from rollout.plan import NodePlan
-from rollout.probe import pod_to_drain_json
+from rollout.run import Journal
 from rollout.spec import Spec, parse_spec
 from rollout.steps import builtin_steps
 from rollout.steps.base import StepContext, StepFailed, StepResultKind
-from rollout.steps.kube import (
-    CordonStep,
-    Deadline,
-    DrainStep,
-    GpuExpectation,
+from rollout.steps.cordon import CordonStep, UncordonStep
+from rollout.steps.deadline import Deadline
+from rollout.steps.drain import DrainStep
+from rollout.steps.gpu_smoke import (
     GpuSmokeStep,
-    GpuWaitStep,
-    UncordonStep,
-    event_reason,
-    expect_gpus,
     judge_smoke_log,
     parse_gpu_uuids,
     smoke_pod_manifest,
     smoke_pod_name,
+)
+from rollout.steps.gpu_wait import GpuExpectation, GpuWaitStep, expect_gpus
+from rollout.steps.nodemarks import (
+    LEFT_CORDONED_ANNOTATION,
+    STEP_ANNOTATION,
+    event_reason,
+    mark_left_cordoned,
 )
 from rollout.steps.timeslicing import (
     CHANGED_KEY_ANNOTATION,
@@ -289,8 +290,8 @@ def test_cordon_journals_then_cordons_and_marks_the_node(kube: FakeKube, journal
     assert result.kind is StepResultKind.DONE
     assert kube.node.unschedulable
     assert journal.replay().node(NODE).cordoned_by_rollout
-    assert kube.node.annotations["rollout.nvidia.com/run"] == journal.run_id
-    assert kube.node.annotations["rollout.nvidia.com/step"] == "cordon"
+    assert kube.node.annotations["rollout.dev/run"] == journal.run_id
+    assert kube.node.annotations["rollout.dev/step"] == "cordon"
     assert kube.events[-1][0] == "RolloutCordon"
     # again (resume): a no-op that still counts the cordon as rollout's
     assert CordonStep().apply(ctx).detail == "already cordoned by this run"
@@ -325,6 +326,45 @@ def test_undo_of_uncordon_cordons_again(kube: FakeKube, journal: Journal) -> Non
     assert not kube.node.unschedulable
 
 
+def test_a_node_left_cordoned_says_why_until_rollout_releases_it(
+    kube: FakeKube, journal: Journal
+) -> None:
+    ctx = make_context(kube, journal)
+    CordonStep().apply(ctx)
+    DrainStep().apply(ctx)
+    reason = "gpu.wait: timed out\n  details; rollback failed at containerd.write: backup missing"
+    mark_left_cordoned(ctx, reason)
+    notes = kube.node.annotations
+    assert notes[LEFT_CORDONED_ANNOTATION] == (
+        "gpu.wait: timed out details; rollback failed at containerd.write: backup missing"
+    )
+    assert notes[STEP_ANNOTATION] == "rollback", "no longer the stale `drain`"
+    assert notes["rollout.dev/run"] == journal.run_id
+    reason_, message, type_ = kube.events[-1]
+    assert (reason_, type_) == ("RolloutLeftCordoned", EventType.WARNING)
+    assert journal.run_id in message and "backup missing" in message
+    assert f"rollout rollback {journal.run_id} --node {NODE}" in message
+    # a later `rollout rollback` uncordons it: the mark goes, an Event supersedes the warning
+    CordonStep().undo(ctx)
+    assert not kube.node.unschedulable
+    assert LEFT_CORDONED_ANNOTATION not in kube.node.annotations
+    assert kube.events[-1][0] == "RolloutReleased"
+    assert kube.events[-1][2] is EventType.NORMAL and "backup missing" in kube.events[-1][1]
+
+
+def test_a_schedulable_node_is_not_marked_left_cordoned(kube: FakeKube, journal: Journal) -> None:
+    ctx = make_context(kube, journal)
+    mark_left_cordoned(ctx, "node.label: refused; rollback failed at configmap.update: gone")
+    assert LEFT_CORDONED_ANNOTATION not in kube.node.annotations
+    assert kube.events[-1][0] == "RolloutLeftCordoned"
+    assert "the node is schedulable" in kube.events[-1][1]
+    # an uncordon of a node that carries no mark adds no Event of its own
+    CordonStep().apply(ctx)
+    count = len(kube.events)
+    CordonStep().undo(ctx)
+    assert len(kube.events) == count
+
+
 def test_progress_marks_never_fail_a_step(kube: FakeKube, journal: Journal) -> None:
     def refuse(*_: Any, **__: Any) -> str:
         raise NotFound("create", "event", status=404)
@@ -344,17 +384,6 @@ def add_pod(kube: FakeKube, name: str, owner: str | None = "ReplicaSet", **kw: A
     pod = replace(pod, phase="Running", **kw)
     kube.pods[("ml", name)] = pod
     return pod
-
-
-def test_drain_json_feeds_the_drain_rules() -> None:
-    pod = Pod("ml", "w", "u", "1", node_name=NODE, uses_empty_dir=True, labels={"a": "b"})
-    pod = replace(pod, owners=(OwnerRef("DaemonSet", "ds", controller=True),))
-    doc = pod_to_drain_json(pod)
-    assert doc["metadata"]["ownerReferences"] == [
-        {"kind": "DaemonSet", "name": "ds", "controller": True}
-    ]
-    assert doc["spec"]["volumes"][0]["emptyDir"] == {}
-    assert doc["spec"]["nodeName"] == NODE
 
 
 def test_drain_evicts_managed_pods_and_skips_daemonset_ones(

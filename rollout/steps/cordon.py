@@ -1,0 +1,117 @@
+"""cordon and uncordon: take a node out of scheduling and give it back, only where rollout took it.
+
+Safety invariant 4 lives here: the journal, not the node, says whether rollout cordoned a
+node, and a node someone else cordoned is never uncordoned. Every read is fresh, so each
+step is safe to repeat on resume, and each proves its patch by reading it back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from rollout.facts import ClusterFacts, NodeFacts
+from rollout.plan import StepPlan
+from rollout.run import CordonedByRollout, Uncordoned
+from rollout.spec import Spec
+from rollout.steps.base import StepContext, StepFailed, StepResult
+from rollout.steps.nodechanges import node_changes
+from rollout.steps.nodemarks import LEFT_CORDONED_ANNOTATION, mark_released, report_step
+
+
+@dataclass(frozen=True)
+class CordonStep:
+    """Mark the node unschedulable, journalled first, unless someone else already did."""
+
+    kind: ClassVar[str] = "cordon"
+
+    def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
+        if not node_changes(facts, cluster, spec).disruptive:
+            return StepPlan.skipping(self.kind, "nothing restarts on this node")
+        if facts.unschedulable:
+            return StepPlan.skipping(
+                self.kind, "already cordoned (by someone else: it stays cordoned afterwards)"
+            )
+        return StepPlan.acting(self.kind, "mark the node unschedulable")
+
+    def apply(self, ctx: StepContext) -> StepResult:
+        return report_step(ctx, self.kind, self._apply)
+
+    def _apply(self, ctx: StepContext) -> StepResult:
+        node = ctx.kube.get_node(ctx.node)
+        ours = ctx.journal.replay().node(ctx.node).cordoned_by_rollout
+        if node.unschedulable and not ours:
+            ctx.save_data(self.kind, {"cordoned_by_rollout": False, "cordoned_before": True})
+            return StepResult.noop("cordoned by someone else; stays cordoned")
+        if node.unschedulable:
+            ctx.save_data(self.kind, {"cordoned_by_rollout": True, "cordoned_before": False})
+            return StepResult.noop("already cordoned by this run")
+        # The record goes first: a kill between it and the patch leaves a record of a cordon
+        # that may have happened, which resume and rollback can act on; the other order
+        # could leave a node cordoned with nothing saying rollout did it.
+        ctx.journal.append(CordonedByRollout(node=ctx.node))
+        ctx.save_data(self.kind, {"cordoned_by_rollout": True, "cordoned_before": False})
+        ctx.kube.set_unschedulable(ctx.node, True)
+        if not ctx.kube.get_node(ctx.node).unschedulable:
+            raise StepFailed(
+                ctx.node,
+                self.kind,
+                "the node still reads as schedulable after the cordon patch: check for a "
+                "controller that uncordons nodes (an autoscaler, another rollout)",
+            )
+        return StepResult.done("marked unschedulable")
+
+    def undo(self, ctx: StepContext) -> None:
+        if ctx.journal.replay().node(ctx.node).cordoned_by_rollout:
+            uncordon_node(ctx, self.kind)
+
+
+def uncordon_node(ctx: StepContext, kind: str) -> None:
+    """Mark the node schedulable, verify it, journal that rollout's cordon is gone, and
+    remove a left-cordoned mark an earlier failed rollback put on the node."""
+    ctx.kube.set_unschedulable(ctx.node, False)
+    node = ctx.kube.get_node(ctx.node)
+    if node.unschedulable:
+        raise StepFailed(
+            ctx.node, kind, "the node still reads as unschedulable after the uncordon patch"
+        )
+    # After the patch: a kill in between leaves the journal saying "cordoned by rollout",
+    # and a resume simply uncordons again.
+    ctx.journal.append(Uncordoned(node=ctx.node))
+    mark_released(ctx, node.annotations.get(LEFT_CORDONED_ANNOTATION))
+
+
+@dataclass(frozen=True)
+class UncordonStep:
+    """Make the node schedulable again, only where rollout cordoned it (invariant 4)."""
+
+    kind: ClassVar[str] = "uncordon"
+
+    def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
+        if node_changes(facts, cluster, spec).disruptive and not facts.unschedulable:
+            return StepPlan.acting(self.kind, "mark the node schedulable again")
+        return StepPlan.skipping(self.kind, "rollout does not cordon this node")
+
+    def apply(self, ctx: StepContext) -> StepResult:
+        return report_step(ctx, self.kind, self._apply)
+
+    def _apply(self, ctx: StepContext) -> StepResult:
+        if not ctx.journal.replay().node(ctx.node).cordoned_by_rollout:
+            cordon = ctx.load_data(CordonStep.kind)
+            if cordon.get("cordoned_before"):
+                return StepResult.noop("cordoned by someone else; stays cordoned")
+            if cordon.get("cordoned_by_rollout"):
+                return StepResult.noop("already uncordoned by this run")
+            return StepResult.noop("rollout did not cordon this node")
+        uncordon_node(ctx, self.kind)
+        ctx.save_data(self.kind, {"uncordoned": True})
+        return StepResult.done("marked schedulable again")
+
+    def undo(self, ctx: StepContext) -> None:
+        if not ctx.load_data(self.kind).get("uncordoned"):
+            return
+        if ctx.journal.replay().node(ctx.node).cordoned_by_rollout:
+            return  # already cordoned again by an earlier undo
+        ctx.journal.append(CordonedByRollout(node=ctx.node))
+        ctx.kube.set_unschedulable(ctx.node, True)
+        ctx.save_data(self.kind, {"uncordoned": False})

@@ -1,0 +1,246 @@
+"""gpu.smoke: run `nvidia-smi -L` in a one-GPU pod on the node; the node's GPUs must show up."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from rollout.facts import ClusterFacts, NodeFacts
+from rollout.plan import StepPlan
+from rollout.spec import Spec
+from rollout.steps.base import StepContext, StepFailed, StepResult
+from rollout.steps.deadline import POLL_INTERVAL_S, Deadline
+from rollout.steps.gpu_wait import GPU_RESOURCE, expect_gpus
+from rollout.steps.nodechanges import node_changes
+from rollout.steps.nodemarks import RUN_ANNOTATION, report_step
+from rollout.steps.pods import describe_pod
+from rollout.transports.errors import KubeError, NotFound
+from rollout.transports.kube import Pod
+
+UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+SMOKE_NAMESPACE = "default"
+SMOKE_CONTAINER = "smoke"
+SMOKE_RUNTIME_CLASS = "nvidia"
+LOG_TAIL_LINES = 20
+# nvidia-smi -L prints GPU-<uuid>, MIG-<uuid>, or on older drivers MIG-GPU-<uuid>/<gi>/<ci>;
+# the alternation tries the MIG forms first so a GPU- inside a MIG token is not matched alone.
+_UUID_TOKEN = re.compile(
+    r"MIG-GPU-[0-9a-fA-F-]+/\d+/\d+|MIG-[0-9a-fA-F][0-9a-fA-F-]*|GPU-[0-9a-fA-F][0-9a-fA-F-]*"
+)
+_EMBEDDED_GPU = re.compile(r"^MIG-(GPU-[0-9a-fA-F-]+)/\d+/\d+$")
+
+
+@dataclass(frozen=True)
+class SmokeVerdict:
+    """What a smoke pod's `nvidia-smi -L` showed, and what is wrong with it (if anything)."""
+
+    uuids: tuple[str, ...]
+    problems: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def parse_gpu_uuids(log: str) -> tuple[str, ...]:
+    """Every GPU-/MIG- UUID token in `nvidia-smi -L` output, in order, without repeats.
+
+    Tokens, not columns: the line format is not guaranteed stable (FACTS.md).
+    """
+    return tuple(dict.fromkeys(m.group(0) for m in _UUID_TOKEN.finditer(log)))
+
+
+def judge_smoke_log(log: str, node_uuids: Iterable[str]) -> SmokeVerdict:
+    """At least one GPU listed, and every GPU UUID printed is one of the node's own.
+
+    A MIG device of the old form (MIG-GPU-<uuid>/gi/ci) names its GPU and is checked by it;
+    a new-form MIG UUID cannot be tied to a GPU from the facts and is accepted.
+    """
+    uuids = parse_gpu_uuids(log)
+    known = {u.upper() for u in node_uuids}
+    problems: list[str] = []
+    if not uuids:
+        problems.append("nvidia-smi -L listed no GPU")
+    elif known:
+        for token in uuids:
+            embedded = _EMBEDDED_GPU.match(token)
+            gpu = embedded.group(1) if embedded else token
+            if gpu.startswith("GPU-") and gpu.upper() not in known:
+                problems.append(
+                    f"{token} is not one of the node's GPUs ({', '.join(sorted(known))})"
+                )
+    return SmokeVerdict(uuids, tuple(problems))
+
+
+def smoke_pod_name(node: str, run_id: str) -> str:
+    """rollout-smoke-<node>-<6 hex of the run id>: the same on every attempt of one run."""
+    short = hashlib.sha256(run_id.encode()).hexdigest()[:6]
+    return f"rollout-smoke-{node}-{short}"[:253]
+
+
+def smoke_pod_manifest(
+    name: str, node: str, run_id: str, image: str, resource: str = GPU_RESOURCE
+) -> dict[str, Any]:
+    """A one-GPU pod that must land on `node`, through the scheduler.
+
+    Node affinity on metadata.name rather than spec.nodeName: nodeName skips the scheduler,
+    so the pod would not prove the node has a free GPU to give. The node is still cordoned
+    here, so the pod tolerates the unschedulable taint, as DaemonSet pods do.
+    """
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "labels": {"app.kubernetes.io/managed-by": "rollout"},
+            "annotations": {RUN_ANNOTATION: run_id},
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "runtimeClassName": SMOKE_RUNTIME_CLASS,
+            "terminationGracePeriodSeconds": 0,
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {
+                                "matchFields": [
+                                    {"key": "metadata.name", "operator": "In", "values": [node]}
+                                ]
+                            }
+                        ]
+                    }
+                }
+            },
+            "tolerations": [
+                {"key": UNSCHEDULABLE_TAINT, "operator": "Exists", "effect": "NoSchedule"},
+                # GPU nodes are often tainted so only GPU pods land there.
+                {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"},
+            ],
+            "containers": [
+                {
+                    "name": SMOKE_CONTAINER,
+                    "image": image,
+                    "imagePullPolicy": "IfNotPresent",
+                    "command": ["nvidia-smi", "-L"],
+                    # Strings: the client validates quantities as strings.
+                    "resources": {"limits": {resource: "1"}},
+                }
+            ],
+        },
+    }
+
+
+def tail_lines(text: str, lines: int = LOG_TAIL_LINES) -> str:
+    return "\n".join(text.rstrip("\n").splitlines()[-lines:])
+
+
+@dataclass(frozen=True)
+class GpuSmokeStep:
+    """Run `nvidia-smi -L` in a one-GPU pod on the node; the node's GPUs must show up."""
+
+    kind: ClassVar[str] = "gpu.smoke"
+
+    def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
+        if not node_changes(facts, cluster, spec).touches_node:
+            return StepPlan.skipping(self.kind, "nothing changed on this node")
+        return StepPlan.acting(self.kind, "run nvidia-smi -L in a one-GPU pod pinned to the node")
+
+    def apply(self, ctx: StepContext) -> StepResult:
+        return report_step(ctx, self.kind, self._apply)
+
+    def _apply(self, ctx: StepContext) -> StepResult:
+        verify = ctx.spec.policy.verify
+        expected = expect_gpus(ctx.spec, ctx.facts)
+        name = smoke_pod_name(ctx.node, ctx.run_id)
+        where = f"{SMOKE_NAMESPACE}/{name}"
+        deadline = Deadline(verify.smoke_timeout_s, ctx.sleep)
+        # A pod left by a killed attempt of this run would make the create a Conflict.
+        self._remove_pod(ctx, name, deadline)
+        try:
+            ctx.kube.create_pod(
+                SMOKE_NAMESPACE,
+                smoke_pod_manifest(
+                    name, ctx.node, ctx.run_id, verify.smoke_image, expected.resource
+                ),
+            )
+            pod = self._wait_until_finished(ctx, name, deadline)
+            log = self._read_log(ctx, name)
+            if pod.phase != "Succeeded":
+                raise StepFailed(ctx.node, self.kind, self._describe_failure(pod, log, deadline))
+            verdict = judge_smoke_log(log, ctx.facts.gpus.uuids)
+            if not verdict.ok:
+                raise StepFailed(
+                    ctx.node,
+                    self.kind,
+                    f"pod {where} ran, but: "
+                    + "; ".join(verdict.problems)
+                    + f"\n  log:\n{_indent(tail_lines(log))}",
+                )
+        finally:
+            try:
+                ctx.kube.delete_pod(SMOKE_NAMESPACE, name, grace_period_s=0, missing_ok=True)
+            except KubeError as exc:
+                ctx.progress(f"{ctx.node}: gpu.smoke: could not delete pod {where}: {exc}")
+        checked = "" if ctx.facts.gpus.uuids else " (facts hold no UUIDs to check them against)"
+        return StepResult.done(
+            f"nvidia-smi -L in pod {where} listed {', '.join(verdict.uuids)}{checked}"
+        )
+
+    @staticmethod
+    def _wait_until_finished(ctx: StepContext, name: str, deadline: Deadline) -> Pod:
+        while True:
+            pod = ctx.kube.get_pod(SMOKE_NAMESPACE, name)
+            if pod.phase in ("Succeeded", "Failed") or deadline.expired:
+                return pod
+            deadline.sleep(POLL_INTERVAL_S)
+
+    @staticmethod
+    def _read_log(ctx: StepContext, name: str) -> str:
+        try:
+            return ctx.kube.read_pod_log(SMOKE_NAMESPACE, name, SMOKE_CONTAINER)
+        except KubeError as exc:
+            # A pod that never started has no log; the failure message says so instead.
+            return f"(no log: {exc})"
+
+    @staticmethod
+    def _describe_failure(pod: Pod, log: str, deadline: Deadline) -> str:
+        if pod.phase in ("Pending", "Running", "Unknown"):
+            head = (
+                f"not finished after {round(deadline.elapsed_s)}s (policy.verify.smoke_timeout_s)"
+            )
+        else:
+            head = "failed"
+        hint = ""
+        if pod.phase == "Pending" and not pod.node_name:
+            hint = (
+                "\n  not scheduled: the node has no free GPU to give, or does not match "
+                "(kubectl describe pod shows the scheduler's reason)"
+            )
+        elif "ContainerCreating" in pod.container_reasons:
+            hint = "\n  stuck creating: check containerd's `nvidia` runtime handler on the node"
+        return f"smoke {describe_pod(pod)}: {head}{hint}\n  log:\n{_indent(tail_lines(log))}"
+
+    @staticmethod
+    def _remove_pod(ctx: StepContext, name: str, deadline: Deadline) -> None:
+        if not ctx.kube.delete_pod(SMOKE_NAMESPACE, name, grace_period_s=0, missing_ok=True):
+            return
+        while not deadline.expired:
+            try:
+                ctx.kube.get_pod(SMOKE_NAMESPACE, name)
+            except NotFound:
+                return
+            deadline.sleep(POLL_INTERVAL_S)
+
+    def undo(self, ctx: StepContext) -> None:
+        """Remove the smoke pod should a killed run have left it behind."""
+        ctx.kube.delete_pod(
+            SMOKE_NAMESPACE, smoke_pod_name(ctx.node, ctx.run_id), grace_period_s=0, missing_ok=True
+        )
+
+
+def _indent(text: str, prefix: str = "    ") -> str:
+    return "\n".join(prefix + line for line in (text.splitlines() or [""]))
