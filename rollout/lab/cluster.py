@@ -35,7 +35,7 @@ from typing import Any
 import yaml
 
 from rollout.commands import check
-from rollout.errors import BadInput, RolloutError
+from rollout.errors import BadInput, InputError, RolloutError
 from rollout.lab.controlplane_process import (
     CONTROLPLANE_MODULE,
     ApiPortTaken,
@@ -44,9 +44,9 @@ from rollout.lab.controlplane_process import (
     launch_controlplane,
     stop_controlplane,
 )
+from rollout.lab.description import LAB_FILE, GpuDescription, LabDescription
 from rollout.lab.image import INSTALLED_DRIVER, SERIES, NodeImage, build_image, find_image
 from rollout.lab.nodes import (
-    Gpu,
     NodeDirs,
     NodeSpec,
     NodeStatus,
@@ -79,7 +79,6 @@ CONTEXT = "rollout-lab"
 PORT_ATTEMPTS = 3
 
 MARKER = ".rollout-lab"
-LAB_JSON = "lab.json"
 KUBECONFIG = "kubeconfig"
 INVENTORY = "inventory.yaml"
 KEY_FILE = "id_ed25519"
@@ -162,29 +161,29 @@ class Lab:
     @classmethod
     def from_lab_dir(cls, lab_dir: Path) -> Lab:
         """Read the lab recorded in lab_dir/lab.json."""
-        path = lab_dir / LAB_JSON
+        path = lab_dir / LAB_FILE
+        if not path.exists():
+            raise LabFailed(f"no lab at {lab_dir} ({path} missing); run `rollout lab up`")
         try:
-            data = json.loads(path.read_text())
-        except FileNotFoundError as exc:
-            raise LabFailed(f"no lab at {lab_dir} ({path} missing); run `rollout lab up`") from exc
-        except ValueError as exc:
-            raise LabFailed(f"{path} is not valid JSON: {exc}") from exc
+            description = LabDescription.from_file(path)
+        except InputError as exc:
+            raise LabFailed(f"{path} is not a lab description: {exc}") from exc
         nodes = tuple(
             NodeSpec(
-                name=n["name"],
-                address=n["address"],
-                containerd=n["containerd"],
-                gpus=tuple(Gpu.from_json(g) for g in n["gpus"]),
-                driver_version=n["driver_version"],
-                machine=_machine_name(lab_dir, n["name"]),
+                name=n.name,
+                address=n.address,
+                containerd=n.containerd,
+                gpus=n.gpus,
+                driver_version=n.driver_version,
+                machine=_machine_name(lab_dir, n.name),
             )
-            for n in data["nodes"]
+            for n in description.nodes
         )
         return cls(
             lab_dir=lab_dir,
-            api_host=data["api"]["host"],
-            api_port=int(data["api"]["port"]),
-            device_plugin_grace_s=int(data.get("device_plugin_grace_s", DEVICE_PLUGIN_GRACE_S)),
+            api_host=description.api_host,
+            api_port=description.api_port,
+            device_plugin_grace_s=int(description.device_plugin_grace_s),
             nodes=nodes,
         )
 
@@ -232,7 +231,9 @@ def plan_nodes(options: LabOptions) -> tuple[NodeSpec, ...]:
     for i in range(options.nodes):
         name = f"lab-node-{i + 1}"
         gpus = tuple(
-            Gpu(index=g, product=GPU_PRODUCT, uuid=f"GPU-{uuid.uuid4()}", memory_mib=GPU_MEMORY_MIB)
+            GpuDescription(
+                index=g, product=GPU_PRODUCT, uuid=f"GPU-{uuid.uuid4()}", memory_mib=GPU_MEMORY_MIB
+            )
             for g in range(options.gpus)
         )
         nodes.append(
@@ -256,7 +257,7 @@ def bring_up_lab(options: LabOptions, progress: Progress = print) -> Lab:
     specs = plan_nodes(options)
     _claim_lab_dir(lab_dir)
     with _lab_lock(lab_dir):
-        if (lab_dir / LAB_JSON).exists():
+        if (lab_dir / LAB_FILE).exists():
             existing = Lab.from_lab_dir(lab_dir)
             if any(read_node_pid(n, existing.node_dirs(n)) for n in existing.nodes):
                 raise LabFailed(
@@ -287,7 +288,7 @@ def bring_up_lab(options: LabOptions, progress: Progress = print) -> Lab:
 
 
 def _start_lab(lab: Lab, image: NodeImage, options: LabOptions, progress: Progress) -> Lab:
-    _write_json(lab.lab_dir / LAB_JSON, lab.to_json())
+    _write_json(lab.lab_dir / LAB_FILE, lab.to_json())
     public_key = _generate_client_key(lab.lab_dir)
     progress(f"lab: creating {len(lab.nodes)} nodes on overlays over {image.directory}")
     with ThreadPoolExecutor(max_workers=len(lab.nodes)) as pool:
@@ -324,7 +325,7 @@ def _start_lab(lab: Lab, image: NodeImage, options: LabOptions, progress: Progre
                 raise  # the user asked for this port: say so rather than move
             # another process took the free port between choosing it and binding it
             lab = dataclasses.replace(lab, api_port=_choose_port(0))
-            _write_json(lab.lab_dir / LAB_JSON, lab.to_json())
+            _write_json(lab.lab_dir / LAB_FILE, lab.to_json())
             _write_kubeconfig(lab)
             progress(f"lab: API port taken meanwhile; trying {lab.api_port}")
     raise LabFailed(f"no free API port after {PORT_ATTEMPTS} attempts")
@@ -339,7 +340,7 @@ def tear_down_lab(lab_dir: Path, progress: Progress = print) -> None:
     if not (lab_dir / MARKER).exists():
         raise LabFailed(f"{lab_dir} is not a lab directory (no {MARKER}); not touching it")
     with _lab_lock(lab_dir):
-        if (lab_dir / LAB_JSON).exists():
+        if (lab_dir / LAB_FILE).exists():
             _tear_down(Lab.from_lab_dir(lab_dir), progress, remove_files=True)
         else:
             stop_controlplane(lab_dir, progress)

@@ -21,7 +21,7 @@ from rollout.errors import ExitCode, RolloutError
 from rollout.lab.apiserver.registry import Registry
 from rollout.lab.apiserver.server import ApiServer
 from rollout.lab.controlplane_process import LOG_FILE, PID_FILE
-from rollout.lab.simulation.description import LAB_FILE, LabDescription
+from rollout.lab.description import LAB_FILE, LabDescription
 from rollout.lab.simulation.engine import Simulation, SimulationTimings
 from rollout.lab.simulation.probe import NodeRuntimeProbe, RunningConfigProbe
 
@@ -68,6 +68,12 @@ class ControlPlane:
     @property
     def registry(self) -> Registry:
         return self.server.registry
+
+    def __enter__(self) -> ControlPlane:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     def stop(self) -> None:
         self.simulation.stop()

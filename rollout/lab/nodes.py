@@ -33,6 +33,7 @@ import tomli_w
 from rollout.commands import CommandResult, check
 from rollout.containerd.toolkit import render_toolkit_dropin
 from rollout.errors import RolloutError
+from rollout.lab.description import GpuDescription
 from rollout.lab.image import DRIVER_VERSION_FILE, NodeImage
 from rollout.transports.local import LocalRunner
 
@@ -52,40 +53,13 @@ class NodeFailed(RolloutError):
 
 
 @dataclass(frozen=True)
-class Gpu:
-    """One simulated GPU of a node."""
-
-    index: int
-    product: str
-    uuid: str
-    memory_mib: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "product": self.product,
-            "uuid": self.uuid,
-            "memory_mib": self.memory_mib,
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Gpu:
-        return cls(
-            index=int(data["index"]),
-            product=str(data["product"]),
-            uuid=str(data["uuid"]),
-            memory_mib=int(data["memory_mib"]),
-        )
-
-
-@dataclass(frozen=True)
 class NodeSpec:
     """What one node is: its name, address, containerd series, GPUs and driver."""
 
     name: str
     address: str
     containerd: str
-    gpus: tuple[Gpu, ...]
+    gpus: tuple[GpuDescription, ...]
     driver_version: str
     # The nspawn machine name: unique per lab so two labs on one host never collide.
     machine: str

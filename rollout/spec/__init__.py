@@ -4,22 +4,21 @@
 every problem, each at file:line:column with its field path.
 """
 
-from rollout.spec.changes import (
+from rollout.spec.changes.containerd import ContainerdChange
+from rollout.spec.changes.driver import DEFAULT_DRIVER_PACKAGES, DriverMode, DriverUpgradeChange
+from rollout.spec.changes.entry import Change, ChangeEntry
+from rollout.spec.changes.kind import ChangeKind
+from rollout.spec.changes.registry import (
     DEFAULT_CERTS_DIR,
-    DEFAULT_DRIVER_PACKAGES,
     DEFAULT_HOST,
-    MAX_REPLICAS,
     Capability,
-    Change,
-    ChangeEntry,
-    ChangeKind,
-    ConfigMapRef,
-    ContainerdChange,
-    DevicePluginConfig,
-    DriverMode,
-    DriverUpgradeChange,
     RegistryChange,
     RegistryEndpoint,
+)
+from rollout.spec.changes.timeslicing import (
+    MAX_REPLICAS,
+    ConfigMapRef,
+    DevicePluginConfig,
     SharedResource,
     Sharing,
     TimeSlicing,

@@ -11,12 +11,9 @@ from pydantic import Field, PlainValidator, PrivateAttr, model_validator
 
 from rollout.errors import InputError, InputErrors, SourceLocation
 from rollout.fieldproblems import FieldProblem, PathPart, describe_value, format_path, sort_errors
-from rollout.spec.changes import (
-    DEFAULT_CERTS_DIR,
-    Change,
-    ChangeEntry,
-    ChangeKind,
-)
+from rollout.spec.changes.entry import Change, ChangeEntry
+from rollout.spec.changes.kind import ChangeKind
+from rollout.spec.changes.registry import DEFAULT_CERTS_DIR
 from rollout.spec.fieldtypes import DnsLabel, KubeName, SpecModel, Str
 from rollout.spec.policy import Policy, SelectorField
 from rollout.yamlsource import SourceDocument

@@ -163,7 +163,12 @@ class KubeError(RolloutError):
         self.message = truncate_text(message)
         code = f"{status} {reason}".strip() if status is not None else reason
         text = ": ".join(part for part in (f"{verb} {obj}", code, self.message) if part)
+        self.hint = self.advice()
         super().__init__(text + (f"\n  hint: {self.hint}" if self.hint else ""))
+
+    def advice(self) -> str | None:
+        """What the user can do about it: the class's hint unless a subclass knows better."""
+        return type(self).hint
 
 
 class KubeConfigError(KubeError, BadInput):
@@ -191,17 +196,8 @@ class Unauthorized(KubeError):
 class Forbidden(KubeError):
     """403: the credentials are valid but RBAC does not allow this request."""
 
-    def __init__(
-        self,
-        verb: str,
-        obj: str,
-        *,
-        status: int | None = None,
-        reason: str = "",
-        message: str = "",
-    ) -> None:
-        self.hint = rbac_hint(verb, obj)
-        super().__init__(verb, obj, status=status, reason=reason, message=message)
+    def advice(self) -> str:
+        return rbac_hint(self.verb, self.obj)
 
 
 # How the client's requests name objects (first word) -> the RBAC resource (and API group).
@@ -280,3 +276,21 @@ class EvictionBlocked(TooManyRequests):
 
 class ServerError(KubeError, TransientError):
     """5xx: the server failed; often gone on the next try."""
+
+
+_STATUS_ERRORS: dict[int, type[KubeError]] = {
+    400: BadRequest,
+    401: Unauthorized,
+    403: Forbidden,
+    404: NotFound,
+    409: Conflict,
+    422: Invalid,
+    429: TooManyRequests,
+}
+
+
+def kube_error_class(status: int | None) -> type[KubeError]:
+    """The error class for a request that failed with HTTP `status` (None: no response)."""
+    if status is not None and 500 <= status <= 599:
+        return ServerError
+    return _STATUS_ERRORS.get(status or 0, KubeError)

@@ -35,6 +35,7 @@ from rollout.transports.errors import (
     HostKeyUnknown,
     SshAuthError,
     SshConnectError,
+    SshError,
     SshProtocolError,
     SshResolveError,
     known_hosts_entry,
@@ -348,51 +349,46 @@ class SshRunner:
             ) from exc
         except paramiko.AuthenticationException as exc:
             key = f"key {self._host.key_file}" if self._host.key_file else "the keys offered"
-            raise SshAuthError(
-                self.host,
-                self.target,
+            raise self._error(
+                SshAuthError,
                 f"authentication failed: {exc}",
-                hint=f"check the user ({self._host.user}) and that {key} (or one in "
+                f"check the user ({self._host.user}) and that {key} (or one in "
                 "ssh-agent) is in the user's authorized_keys on the node",
             ) from exc
         except paramiko.ChannelException as exc:
-            raise SshProtocolError(
-                self.host,
-                self.target,
-                f"the node refused a session channel: {exc}",
-                hint="check MaxSessions in the node's sshd_config",
-            ) from exc
-        except (paramiko.SSHException, EOFError) as exc:
-            self.close()
-            if _is_protocol_failure(exc):
-                raise SshProtocolError(self.host, self.target, f"SSH failed: {exc}") from exc
-            raise SshConnectError(
-                self.host, self.target, f"connection lost: {_describe(exc)}"
-            ) from exc
+            problem = f"the node refused a session channel: {exc}"
+            hint = "check MaxSessions in the node's sshd_config"
+            raise self._error(SshProtocolError, problem, hint) from exc
         except socket.gaierror as exc:
-            raise SshResolveError(
-                self.host,
-                self.target,
-                f"cannot resolve {self._host.address}: {exc.strerror or exc}",
-                hint="check the node's address in the inventory (or HostName in ssh_config)",
-            ) from exc
-        except TimeoutError as exc:
+            problem = f"cannot resolve {self._host.address}: {exc.strerror or exc}"
+            hint = "check the node's address in the inventory (or HostName in ssh_config)"
+            raise self._error(SshResolveError, problem, hint) from exc
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            # the connection is suspect: the next command reconnects
             self.close()
-            raise SshConnectError(
-                self.host,
-                self.target,
+            raise self._connection_error(exc) from exc
+
+    def _connection_error(self, exc: BaseException) -> SshError:
+        """A dropped or refused connection (transient), or a real SSH protocol failure."""
+        if isinstance(exc, paramiko.SSHException | EOFError):
+            if _is_protocol_failure(exc):
+                return self._error(SshProtocolError, f"SSH failed: {exc}")
+            return self._error(SshConnectError, f"connection lost: {_describe(exc)}")
+        if isinstance(exc, TimeoutError):
+            return self._error(
+                SshConnectError,
                 f"timed out after {self._options.connect_timeout_s:g}s",
-                hint="check that the node is up and its SSH port is reachable from here",
-            ) from exc
-        except OSError as exc:
-            # NoValidConnectionsError (refused on every address), resets, unreachable nets
-            self.close()
-            raise SshConnectError(
-                self.host,
-                self.target,
-                f"cannot connect: {_describe(exc)}",
-                hint="check that the node is up and sshd listens on that port",
-            ) from exc
+                "check that the node is up and its SSH port is reachable from here",
+            )
+        # NoValidConnectionsError (refused on every address), resets, unreachable nets
+        return self._error(
+            SshConnectError,
+            f"cannot connect: {_describe(exc)}",
+            "check that the node is up and sshd listens on that port",
+        )
+
+    def _error(self, kind: type[SshError], problem: str, hint: str | None = None) -> SshError:
+        return kind(self.host, self.target, problem, hint=hint)
 
 
 def _is_protocol_failure(exc: BaseException) -> bool:

@@ -26,23 +26,9 @@ def registry() -> Registry:
 
 
 @pytest.fixture()
-def server(registry: Registry) -> Iterator[ApiServer]:
-    started = ApiServer.start(registry)
-    yield started
-    started.stop()
-
-
-@pytest.fixture()
-def api(server: ApiServer) -> Iterator[client.ApiClient]:
-    configuration = client.Configuration()
-    configuration.host = server.url
-    with client.ApiClient(configuration) as api_client:
-        yield api_client
-
-
-@pytest.fixture()
-def core(api: client.ApiClient) -> client.CoreV1Api:
-    return client.CoreV1Api(api)
+def api_url(registry: Registry) -> Iterator[str]:
+    with ApiServer.start(registry) as server:
+        yield server.url
 
 
 def status_of(error: ApiException) -> dict[str, Any]:
@@ -343,23 +329,20 @@ def test_pod_delete_returns_the_pod_and_removes_it(core: client.CoreV1Api) -> No
 
 def test_graceful_pod_deletion_passes_through_terminating() -> None:
     registry = Registry(pod_termination_s=0.3)
-    server = ApiServer.start(registry)
-    try:
-        configuration = client.Configuration()
-        configuration.host = server.url
-        with client.ApiClient(configuration) as api_client:
-            core = client.CoreV1Api(api_client)
-            make_pod(core, "p", node="n1")
-            run_pod(core, "p")
-            deleted = core.delete_namespaced_pod("p", "default")
-            assert deleted.metadata.deletion_timestamp is not None
-            assert core.read_namespaced_pod("p", "default").metadata.deletion_grace_period_seconds
-            time.sleep(0.6)
-            with pytest.raises(ApiException) as gone:
-                core.read_namespaced_pod("p", "default")
-            assert gone.value.status == 404
-    finally:
-        server.stop()
+    with (
+        ApiServer.start(registry) as server,
+        client.ApiClient(client.Configuration(host=server.url)) as api_client,
+    ):
+        core = client.CoreV1Api(api_client)
+        make_pod(core, "p", node="n1")
+        run_pod(core, "p")
+        deleted = core.delete_namespaced_pod("p", "default")
+        assert deleted.metadata.deletion_timestamp is not None
+        assert core.read_namespaced_pod("p", "default").metadata.deletion_grace_period_seconds
+        time.sleep(0.6)
+        with pytest.raises(ApiException) as gone:
+            core.read_namespaced_pod("p", "default")
+        assert gone.value.status == 404
 
 
 def test_pod_log_is_plain_text(core: client.CoreV1Api, registry: Registry) -> None:

@@ -14,6 +14,7 @@ from kubernetes import client, watch
 from rollout.lab.controlplane import ControlPlane
 from rollout.lab.simulation import FixedRuntimeProbe, LabDescription, SimulationTimings
 from rollout.lab.simulation.probe import handlers_in_dump
+from tests.lab.labapi import wait_for
 
 UUIDS = {
     "lab-node-1": [
@@ -69,33 +70,13 @@ def probe() -> FixedRuntimeProbe:
 
 @pytest.fixture()
 def plane(probe: FixedRuntimeProbe) -> Iterator[ControlPlane]:
-    started = ControlPlane.start(lab_description(), probe, port=0, timings=FAST)
-    yield started
-    started.stop()
+    with ControlPlane.start(lab_description(), probe, port=0, timings=FAST) as started:
+        yield started
 
 
 @pytest.fixture()
-def api(plane: ControlPlane) -> Iterator[client.ApiClient]:
-    configuration = client.Configuration()
-    configuration.host = plane.url
-    with client.ApiClient(configuration) as api_client:
-        yield api_client
-
-
-@pytest.fixture()
-def core(api: client.ApiClient) -> client.CoreV1Api:
-    return client.CoreV1Api(api)
-
-
-def wait_for(check: Callable[[], Any], timeout_s: float = 5.0) -> Any:
-    """Poll until `check` returns something truthy; fail with the last value."""
-    deadline = time.monotonic() + timeout_s
-    value = check()
-    while not value and time.monotonic() < deadline:
-        time.sleep(0.02)
-        value = check()
-    assert value, f"condition not met within {timeout_s}s (last: {value!r})"
-    return value
+def api_url(plane: ControlPlane) -> str:
+    return plane.url
 
 
 def gpus(core: client.CoreV1Api, node: str) -> tuple[str | None, str | None]:

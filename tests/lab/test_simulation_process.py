@@ -13,7 +13,7 @@ from pathlib import Path
 
 from kubernetes import client
 
-from rollout.lab.simulation.description import LabDescription
+from rollout.lab.description import LabDescription
 from rollout.lab.simulation.probe import RUNNING_CONFIG_PATH, RunningConfigProbe
 
 RUNNING_1X = """version = 2
@@ -99,9 +99,7 @@ def test_control_plane_process_serves_and_stops_on_sigterm(tmp_path: Path) -> No
                 time.sleep(0.05)
         assert healthy == "ok"
         assert (tmp_path / "controlplane.pid").read_text().strip() == str(process.pid)
-        configuration = client.Configuration()
-        configuration.host = f"http://127.0.0.1:{port}"
-        with client.ApiClient(configuration) as api_client:
+        with client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{port}")) as api_client:
             core = client.CoreV1Api(api_client)
             deadline = time.monotonic() + 5
             while time.monotonic() < deadline:

@@ -40,9 +40,8 @@ def registry() -> Registry:
 
 @pytest.fixture()
 def server(registry: Registry) -> Iterator[ApiServer]:
-    started = ApiServer.start(registry)
-    yield started
-    started.stop()
+    with ApiServer.start(registry) as started:
+        yield started
 
 
 @pytest.fixture()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -11,11 +10,12 @@ from typing import Any, TypeVar
 
 import pytest
 
-from rollout.lab.cluster import CONTEXT, Lab, controlplane_available
+from rollout.lab.cluster import Lab
 from rollout.transports.errors import Conflict, EvictionBlocked, NotFound
 from rollout.transports.kube import KubeClient, Lease, Pod
-from tests.conftest import require
-from tests.lab.test_cluster_shared import TEST_GPUS, shared_lab
+from tests.lab.labapi import api_lab, lab_kube_client
+from tests.lab.labapi import wait_for as wait_until
+from tests.lab.test_cluster_shared import TEST_GPUS
 
 pytestmark = pytest.mark.lab
 
@@ -28,14 +28,12 @@ T = TypeVar("T")
 
 @pytest.fixture(scope="module")
 def lab(request: pytest.FixtureRequest) -> Lab:
-    if not controlplane_available():
-        require("rollout.lab.controlplane is not available: these tests need the Kubernetes API")
-    return shared_lab(request)
+    return api_lab(request)
 
 
 @pytest.fixture(scope="module")
 def kube(lab: Lab) -> Iterator[KubeClient]:
-    with KubeClient.from_kubeconfig(str(lab.kubeconfig), context=CONTEXT) as kube:
+    with lab_kube_client(lab) as kube:
         yield kube
 
 
@@ -44,14 +42,8 @@ def suffix() -> str:
     return uuid.uuid4().hex[:6]
 
 
-def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float = WAIT_S) -> T:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = probe()
-        if found:
-            return found
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout_s:g}s waiting for {what}")
+def wait_for(what: str, probe: Callable[[], T | None]) -> T:
+    return wait_until(probe, WAIT_S, what=what, interval_s=0.2)
 
 
 def pod_manifest(name: str, labels: dict[str, str], **container: Any) -> dict[str, Any]:

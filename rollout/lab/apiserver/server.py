@@ -78,6 +78,12 @@ class ApiServer:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
+    def __enter__(self) -> ApiServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def stop(self) -> None:
         """Stop accepting, end watches and idle connections, release the port."""
         self._http.stopping = True

@@ -2,7 +2,7 @@
 controller, node lifecycle, smoke-pod runner and the GPU Operator's driver upgrade controller.
 """
 
-from rollout.lab.simulation.description import GpuDescription, LabDescription, NodeDescription
+from rollout.lab.description import GpuDescription, LabDescription, NodeDescription
 from rollout.lab.simulation.engine import Simulation, SimulationTimings
 from rollout.lab.simulation.probe import FixedRuntimeProbe, NodeRuntimeProbe, RunningConfigProbe
 

@@ -9,7 +9,7 @@ from typing import Any
 from rollout.lab.apiserver.errors import ApiError
 from rollout.lab.apiserver.registry import Registry
 from rollout.lab.apiserver.resources import CLUSTERPOLICIES, DAEMONSETS, NODES
-from rollout.lab.simulation.description import LabDescription, NodeDescription
+from rollout.lab.description import LabDescription, NodeDescription
 from rollout.lab.simulation.gpuoperator import (
     DEPLOY_COMPONENTS,
     DEPLOY_LABEL_PREFIX,

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 from rollout.lab.apiserver.registry import Registry
 from rollout.lab.apiserver.resources import CLUSTERPOLICIES
+from rollout.lab.description import LabDescription
 from rollout.lab.simulation.bootstrap import seed_cluster
 from rollout.lab.simulation.clusterpolicy import ClusterPolicyController
 from rollout.lab.simulation.daemonsets import DaemonSetController
-from rollout.lab.simulation.description import LabDescription
 from rollout.lab.simulation.events import EventRecorder
 from rollout.lab.simulation.gpuoperator import CLUSTER_POLICY_NAME
 from rollout.lab.simulation.kubelet import Kubelet, KubeletTimings

@@ -19,7 +19,7 @@ from rollout.lab.apiserver.errors import ApiError
 from rollout.lab.apiserver.metadata import format_timestamp
 from rollout.lab.apiserver.registry import Registry
 from rollout.lab.apiserver.resources import CONFIGMAPS, NODES, PODS
-from rollout.lab.simulation.description import GpuDescription, NodeDescription
+from rollout.lab.description import GpuDescription, NodeDescription
 from rollout.lab.simulation.events import EventRecorder
 from rollout.lab.simulation.gpuoperator import (
     DEVICE_PLUGIN,

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from rollout.lab.simulation.description import LabDescription
+from rollout.lab.description import LabDescription
 
 log = logging.getLogger("rollout.lab.simulation")
 

@@ -8,18 +8,8 @@ from fractions import Fraction
 _SUFFIXES = {
     "": Fraction(1),
     "m": Fraction(1, 1000),
-    "k": Fraction(10**3),
-    "M": Fraction(10**6),
-    "G": Fraction(10**9),
-    "T": Fraction(10**12),
-    "P": Fraction(10**15),
-    "E": Fraction(10**18),
-    "Ki": Fraction(2**10),
-    "Mi": Fraction(2**20),
-    "Gi": Fraction(2**30),
-    "Ti": Fraction(2**40),
-    "Pi": Fraction(2**50),
-    "Ei": Fraction(2**60),
+    **{suffix: Fraction(1000**power) for power, suffix in enumerate("kMGTPE", start=1)},
+    **{f"{suffix}i": Fraction(1024**power) for power, suffix in enumerate("KMGTPE", start=1)},
 }
 _QUANTITY = re.compile(r"([+-]?\d+(?:\.\d+)?)(?:[eE]([+-]?\d+))?([a-zA-Z]*)")
 

@@ -14,33 +14,17 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from rollout.transports.errors import (
-    BadRequest,
-    Conflict,
     EvictionBlocked,
-    Forbidden,
     Invalid,
     KubeError,
     KubeUnreachable,
-    NotFound,
-    ServerError,
-    TooManyRequests,
-    Unauthorized,
+    kube_error_class,
 )
 
 # The eviction API names the budget only in the cause's message:
 # "The disruption budget web-pdb needs 2 healthy pods and has 2 currently".
 _BUDGET_IN_MESSAGE = re.compile(r"disruption budget (\S+)")
 DISRUPTION_BUDGET_CAUSE = "DisruptionBudget"
-
-_STATUS_ERRORS: Mapping[int, type[KubeError]] = {
-    400: BadRequest,
-    401: Unauthorized,
-    403: Forbidden,
-    404: NotFound,
-    409: Conflict,
-    422: Invalid,
-    429: TooManyRequests,
-}
 
 
 @contextlib.contextmanager
@@ -81,11 +65,7 @@ def error_from_api_exception(exc: ApiException, verb: str, obj: str) -> KubeErro
             return EvictionBlocked(
                 verb, obj, status=status, reason=http_reason, message=message, pdb=budget or None
             )
-    if status is not None and 500 <= status <= 599:
-        cls: type[KubeError] = ServerError
-    else:
-        cls = _STATUS_ERRORS.get(status or 0, KubeError)
-    return cls(verb, obj, status=status, reason=http_reason, message=message)
+    return kube_error_class(status)(verb, obj, status=status, reason=http_reason, message=message)
 
 
 def _parse_status(body: str | None) -> dict[str, Any] | None:

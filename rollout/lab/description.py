@@ -1,4 +1,5 @@
-"""The lab description, `<lab-dir>/lab.json`, as written by `rollout lab up`."""
+"""The lab description, `<lab-dir>/lab.json`: written by `rollout lab up`, read by the lab
+itself and by the control plane (the contract between the two)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,14 @@ class GpuDescription:
     product: str
     uuid: str
     memory_mib: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "product": self.product,
+            "uuid": self.uuid,
+            "memory_mib": self.memory_mib,
+        }
 
 
 @dataclass(frozen=True)
