@@ -5,13 +5,18 @@ Public API (details in each module's docstring):
 - version: `ContainerdVersion.from_output(text)` / `parse_version(text)` (`.series`,
   `.merge_mode`), `MergeMode`, `read_config_version(doc)`, `cri_plugin_ids(config_version)`.
 - files: `ConfigFiles(main_path, files)`, the node's config files as recorded.
-- merge: `load_effective(files, version) -> EffectiveConfig` (tree, load_order, provenance,
-  warnings), `resolve_load_order(files, version)`.
+- merge: `load_effective(files, version, defaults=None) -> EffectiveConfig` (tree: what
+  containerd loads; configured: what the files set; defaults_source; load_order, provenance,
+  warnings), `merge_files(files, version)` (the merge model alone), `resolve_load_order`.
+- defaults: the `DefaultsSource` seam (`load(files, version, configured) -> LoadedConfig`):
+  `LocalContainerd` (the cached real binary's dump, by content; the standard source,
+  `standard_defaults()`), `RecordedDefaults` (package data, per series), `FilesOnly`.
 - diff: `diff_effective(before, after) -> list[Change]`, `render_diff_text(before, after)`.
 - intent: `CriSetting(key, value)`, `Intent(settings)`, `place_intent(intent, version,
   config_version) -> tuple[PlacedSetting, ...]`.
-- synthesis: `synthesize(files, version, intent) -> Synthesis` (writes: FileWrite(path, before,
-  after)), `repair_shadowing(files, version, intent)`, `apply_writes(files, writes)`.
+- synthesis: `synthesize(files, version, intent, defaults=None) -> Synthesis` (writes:
+  FileWrite(path, before, after); in_effect; defaults_source), `repair_shadowing(files,
+  version, intent, defaults=None)`, `apply_writes(files, writes)`.
 - shadowing: `find_shadowing(files, version) -> list[Shadowing]` (`.describe()`).
 - dump: `dump_command(containerd_bin, config_path)` (the one argv of a real `config dump`,
   run from `/`), `parse_dump(text, host)` (its output as a tree).
@@ -22,6 +27,13 @@ Public API (details in each module's docstring):
 - errors: `ContainerdConfigError` and its subclasses in rollout.containerd.errors.
 """
 
+from rollout.containerd.defaults import (
+    FILES_ONLY,
+    DefaultsSource,
+    FilesOnly,
+    LoadedConfig,
+    RecordedDefaults,
+)
 from rollout.containerd.diff import (
     Change,
     ChangeKind,
@@ -50,7 +62,13 @@ from rollout.containerd.hosts import (
     render_hosts_toml,
 )
 from rollout.containerd.intent import CriSetting, Intent, PlacedSetting, place_intent
-from rollout.containerd.merge import EffectiveConfig, load_effective, resolve_load_order
+from rollout.containerd.localdump import LocalContainerd, standard_defaults
+from rollout.containerd.merge import (
+    EffectiveConfig,
+    load_effective,
+    merge_files,
+    resolve_load_order,
+)
 from rollout.containerd.prediction import Prediction, predict
 from rollout.containerd.shadowing import Shadowing, ShadowKind, find_shadowing, repair_scope
 from rollout.containerd.staging import dump_config, dump_configs
@@ -70,6 +88,7 @@ from rollout.containerd.version import (
 )
 
 __all__ = [
+    "FILES_ONLY",
     "Change",
     "ChangeKind",
     "ConfigFiles",
@@ -77,15 +96,20 @@ __all__ = [
     "ContainerdConfigError",
     "ContainerdVersion",
     "CriSetting",
+    "DefaultsSource",
     "EffectiveConfig",
     "FileWrite",
+    "FilesOnly",
     "HostEndpoint",
     "ImportMissing",
     "Intent",
+    "LoadedConfig",
+    "LocalContainerd",
     "MergeMode",
     "PlacedSetting",
     "Prediction",
     "PredictionRefused",
+    "RecordedDefaults",
     "ShadowKind",
     "Shadowing",
     "StagingFailed",
@@ -106,6 +130,7 @@ __all__ = [
     "hosts_namespace",
     "hosts_toml_path",
     "load_effective",
+    "merge_files",
     "parse_dump",
     "parse_version",
     "place_intent",
@@ -116,5 +141,6 @@ __all__ = [
     "repair_scope",
     "repair_shadowing",
     "resolve_load_order",
+    "standard_defaults",
     "synthesize",
 ]

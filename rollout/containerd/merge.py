@@ -19,6 +19,11 @@ unknown top-level keys are ignored. Plugin tables: 1.x replaces the whole `plugi
 of an earlier file with the later one; 2.x merges deeply (a later scalar wins even when zero,
 a later array replaces the earlier one, even an empty one). containerd 2.x then migrates
 version-2 CRI settings (see migration.py).
+
+`merge_files` is that model alone: what the files set. `load_effective` adds what containerd
+loads without any file setting it, its built-in defaults, from one DefaultsSource (see
+defaults.py): an effective diff compares loaded values, so a key that holds its default
+before and after a change does not change.
 """
 
 from __future__ import annotations
@@ -27,12 +32,14 @@ import copy
 import fnmatch
 import posixpath
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
+from rollout.containerd.defaults import FILES_ONLY, DefaultsSource
 from rollout.containerd.errors import ConfigParseError, ImportMissing, UnsupportedVersion
 from rollout.containerd.files import ConfigFiles, parse_toml
+from rollout.containerd.localdump import standard_defaults
 from rollout.containerd.migration import migrate_cri_tables, prune_v2_cri_table
 from rollout.containerd.version import ContainerdVersion, MergeMode, read_config_version
 
@@ -55,11 +62,13 @@ class Leaf:
 
 @dataclass(frozen=True)
 class EffectiveConfig:
-    """The merged config containerd would run with (without its built-in defaults).
+    """The config containerd would run with: what the files set, over the version's defaults.
 
-    `tree` holds plain dicts and values, `imports` left out (it is bookkeeping, not config);
-    `provenance` maps each leaf path to the file that set it; `warnings` says what containerd
-    would ignore or skip.
+    `tree` is what containerd loads, its built-in defaults taken from `defaults_source` (see
+    defaults.py); `configured` is what the files alone set, merged (the merge model: the same
+    as `tree` when `defaults_source` is FILES_ONLY). Both are plain dicts and values, `imports`
+    left out (it is bookkeeping, not config). `provenance` maps each leaf path the files set to
+    the file that set it; `warnings` says what containerd would ignore or skip.
     """
 
     version: ContainerdVersion
@@ -68,10 +77,12 @@ class EffectiveConfig:
     load_order: tuple[str, ...]
     provenance: Mapping[Path, str] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    configured: Mapping[str, Any] = field(default_factory=dict)
+    defaults_source: str = FILES_ONLY
 
     def plugin(self, plugin_id: str) -> Mapping[str, Any]:
-        """The effective table of one plugin, empty when no file sets it."""
-        plugins = self.tree.get(PLUGINS, {})
+        """The table of one plugin as the files set it, empty when no file sets it."""
+        plugins = self.configured.get(PLUGINS, {})
         table = plugins.get(plugin_id, {}) if isinstance(plugins, Mapping) else {}
         return table if isinstance(table, Mapping) else {}
 
@@ -142,8 +153,28 @@ def resolve_import(
     return sorted((p for p in candidates if _glob_match(pattern, p)), key=lambda p: p.split("/"))
 
 
-def load_effective(files: ConfigFiles, version: ContainerdVersion) -> EffectiveConfig:
-    """Merge the files as `version` of containerd does and return the effective config."""
+def load_effective(
+    files: ConfigFiles, version: ContainerdVersion, defaults: DefaultsSource | None = None
+) -> EffectiveConfig:
+    """The config `version` loads from the files, defaults from `defaults` (see defaults.py).
+
+    Without a source, the standard one: the real binary of the series when this machine has
+    it cached, else the recorded defaults of the series.
+    """
+    return with_defaults(merge_files(files, version), files, defaults)
+
+
+def with_defaults(
+    merged: EffectiveConfig, files: ConfigFiles, defaults: DefaultsSource | None = None
+) -> EffectiveConfig:
+    """A merge-model result (merge_files) completed with containerd's defaults."""
+    source = defaults if defaults is not None else standard_defaults()
+    loaded = source.load(files, merged.version, merged.configured)
+    return replace(merged, tree=loaded.tree, defaults_source=loaded.source)
+
+
+def merge_files(files: ConfigFiles, version: ContainerdVersion) -> EffectiveConfig:
+    """Merge the files as `version` of containerd does: what they set, without defaults."""
     order, warnings = resolve_load_order(files, version)
     merged: dict[str, Any] = {}
     warn = list(warnings)
@@ -187,11 +218,12 @@ def load_effective(files: ConfigFiles, version: ContainerdVersion) -> EffectiveC
         load_order=order,
         provenance=MappingProxyType(provenance),
         warnings=tuple(warn),
+        configured=tree,
     )
 
 
 def merge_plugin_tables_deeply(files: ConfigFiles, version: ContainerdVersion) -> EffectiveConfig:
-    """The effective config as if plugin tables merged deeply (what 1.x users usually expect)."""
+    """What the files set if plugin tables merged deeply (what 1.x users usually expect)."""
     deep = ContainerdVersion(2, 0, 0, raw="deep-merge model")
     order, _ = resolve_load_order(files, version)
     merged: dict[str, Any] = {}
@@ -199,11 +231,12 @@ def merge_plugin_tables_deeply(files: ConfigFiles, version: ContainerdVersion) -
         _merge_file(merged, _annotate(parse_toml(path, files.files[path]), path), deep, path, [])
     merged.pop("imports", None)
     tree, provenance = _strip(merged)
-    base = load_effective(files, version)
+    base = merge_files(files, version)
+    deep_tree = {**base.tree, PLUGINS: tree.get(PLUGINS, {})} if PLUGINS in tree else base.tree
     return EffectiveConfig(
         version=version,
         config_version=base.config_version,
-        tree={**base.tree, PLUGINS: tree.get(PLUGINS, {})} if PLUGINS in tree else base.tree,
+        tree=deep_tree,
         load_order=order,
         provenance=MappingProxyType(
             {
@@ -212,6 +245,7 @@ def merge_plugin_tables_deeply(files: ConfigFiles, version: ContainerdVersion) -
             }
         ),
         warnings=base.warnings,
+        configured=deep_tree,
     )
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from rollout.containerd.diff import format_path
 from rollout.containerd.files import ConfigFiles, parse_toml
-from rollout.containerd.merge import PLUGINS, iter_leaves, load_effective
+from rollout.containerd.merge import PLUGINS, iter_leaves, merge_files
 from rollout.containerd.version import ContainerdVersion, MergeMode
 
 Path = tuple[str, ...]
@@ -55,7 +55,7 @@ class Shadowing:
 
 def find_shadowing(files: ConfigFiles, version: ContainerdVersion) -> list[Shadowing]:
     """Every shadowing among the loaded files, in load order."""
-    effective = load_effective(files, version)
+    effective = merge_files(files, version)
     tables = _plugin_tables(files, effective.load_order)
     if version.merge_mode is MergeMode.REPLACE_PLUGIN_TABLES:
         return _replaced_tables(tables, effective.plugin, version)

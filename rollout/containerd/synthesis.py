@@ -35,22 +35,26 @@ import tomlkit
 from tomlkit.container import Container
 from tomlkit.items import Table
 
-from rollout.containerd.diff import Change, diff_effective
+from rollout.containerd.defaults import DefaultsSource
+from rollout.containerd.diff import Change, diff_effective, find_value
 from rollout.containerd.errors import SynthesisError
 from rollout.containerd.files import ConfigFiles, parse_toml
 from rollout.containerd.intent import Intent, PlacedSetting, place_intent
+from rollout.containerd.localdump import standard_defaults
 from rollout.containerd.merge import (
     PLUGINS,
     EffectiveConfig,
     iter_leaves,
-    load_effective,
+    merge_files,
     merge_plugin_tables_deeply,
+    with_defaults,
 )
 from rollout.containerd.shadowing import ShadowKind, find_shadowing
 from rollout.containerd.version import ContainerdVersion, MergeMode, read_config_version
 
 Path = tuple[str, ...]
 TOOLKIT_RUNTIMES = ("nvidia", "nvidia-cdi", "nvidia-legacy")
+_MISSING = object()
 
 
 @dataclass(frozen=True)
@@ -64,7 +68,13 @@ class FileWrite:
 
 @dataclass(frozen=True)
 class Synthesis:
-    """The writes for an intent, the effective configs around them, or why nothing is needed."""
+    """The writes for an intent, the effective configs around them, or why nothing is needed.
+
+    `before` and `after` are what containerd loads, its defaults from one DefaultsSource
+    (`defaults_source` says which); `in_effect` holds the placed settings that already held
+    their value before (a file set it, or it is the version's default): nothing is written
+    for them.
+    """
 
     writes: tuple[FileWrite, ...]
     before: EffectiveConfig
@@ -72,13 +82,19 @@ class Synthesis:
     placed: tuple[PlacedSetting, ...]
     noop_reason: str | None = None
     notes: tuple[str, ...] = ()
+    in_effect: tuple[PlacedSetting, ...] = ()
 
     @property
     def is_noop(self) -> bool:
         return not self.writes
 
+    @property
+    def defaults_source(self) -> str:
+        """Where the loaded configs' built-in defaults came from."""
+        return self.after.defaults_source
+
     def changes(self) -> list[Change]:
-        """The effective changes the writes make."""
+        """The effective changes the writes make: leaves whose loaded value changes."""
         return diff_effective(self.before, self.after)
 
     def files_after(self, files: ConfigFiles) -> ConfigFiles:
@@ -94,23 +110,45 @@ def apply_writes(files: ConfigFiles, writes: Iterable[FileWrite]) -> ConfigFiles
     return out
 
 
-def synthesize(files: ConfigFiles, version: ContainerdVersion, intent: Intent) -> Synthesis:
-    """The minimal writes that make `intent` effective, robust to the toolkit's rewrites."""
-    before = load_effective(files, version)
+def synthesize(
+    files: ConfigFiles,
+    version: ContainerdVersion,
+    intent: Intent,
+    defaults: DefaultsSource | None = None,
+) -> Synthesis:
+    """The minimal writes that make `intent` effective, robust to the toolkit's rewrites.
+
+    A setting whose loaded value already is the intended one (set by a file, or the version's
+    default) is in effect: nothing is written for it. Candidates are checked on the merge
+    model (what the files set); `before` and `after` come from `defaults` (standard: the real
+    binary when cached, else the recorded defaults).
+    """
+    source = defaults if defaults is not None else standard_defaults()
+    model = merge_files(files, version)
+    before = with_defaults(model, files, source)
     placed = place_intent(intent, version, before.config_version)
-    expected = with_settings(before.tree, placed)
-    notes = _notes(files, version, placed)
-    if expected == before.tree:
+    pending, in_effect = split_in_effect(placed, before)
+    notes = _notes(files, version, placed) + _in_effect_notes(in_effect, pending, before)
+    if not pending:
         return Synthesis(
-            (), before, before, placed, f"already effective: {intent.describe()}", notes
+            (),
+            before,
+            before,
+            placed,
+            f"already effective: {intent.describe()}",
+            notes,
+            in_effect,
         )
+    expected = with_settings(model.configured, pending)
     tried: list[str] = []
-    for edits in _candidates(files, version, before, placed):
+    for edits in _candidates(files, version, model, pending):
         writes = _render_edits(files, edits)
-        after = load_effective(apply_writes(files, writes), version)
-        if after.tree == expected:
-            return Synthesis(writes, before, after, placed, None, notes)
-        unexpected = diff_effective(expected, after.tree)
+        candidate = apply_writes(files, writes)
+        merged = merge_files(candidate, version)
+        if merged.configured == expected:
+            after = with_defaults(merged, candidate, source)
+            return Synthesis(writes, before, after, placed, None, notes, in_effect)
+        unexpected = diff_effective(expected, merged.configured)
         tried.append("; ".join(str(c) for c in unexpected[:5]))
     raise SynthesisError(
         f"no edit of {files.main_path} and the files that shadow it makes exactly "
@@ -119,12 +157,30 @@ def synthesize(files: ConfigFiles, version: ContainerdVersion, intent: Intent) -
     )
 
 
-def repair_shadowing(files: ConfigFiles, version: ContainerdVersion, intent: Intent) -> Synthesis:
+def split_in_effect(
+    placed: Iterable[PlacedSetting], before: EffectiveConfig
+) -> tuple[tuple[PlacedSetting, ...], tuple[PlacedSetting, ...]]:
+    """(settings still to make, settings whose loaded value already is the intended one)."""
+    pending: list[PlacedSetting] = []
+    in_effect: list[PlacedSetting] = []
+    for setting in placed:
+        now = find_value(before.tree, setting.path, _MISSING)
+        (in_effect if now == setting.value else pending).append(setting)
+    return tuple(pending), tuple(in_effect)
+
+
+def repair_shadowing(
+    files: ConfigFiles,
+    version: ContainerdVersion,
+    intent: Intent,
+    defaults: DefaultsSource | None = None,
+) -> Synthesis:
     """Writes giving back what shadowing drop-ins threw away (1.x), plus the intent."""
     shadowed = [s for s in find_shadowing(files, version) if s.kind is ShadowKind.TABLE_REPLACED]
+    source = defaults if defaults is not None else standard_defaults()
     if not shadowed:
-        return synthesize(files, version, intent)
-    before = load_effective(files, version)
+        return synthesize(files, version, intent, source)
+    before = with_defaults(merge_files(files, version), files, source)
     deep = merge_plugin_tables_deeply(files, version)
     edits: dict[str, list[tuple[Path, Any]]] = {}
     for plugin_id in sorted({s.plugin_id for s in shadowed}):
@@ -134,19 +190,21 @@ def repair_shadowing(files: ConfigFiles, version: ContainerdVersion, intent: Int
             if not _has(own_table, leaf):
                 edits.setdefault(owner, []).append(((PLUGINS, plugin_id, *leaf), value))
     repaired = apply_writes(files, _render_edits(files, edits))
-    if load_effective(repaired, version).tree != deep.tree:
+    if merge_files(repaired, version).configured != deep.configured:
         raise SynthesisError("restoring the shadowed keys did not give the deep-merged config")
-    rest = synthesize(repaired, version, intent)
+    rest = synthesize(repaired, version, intent, source)
     writes = _combine(files, _render_edits(files, edits), rest.writes)
-    after = load_effective(apply_writes(files, writes), version)
-    placed = place_intent(intent, version, before.config_version)
-    if after.tree != with_settings(deep.tree, placed):
+    final = apply_writes(files, writes)
+    merged = merge_files(final, version)
+    pending = tuple(s for s in rest.placed if s not in rest.in_effect)
+    if merged.configured != with_settings(deep.configured, pending):
         raise SynthesisError("the repaired files do not give the deep-merged config plus intent")
+    after = with_defaults(merged, final, source)
     notes = (
         *(f"repairs: {s.describe()}" for s in shadowed),
         *rest.notes,
     )
-    return Synthesis(writes, before, after, placed, None, tuple(notes))
+    return Synthesis(writes, before, after, rest.placed, None, tuple(notes), rest.in_effect)
 
 
 def with_settings(tree: Mapping[str, Any], placed: Iterable[PlacedSetting]) -> dict[str, Any]:
@@ -266,6 +324,27 @@ def _notes(
     for shadowing in find_shadowing(files, version):
         if shadowing.kind is ShadowKind.TABLE_REPLACED:
             notes.append(f"{shadowing.describe()}; `repair_shadowing` restores them")
+    return tuple(notes)
+
+
+def _in_effect_notes(
+    in_effect: tuple[PlacedSetting, ...],
+    pending: tuple[PlacedSetting, ...],
+    before: EffectiveConfig,
+) -> tuple[str, ...]:
+    if not pending:
+        return ()  # the no-op reason says it for all of them
+    notes = []
+    for setting in in_effect:
+        why = (
+            f"set by {before.provenance[setting.path]}"
+            if setting.path in before.provenance
+            else f"the default ({before.defaults_source})"
+        )
+        notes.append(
+            f"{setting.setting.key} = {setting.value!r} is already in effect ({why}); "
+            "nothing is written for it"
+        )
     return tuple(notes)
 
 

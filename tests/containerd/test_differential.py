@@ -19,7 +19,7 @@ import tomli_w
 from hypothesis import HealthCheck, given, settings
 
 from rollout.commands import CommandFailed
-from rollout.containerd import ConfigFiles, ContainerdVersion, load_effective
+from rollout.containerd import ConfigFiles, ContainerdVersion, merge_files
 from rollout.containerd.errors import ImportMissing
 from rollout.containerd.merge import iter_leaves
 from tests.containerd.realdump import real_dumps, version_of
@@ -211,7 +211,7 @@ def node_files(draw: st.DrawFn, version: ContainerdVersion) -> ConfigFiles:
 def _assert_model_matches_dump(binary: Path, files: ConfigFiles) -> None:
     version = version_of(binary)
     try:
-        model = load_effective(files, version)
+        model = merge_files(files, version)
     except ImportMissing:
         with pytest.raises(CommandFailed):
             real_dumps(binary, files)

@@ -15,7 +15,7 @@ from rollout.containerd import (
     PredictionRefused,
     dump_configs,
     find_shadowing,
-    load_effective,
+    merge_files,
     predict,
     repair_shadowing,
     synthesize,
@@ -86,7 +86,7 @@ def test_incident_reproduced_and_modelled(containerd_bin: Path) -> None:
         assert find_shadowing(after_naive, version) == []
     # The model predicts the same handler sets.
     for files, dump in ((after_naive, naive), (sorted_before, early)):
-        model = load_effective(files, version)
+        model = merge_files(files, version)
         plugin = (
             "io.containerd.cri.v1.runtime" if version.major >= 2 else "io.containerd.grpc.v1.cri"
         )
@@ -131,7 +131,7 @@ def test_intent_survives_toolkit_restart_and_exit(containerd_bin: Path) -> None:
     assert not HANDLERS & set(runtimes_of(after_exit))  # gone, as the toolkit intends
     # The model agrees with both events.
     for files in (restarted, exited):
-        model = load_effective(files, version)
+        model = merge_files(files, version)
         assert synthesize(files, version, intent).is_noop, model.warnings
 
 

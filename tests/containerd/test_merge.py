@@ -10,7 +10,7 @@ from rollout.containerd import (
     ContainerdVersion,
     ImportMissing,
     diff_effective,
-    load_effective,
+    merge_files,
     render_diff_text,
     resolve_load_order,
 )
@@ -77,8 +77,8 @@ deletion_threshold = 7
 """
     files = ConfigFiles(MAIN, {MAIN: main, "/etc/containerd/late.toml": late})
     with pytest.raises(ImportMissing, match=r"missing\.toml"):
-        load_effective(files, V17)
-    effective = load_effective(files, V21)
+        merge_files(files, V17)
+    effective = merge_files(files, V21)
     assert effective.load_order == (MAIN,)
     assert "stops loading" in effective.warnings[0] and "late.toml" in effective.warnings[0]
 
@@ -95,10 +95,10 @@ deletion_threshold = 0
 """
     files = ConfigFiles(MAIN, {MAIN: main, "/etc/containerd/b.toml": later})
     gc = ("plugins", "io.containerd.gc.v1.scheduler")
-    one = load_effective(files, V17)
+    one = merge_files(files, V17)
     assert one.get(gc) == {"deletion_threshold": 0}
     assert one.provenance[(*gc, "deletion_threshold")] == "/etc/containerd/b.toml"
-    two = load_effective(files, V21)
+    two = merge_files(files, V21)
     # A zero in a plugin table wins a 2.x deep merge (a map value, not a struct field).
     assert two.get(gc) == {"deletion_threshold": 0, "mutation_threshold": 9}
     assert two.sources_of("io.containerd.gc.v1.scheduler") == (MAIN, "/etc/containerd/b.toml")
@@ -122,7 +122,7 @@ bogus = 1
 "io.containerd.timeout.shim.load" = "9s"
 """
     files = ConfigFiles(MAIN, {MAIN: main, "/etc/containerd/b.toml": later})
-    one = load_effective(files, V17)
+    one = merge_files(files, V17)
     assert one.tree["oom_score"] == 5 and one.tree["root"] == "/r"  # zero never overrides
     assert one.tree["required_plugins"] == ["a.b", "a.b", "c.d"]  # 1.x appends duplicates
     assert one.tree["timeouts"] == {
@@ -131,7 +131,7 @@ bogus = 1
     }
     assert "imports" not in one.tree and "bogus" not in one.tree
     assert any("bogus" in w for w in one.warnings)
-    assert load_effective(files, V21).tree["required_plugins"] == ["a.b", "c.d"]  # 2.x dedupes
+    assert merge_files(files, V21).tree["required_plugins"] == ["a.b", "c.d"]  # 2.x dedupes
 
 
 def test_2x_migrates_v2_cri_keys_only_when_the_merged_version_is_below_3() -> None:
@@ -150,7 +150,7 @@ def test_2x_migrates_v2_cri_keys_only_when_the_merged_version_is_below_3() -> No
             "/etc/containerd/conf.d/10-old.toml": v2_dropin,
         },
     )
-    tree = load_effective(files, V21).tree
+    tree = merge_files(files, V21).tree
     assert tree["version"] == 3
     assert tree["plugins"]["io.containerd.cri.v1.images"] == {
         "pinned_images": {"sandbox": "example.org/pause:1"},
@@ -160,7 +160,7 @@ def test_2x_migrates_v2_cri_keys_only_when_the_merged_version_is_below_3() -> No
     assert tree["plugins"]["io.containerd.grpc.v1.cri"] == {"stream_server_port": "10010"}
     # A version-3 file loaded last makes the merged version 3: no migration at all.
     late = files.with_file("/etc/containerd/conf.d/20-new.toml", "version = 3\n")
-    effective = load_effective(late, V21)
+    effective = merge_files(late, V21)
     assert "io.containerd.cri.v1.images" not in effective.tree["plugins"]
     assert any("ignores the version-2 CRI keys" in w for w in effective.warnings)
 
@@ -170,7 +170,7 @@ def test_syntax_error_names_the_file() -> None:
         MAIN, {MAIN: 'imports = ["/etc/containerd/bad.toml"]', "/etc/containerd/bad.toml": "[x\n"}
     )
     with pytest.raises(ConfigParseError, match=r"bad\.toml"):
-        load_effective(files, V17)
+        merge_files(files, V17)
 
 
 def test_diff_and_text_rendering() -> None:

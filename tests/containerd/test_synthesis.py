@@ -1,4 +1,5 @@
-"""Shadowing analysis and drop-in synthesis on recorded GPU nodes (model only, no binaries)."""
+"""Shadowing analysis and drop-in synthesis on recorded GPU nodes (no binaries: containerd's
+defaults come from the recorded ones)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from rollout.containerd import (
     ConfigFiles,
     ContainerdVersion,
     Intent,
+    RecordedDefaults,
     ShadowKind,
     find_shadowing,
     load_effective,
@@ -29,11 +31,13 @@ from tests.containerd.nodes import (
 V17, V21 = ContainerdVersion.from_series("1.7.24"), ContainerdVersion.from_series("2.1.9")
 REGISTRY = Intent.from_mapping({"registry.config_path": "/etc/containerd/certs.d"})
 V2_RUNTIMES = ("plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes")
+RECORDED = RecordedDefaults()
 
 
 def test_naive_registry_dropin_shadows_the_toolkit_on_1x() -> None:
     broken = recorded_node("gpu-node-1.x").with_file(REGISTRY_DROPIN, NAIVE_REGISTRY)
-    assert load_effective(broken, V17).get(V2_RUNTIMES) is None  # the incident
+    # the incident: the toolkit's handlers are gone, only containerd's default runc is left
+    assert set(load_effective(broken, V17, RECORDED).get(V2_RUNTIMES)) == {"runc"}
     [shadowing] = find_shadowing(broken, V17)
     assert shadowing.kind is ShadowKind.TABLE_REPLACED
     assert (shadowing.shadowing_file, shadowing.shadowed_file) == (REGISTRY_DROPIN, NVIDIA_DROPIN)
@@ -70,7 +74,7 @@ def test_no_table_shadowing_on_2x() -> None:
 @pytest.mark.parametrize(("name", "version"), [("gpu-node-1.x", V17), ("gpu-node-2.x", V21)])
 def test_synthesis_is_exactly_the_intent(name: str, version: ContainerdVersion) -> None:
     node = recorded_node(name)
-    result = synthesize(node, version, REGISTRY)
+    result = synthesize(node, version, REGISTRY, RECORDED)
     assert [c.path[-2:] for c in result.changes()] == [("registry", "config_path")]
     assert result.after.tree == with_settings(result.before.tree, result.placed)
     written = {w.path for w in result.writes}
@@ -80,15 +84,15 @@ def test_synthesis_is_exactly_the_intent(name: str, version: ContainerdVersion) 
     assert "# kubelet uses the systemd cgroup driver" in main_after  # comments survive
     assert main_after.startswith(node.files[MAIN])  # an addition, the rest untouched
     # Deterministic, and a second run is a no-op with a reason.
-    assert synthesize(node, version, REGISTRY).writes == result.writes
-    again = synthesize(result.files_after(node), version, REGISTRY)
+    assert synthesize(node, version, REGISTRY, RECORDED).writes == result.writes
+    again = synthesize(result.files_after(node), version, REGISTRY, RECORDED)
     assert again.is_noop and again.noop_reason and "already effective" in again.noop_reason
 
 
 def test_synthesis_on_the_broken_node_keeps_what_is_left() -> None:
     broken = recorded_node("gpu-node-1.x").with_file(REGISTRY_DROPIN, NAIVE_REGISTRY)
     intent = Intent.from_mapping({"enable_cdi": True})
-    result = synthesize(broken, V17, intent)
+    result = synthesize(broken, V17, intent, RECORDED)
     assert {w.path for w in result.writes} == {MAIN, NVIDIA_DROPIN, REGISTRY_DROPIN}
     assert [c.path[-1] for c in result.changes()] == ["enable_cdi"]
     assert any("repair_shadowing" in note for note in result.notes)
@@ -97,7 +101,7 @@ def test_synthesis_on_the_broken_node_keeps_what_is_left() -> None:
 def test_repair_restores_handlers_and_applies_the_intent() -> None:
     node = recorded_node("gpu-node-1.x")
     broken = node.with_file(REGISTRY_DROPIN, NAIVE_REGISTRY)
-    result = repair_shadowing(broken, V17, Intent.from_mapping({"enable_cdi": True}))
+    result = repair_shadowing(broken, V17, Intent.from_mapping({"enable_cdi": True}), RECORDED)
     runtimes = result.after.get(V2_RUNTIMES)
     assert set(runtimes) == {"runc", "nvidia", "nvidia-cdi", "nvidia-legacy"}
     assert result.after.get(
@@ -112,10 +116,10 @@ def test_repair_restores_handlers_and_applies_the_intent() -> None:
 
 def test_early_registry_dropin_loses_config_path_but_synthesis_fixes_it() -> None:
     node = recorded_node("gpu-node-1.x").with_file(EARLY_REGISTRY_DROPIN, NAIVE_REGISTRY)
-    before = load_effective(node, V17)
+    before = load_effective(node, V17, RECORDED)
     assert before.get(V2_RUNTIMES) is not None
     assert before.get(("plugins", "io.containerd.grpc.v1.cri", "registry", "config_path")) == ""
-    result = synthesize(node, V17, REGISTRY)
+    result = synthesize(node, V17, REGISTRY, RECORDED)
     assert [c.path[-1] for c in result.changes()] == ["config_path"]
     assert NVIDIA_DROPIN in {w.path for w in result.writes}
 
@@ -149,7 +153,7 @@ def test_v2_main_on_2x_with_toolkit_v3_dropin() -> None:
         .replace("io.containerd.cri.v1.runtime", "io.containerd.grpc.v1.cri")
     )
     files = ConfigFiles(MAIN, {**node.files, MAIN: v2_main})
-    result = synthesize(files, V21, REGISTRY)
+    result = synthesize(files, V21, REGISTRY, RECORDED)
     assert [c.path for c in result.changes()] == [
         ("plugins", "io.containerd.cri.v1.images", "registry", "config_path")
     ]

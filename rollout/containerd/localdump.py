@@ -1,0 +1,107 @@
+"""containerd's defaults from the real binary on this machine: `config dump` of staged files.
+
+When scripts/fetch-containerd has cached the binary of a node's series, offline planning asks
+that binary what it loads from the node's files (staged, as on the node: see staging.py), so
+built-in defaults, migrations and map rules are containerd's own. Dumps are cached by content:
+a fleet of nodes with the same files costs one dump, and so does asking twice.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from rollout.commands import CommandRunner, check
+from rollout.containerd.binaries import BinariesMissing, find_containerd
+from rollout.containerd.defaults import (
+    Defaults,
+    DefaultsSource,
+    LoadedConfig,
+    RecordedDefaults,
+    probe_files,
+    runtime_entry_of,
+)
+from rollout.containerd.files import ConfigFiles
+from rollout.containerd.staging import dump_configs
+from rollout.containerd.version import ContainerdVersion
+from rollout.transports.local import LocalRunner
+
+CACHE_ENTRIES = 512
+
+_Key = tuple[str, str, tuple[tuple[str, str], ...]]
+
+
+class LocalContainerd:
+    """The real `config dump` of the series' cached binary; another source where it is not."""
+
+    def __init__(
+        self,
+        runner: CommandRunner | None = None,
+        locate: Callable[[str], Path] = find_containerd,
+        fallback: DefaultsSource | None = None,
+    ) -> None:
+        self._runner: CommandRunner = runner if runner is not None else LocalRunner()
+        self._locate = locate
+        self._fallback: DefaultsSource = fallback if fallback is not None else RecordedDefaults()
+        self._dumps: OrderedDict[_Key, dict[str, Any]] = OrderedDict()
+        self._labels: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self.dumps_run = 0  # how many real dumps this source ran (the cache's misses)
+
+    def load(
+        self, files: ConfigFiles, version: ContainerdVersion, configured: Mapping[str, Any]
+    ) -> LoadedConfig:
+        try:
+            binary = str(self._locate(version.series))
+        except BinariesMissing:
+            return self._fallback.load(files, version, configured)
+        return LoadedConfig(self._dump(binary, files), self._label(binary))
+
+    def _dump(self, binary: str, files: ConfigFiles) -> dict[str, Any]:
+        key: _Key = (binary, files.main_path, tuple(files.files.items()))
+        with self._lock:
+            if key in self._dumps:
+                self._dumps.move_to_end(key)
+                return self._dumps[key]
+        tree = dump_configs(self._runner, binary, [files])[0]
+        with self._lock:
+            self.dumps_run += 1
+            self._dumps[key] = tree
+            while len(self._dumps) > CACHE_ENTRIES:
+                self._dumps.popitem(last=False)
+        return tree
+
+    def _label(self, binary: str) -> str:
+        with self._lock:
+            if binary in self._labels:
+                return self._labels[binary]
+        version = binary_version(self._runner, binary)
+        label = f"containerd {version}'s own config dump"
+        with self._lock:
+            self._labels[binary] = label
+        return label
+
+
+def binary_version(runner: CommandRunner, binary: str) -> ContainerdVersion:
+    """The version a containerd binary reports."""
+    result = check(runner.run([binary, "--version"]), f"read the version of {binary}")
+    return ContainerdVersion.from_output(result.stdout)
+
+
+def record_defaults(binary: str, runner: CommandRunner | None = None) -> Defaults:
+    """The defaults of a real binary: what rollout/containerd/data/ records for its series."""
+    run = runner if runner is not None else LocalRunner()
+    series = binary_version(run, binary).series
+    empty, handler = dump_configs(run, binary, list(probe_files(series)))
+    return Defaults(series, empty, runtime_entry_of(handler, series))
+
+
+_STANDARD = LocalContainerd()
+
+
+def standard_defaults() -> DefaultsSource:
+    """The process-wide source: the cached real binary, else the recorded defaults."""
+    return _STANDARD
