@@ -14,12 +14,9 @@ Saved data of `containerd.write` (StepContext.save_data), read by the later step
 - written_at: node-clock time the last file was replaced (absent until then);
 - main_pid_at_write: containerd's MainPID when the files were written.
 
-What the steps read of the node (containerd's version, its files, its config dump, its
-service) are the fact objects of rollout.facts, the same the plan's facts came from. Errors
-that may go away by themselves (an SSH drop) are let through to the executor's retry policy:
-every read is repeated and every write is skipped when found done, so a retry is safe.
-Staging directories are named after the run, so a retried or resumed write removes what a
-killed attempt of the same run left, and nothing of another run.
+The steps read the node through rollout.facts, as the plan did. Transient errors (an SSH
+drop) go to the retry policy: a retry rereads and skips what is done. Staging dirs carry
+the run id, so a retry or resume removes what a killed attempt left, never another run's.
 """
 
 from __future__ import annotations
