@@ -96,6 +96,8 @@ class NodePlan:
     files: tuple[FileChange, ...] = ()
     effective_changes: tuple[EffectiveChange, ...] = ()
     effective_diff: str = ""
+    # where containerd's defaults in the effective config came from (a binary, recorded data)
+    defaults_source: str = ""
     shadowing: tuple[str, ...] = ()
     repairs: tuple[str, ...] = ()
     labels: tuple[LabelChange, ...] = ()

@@ -113,8 +113,6 @@ def plan_node(
         planned.append(dataclasses.replace(decided, kind=step.kind, why=step.why))
     work = changes.containerd
     warnings = list(work.notes) + [w for p in planned for w in p.warnings]
-    if work.defaults_source:
-        warnings.append(f"effective config before: {work.defaults_source}")
     label = changes.profile.label
     return NodePlan(
         name=node.name,
@@ -123,6 +121,7 @@ def plan_node(
         files=work.files,
         effective_changes=work.effective_changes,
         effective_diff=work.effective_diff,
+        defaults_source=work.defaults_source,
         shadowing=work.shadowing,
         repairs=work.repairs,
         labels=(label,) if label is not None else (),

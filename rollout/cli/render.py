@@ -108,7 +108,10 @@ def _print_node(console: Console, node: NodePlan) -> None:
         console.print(f"    [bold]{change.action} {change.path}[/bold]  ({escape(change.reason)})")
         _print_diff(console, change.unified_diff(), indent="      ")
     if node.effective_changes:
-        console.print("    [bold]effective containerd config[/bold] (what containerd will load):")
+        console.print(
+            "    [bold]effective containerd config[/bold] (what containerd will load; "
+            f"defaults from {escape(node.defaults_source or 'the files alone')}):"
+        )
         for eff in node.effective_changes[:MAX_EFFECTIVE_LINES]:
             tag = "" if eff.intended else "  [yellow](repair)[/yellow]"
             console.print(
@@ -189,7 +192,8 @@ def plan_to_markdown(plan: Plan) -> str:
             out.append(f"\n`{write.action} {write.path}` ({write.reason})\n")
             out.append(f"```diff\n{write.unified_diff()}```")
         if node.effective_diff:
-            out.append("\nEffective containerd config:\n")
+            source = node.defaults_source or "the files alone"
+            out.append(f"\nEffective containerd config (defaults from {source}):\n")
             out.append(f"```diff\n{node.effective_diff.rstrip()}\n```")
         out.append("\n</details>\n")
     return "\n".join(out) + "\n"

@@ -86,6 +86,7 @@ def plan_containerd(spec: Spec, node: NodeFacts) -> ContainerdChanges:
         repairs=repairs,
         notes=tuple(n for n in notes if not n.startswith("repairs: "))
         + tuple(synthesis.after.warnings),
+        defaults_source=synthesis.defaults_source,
     )
 
 

@@ -237,8 +237,8 @@ def test_planned_writes_proven_by_real_containerd(
 def test_prediction_accepts_a_repair_only_as_restored_keys() -> None:
     """On the broken node the writes give back the hidden CRI table: allowed only as additions."""
     from rollout import containerd as engine
-    from rollout.steps.containerd_changes import build_intent
     from rollout.spec import load_spec
+    from rollout.steps.containerd_changes import build_intent
 
     node = load_recorded_facts(FACTS).by_name("gpu-a-3")
     assert node is not None
@@ -297,3 +297,17 @@ def test_drain_action_names_the_pods_and_their_gpus() -> None:
     assert action == "would refuse: 1 pod(s) block the drain (see the warning)"
     assert "ml/notebook" in warnings[0] and "policy.drain.force" in warnings[0]
     assert describe_drain(spec, node) == ("evict pods through the Eviction API", [])
+
+
+def test_plan_names_where_containerd_defaults_came_from(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Each node's effective diff says whose defaults it laid the files over."""
+    nodes = nodes_of(run_json(capsys, str(PLAN), "--facts", str(FACTS)))
+    for name, node in nodes.items():
+        series = ".".join(node["containerd_version"].split(".")[:2])
+        source = node["defaults_source"]
+        assert series in source, (name, source)
+        assert "own config dump" in source or "recorded defaults" in source, (name, source)
+    assert main(["plan", str(PLAN), "--facts", str(FACTS), "--output", "markdown"]) == 0
+    assert "Effective containerd config (defaults from containerd " in capsys.readouterr().out
