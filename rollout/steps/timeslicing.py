@@ -9,7 +9,10 @@ acts only when both are true.
 `configmap.update` is cluster-wide but runs in a node's context: the first node of a run
 changes the ConfigMap, every later node finds it done (a no-op). The ConfigMap itself
 carries which run last changed which key (annotations), so a later node, or a resumed run,
-still knows the content changed in this run.
+still knows the content changed in this run. It publishes what `plan_publication` decides:
+the profile and, where the fallback of unlabelled nodes would otherwise move, a `default` key
+or `config.default` holding what they run today, so a node's profile changes only when its
+own wave labels it (safety invariant 8).
 """
 
 from __future__ import annotations
@@ -18,8 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import yaml
-
+from rollout.errors import InputError
 from rollout.facts import ClusterFacts, NodeFacts
 from rollout.plan import StepPlan
 from rollout.spec import MAX_REPLICAS, Spec, TimeSlicingChange
@@ -35,7 +37,8 @@ from rollout.steps.nodemarks import ANNOTATION_DOMAIN, RUN_ANNOTATION, report_st
 from rollout.steps.profile_changes import (
     DEVICE_PLUGIN_CONFIG_LABEL,
     SHARED_MEMORY_WARNING,
-    plan_cluster_changes,
+    Publication,
+    plan_publication,
     time_slicing_change,
 )
 from rollout.transports.errors import Conflict, NotFound
@@ -44,11 +47,6 @@ from rollout.transports.kube import ConfigMap
 # Which key of the ConfigMap the run in RUN_ANNOTATION changed.
 CHANGED_KEY_ANNOTATION = f"{ANNOTATION_DOMAIN}/changed-key"
 CONFLICT_ATTEMPTS = 5
-
-
-def render_profile(change: TimeSlicingChange) -> str:
-    """The profile as stored under its key: the device plugin's YAML (as the plan shows it)."""
-    return yaml.safe_dump(change.config_document(), sort_keys=False)
 
 
 def check_replicas(change: TimeSlicingChange) -> int:
@@ -86,23 +84,17 @@ def get_cluster_policy(ctx: StepContext, kind: str) -> dict[str, Any]:
     return policies[0]
 
 
-def policy_config_name(policy: Mapping[str, Any]) -> str | None:
-    """spec.devicePlugin.config.name of a ClusterPolicy (None when unset)."""
-    config = ((policy.get("spec") or {}).get("devicePlugin") or {}).get("config") or {}
-    name = config.get("name")
-    return str(name) if name is not None else None
-
-
-def with_key(
-    configmap: ConfigMap, key: str, value: str | None, annotations: Mapping[str, str | None]
+def with_keys(
+    configmap: ConfigMap, values: Mapping[str, str | None], annotations: Mapping[str, str | None]
 ) -> ConfigMap:
-    """A copy with `key` set (None: removed) and annotations merged (None: removed); every
+    """A copy with `values` set (None: removed) and annotations merged (None: removed); every
     other key is kept as it is."""
     data = dict(configmap.data)
-    if value is None:
-        data.pop(key, None)
-    else:
-        data[key] = value
+    for key, value in values.items():
+        if value is None:
+            data.pop(key, None)
+        else:
+            data[key] = value
     notes = {**configmap.annotations, **annotations}
     return ConfigMap(
         namespace=configmap.namespace,
@@ -114,16 +106,38 @@ def with_key(
     )
 
 
+def read_publication(ctx: StepContext, kind: str) -> tuple[Publication, ConfigMap | None, str]:
+    """The publication decided on fresh facts, the ConfigMap read, the ClusterPolicy's name."""
+    change = time_slicing_change(ctx.spec)
+    assert change is not None
+    current = get_configmap(ctx, change)
+    policy = get_cluster_policy(ctx, kind)
+    ref = f"{change.configmap.namespace}/{change.configmap.name}"
+    facts = ClusterFacts(
+        configmaps={ref: dict(current.data)} if current is not None else {},
+        cluster_policy=dict(policy.get("spec") or {}),
+    )
+    try:
+        publication = plan_publication(ctx.spec, facts)
+    except InputError as exc:
+        raise StepFailed(ctx.node, kind, str(exc)) from None
+    assert publication is not None
+    return publication, current, str(policy["metadata"]["name"])
+
+
 # ------------------------------------------------------------------------ configmap.update
 
 
 @dataclass(frozen=True)
 class ConfigMapUpdateStep:
-    """Put the profile under its key in the ConfigMap and point the ClusterPolicy at it.
+    """Publish the profile (and the fallback unlabelled nodes keep) and point the ClusterPolicy
+    at the ConfigMap: `plan_publication`, on fresh facts, is what it does.
 
-    Saved data: configmap, key, previous (the key's old text, None if it was absent),
-    key_changed, content_changed (this run changed the key, here or on another node),
-    policy_name_before and policy_changed.
+    Saved data: configmap; previous_keys (each key this run wrote: its old text, None when
+    absent) with previous (the profile key's); key_changed; content_changed (this run changed
+    the profile, here or on another node); policy_before (each ClusterPolicy
+    `devicePlugin.config` field this run set: its old value) with policy_name_before;
+    policy_changed.
     """
 
     kind: ClassVar[str] = "configmap.update"
@@ -132,7 +146,9 @@ class ConfigMapUpdateStep:
         if node_changes(facts, cluster, spec).cluster_pending:
             # cluster-wide: the first node's step makes the change, later ones find it made
             return StepPlan.acting(
-                self.kind, "publish the profile in the ConfigMap and point the ClusterPolicy at it"
+                self.kind,
+                "publish the profile in the ConfigMap, unlabelled nodes keeping what they run, "
+                "and point the ClusterPolicy at it",
             )
         return StepPlan.skipping(
             self.kind, "the ConfigMap and the ClusterPolicy already hold the profile"
@@ -153,47 +169,45 @@ class ConfigMapUpdateStep:
         saved = ctx.load_data(self.kind)
         did: list[str] = []
         for _ in range(CONFLICT_ATTEMPTS):
-            current = get_configmap(ctx, change)
-            policy = get_cluster_policy(ctx, self.kind)
-            facts = ClusterFacts(
-                configmaps={ref: dict(current.data)} if current is not None else {},
-                cluster_policy=dict(policy.get("spec") or {}),
-            )
             # The planner's own decision, on fresh facts: what plan showed is what apply does.
-            planned = plan_cluster_changes(ctx.spec, facts)
-            configmap_action = next(
-                (c for c in planned if c.kind == "configmap" and c.target == ref and c.action),
-                None,
-            )
-            policy_action = next((c for c in planned if c.kind == "clusterpolicy"), None)
+            publication, current, policy_name = read_publication(ctx, self.kind)
             # Saved before any write, so a kill mid-write leaves what undo needs; an earlier
-            # attempt's record of the original value is never overwritten.
-            if configmap_action is not None and not saved.get("key_changed"):
+            # attempt's record of an original value is never overwritten.
+            previous = dict(saved.get("previous_keys") or {})
+            for key in publication.writes:
+                previous.setdefault(key, current.data.get(key) if current else None)
+            saved |= {"configmap": ref, "previous_keys": previous}
+            if change.profile in publication.writes and not saved.get("key_changed"):
+                saved |= {"previous": previous[change.profile], "key_changed": True}
+            policy_before = dict(saved.get("policy_before") or {})
+            for name in publication.policy:
+                policy_before.setdefault(name, publication.policy_before.get(name, ""))
+            if publication.policy:
                 saved |= {
-                    "configmap": ref,
-                    "key": change.profile,
-                    "previous": current.data.get(change.profile) if current else None,
-                    "existed": current is not None,
-                    "key_changed": True,
+                    "policy_before": policy_before,
+                    "policy_name_before": policy_before.get("name", ""),
+                    "policy_changed": True,
                 }
-            if policy_action is not None and not saved.get("policy_changed"):
-                saved |= {"policy_name_before": policy_config_name(policy), "policy_changed": True}
             ctx.save_data(self.kind, saved)
-            if configmap_action is not None:
+            changes = {c.kind: c.action for c in publication.to_cluster_changes() if c.action}
+            # The ConfigMap first, whole: the ClusterPolicy change restarts every device
+            # plugin, and each must find the fallback of unlabelled nodes already there.
+            if publication.writes:
                 try:
-                    self._write(ctx, change, current)
+                    self._write(ctx, change, current, publication.writes)
                 except Conflict:
                     continue  # changed since it was read: read again, decide again
-                did.append(configmap_action.action or "")
-            if policy_action is not None:
+                did.append(changes.get("configmap") or "")
+            if publication.policy:
                 ctx.kube.patch_cluster_policy(
-                    policy["metadata"]["name"],
-                    {"spec": {"devicePlugin": {"config": {"name": change.configmap.name}}}},
+                    policy_name,
+                    {"spec": {"devicePlugin": {"config": dict(publication.policy)}}},
                 )
-                did.append(policy_action.action or "")
+                did.append(changes.get("clusterpolicy") or "")
                 ctx.progress(
                     f"{ctx.node}: configmap.update: the ClusterPolicy change restarts the "
-                    "device plugin on every GPU node (a DaemonSet rollout)"
+                    "device plugin on every GPU node (a DaemonSet rollout); nodes without "
+                    f"the label keep {publication.unlabelled} ({publication.unlabelled_via})"
                 )
             break
         else:
@@ -203,7 +217,7 @@ class ConfigMapUpdateStep:
                 f"configmap {ref} kept changing under rollout ({CONFLICT_ATTEMPTS} conflicts): "
                 "is another tool writing it?",
             )
-        current = self._verify(ctx, change)
+        current = self._verify(ctx)
         content_changed = bool(saved.get("key_changed")) or changed_in_run(
             current, ctx.run_id, change.profile
         )
@@ -215,39 +229,38 @@ class ConfigMapUpdateStep:
         return StepResult.done("; ".join(did))
 
     @staticmethod
-    def _write(ctx: StepContext, change: TimeSlicingChange, current: ConfigMap | None) -> None:
+    def _write(
+        ctx: StepContext,
+        change: TimeSlicingChange,
+        current: ConfigMap | None,
+        writes: Mapping[str, str],
+    ) -> None:
         notes = {RUN_ANNOTATION: ctx.run_id, CHANGED_KEY_ANNOTATION: change.profile}
+        if change.profile not in writes:
+            notes = {}  # only a fallback key: the profile itself is not this run's
         if current is None:
             ctx.kube.create_configmap(
                 ConfigMap(
                     namespace=change.configmap.namespace,
                     name=change.configmap.name,
-                    data={change.profile: render_profile(change)},
+                    data=dict(writes),
                     annotations=notes,
                 )
             )
         else:
-            ctx.kube.replace_configmap(
-                with_key(current, change.profile, render_profile(change), notes)
-            )
+            ctx.kube.replace_configmap(with_keys(current, writes, notes))
 
-    def _verify(self, ctx: StepContext, change: TimeSlicingChange) -> ConfigMap:
-        current = get_configmap(ctx, change)
-        text = current.data.get(change.profile) if current is not None else None
-        if current is None or text is None or yaml.safe_load(text) != change.config_document():
+    def _verify(self, ctx: StepContext) -> ConfigMap:
+        """Planning again on what the cluster now holds must find nothing left to do."""
+        publication, current, _ = read_publication(ctx, self.kind)
+        if current is None or publication.pending:
+            left = [c.action for c in publication.to_cluster_changes() if c.action]
             raise StepFailed(
                 ctx.node,
                 self.kind,
-                f"configmap {change.configmap.namespace}/{change.configmap.name} does not hold "
-                f"profile {change.profile!r} after the write",
-            )
-        name = policy_config_name(get_cluster_policy(ctx, self.kind))
-        if name != change.configmap.name:
-            raise StepFailed(
-                ctx.node,
-                self.kind,
-                f"ClusterPolicy spec.devicePlugin.config.name is {name!r} after the patch, "
-                f"not {change.configmap.name!r}: is the GPU Operator reverting it?",
+                f"after the writes, the cluster still needs: {'; '.join(left)} "
+                "(is the GPU Operator or another tool reverting the ConfigMap or the "
+                "ClusterPolicy?)",
             )
         return current
 
@@ -256,7 +269,8 @@ class ConfigMapUpdateStep:
         change = time_slicing_change(ctx.spec)
         if change is None or not saved:
             return
-        if saved.get("key_changed"):
+        previous: dict[str, str | None] = dict(saved.get("previous_keys") or {})
+        if previous:
             for _ in range(CONFLICT_ATTEMPTS):
                 current = get_configmap(ctx, change)
                 if current is None:
@@ -266,9 +280,7 @@ class ConfigMapUpdateStep:
                     {RUN_ANNOTATION: None, CHANGED_KEY_ANNOTATION: None} if ours else {}
                 )
                 try:
-                    ctx.kube.replace_configmap(
-                        with_key(current, change.profile, saved.get("previous"), notes)
-                    )
+                    ctx.kube.replace_configmap(with_keys(current, previous, notes))
                     break
                 except Conflict:
                     continue
@@ -276,7 +288,7 @@ class ConfigMapUpdateStep:
             policy = get_cluster_policy(ctx, self.kind)
             ctx.kube.patch_cluster_policy(
                 policy["metadata"]["name"],
-                {"spec": {"devicePlugin": {"config": {"name": saved.get("policy_name_before")}}}},
+                {"spec": {"devicePlugin": {"config": dict(saved.get("policy_before") or {})}}},
             )
         elif saved.get("key_changed"):
             node = ctx.kube.get_node(ctx.node)
@@ -285,7 +297,10 @@ class ConfigMapUpdateStep:
             # change rolls every plugin).
             if node.labels.get(DEVICE_PLUGIN_CONFIG_LABEL) == change.profile:
                 restart_device_plugin(ctx, self.kind)
-        ctx.save_data(self.kind, {**saved, "key_changed": False, "policy_changed": False})
+        ctx.save_data(
+            self.kind,
+            {**saved, "previous_keys": {}, "key_changed": False, "policy_changed": False},
+        )
 
 
 # ------------------------------------------------------------------------------ node.label

@@ -1,8 +1,16 @@
-"""The DaemonSet controller: one pod per eligible node, recreated when deleted; status counts."""
+"""The DaemonSet controller: one pod per eligible node, recreated when deleted; status counts.
+
+It also plays the device plugin's config-manager, which runs first in every device-plugin
+pod: where the node's label (or `config.default`) names a key the ConfigMap lacks, the
+config-manager exits and the pod fails, so the plugin never registers; once the key or the
+label is fixed, the failed pod is replaced, as the real controller replaces failed pods.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import functools
 import hashlib
 import json
 from collections.abc import Mapping
@@ -11,15 +19,21 @@ from typing import Any
 from rollout.lab.apiserver.errors import ApiError
 from rollout.lab.apiserver.metadata import new_name_suffix
 from rollout.lab.apiserver.registry import Registry
-from rollout.lab.apiserver.resources import DAEMONSETS, NODES, PODS
+from rollout.lab.apiserver.resources import CLUSTERPOLICIES, CONFIGMAPS, DAEMONSETS, NODES, PODS
 from rollout.lab.simulation.gpuoperator import (
+    CLUSTER_POLICY_NAME,
     DEPLOY_LABEL_PREFIX,
     DEPLOY_OPERANDS_LABEL,
+    DEVICE_PLUGIN,
     OPERATOR_NAMESPACE,
+    owner_daemonset,
 )
 from rollout.lab.simulation.pods import is_deleting, is_ready, is_terminal
+from rollout.lab.simulation.profiles import config_manager_error, config_name
 
 TEMPLATE_GENERATION_LABEL = "pod-template-generation"
+# status.reason of a device-plugin pod whose config-manager exited.
+CONFIG_MANAGER_FAILED = "ConfigManagerExited"
 REVISION_HASH_LABEL = "controller-revision-hash"
 # The tolerations the real DaemonSet controller adds to every pod it creates.
 DAEMONSET_TOLERATIONS = (
@@ -65,6 +79,41 @@ class DaemonSetController:
                 self._reconcile_one(daemonset, nodes, pods)
             except ApiError:
                 continue  # raced with a client's write; the next tick sees the new state
+        # a race with a client's write is seen in the new state on the next tick
+        with contextlib.suppress(ApiError):
+            self._run_config_managers()
+
+    def _run_config_managers(self) -> None:
+        """Fail the device-plugin pods whose config-manager exits; replace them once fixed."""
+        policy = self._registry.find(CLUSTERPOLICIES, None, CLUSTER_POLICY_NAME)
+        name = config_name(policy)
+        configmap = self._registry.find(CONFIGMAPS, OPERATOR_NAMESPACE, name) if name else None
+        labels = {
+            n["metadata"]["name"]: n["metadata"].get("labels") or {}
+            for n in self._registry.list_objects(NODES)
+        }
+        for pod in self._registry.list_objects(PODS):
+            metadata = pod["metadata"]
+            if (
+                metadata.get("namespace") != OPERATOR_NAMESPACE
+                or owner_daemonset(pod) != DEVICE_PLUGIN.name
+                or is_deleting(pod)
+            ):
+                continue
+            error = config_manager_error(policy, configmap, labels.get(target_node(pod), {}))
+            status = pod.get("status") or {}
+            failed_here = status.get("phase") == "Failed" and (
+                status.get("reason") == CONFIG_MANAGER_FAILED
+            )
+            if error is not None and not is_terminal(pod):
+                self._registry.mutate(
+                    PODS,
+                    OPERATOR_NAMESPACE,
+                    metadata["name"],
+                    functools.partial(_fail, message=error),
+                )
+            elif error is None and failed_here:
+                self._registry.delete(PODS, OPERATOR_NAMESPACE, metadata["name"])
 
     def _reconcile_one(
         self, daemonset: dict[str, Any], nodes: list[dict[str, Any]], pods: list[dict[str, Any]]
@@ -216,6 +265,16 @@ class DaemonSetController:
         self._registry.mutate(
             DAEMONSETS, daemonset["metadata"]["namespace"], daemonset["metadata"]["name"], write
         )
+
+
+def _fail(pod: dict[str, Any], message: str) -> None:
+    status = pod.setdefault("status", {})
+    status.update({"phase": "Failed", "reason": CONFIG_MANAGER_FAILED, "message": message})
+    for entry in status.get("containerStatuses") or []:
+        entry["ready"] = False
+    for condition in status.get("conditions") or []:
+        if condition.get("type") in ("Ready", "ContainersReady"):
+            condition["status"] = "False"
 
 
 def _template_hash(template: Mapping[str, Any]) -> str:
