@@ -186,34 +186,35 @@ def test_other_exceptions_pass_through_untouched() -> None:
         raise KeyError("a bug")
 
 
+def forbidden(verb: str, obj: str) -> str:
+    body = status_body(403, "Forbidden", "cannot")
+    return str(error_from_api_exception(ApiException(403, "Forbidden", body=body), verb, obj))
+
+
 @pytest.mark.parametrize(
-    ("verb", "obj", "grant", "check"),
+    ("verb", "obj", "can_i"),
     [
-        ("patch", "node lab-node-1", "`patch` on `nodes`", "can-i patch nodes`"),
-        (
-            "evict",
-            "pod default/web-1",
-            "`create` on `pods/eviction` in namespace default",
-            "can-i create pods/eviction -n default`",
-        ),
+        ("patch", "node lab-node-1", "patch nodes"),
+        ("evict", "pod default/web-1", "create pods/eviction -n default"),
         (
             "replace",
             "lease kube-system/rollout",
-            "`update` on `leases.coordination.k8s.io` in namespace kube-system",
-            "can-i update leases.coordination.k8s.io -n kube-system`",
+            "update leases.coordination.k8s.io -n kube-system",
         ),
-        (
-            "list",
-            "pods in all namespaces (spec.nodeName=n1)",
-            "`list` on `pods` in every namespace",
-            "can-i list pods --all-namespaces`",
-        ),
-        ("read log of", "pod ns/smoke", "`get` on `pods/log` in namespace ns", "-n ns`"),
+        ("list", "pods in all namespaces (spec.nodeName=n1)", "list pods --all-namespaces"),
+        ("read log of", "pod ns/smoke", "get pods/log -n ns"),
+        ("create", "event for node n1 in default", "create events -n default"),
     ],
 )
-def test_forbidden_says_what_to_grant(verb: str, obj: str, grant: str, check: str) -> None:
-    exc = ApiException(status=403, reason="Forbidden", body=status_body(403, "Forbidden", "cannot"))
-    text = str(error_from_api_exception(exc, verb, obj))
-    assert f"hint: grant the user or service account {grant} " in text
-    assert check in text
+def test_forbidden_says_what_to_grant(verb: str, obj: str, can_i: str) -> None:
+    text = forbidden(verb, obj)
+    rbac_verb, resource = can_i.split()[:2]
+    assert f"hint: grant the user or service account `{rbac_verb}` on `{resource}`" in text
+    assert f"`kubectl auth can-i {can_i}` checks it" in text
     assert "rollout schedule" not in text
+
+
+def test_forbidden_says_where_to_grant() -> None:
+    assert "`pods/eviction` in namespace d (a Role or" in forbidden("evict", "pod d/p")
+    assert "`pods` in every namespace (a Role or" in forbidden("list", "pods in all namespaces")
+    assert "`nodes` (a Role or" in forbidden("list", "nodes")

@@ -86,40 +86,31 @@ class ApiError(RolloutError):
         return status
 
     @classmethod
+    def about(
+        cls, code: int, reason: StatusReason, resource: GroupResource, name: str, message: str
+    ) -> ApiError:
+        """An error about one named object: its details name the object as the server does."""
+        return cls(code, reason, message, details=_details(resource, name))
+
+    @classmethod
     def not_found(cls, resource: GroupResource, name: str) -> ApiError:
-        return cls(
-            404,
-            StatusReason.NOT_FOUND,
-            f'{resource} "{name}" not found',
-            details=_details(resource, name),
-        )
+        message = f'{resource} "{name}" not found'
+        return cls.about(404, StatusReason.NOT_FOUND, resource, name, message)
 
     @classmethod
     def path_not_found(cls) -> ApiError:
-        return cls(
-            404,
-            StatusReason.NOT_FOUND,
-            "the server could not find the requested resource",
-            details={},
-        )
+        message = "the server could not find the requested resource"
+        return cls(404, StatusReason.NOT_FOUND, message, details={})
 
     @classmethod
     def already_exists(cls, resource: GroupResource, name: str) -> ApiError:
-        return cls(
-            409,
-            StatusReason.ALREADY_EXISTS,
-            f'{resource} "{name}" already exists',
-            details=_details(resource, name),
-        )
+        message = f'{resource} "{name}" already exists'
+        return cls.about(409, StatusReason.ALREADY_EXISTS, resource, name, message)
 
     @classmethod
     def conflict(cls, resource: GroupResource, name: str, why: str) -> ApiError:
-        return cls(
-            409,
-            StatusReason.CONFLICT,
-            f'Operation cannot be fulfilled on {resource} "{name}": {why}',
-            details=_details(resource, name),
-        )
+        message = f'Operation cannot be fulfilled on {resource} "{name}": {why}'
+        return cls.about(409, StatusReason.CONFLICT, resource, name, message)
 
     @classmethod
     def stale(cls, resource: GroupResource, name: str) -> ApiError:
@@ -160,12 +151,8 @@ class ApiError(RolloutError):
 
     @classmethod
     def method_not_allowed(cls) -> ApiError:
-        return cls(
-            405,
-            StatusReason.METHOD_NOT_ALLOWED,
-            "the server does not allow this method on the requested resource",
-            details={},
-        )
+        message = "the server does not allow this method on the requested resource"
+        return cls(405, StatusReason.METHOD_NOT_ALLOWED, message, details={})
 
     @classmethod
     def unsupported_media_type(cls, content_type: str, accepted: list[str]) -> ApiError:

@@ -356,11 +356,7 @@ class Registry:
             containers[container] = containers.get(container, "") + text
 
     def read_log(
-        self,
-        namespace: str,
-        name: str,
-        container: str | None = None,
-        tail_lines: int | None = None,
+        self, namespace: str, name: str, container: str | None, tail_lines: int | None
     ) -> str:
         """GET pods/<name>/log, with the real server's refusals for ambiguous or unstarted pods."""
         pod = self.get(PODS, namespace, name)
