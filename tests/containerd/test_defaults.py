@@ -8,7 +8,7 @@ Re-record the data after fetching new binaries:
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,6 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from rollout.commands import DEFAULT_TIMEOUT_S, CommandResult
 from rollout.containerd import (
     ConfigFiles,
     ContainerdVersion,
@@ -38,6 +37,7 @@ from rollout.containerd.localdump import record_defaults
 from rollout.transports.local import LocalRunner
 from tests.containerd.realdump import real_dumps, version_of
 from tests.containerd.test_differential import MAX_EXAMPLES, node_files
+from tests.fakes import ScriptedRunner
 
 DATA = Path(__file__).resolve().parents[2] / "rollout" / "containerd" / "data"
 MAIN = "/etc/containerd/config.toml"
@@ -154,32 +154,13 @@ def test_recorded_overlay_matches_the_real_dump(containerd_bin: Path, data: st.D
 # --- the real binary, behind the seam, cached by content ------------------------------------
 
 
-class CountingRunner:
-    """LocalRunner that counts `config dump` runs."""
-
-    def __init__(self) -> None:
-        self.inner = LocalRunner()
-        self.dumps = 0
-
-    @property
-    def host(self) -> str:
-        return "local"
-
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        stdin: bytes | None = None,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
-    ) -> CommandResult:
-        if "config dump" in " ".join(argv):
-            self.dumps += 1
-        return self.inner.run(argv, stdin=stdin, timeout_s=timeout_s)
+def dumps(runner: ScriptedRunner) -> int:
+    return sum(1 for call in runner.calls if "config dump" in " ".join(call))
 
 
 def test_local_containerd_dumps_once_per_content(containerd_bin: Path) -> None:
     version = version_of(containerd_bin)
-    runner = CountingRunner()
+    runner = ScriptedRunner(inner=LocalRunner())
     source = LocalContainerd(runner=runner, locate=lambda series: containerd_bin)
     config = "version = 2\n" if version.major < 2 else "version = 3\n"
     files = ConfigFiles(MAIN, {MAIN: config})
@@ -188,9 +169,9 @@ def test_local_containerd_dumps_once_per_content(containerd_bin: Path) -> None:
     assert first.tree == real_dumps(containerd_bin, files)[0]
     again = load_effective(ConfigFiles(MAIN, {MAIN: config}), version, source)
     assert again.tree == first.tree
-    assert runner.dumps == 1
+    assert dumps(runner) == 1
     load_effective(files.with_file("/etc/containerd/other.toml", ""), version, source)
-    assert runner.dumps == 2  # other content, another dump
+    assert dumps(runner) == 2  # other content, another dump
 
 
 def test_local_containerd_falls_back_when_the_binary_is_missing() -> None:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import io
 import tarfile
 import tomllib
-from collections.abc import Sequence
 
 import pytest
 
-from rollout.commands import DEFAULT_TIMEOUT_S, CommandFailed, CommandResult
+from rollout.commands import CommandFailed, CommandResult
 from rollout.containerd import ConfigFiles, dump_config
 from rollout.containerd.staging import normalise_dump, stage_text
+from tests.fakes import ScriptedRunner
 
 MAIN = "/etc/containerd/config.toml"
 FILES = ConfigFiles(
@@ -24,51 +24,32 @@ FILES = ConfigFiles(
 )
 
 
-class ScriptedRunner:
-    """A CommandRunner that records argv and answers like a node would."""
+STAGE = "/tmp/rollout-containerd.abc123"
 
-    def __init__(self, dump_exit: int = 0) -> None:
-        self.calls: list[tuple[str, ...]] = []
-        self.tar: bytes = b""
-        self.dump_exit = dump_exit
 
-    @property
-    def host(self) -> str:
-        return "node-1"
-
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        stdin: bytes | None = None,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
-    ) -> CommandResult:
-        self.calls.append(tuple(argv))
-        out, code = "", 0
-        if argv[0] == "mktemp":
-            out = "/tmp/rollout-containerd.abc123\n"
-        elif argv[0] == "tar":
-            self.tar = stdin or b""
-        elif argv[0] == "sh":
-            code = self.dump_exit
-            out = (
-                'version = 2\nimports = ["/tmp/rollout-containerd.abc123/0/etc/a.toml"]\n'
-                'root = "/tmp/rollout-containerd.abc123/0/x"\n'
-            )
-        return CommandResult(tuple(argv), code, out, "boom" if code else "", self.host)
+def node(dump_exit: int = 0) -> ScriptedRunner:
+    """Answers like a node would: a fresh stage, then containerd's dump of the staged files."""
+    dump = f'version = 2\nimports = ["{STAGE}/0/etc/a.toml"]\nroot = "{STAGE}/0/x"\n'
+    return (
+        ScriptedRunner(name="node-1")
+        .on(["mktemp"], f"{STAGE}\n")
+        .on(["tar"], "")
+        .on(["sh"], CommandResult(("sh",), dump_exit, dump, "boom" if dump_exit else "", "node-1"))
+        .on(["rm"], "")
+    )
 
 
 def test_protocol_and_cleanup() -> None:
-    runner = ScriptedRunner()
+    runner = node()
     dump = dump_config(runner, "/usr/bin/containerd", FILES)
     assert dump == {"version": 2, "root": "/x"}  # imports dropped, stage prefix removed
     kinds = [c[0] for c in runner.calls]
     assert kinds == ["mktemp", "tar", "sh", "rm"]
-    stage = "/tmp/rollout-containerd.abc123"
+    stage = STAGE
     assert runner.calls[1] == ("tar", "-x", "-C", stage, "-f", "-")
     assert runner.calls[2][-3:] == (f"{stage}/0", "/usr/bin/containerd", f"{stage}/0{MAIN}")
     assert runner.calls[3] == ("rm", "-rf", "--", stage)
-    with tarfile.open(fileobj=io.BytesIO(runner.tar)) as tar:
+    with tarfile.open(fileobj=io.BytesIO(runner.inputs[1] or b"")) as tar:
         names = tar.getnames()
         staged_main = tar.extractfile(f"0{MAIN}")
         assert staged_main is not None
@@ -82,7 +63,7 @@ def test_protocol_and_cleanup() -> None:
 
 
 def test_cleanup_when_the_dump_fails() -> None:
-    runner = ScriptedRunner(dump_exit=1)
+    runner = node(dump_exit=1)
     with pytest.raises(CommandFailed, match="config dump"):
         dump_config(runner, "/usr/bin/containerd", FILES)
     assert runner.calls[-1][0] == "rm"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,7 +14,7 @@ from typing import cast
 
 import pytest
 
-from rollout.commands import DEFAULT_TIMEOUT_S, CommandResult
+from rollout.commands import CommandResult
 from rollout.containerd import ConfigFiles, StagingFailed, parse_version
 from rollout.containerd.staging import remove_stages, stage_template
 from rollout.facts import (
@@ -56,6 +56,7 @@ from rollout.steps.systemd import RestartFailed, SystemdRestart, restart_service
 from rollout.transports.errors import SshConnectError
 from rollout.transports.kube import KubeClient
 from rollout.transports.local import LocalRunner
+from tests.fakes import ScriptedRunner
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAN = ROOT / "examples" / "plan.yaml"
@@ -81,46 +82,6 @@ def show(pid: int, active: str = "active", sub: str = "running", at: str = "") -
 
 
 # --- a scripted runner ---------------------------------------------------------------------
-
-Reply = str | CommandResult | Callable[[Sequence[str]], CommandResult]
-
-
-@dataclass
-class ScriptedRunner:
-    """Replies by argv prefix; a list of replies is consumed in order (the last one repeats)."""
-
-    replies: dict[tuple[str, ...], list[Reply]] = field(default_factory=dict)
-    calls: list[tuple[str, ...]] = field(default_factory=list)
-
-    @property
-    def host(self) -> str:
-        return "gpu-1"
-
-    def on(self, prefix: Sequence[str], *replies: Reply) -> ScriptedRunner:
-        self.replies[tuple(prefix)] = list(replies)
-        return self
-
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        stdin: bytes | None = None,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
-    ) -> CommandResult:
-        argv = tuple(argv)
-        self.calls.append(argv)
-        for prefix, queue in sorted(self.replies.items(), key=lambda kv: -len(kv[0])):
-            if argv[: len(prefix)] == prefix:
-                reply = queue.pop(0) if len(queue) > 1 else queue[0]
-                if callable(reply):
-                    return reply(argv)
-                if isinstance(reply, CommandResult):
-                    return reply
-                return CommandResult(argv, 0, reply, "", self.host)
-        raise AssertionError(f"unscripted command: {argv}")
-
-    def ran(self, *words: str) -> bool:
-        return any(all(w in call for w in words) for call in self.calls)
 
 
 def failed(code: int = 1, stderr: str = "") -> CommandResult:
