@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import tomllib
 from collections.abc import Iterator, Sequence
@@ -294,6 +295,76 @@ def test_time_slicing_replicas_multiply_allocatable(
     data = kube.get_configmap("gpu-operator", "time-slicing-config").data
     assert "replicas: 4" in data["shared-4x"]
     assert data["other-profile"] == "version: v1\n", "other profiles are kept"
+
+
+WAVE_BY_WAVE = TIME_SLICING.replace('waves: [1, "100%"]', "waves: [1, 1, 2]")
+
+
+def test_time_slicing_changes_each_node_only_in_its_own_wave(
+    lab: Lab, kube: KubeClient, tmp_path: Path
+) -> None:
+    """Safety invariant 8: with no ConfigMap yet (the profile would be its only key, which
+    every unlabelled node falls back to), a node's advertised GPUs change only once its own
+    wave labels it. Watched from the side through the API while the run goes."""
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(WAVE_BY_WAVE)
+    with pytest.raises(NotFound):
+        kube.get_configmap("gpu-operator", "time-slicing-config")
+    physical = {spec.name: str(len(spec.gpus)) for spec in lab.nodes}
+    deadline = time.monotonic() + 30
+    while {n.name: n.capacity.get("nvidia.com/gpu") for n in kube.list_nodes()} != physical:
+        assert time.monotonic() < deadline, "the lab's nodes never advertised their GPUs"
+        time.sleep(0.2)
+    # (node, its profile label, advertised nvidia.com/gpu, the ClusterPolicy points at a config)
+    seen: list[tuple[str, str | None, str | None, bool]] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        with KubeClient.from_kubeconfig(str(lab.kubeconfig), context=CONTEXT) as side:
+            while not stop.is_set():
+                policy = side.list_cluster_policies()[0]["spec"]["devicePlugin"]["config"]
+                for node in side.list_nodes():
+                    label = node.labels.get("nvidia.com/device-plugin.config")
+                    gpus = node.capacity.get("nvidia.com/gpu")
+                    seen.append((node.name, label, gpus, bool(policy.get("name"))))
+                time.sleep(0.1)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        assert main(apply_args(lab, plan, tmp_path / "state")) == 0
+    finally:
+        stop.set()
+        watcher.join(timeout=10)
+    changed_early = [
+        (name, gpus) for name, label, gpus, _ in seen if label is None and gpus != physical[name]
+    ]
+    assert changed_early == [], "a node's GPUs changed before its wave labelled it"
+    # the watch did see the window that matters: published, some nodes not yet labelled
+    assert any(published and label is None for _, label, _, published in seen)
+    for spec in lab.nodes:
+        assert kube.get_node(spec.name).capacity.get("nvidia.com/gpu") == str(len(spec.gpus) * 4)
+    data = kube.get_configmap("gpu-operator", "time-slicing-config").data
+    assert set(data) == {"shared-4x", "default"} and "sharing" not in data["default"]
+
+    # the lab's config-manager: a label naming no key stops the device plugin
+    first = lab.nodes[0].name
+    kube.patch_node_labels(first, {"nvidia.com/device-plugin.config": "no-such-profile"})
+    deadline = time.monotonic() + 30
+    while kube.get_node(first).allocatable.get("nvidia.com/gpu") != "0":
+        assert time.monotonic() < deadline, "the device plugin kept running"
+        time.sleep(0.2)
+    plugins = kube.list_pods(
+        "gpu-operator",
+        label_selector="app=nvidia-device-plugin-daemonset",
+        field_selector=f"spec.nodeName={first}",
+    )
+    assert [p.phase for p in plugins] == ["Failed"] and "no-such-profile" in plugins[0].message
+    kube.patch_node_labels(first, {"nvidia.com/device-plugin.config": None})
+    deadline = time.monotonic() + 30
+    while kube.get_node(first).allocatable.get("nvidia.com/gpu") != physical[first]:
+        assert time.monotonic() < deadline, "the device plugin did not come back"
+        time.sleep(0.2)
 
 
 def test_drain_blocked_by_a_budget_fails_naming_it(
