@@ -7,8 +7,8 @@ exactly one SSH connection for a whole run.
 from __future__ import annotations
 
 from pathlib import Path
-from types import TracebackType
 
+from rollout.closeable import Closeable
 from rollout.facts import FleetFacts
 from rollout.facts.live import gather_fleet_facts
 from rollout.inventory import load_inventory
@@ -18,7 +18,7 @@ from rollout.transports.kube import KubeClient
 from rollout.transports.ssh import SshOptions, SshRunner
 
 
-class FleetConnection:
+class FleetConnection(Closeable):
     """SSH runners (lazily connected) for an inventory, and a client for its cluster."""
 
     def __init__(
@@ -48,14 +48,3 @@ class FleetConnection:
     def close(self) -> None:
         close_runners(self.runners)
         self.kube.close()
-
-    def __enter__(self) -> FleetConnection:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

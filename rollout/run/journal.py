@@ -21,9 +21,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
+from rollout.closeable import Closeable
 from rollout.errors import SourceLocation
 from rollout.run.errors import (
     InvalidRecord,
@@ -159,7 +159,7 @@ def _checked_plan(run_dir: Path, run_id: str, expected: str) -> str:
 # --- appending --------------------------------------------------------------------------------
 
 
-class Journal:
+class Journal(Closeable):
     """A run open for writing by this process alone (it holds the run's lock): its journal,
     and the files beside it (plan, invocation, per-step data)."""
 
@@ -347,17 +347,6 @@ class Journal:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
-
-    def __enter__(self) -> Journal:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def _make_run_dir(

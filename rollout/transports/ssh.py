@@ -22,12 +22,12 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import fabric
 import paramiko
 
+from rollout.closeable import Closeable
 from rollout.commands import DEFAULT_TIMEOUT_S, CommandResult, CommandTimeout
 from rollout.inventory import Host
 from rollout.transports.errors import (
@@ -70,7 +70,7 @@ class SshOptions:
     ssh_config_path: str | None = None
 
 
-class SshRunner:
+class SshRunner(Closeable):
     """A CommandRunner for one inventory host over SSH; one connection, reused.
 
     Not for concurrent use from several threads (run_on_nodes gives each node one thread);
@@ -142,17 +142,6 @@ class SshRunner:
             while isinstance(gateway, fabric.Connection):
                 gateway.close()
                 gateway = gateway.gateway
-
-    def __enter__(self) -> SshRunner:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
     @property
     def transport_id(self) -> int | None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from kubernetes import client as k8s
 
+from rollout.closeable import Closeable
 from rollout.transports.errors import KubeError, NotFound
 from rollout.transports.kube.apierrors import translate_api_errors
 from rollout.transports.kube.config import load_in_cluster, load_kubeconfig, url_configuration
@@ -36,7 +37,7 @@ CLUSTER_POLICY = ("nvidia.com", "v1", "clusterpolicies")
 EVENT_SOURCE = "rollout"
 
 
-class KubeClient:
+class KubeClient(Closeable):
     """The Kubernetes operations rollout performs, against one cluster."""
 
     def __init__(
@@ -69,12 +70,6 @@ class KubeClient:
 
     def close(self) -> None:
         self._api.close()  # type: ignore[no-untyped-call]
-
-    def __enter__(self) -> KubeClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     @property
     def server(self) -> str:
