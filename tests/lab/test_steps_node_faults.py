@@ -15,16 +15,17 @@ from pathlib import Path
 
 import pytest
 
-from rollout.commands import DEFAULT_TIMEOUT_S, CommandResult, CommandRunner
-from rollout.lab.cluster import Lab, controlplane_available
+from rollout.commands import CommandResult
+from rollout.lab.cluster import Lab
 from rollout.retry import RetryPolicy, call_with_policy
 from rollout.steps.base import StepContext, StepFailed, StepResult, StepResultKind
 from rollout.steps.containerd import ContainerdVerify, ContainerdWrite, remove_run_stages
 from rollout.steps.preflight import Preflight
 from rollout.steps.systemd import SystemdRestart, probe_service
 from rollout.transports.errors import SshConnectError, TransientError
-from tests.conftest import require
-from tests.lab.test_cluster_shared import node_of_series, shared_lab, ssh_check, ssh_run
+from tests.fakes import ScriptedRunner
+from tests.lab.labapi import api_lab
+from tests.lab.test_cluster_shared import node_of_series, ssh_check, ssh_run
 from tests.lab.test_steps_node import (
     SERIES,
     NodeRun,
@@ -49,9 +50,7 @@ STAGES = "/tmp/rollout-containerd"
 
 @pytest.fixture(scope="module")
 def lab(request: pytest.FixtureRequest) -> Lab:
-    if not controlplane_available():
-        require("rollout.lab.controlplane is not available")
-    return shared_lab(request)
+    return api_lab(request)
 
 
 @pytest.fixture
@@ -71,47 +70,30 @@ class Killed(BaseException):
     """The rollout process died (kill -9): nothing after it runs, not even `finally`."""
 
 
-@dataclasses.dataclass
-class FaultyRunner:
+@dataclasses.dataclass(kw_only=True)
+class FaultyRunner(ScriptedRunner):
     """The real runner, but the first command matching `cut` loses its connection once it
     has run on the node; with `kill`, that command and everything after it never return."""
 
-    inner: CommandRunner
     cut: Callable[[Sequence[str]], bool]
     kill: bool = False
-    calls: list[tuple[str, ...]] = dataclasses.field(default_factory=list)
     faults: list[BaseException] = dataclasses.field(default_factory=list)
 
-    @property
-    def host(self) -> str:
-        return self.inner.host
-
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        stdin: bytes | None = None,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
-    ) -> CommandResult:
+    def answer(self, argv: tuple[str, ...], stdin: bytes | None, timeout_s: float) -> CommandResult:
         if self.kill and self.faults:
             raise Killed("the process is gone")
-        argv = tuple(argv)
-        self.calls.append(argv)
         if self.faults or not self.cut(argv):
-            return self.inner.run(argv, stdin=stdin, timeout_s=timeout_s)
+            return super().answer(argv, stdin, timeout_s)
         if self.kill:
             self.faults.append(Killed(f"killed while running {argv[:4]}"))
             raise self.faults[-1]
         cut = ("sh", "-c", _CUT_SCRIPT, "rollout-cut", *argv)
         try:
-            result = self.inner.run(cut, stdin=stdin, timeout_s=timeout_s)
+            result = super().answer(cut, stdin, timeout_s)
         except TransientError as exc:
             self.faults.append(exc)
             raise
         raise AssertionError(f"the connection survived the cut: {result}")
-
-    def count(self, *words: str) -> int:
-        return sum(1 for call in self.calls if all(w in call for w in words))
 
 
 def apply_with_retries(step: Callable[[StepContext], StepResult], ctx: StepContext) -> StepResult:
@@ -129,7 +111,7 @@ def test_a_dropped_connection_is_retried_and_nothing_is_done_twice(
     pid_before = probe_service(fault_run.runner).main_pid
 
     # containerd.write: the connection drops right after the first file was replaced
-    writing = FaultyRunner(fault_run.runner, lambda argv: "rollout-write" in argv)
+    writing = FaultyRunner(inner=fault_run.runner, cut=lambda argv: "rollout-write" in argv)
     ctx.runner = writing
     wrote = apply_with_retries(ContainerdWrite().apply, ctx)
     assert [type(f) for f in writing.faults] == [SshConnectError]
@@ -142,7 +124,9 @@ def test_a_dropped_connection_is_retried_and_nothing_is_done_twice(
         assert backup.sha256 == fault_run.sums_before[backup.path]
 
     # systemd.restart: the connection drops once `systemctl restart` has run
-    restarting = FaultyRunner(fault_run.runner, lambda argv: argv[:2] == ("systemctl", "restart"))
+    restarting = FaultyRunner(
+        inner=fault_run.runner, cut=lambda argv: argv[:2] == ("systemctl", "restart")
+    )
     ctx.runner = restarting
     restarted = apply_with_retries(SystemdRestart().apply, ctx)
     assert [type(f) for f in restarting.faults] == [SshConnectError]
@@ -152,7 +136,7 @@ def test_a_dropped_connection_is_retried_and_nothing_is_done_twice(
     assert pid_after not in {pid_before, 0}
 
     # containerd.verify: the connection drops while the live config is dumped
-    verifying = FaultyRunner(fault_run.runner, lambda argv: "rollout-dump" in argv)
+    verifying = FaultyRunner(inner=fault_run.runner, cut=lambda argv: "rollout-dump" in argv)
     ctx.runner = verifying
     verified = apply_with_retries(ContainerdVerify().apply, ctx)
     assert [type(f) for f in verifying.faults] == [SshConnectError]
@@ -192,8 +176,8 @@ def test_a_resumed_write_removes_what_a_killed_one_staged_and_nothing_else(
     try:
         # killed while containerd dumps the staged files: the `rm -rf` of the stage never runs
         killing = FaultyRunner(
-            fault_run.runner,
-            lambda argv: "rollout-dump" in argv and argv[4].startswith(STAGES),
+            inner=fault_run.runner,
+            cut=lambda argv: "rollout-dump" in argv and argv[4].startswith(STAGES),
             kill=True,
         )
         ctx.runner = killing
