@@ -10,9 +10,9 @@ Saved data of `containerd.write` (StepContext.save_data), read by the later step
 
 - before_dump / after_dump: the normalised effective config before and as predicted after;
 - handlers_before: the runtime handlers of before_dump;
-- created_files / created_dirs: what did not exist before, so undo deletes it;
-- written_at: node-clock time the last file was replaced (absent until then);
-- main_pid_at_write: containerd's MainPID when the files were written.
+- created_dirs: the directories that did not exist before, so undo deletes them (the files
+  that did not exist are the plan's, with no `before`);
+- written_at: node-clock time the last file was replaced (absent until then).
 
 The steps read the node through rollout.facts, as the plan did. Transient errors (an SSH
 drop) go to the retry policy: a retry rereads and skips what is done. Staging dirs carry
@@ -247,8 +247,6 @@ class ContainerdWrite:
             )
         prediction = self._predict(ctx, planned)
         handlers_before = list_runtime_handlers(prediction.before)
-        service = probe_service(runner)
-        created_files = [f.path for f in planned if f.before is None]
         new_dirs = sorted({d for f in original if f.before is None for d in _ancestors(f.path)})
         created_dirs = sorted(
             set(find_missing_dirs(runner, new_dirs)) | set(saved.get("created_dirs", []))
@@ -257,9 +255,7 @@ class ContainerdWrite:
             "before_dump": as_saved(prediction.before),
             "after_dump": as_saved(prediction.after),
             "handlers_before": list(handlers_before),
-            "created_files": created_files,
             "created_dirs": created_dirs,
-            "main_pid_at_write": service.main_pid,
         }
         # Saved before the node is touched: undo (or a resume) must know what was created.
         ctx.save_data(self.kind, data)

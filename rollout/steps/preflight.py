@@ -4,7 +4,8 @@ Refuses (nothing changed yet) when the node is NotReady, when containerd is not 
 when the containerd version differs from the plan's (the plan's, not facts gathered again by
 a resumed run). A node already advertising fewer
 GPUs than it has is not refused — that may be exactly what the plan repairs — but the
-baseline is recorded, so a later failure can be told apart from an earlier one.
+baseline is reported in the step's result, so a later failure can be told apart from an
+earlier one.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ GPU_RESOURCE = "nvidia.com/gpu"
 
 
 class Preflight:
-    """Check the node before the first change; record its GPU baseline."""
+    """Check the node before the first change; report its GPU baseline."""
 
     kind: ClassVar[str] = "preflight"
 
@@ -61,14 +62,6 @@ class Preflight:
         except ContainerdChanged as exc:
             raise StepFailed(ctx.node, self.kind, str(exc)) from exc
         allocatable = node.allocatable.get(GPU_RESOURCE, "0")
-        ctx.save_data(
-            self.kind,
-            {
-                "allocatable_gpus": allocatable,
-                "capacity_gpus": node.capacity.get(GPU_RESOURCE, "0"),
-                "main_pid": service.main_pid,
-            },
-        )
         return StepResult.done(
             f"Ready, containerd {version} {service.describe()}, "
             f"{GPU_RESOURCE} allocatable {allocatable}"

@@ -175,20 +175,7 @@ class SystemdRestart:
             )
         timeout_s = float(ctx.spec.policy.verify.containerd_restart_timeout_s)
         proof = restart_service(ctx.runner, timeout_s, sleep=ctx.sleep)
-        ctx.save_data(
-            self.kind,
-            {
-                "main_pid_before": proof.before.main_pid,
-                "main_pid_after": proof.after.main_pid,
-                "active_enter_at": _iso(proof.after.active_enter_at),
-                "n_restarts": proof.after.n_restarts,
-            },
-        )
         return StepResult.done(proof.describe())
 
     def undo(self, ctx: StepContext) -> None:
         """Nothing: a restart cannot be taken back; containerd.write's undo restarts again."""
-
-
-def _iso(moment: datetime | None) -> str | None:
-    return moment.isoformat() if moment else None

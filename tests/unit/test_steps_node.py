@@ -378,7 +378,7 @@ def test_restart_runs_when_the_process_predates_the_write(tmp_path: Path) -> Non
     ctx.save_data("containerd.write", {"written_at": "2026-11-29T23:39:00+00:00"})
     result = SystemdRestart().apply(ctx)
     assert result.kind is StepResultKind.DONE and "MainPID 37 -> 88" in result.detail
-    assert ctx.load_data("systemd.restart")["main_pid_after"] == 88
+    assert runner.count("systemctl", "restart") == 1
 
 
 def test_verify_needs_the_write_prediction(tmp_path: Path) -> None:
