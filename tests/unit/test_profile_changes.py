@@ -72,16 +72,16 @@ def applied(publication: Publication, cluster: ClusterFacts) -> ClusterFacts:
     """The cluster after configmap.update made the publication."""
     data = {**cluster.configmaps.get(REF, {}), **publication.writes}
     config = {**cluster.cluster_policy["devicePlugin"]["config"], **publication.policy}
-    return ClusterFacts(
-        configmaps={REF: data}, cluster_policy={"devicePlugin": {"config": config}}
-    )
+    return ClusterFacts(configmaps={REF: data}, cluster_policy={"devicePlugin": {"config": config}})
 
 
 def lab_replicas(cluster: ClusterFacts, labels: Mapping[str, str]) -> int:
     """What the lab's device plugin advertises per GPU for a node with these labels."""
     config = cluster.cluster_policy["devicePlugin"]["config"]
     configmap = {"data": cluster.configmaps[REF]} if REF in cluster.configmaps else None
-    return select_profile({"spec": {"devicePlugin": {"config": config}}}, configmap, labels).replicas
+    return select_profile(
+        {"spec": {"devicePlugin": {"config": config}}}, configmap, labels
+    ).replicas
 
 
 @dataclass(frozen=True)
@@ -227,8 +227,9 @@ def test_rollout_plan_says_what_unlabelled_nodes_run(
     assert main(["plan", str(plan), "--facts", str(FACTS), "--output", "json"]) == 0
     data: dict[str, Any] = json.loads(capsys.readouterr().out)
     changes = {c["kind"]: c for c in data["cluster_changes"]}
-    assert "add key 'default' (no sharing, for nodes without the label)" in (
-        changes["configmap"]["action"]
+    assert (
+        "add key 'default' (no sharing, for nodes without the label)"
+        in (changes["configmap"]["action"])
     )
     assert changes["unlabelled-nodes"]["noop_reason"].startswith(
         "keep no sharing (key 'default'); a node takes profile 'a100-4x' only when its own "
