@@ -86,8 +86,8 @@ def mark_left_cordoned(ctx: StepContext, reason: str) -> None:
     """
     why = short_reason(reason)
     hint = (
-        f"fix the cause, then `rollout rollback {ctx.run_id} --node {ctx.node}` "
-        "or `kubectl uncordon` it"
+        f"see `rollout status {ctx.run_id}`; fix the cause, then `kubectl uncordon {ctx.node}` "
+        f"and `kubectl annotate node {ctx.node} {LEFT_CORDONED_ANNOTATION}-`"
     )
     try:
         cordoned = ctx.kube.get_node(ctx.node).unschedulable

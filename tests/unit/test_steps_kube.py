@@ -343,8 +343,9 @@ def test_a_node_left_cordoned_says_why_until_rollout_releases_it(
     reason_, message, type_ = kube.events[-1]
     assert (reason_, type_) == ("RolloutLeftCordoned", EventType.WARNING)
     assert journal.run_id in message and "backup missing" in message
-    assert f"rollout rollback {journal.run_id} --node {NODE}" in message
-    # a later `rollout rollback` uncordons it: the mark goes, an Event supersedes the warning
+    assert f"kubectl uncordon {NODE}" in message and f"rollout status {journal.run_id}" in message
+    assert "rollout rollback" not in message, "no command that does not exist"
+    # when rollout itself uncordons it, the mark goes and an Event supersedes the warning
     CordonStep().undo(ctx)
     assert not kube.node.unschedulable
     assert LEFT_CORDONED_ANNOTATION not in kube.node.annotations
