@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from rollout.cli.plan import add_fleet_arguments
+from rollout.cli.plan import add_fleet_arguments, connect_fleet
 from rollout.cli.render import (
     LiveProgress,
     ProgressLines,
@@ -120,12 +120,7 @@ def run_apply(args: argparse.Namespace) -> int:
     spec = load_spec(args.plan_file)
     console = make_console(sys.stdout)
     state_dir = args.state_dir or default_state_dir()
-    with FleetConnection(
-        args.inventory,
-        args.kubeconfig,
-        args.context,
-        accept_new_host_keys=args.accept_new_host_keys,
-    ) as fleet:
+    with connect_fleet(args) as fleet:
         facts = fleet.gather(spec, max_parallel=args.parallel)
         plan = build_plan(spec, str(args.plan_file), facts, load_playbooks())
         if args.output == "text":

@@ -71,14 +71,19 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.set_defaults(func=run_plan)
 
 
-def gather_live_facts(spec: Spec, args: argparse.Namespace) -> FleetFacts:
-    """Probe the inventory's nodes over SSH and the cluster through the Kubernetes API."""
-    with FleetConnection(
+def connect_fleet(args: argparse.Namespace) -> FleetConnection:
+    """The fleet named by the --inventory, --kubeconfig and --context arguments."""
+    return FleetConnection(
         args.inventory,
         args.kubeconfig,
         args.context,
         accept_new_host_keys=args.accept_new_host_keys,
-    ) as fleet:
+    )
+
+
+def gather_live_facts(spec: Spec, args: argparse.Namespace) -> FleetFacts:
+    """Probe the inventory's nodes over SSH and the cluster through the Kubernetes API."""
+    with connect_fleet(args) as fleet:
         print(
             f"gathering facts from {len(fleet.runners)} node(s) over SSH and the Kubernetes API",
             file=sys.stderr,

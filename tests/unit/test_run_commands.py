@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 import rollout.cli.apply as cli_apply
+import rollout.cli.plan as cli_plan
 from rollout.cli import main
 from rollout.executor import RunReport
 from rollout.lab.apiserver import ApiServer, Registry
@@ -87,7 +88,8 @@ def fleet(kube: KubeClient, plan: Plan, monkeypatch: pytest.MonkeyPatch) -> Kube
         def __exit__(self, *exc: object) -> None:
             pass
 
-    monkeypatch.setattr(cli_apply, "FleetConnection", FakeFleet)
+    monkeypatch.setattr(cli_apply, "FleetConnection", FakeFleet)  # resume
+    monkeypatch.setattr(cli_plan, "FleetConnection", FakeFleet)  # apply, through connect_fleet
     monkeypatch.setattr(cli_apply, "build_plan", lambda *_: plan)
     return kube
 
