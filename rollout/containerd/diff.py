@@ -64,6 +64,14 @@ def find_value(tree: Mapping[str, Any], path: Path, default: Any = None) -> Any:
     return node
 
 
+_ABSENT = object()
+
+
+def has_path(tree: Mapping[str, Any], path: Path) -> bool:
+    """Whether a key path exists in a tree, whatever its value."""
+    return find_value(tree, path, _ABSENT) is not _ABSENT
+
+
 def tree_of(config: EffectiveConfig | Mapping[str, Any]) -> Mapping[str, Any]:
     """The plain tree of an EffectiveConfig, or the mapping itself."""
     return config.tree if isinstance(config, EffectiveConfig) else config

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from rollout.containerd.diff import format_path
+from rollout.containerd.diff import format_path, has_path
 from rollout.containerd.files import ConfigFiles, parse_toml
 from rollout.containerd.merge import PLUGINS, iter_leaves, merge_files
 from rollout.containerd.version import ContainerdVersion, MergeMode
@@ -90,7 +90,7 @@ def _replaced_tables(
         # Walk backwards so a key lost twice is blamed on the last file that had it.
         for path, table in reversed(definers[:-1]):
             lost_leaves = [
-                p for p, _ in iter_leaves(table) if not _has(effective, p) and p not in claimed
+                p for p, _ in iter_leaves(table) if not has_path(effective, p) and p not in claimed
             ]
             claimed.update(lost_leaves)
             lost = _collapse(lost_leaves, effective)
@@ -122,19 +122,10 @@ def _overridden_keys(
     return found
 
 
-def _has(tree: Mapping[str, Any], path: Path) -> bool:
-    node: Any = tree
-    for part in path:
-        if not isinstance(node, Mapping) or part not in node:
-            return False
-        node = node[part]
-    return True
-
-
 def _collapse(leaves: list[Path], effective: Mapping[str, Any]) -> tuple[Path, ...]:
     tops: list[Path] = []
     for leaf in leaves:
-        top = next(leaf[:i] for i in range(1, len(leaf) + 1) if not _has(effective, leaf[:i]))
+        top = next(leaf[:i] for i in range(1, len(leaf) + 1) if not has_path(effective, leaf[:i]))
         if top[0] == "containerd" and len(top) < 3 and len(leaf) >= 2:
             # Name runtime handlers one by one (they are what breaks GPU pods), and the other
             # keys of the containerd table singly rather than as one opaque "containerd".

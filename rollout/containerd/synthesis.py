@@ -36,7 +36,7 @@ from tomlkit.container import Container
 from tomlkit.items import Table
 
 from rollout.containerd.defaults import DefaultsSource
-from rollout.containerd.diff import Change, diff_effective, find_value
+from rollout.containerd.diff import Change, diff_effective, find_value, has_path
 from rollout.containerd.errors import SynthesisError
 from rollout.containerd.files import ConfigFiles, parse_toml
 from rollout.containerd.intent import Intent, PlacedSetting, place_intent
@@ -187,7 +187,7 @@ def repair_shadowing(
         owner = next(s.shadowing_file for s in shadowed if s.plugin_id == plugin_id)
         own_table = parse_toml(owner, files.files[owner])[PLUGINS][plugin_id]
         for leaf, value in iter_leaves(deep.plugin(plugin_id)):
-            if not _has(own_table, leaf):
+            if not has_path(own_table, leaf):
                 edits.setdefault(owner, []).append(((PLUGINS, plugin_id, *leaf), value))
     repaired = apply_writes(files, _render_edits(files, edits))
     if merge_files(repaired, version).configured != deep.configured:
@@ -263,7 +263,7 @@ def _candidates(
         for setting in placed:
             table = setting.path[:2]
             for path in before.load_order:
-                if path == main or _has(docs[path], table):
+                if path == main or has_path(docs[path], table):
                     edits.setdefault(path, []).append((setting.path, setting.value))
         return [edits]
     main_version = read_config_version(docs[main], main)
@@ -272,11 +272,11 @@ def _candidates(
     for setting in placed:
         for path in before.load_order:
             for spelling, value in ((setting.path, setting.value), (setting.v2_path, None)):
-                if _has(docs[path], spelling):
+                if has_path(docs[path], spelling):
                     v = setting.value if value is not None else setting.setting.value
                     for target in (native, v3_main):
                         target.setdefault(path, []).append((spelling, v))
-        main_has = _has(docs[main], setting.path) or _has(docs[main], setting.v2_path)
+        main_has = has_path(docs[main], setting.path) or has_path(docs[main], setting.v2_path)
         if not main_has:
             own = setting.path if main_version == 3 else setting.v2_path
             own_value = setting.value if main_version == 3 else setting.setting.value
@@ -346,12 +346,3 @@ def _in_effect_notes(
             "nothing is written for it"
         )
     return tuple(notes)
-
-
-def _has(tree: Mapping[str, Any], path: Path) -> bool:
-    node: Any = tree
-    for part in path:
-        if not isinstance(node, Mapping) or part not in node:
-            return False
-        node = node[part]
-    return True
