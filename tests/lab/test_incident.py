@@ -8,18 +8,18 @@ nvidia.com/gpu` -- seen through the official Kubernetes client with the lab's ku
 
 from __future__ import annotations
 
-import time
 import tomllib
 import uuid
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
-from rollout.lab.cluster import Lab, controlplane_available
+from rollout.lab.cluster import Lab
 from rollout.lab.nodes import RUNNING_RECORD
 from tests.conftest import require
-from tests.lab.test_cluster_shared import INCIDENT_NODE, TEST_GPUS, shared_lab, ssh_check
+from tests.lab.labapi import api_lab, wait_for
+from tests.lab.test_cluster_shared import INCIDENT_NODE, TEST_GPUS, ssh_check
 
 REGISTRY_DROP_IN = "/etc/containerd/conf.d/registry.toml"
 NAIVE_REGISTRY = (
@@ -27,13 +27,12 @@ NAIVE_REGISTRY = (
 )
 GPU = "nvidia.com/gpu"
 WAIT_S = 60.0
+T = TypeVar("T")
 
 
 @pytest.fixture(scope="module")
 def lab(request: pytest.FixtureRequest) -> Lab:
-    if not controlplane_available():
-        require("rollout.lab.controlplane is not available: the incident needs the Kubernetes API")
-    lab = shared_lab(request)
+    lab = api_lab(request)
     if (
         not (lab.lab_dir / "controlplane.pid").exists()
         and not (lab.lab_dir / ".controlplane-launch.pid").exists()
@@ -50,15 +49,9 @@ def core(lab: Lab) -> Any:
     return client.CoreV1Api(api)
 
 
-def wait_for(what: str, probe: Callable[[], Any], timeout_s: float = WAIT_S) -> Any:
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout_s:g}s waiting for {what} (last: {last!r})")
+def settle(what: str, probe: Callable[[], T | None]) -> T:
+    """Wait for the simulated cluster, which reacts in seconds rather than milliseconds."""
+    return wait_for(probe, WAIT_S, what=what, interval_s=0.5)
 
 
 def allocatable_gpus(core: Any, node: str) -> str | None:
@@ -81,7 +74,7 @@ def broken_node(lab: Lab) -> Iterator[str]:
 
 @pytest.mark.lab
 def test_the_lab_nodes_advertise_their_gpus(lab: Lab, core: Any) -> None:
-    wait_for(
+    settle(
         "every lab node to advertise its GPUs",
         lambda: all(allocatable_gpus(core, n.name) == str(TEST_GPUS) for n in lab.nodes),
     )
@@ -97,7 +90,7 @@ def test_a_naive_registry_drop_in_takes_the_gpus_away(
     lab: Lab, core: Any, broken_node: str
 ) -> None:
     node = lab.find_node(broken_node)
-    wait_for("GPUs before the change", lambda: allocatable_gpus(core, node.name) == str(TEST_GPUS))
+    settle("GPUs before the change", lambda: allocatable_gpus(core, node.name) == str(TEST_GPUS))
 
     ssh_check(lab, node, ["tee", REGISTRY_DROP_IN], stdin=NAIVE_REGISTRY.encode())
     ssh_check(lab, node, ["systemctl", "restart", "containerd"])
@@ -111,10 +104,10 @@ def test_a_naive_registry_drop_in_takes_the_gpus_away(
         cri = tomllib.loads(record.read_text())["plugins"]["io.containerd.grpc.v1.cri"]
         return "nvidia" not in cri["containerd"]["runtimes"]
 
-    wait_for("the running config without the nvidia handler", record_without_nvidia)
+    settle("the running config without the nvidia handler", record_without_nvidia)
     assert "nvidia" in ssh_check(lab, node, ["cat", "/etc/containerd/conf.d/99-nvidia.toml"])
 
-    wait_for("allocatable nvidia.com/gpu 0", lambda: allocatable_gpus(core, node.name) == "0")
+    settle("allocatable nvidia.com/gpu 0", lambda: allocatable_gpus(core, node.name) == "0")
 
     from kubernetes import client
 
@@ -144,7 +137,7 @@ def test_a_naive_registry_drop_in_takes_the_gpus_away(
                     return str(condition.message or "")
             return None
 
-        message = wait_for("the pod to be reported unschedulable", unschedulable_message)
+        message = settle("the pod to be reported unschedulable", unschedulable_message)
         assert f"Insufficient {GPU}" in message
         assert core.read_namespaced_pod(name, "default").status.phase == "Pending"
     finally:

@@ -11,10 +11,10 @@ import pytest
 
 from rollout.cli import main
 from rollout.facts import ConfigFilesFact, ProbeFailed, parse_file_dump, parse_gpu_query
-from rollout.lab.cluster import Lab, controlplane_available
+from rollout.lab.cluster import Lab
 from rollout.transports.local import LocalRunner
-from tests.conftest import require
-from tests.lab.test_cluster_shared import node_of_series, shared_lab, ssh_check
+from tests.lab.labapi import api_lab
+from tests.lab.test_cluster_shared import node_of_series, ssh_check
 
 pytestmark = pytest.mark.lab
 
@@ -24,9 +24,7 @@ NAIVE = "/etc/containerd/conf.d/zz-registry.toml"
 
 @pytest.fixture(scope="module")
 def lab(request: pytest.FixtureRequest) -> Lab:
-    if not controlplane_available():
-        require("rollout.lab.controlplane is not available")
-    return shared_lab(request)
+    return api_lab(request)
 
 
 def plan_live(lab: Lab, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from rollout.errors import RolloutError
 from rollout.facts import ClusterFacts, FleetFacts
 from rollout.facts.live import node_facts_from, probe_node
 from rollout.inventory import load_inventory
-from rollout.lab.cluster import CONTEXT, Lab, controlplane_available
+from rollout.lab.cluster import CONTEXT, Lab
 from rollout.lab.nodes import NodeSpec
 from rollout.planner import build_plan
 from rollout.playbook import load_playbooks
@@ -39,8 +39,8 @@ from rollout.steps.containerd import (
 from rollout.steps.systemd import SystemdRestart, probe_service
 from rollout.transports.kube import KubeClient
 from rollout.transports.ssh import SshRunner
-from tests.conftest import require
-from tests.lab.test_cluster_shared import node_of_series, shared_lab, ssh_check, ssh_run
+from tests.lab.labapi import api_lab
+from tests.lab.test_cluster_shared import node_of_series, ssh_check, ssh_run
 
 pytestmark = pytest.mark.lab
 
@@ -54,9 +54,7 @@ RESTART_TIMEOUT_S = 20
 
 @pytest.fixture(scope="module")
 def lab(request: pytest.FixtureRequest) -> Lab:
-    if not controlplane_available():
-        require("rollout.lab.controlplane is not available")
-    return shared_lab(request)
+    return api_lab(request)
 
 
 @dataclass
