@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -56,3 +58,37 @@ def run_node(journal: Journal, node: str, steps: tuple[str, ...] = STEPS) -> Non
             journal.append(Uncordoned(node))
         journal.append(StepFinished(node, index, kind, 1, StepOutcome.DONE, "ok"))
     journal.append(NodeFinished(node, NodeOutcome.SUCCEEDED))
+
+
+# Holds a run's journal lock in another process until its stdin closes.
+LOCK_HOLDER = """
+import sys
+from pathlib import Path
+from rollout.run import Journal
+
+with Journal.open(Path(sys.argv[1]), sys.argv[2]):
+    print("locked", flush=True)
+    sys.stdin.read()
+"""
+
+
+def start_lock_holder(state_dir: Path, run_id: str) -> subprocess.Popen[str]:
+    """Another process holding the run's lock; returns once it holds it."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", LOCK_HOLDER, str(state_dir), run_id],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+    return holder
+
+
+def kill_lock_holder(holder: subprocess.Popen[str]) -> None:
+    """kill -9 the holder, as a crash would: the kernel drops its lock."""
+    holder.kill()
+    holder.wait()
+    assert holder.stdin is not None and holder.stdout is not None
+    holder.stdin.close()
+    holder.stdout.close()

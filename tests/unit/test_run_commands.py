@@ -5,8 +5,6 @@ resume cannot open, and where a run stands (finished, halted, running, interrupt
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,7 +35,7 @@ from rollout.run import (
 )
 from rollout.spec import Spec
 from rollout.transports.kube import KubeClient
-from tests.unit.runfakes import REPO
+from tests.unit.runfakes import REPO, kill_lock_holder, start_lock_holder
 
 PLAN = REPO / "examples" / "plan.yaml"
 STEP_KINDS = ("preflight", "cordon", "uncordon")
@@ -266,31 +264,13 @@ def test_status_says_a_run_whose_process_died_was_interrupted(
     assert f"{run_id}  {plan.name}  interrupted" in status(tmp_path, capsys, "--all")
 
 
-HOLDER = """
-import sys
-from pathlib import Path
-from rollout.run import Journal
-
-with Journal.open(Path(sys.argv[1]), sys.argv[2]):
-    print("locked", flush=True)
-    sys.stdin.read()
-"""
-
-
 def test_status_says_a_run_held_by_a_live_process_is_running(
     plan: Plan, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with make_run(tmp_path, plan) as journal:
         run_id = journal.run_id
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(tmp_path), run_id],
-        cwd=REPO,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    holder = start_lock_holder(tmp_path, run_id)
     try:
-        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
         out = status(tmp_path, capsys, run_id)
         assert f"run {run_id}: running (pid {holder.pid} on " in out
         assert f"{run_id}  {plan.name}  running (pid {holder.pid}" in status(
@@ -300,11 +280,7 @@ def test_status_says_a_run_held_by_a_live_process_is_running(
         (run,) = list_runs(tmp_path)
         assert run.holder is not None and run.holder.pid == holder.pid
     finally:
-        holder.kill()
-        holder.wait()
-        assert holder.stdin is not None and holder.stdout is not None
-        holder.stdin.close()
-        holder.stdout.close()
+        kill_lock_holder(holder)
     # killed: the kernel dropped its lock, so the run is interrupted, not running
     assert f"run {run_id}: interrupted" in status(tmp_path, capsys, run_id)
 

@@ -36,7 +36,14 @@ from rollout.run import (
     read_journal,
     read_run,
 )
-from tests.unit.runfakes import PLAN_JSON, REPO, open_journal, run_node
+from tests.unit.runfakes import (
+    PLAN_JSON,
+    REPO,
+    kill_lock_holder,
+    open_journal,
+    run_node,
+    start_lock_holder,
+)
 
 
 @pytest.fixture
@@ -342,28 +349,11 @@ def test_sigkill_at_random_moments_leaves_a_replayable_prefix(tmp_path: Path) ->
 
 # --- locking ------------------------------------------------------------------------------
 
-HOLDER = """
-import sys
-from pathlib import Path
-from rollout.run import Journal
-
-with Journal.open(Path(sys.argv[1]), sys.argv[2]):
-    print("locked", flush=True)
-    sys.stdin.read()
-"""
-
 
 def test_second_process_gets_journal_locked_with_the_pid(journal: Journal, tmp_path: Path) -> None:
     journal.close()
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(tmp_path), journal.run_id],
-        cwd=REPO,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    holder = start_lock_holder(tmp_path, journal.run_id)
     try:
-        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
         with pytest.raises(JournalLocked) as caught:
             Journal.open(tmp_path, journal.run_id)
         assert caught.value.pid == holder.pid
@@ -389,19 +379,8 @@ def test_lock_is_per_open_not_per_process(journal: Journal, tmp_path: Path) -> N
 
 def test_lock_is_released_when_the_holder_is_killed(journal: Journal, tmp_path: Path) -> None:
     journal.close()
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(tmp_path), journal.run_id],
-        cwd=REPO,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
-    holder.kill()
-    holder.wait()
-    assert holder.stdin is not None and holder.stdout is not None
-    holder.stdin.close()
-    holder.stdout.close()
+    holder = start_lock_holder(tmp_path, journal.run_id)
+    kill_lock_holder(holder)
     with Journal.open(tmp_path, journal.run_id):
         pass
 
