@@ -22,6 +22,7 @@ from rollout.steps.base import StepContext, StepFailed, StepResult
 ROOT = Path(__file__).resolve().parents[2]
 PLAN = ROOT / "examples" / "plan.yaml"
 FACTS = ROOT / "examples" / "facts"
+# The steps examples/plan.yaml gives a node whose containerd files change, in plan order.
 KINDS = (
     "preflight",
     "cordon",

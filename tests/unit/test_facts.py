@@ -26,6 +26,7 @@ from rollout.facts import (
     load_recorded_facts,
     read_fact,
 )
+from rollout.facts.service import SHOW_PROPERTIES
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "facts"
 
@@ -188,14 +189,7 @@ def test_the_service_fact_asks_for_what_its_parser_needs() -> None:
     fact = ServiceFact()
     argv = fact.command()
     asked = {argv[i + 1] for i, word in enumerate(argv) if word == "-p"}
-    assert asked == {
-        "MainPID",
-        "ActiveState",
-        "SubState",
-        "NRestarts",
-        "ActiveEnterTimestamp",
-        "InvocationID",
-    }
+    assert asked == set(SHOW_PROPERTIES)
     with pytest.raises(ServiceProbeFailed, match=r"gpu-1: containerd\.service: .*printed no"):
         fact.parse("Unit containerd.service could not be found.\n", "gpu-1")
 

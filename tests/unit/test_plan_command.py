@@ -15,6 +15,7 @@ from rollout.containerd import ConfigFiles, dump_config
 from rollout.facts import load_recorded_facts
 from rollout.transports.local import LocalRunner
 from tests.conftest import containerd_binary
+from tests.unit.test_executor import KINDS
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAN = ROOT / "examples" / "plan.yaml"
@@ -53,17 +54,7 @@ def test_example_plan_waves_and_steps(capsys: pytest.CaptureFixture[str]) -> Non
         ["gpu-b-1"],
     ]
     node = nodes_of(data)["gpu-a-1"]
-    assert [s["kind"] for s in node["steps"]] == [
-        "preflight",
-        "cordon",
-        "drain",
-        "containerd.write",
-        "systemd.restart",
-        "containerd.verify",
-        "gpu.wait",
-        "gpu.smoke",
-        "uncordon",
-    ]
+    assert [s["kind"] for s in node["steps"]] == list(KINDS)
     intended = [c for c in node["effective_changes"] if c["intended"]]
     assert intended == [
         {
