@@ -17,7 +17,7 @@ own wave labels it (safety invariant 8).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -125,6 +125,22 @@ def read_publication(ctx: StepContext, kind: str) -> tuple[Publication, ConfigMa
     return publication, current, str(policy["metadata"]["name"])
 
 
+def apply_change(
+    ctx: StepContext,
+    kind: str,
+    body: Callable[[StepContext, TimeSlicingChange], StepResult],
+) -> StepResult:
+    """Run a step's body on the spec's time-slicing change, marking the node; no change, no-op."""
+
+    def run(ctx: StepContext) -> StepResult:
+        change = time_slicing_change(ctx.spec)
+        if change is None:
+            return StepResult.noop("no time-slicing change")
+        return body(ctx, change)
+
+    return report_step(ctx, kind, run)
+
+
 # ------------------------------------------------------------------------ configmap.update
 
 
@@ -155,12 +171,9 @@ class ConfigMapUpdateStep:
         )
 
     def apply(self, ctx: StepContext) -> StepResult:
-        return report_step(ctx, self.kind, self._apply)
+        return apply_change(ctx, self.kind, self._apply)
 
-    def _apply(self, ctx: StepContext) -> StepResult:
-        change = time_slicing_change(ctx.spec)
-        if change is None:
-            return StepResult.noop("no time-slicing change")
+    def _apply(self, ctx: StepContext, change: TimeSlicingChange) -> StepResult:
         try:
             replicas = check_replicas(change)
         except ValueError as exc:
@@ -322,12 +335,9 @@ class NodeLabelStep:
         return StepPlan.acting(self.kind, f"label {profile.label.key}={profile.label.after}")
 
     def apply(self, ctx: StepContext) -> StepResult:
-        return report_step(ctx, self.kind, self._apply)
+        return apply_change(ctx, self.kind, self._apply)
 
-    def _apply(self, ctx: StepContext) -> StepResult:
-        change = time_slicing_change(ctx.spec)
-        if change is None:
-            return StepResult.noop("no time-slicing change")
+    def _apply(self, ctx: StepContext, change: TimeSlicingChange) -> StepResult:
         saved = ctx.load_data(self.kind)
         current = ctx.kube.get_node(ctx.node).labels.get(DEVICE_PLUGIN_CONFIG_LABEL)
         if current == change.profile:
@@ -396,12 +406,9 @@ class DevicePluginRestartStep:
         )
 
     def apply(self, ctx: StepContext) -> StepResult:
-        return report_step(ctx, self.kind, self._apply)
+        return apply_change(ctx, self.kind, self._apply)
 
-    def _apply(self, ctx: StepContext) -> StepResult:
-        change = time_slicing_change(ctx.spec)
-        if change is None:
-            return StepResult.noop("no time-slicing change")
+    def _apply(self, ctx: StepContext, change: TimeSlicingChange) -> StepResult:
         label = ctx.load_data(NodeLabelStep.kind)
         if label:
             had_label = not label.get("changed") and label.get("previous") == change.profile
