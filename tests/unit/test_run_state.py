@@ -8,209 +8,209 @@ from pathlib import Path
 
 import pytest
 
-from rollout.run import (
-    Backup,
-    CordonedByRollout,
-    InvalidRecord,
-    Journal,
-    JournalMismatch,
-    NodeFinished,
-    NodeOutcome,
-    Record,
-    RunFinished,
-    RunHalted,
-    RunOutcome,
-    RunPhase,
-    RunResumed,
-    RunStarted,
-    StepFinished,
-    StepOutcome,
-    StepRef,
-    StepStarted,
-    StepUndone,
-    Uncordoned,
-    read_run,
-)
+from rollout import run
 from tests.unit.runfakes import STEPS, FakeClock, open_journal, run_node
 
 
 @pytest.fixture
-def journal(tmp_path: Path) -> Iterator[Journal]:
+def journal(tmp_path: Path) -> Iterator[run.Journal]:
     yield from open_journal(tmp_path)
 
 
-def test_replay_of_a_complete_node(journal: Journal) -> None:
+def test_replay_of_a_complete_node(journal: run.Journal) -> None:
     run_node(journal, "gpu-1")
-    journal.append(RunFinished(RunOutcome.SUCCEEDED))
+    journal.append(run.RunFinished(run.RunOutcome.SUCCEEDED))
     state = journal.replay()
     node = state.node("gpu-1")
     assert [c.kind for c in node.completed] == list(STEPS)
-    assert all(state.is_step_done("gpu-1", StepRef(i, k)) for i, k in enumerate(STEPS))
-    assert node.in_flight is None and node.outcome is NodeOutcome.SUCCEEDED
+    assert all(state.is_step_done("gpu-1", run.StepRef(i, k)) for i, k in enumerate(STEPS))
+    assert node.in_flight is None and node.outcome is run.NodeOutcome.SUCCEEDED
     assert not node.cordoned_by_rollout and state.cordoned_nodes() == ()
     assert node.backups == (
-        Backup("/etc/a.toml", "/var/backup/a.toml", "ab" * 32, node.backups[0].written_at),
+        run.Backup("/etc/a.toml", "/var/backup/a.toml", "ab" * 32, node.backups[0].written_at),
     )
     assert state.next_step("gpu-1", STEPS) is None
     assert state.pending_nodes(["gpu-1", "gpu-2"]) == ("gpu-2",)
-    assert state.outcome is RunOutcome.SUCCEEDED and state.finished
+    assert state.outcome is run.RunOutcome.SUCCEEDED and state.finished
 
 
-def test_killed_after_step_started_leaves_the_step_in_flight(journal: Journal) -> None:
-    journal.append(StepStarted("gpu-1", 0, "cordon", 1))
-    journal.append(CordonedByRollout("gpu-1"))
-    journal.append(StepFinished("gpu-1", 0, "cordon", 1, StepOutcome.DONE))
-    journal.append(StepStarted("gpu-1", 1, "drain", 1))
+def test_killed_after_step_started_leaves_the_step_in_flight(journal: run.Journal) -> None:
+    journal.append(run.StepStarted("gpu-1", 0, "cordon", 1))
+    journal.append(run.CordonedByRollout("gpu-1"))
+    journal.append(run.StepFinished("gpu-1", 0, "cordon", 1, run.StepOutcome.DONE))
+    journal.append(run.StepStarted("gpu-1", 1, "drain", 1))
     journal.close()  # as good as a kill: nothing more reaches the file
 
-    state = read_run(journal.run_dir.parent.parent, journal.run_id)
+    state = run.read_run(journal.run_dir.parent.parent, journal.run_id)
     flying = state.step_in_flight("gpu-1")
-    assert flying is not None and flying.ref == StepRef(1, "drain") and flying.attempt == 1
-    assert state.is_step_done("gpu-1", StepRef(0, "cordon"))
-    assert not state.is_step_done("gpu-1", StepRef(1, "drain"))
-    assert state.next_step("gpu-1", STEPS) == StepRef(1, "drain")
-    assert state.next_attempt("gpu-1", StepRef(1, "drain")) == 2
-    assert state.next_attempt("gpu-1", StepRef(2, "containerd.write")) == 1
+    assert flying is not None and flying.ref == run.StepRef(1, "drain") and flying.attempt == 1
+    assert state.is_step_done("gpu-1", run.StepRef(0, "cordon"))
+    assert not state.is_step_done("gpu-1", run.StepRef(1, "drain"))
+    assert state.next_step("gpu-1", STEPS) == run.StepRef(1, "drain")
+    assert state.next_attempt("gpu-1", run.StepRef(1, "drain")) == 2
+    assert state.next_attempt("gpu-1", run.StepRef(2, "containerd.write")) == 1
     assert state.cordoned_nodes() == ("gpu-1",)
     assert state.pending_nodes(["gpu-1", "gpu-2"]) == ("gpu-1", "gpu-2")
 
 
-def test_resume_retries_the_step_in_flight(journal: Journal, tmp_path: Path) -> None:
-    journal.append(StepStarted("gpu-1", 0, "cordon", 1))
+def test_resume_retries_the_step_in_flight(journal: run.Journal, tmp_path: Path) -> None:
+    journal.append(run.StepStarted("gpu-1", 0, "cordon", 1))
     journal.close()
-    with Journal.open(tmp_path, journal.run_id, clock=FakeClock()) as resumed:
-        resumed.append(RunResumed("ops", "laptop"))
-        resumed.append(StepStarted("gpu-1", 0, "cordon", 2))
-        resumed.append(StepFinished("gpu-1", 0, "cordon", 2, StepOutcome.NOOP, "already"))
+    with run.Journal.open(tmp_path, journal.run_id, clock=FakeClock()) as resumed:
+        resumed.append(run.RunResumed("ops", "laptop"))
+        resumed.append(run.StepStarted("gpu-1", 0, "cordon", 2))
+        resumed.append(run.StepFinished("gpu-1", 0, "cordon", 2, run.StepOutcome.NOOP, "already"))
         state = resumed.replay()
     assert state.step_in_flight("gpu-1") is None
     (done,) = state.node("gpu-1").completed
-    assert (done.outcome, done.attempt) == (StepOutcome.NOOP, 2)
+    assert (done.outcome, done.attempt) == (run.StepOutcome.NOOP, 2)
 
 
-def test_failed_step_then_rollback(journal: Journal) -> None:
+def test_failed_step_then_rollback(journal: run.Journal) -> None:
     for index, kind in enumerate(STEPS[:3]):
-        journal.append(StepStarted("gpu-1", index, kind, 1))
-        journal.append(StepFinished("gpu-1", index, kind, 1, StepOutcome.DONE))
-    journal.append(StepStarted("gpu-1", 3, "systemd.restart", 1))
-    journal.append(StepFinished("gpu-1", 3, "systemd.restart", 1, StepOutcome.FAILED, "exit 1"))
+        journal.append(run.StepStarted("gpu-1", index, kind, 1))
+        journal.append(run.StepFinished("gpu-1", index, kind, 1, run.StepOutcome.DONE))
+    journal.append(run.StepStarted("gpu-1", 3, "systemd.restart", 1))
+    journal.append(
+        run.StepFinished("gpu-1", 3, "systemd.restart", 1, run.StepOutcome.FAILED, "exit 1")
+    )
     failed = journal.replay().node("gpu-1").last_failure
-    assert failed is not None and failed.ref == StepRef(3, "systemd.restart")
+    assert failed is not None and failed.ref == run.StepRef(3, "systemd.restart")
     assert failed.detail == "exit 1"
-    assert journal.replay().next_step("gpu-1", STEPS) == StepRef(3, "systemd.restart")
+    assert journal.replay().next_step("gpu-1", STEPS) == run.StepRef(3, "systemd.restart")
     for index in (3, 2, 1, 0):
-        journal.append(StepUndone("gpu-1", index, STEPS[index]))
-    journal.append(NodeFinished("gpu-1", NodeOutcome.ROLLED_BACK, "systemd.restart failed"))
-    journal.append(RunHalted("gpu-1 failed"))
-    journal.append(RunFinished(RunOutcome.HALTED))
+        journal.append(run.StepUndone("gpu-1", index, STEPS[index]))
+    journal.append(run.NodeFinished("gpu-1", run.NodeOutcome.ROLLED_BACK, "systemd.restart failed"))
+    journal.append(run.RunHalted("gpu-1 failed"))
+    journal.append(run.RunFinished(run.RunOutcome.HALTED))
     state = journal.replay()
     node = state.node("gpu-1")
     assert node.completed == () and [u.index for u in node.undone] == [3, 2, 1, 0]
     assert (node.outcome, node.outcome_reason) == (
-        NodeOutcome.ROLLED_BACK,
+        run.NodeOutcome.ROLLED_BACK,
         "systemd.restart failed",
     )
-    assert state.halted_reason == "gpu-1 failed" and state.outcome is RunOutcome.HALTED
+    assert state.halted_reason == "gpu-1 failed" and state.outcome is run.RunOutcome.HALTED
     assert state.pending_nodes(["gpu-1"]) == ()
 
 
-def test_undo_of_the_step_in_flight(journal: Journal) -> None:
-    journal.append(StepStarted("gpu-1", 2, "containerd.write", 1))
-    journal.append(StepUndone("gpu-1", 2, "containerd.write", "restored from backup"))
+def test_undo_of_the_step_in_flight(journal: run.Journal) -> None:
+    journal.append(run.StepStarted("gpu-1", 2, "containerd.write", 1))
+    journal.append(run.StepUndone("gpu-1", 2, "containerd.write", "restored from backup"))
     assert journal.replay().step_in_flight("gpu-1") is None
 
 
-def test_left_cordoned_after_a_halt(journal: Journal) -> None:
-    journal.append(StepStarted("gpu-1", 0, "cordon", 1))
-    journal.append(CordonedByRollout("gpu-1"))
-    journal.append(StepFinished("gpu-1", 0, "cordon", 1, StepOutcome.DONE))
-    journal.append(NodeFinished("gpu-1", NodeOutcome.LEFT_CORDONED, "halted by upgrade-failed"))
-    journal.append(RunHalted("gpu-2 upgrade-failed"))
+def test_left_cordoned_after_a_halt(journal: run.Journal) -> None:
+    journal.append(run.StepStarted("gpu-1", 0, "cordon", 1))
+    journal.append(run.CordonedByRollout("gpu-1"))
+    journal.append(run.StepFinished("gpu-1", 0, "cordon", 1, run.StepOutcome.DONE))
+    journal.append(
+        run.NodeFinished("gpu-1", run.NodeOutcome.LEFT_CORDONED, "halted by upgrade-failed")
+    )
+    journal.append(run.RunHalted("gpu-2 upgrade-failed"))
     state = journal.replay()
     assert state.cordoned_nodes() == ("gpu-1",)
-    assert state.node("gpu-1").outcome is NodeOutcome.LEFT_CORDONED
-    journal.append(RunResumed("ops", "laptop"))
+    assert state.node("gpu-1").outcome is run.NodeOutcome.LEFT_CORDONED
+    journal.append(run.RunResumed("ops", "laptop"))
     assert journal.replay().halted_reason is None
 
 
-def test_rollback_after_the_run_finished(journal: Journal) -> None:
+def test_rollback_after_the_run_finished(journal: run.Journal) -> None:
     run_node(journal, "gpu-1")
-    journal.append(RunFinished(RunOutcome.SUCCEEDED))
-    journal.append(RunResumed("ops", "laptop"))
-    journal.append(StepUndone("gpu-1", 2, "containerd.write"))
-    journal.append(NodeFinished("gpu-1", NodeOutcome.ROLLED_BACK, "rollout rollback"))
+    journal.append(run.RunFinished(run.RunOutcome.SUCCEEDED))
+    journal.append(run.RunResumed("ops", "laptop"))
+    journal.append(run.StepUndone("gpu-1", 2, "containerd.write"))
+    journal.append(run.NodeFinished("gpu-1", run.NodeOutcome.ROLLED_BACK, "rollout rollback"))
     state = journal.replay()
-    assert state.node("gpu-1").outcome is NodeOutcome.ROLLED_BACK
-    assert not state.is_step_done("gpu-1", StepRef(2, "containerd.write"))
+    assert state.node("gpu-1").outcome is run.NodeOutcome.ROLLED_BACK
+    assert not state.is_step_done("gpu-1", run.StepRef(2, "containerd.write"))
     assert state.outcome is None
 
 
-def test_nodes_keep_first_seen_order(journal: Journal) -> None:
+def test_nodes_keep_first_seen_order(journal: run.Journal) -> None:
     for node in ("gpu-3", "gpu-1", "gpu-2"):
-        journal.append(CordonedByRollout(node))
+        journal.append(run.CordonedByRollout(node))
     assert [n.name for n in journal.replay().nodes] == ["gpu-3", "gpu-1", "gpu-2"]
     assert journal.replay().node("never-seen").completed == ()
 
 
-def test_plan_changed_under_the_journal(journal: Journal) -> None:
-    journal.append(StepStarted("gpu-1", 0, "cordon", 1))
-    journal.append(StepFinished("gpu-1", 0, "cordon", 1, StepOutcome.DONE))
+def test_plan_changed_under_the_journal(journal: run.Journal) -> None:
+    journal.append(run.StepStarted("gpu-1", 0, "cordon", 1))
+    journal.append(run.StepFinished("gpu-1", 0, "cordon", 1, run.StepOutcome.DONE))
     state = journal.replay()
-    with pytest.raises(JournalMismatch, match="step 1 of gpu-1 as cordon"):
+    with pytest.raises(run.JournalMismatch, match="step 1 of gpu-1 as cordon"):
         state.next_step("gpu-1", ("drain", "cordon"))
-    with pytest.raises(JournalMismatch):
+    with pytest.raises(run.JournalMismatch):
         state.next_step("gpu-1", ())
-    with pytest.raises(JournalMismatch):
-        state.is_step_done("gpu-1", StepRef(0, "drain"))
+    with pytest.raises(run.JournalMismatch):
+        state.is_step_done("gpu-1", run.StepRef(0, "drain"))
 
 
 @pytest.mark.parametrize(
     ("records", "problem"),
     [
-        ([StepFinished("a", 0, "cordon", 1, StepOutcome.DONE)], "not the step in flight"),
+        ([run.StepFinished("a", 0, "cordon", 1, run.StepOutcome.DONE)], "not the step in flight"),
         (
-            [StepStarted("a", 0, "cordon", 1), StepFinished("a", 0, "cordon", 2, StepOutcome.DONE)],
+            [
+                run.StepStarted("a", 0, "cordon", 1),
+                run.StepFinished("a", 0, "cordon", 2, run.StepOutcome.DONE),
+            ],
             "not the step in flight",
         ),
-        ([StepStarted("a", 0, "cordon", 1), StepStarted("a", 1, "drain", 1)], "is in flight"),
-        ([StepStarted("a", 0, "cordon", 2), StepStarted("a", 0, "cordon", 2)], "after attempt 2"),
-        ([StepStarted("a", 0, "cordon", 1), StepStarted("a", 0, "drain", 2)], "recorded as cordon"),
-        ([StepStarted("a", -1, "cordon", 1)], "negative step index"),
-        ([StepUndone("a", 0, "cordon")], "never started"),
-        ([Uncordoned("a")], "which rollout did not cordon"),
-        ([StepStarted("a", 0, "cordon", 1), NodeFinished("a", NodeOutcome.FAILED)], "in flight"),
-        ([StepStarted("a", 0, "cordon", 1), RunFinished(RunOutcome.ABORTED)], "in flight on a"),
-        ([RunStarted("x", "p", "d", "u", "h")], "second run-started"),
-        ([CordonedByRollout("")], "without a node"),
+        (
+            [run.StepStarted("a", 0, "cordon", 1), run.StepStarted("a", 1, "drain", 1)],
+            "is in flight",
+        ),
+        (
+            [run.StepStarted("a", 0, "cordon", 2), run.StepStarted("a", 0, "cordon", 2)],
+            "after attempt 2",
+        ),
+        (
+            [run.StepStarted("a", 0, "cordon", 1), run.StepStarted("a", 0, "drain", 2)],
+            "recorded as cordon",
+        ),
+        ([run.StepStarted("a", -1, "cordon", 1)], "negative step index"),
+        ([run.StepUndone("a", 0, "cordon")], "never started"),
+        ([run.Uncordoned("a")], "which rollout did not cordon"),
+        (
+            [run.StepStarted("a", 0, "cordon", 1), run.NodeFinished("a", run.NodeOutcome.FAILED)],
+            "in flight",
+        ),
+        (
+            [run.StepStarted("a", 0, "cordon", 1), run.RunFinished(run.RunOutcome.ABORTED)],
+            "in flight on a",
+        ),
+        ([run.RunStarted("x", "p", "d", "u", "h")], "second run-started"),
+        ([run.CordonedByRollout("")], "without a node"),
     ],
 )
 def test_contradicting_records_are_refused_before_writing(
-    journal: Journal, records: list[Record], problem: str
+    journal: run.Journal, records: list[run.Record], problem: str
 ) -> None:
     *setup, bad = records
     for record in setup:
         journal.append(record)
     before = journal.path.read_bytes()
     state = journal.replay()
-    with pytest.raises(InvalidRecord, match=problem):
+    with pytest.raises(run.InvalidRecord, match=problem):
         journal.append(bad)
     assert journal.path.read_bytes() == before
     assert journal.replay() == state
-    journal.append(RunHalted("still usable"))  # the refusal did not break the journal
+    journal.append(run.RunHalted("still usable"))  # the refusal did not break the journal
 
 
-def test_phase_tells_finished_halted_running_and_interrupted_apart(journal: Journal) -> None:
-    def phases() -> tuple[RunPhase, RunPhase]:
+def test_phase_tells_finished_halted_running_and_interrupted_apart(journal: run.Journal) -> None:
+    def phases() -> tuple[run.RunPhase, run.RunPhase]:
         state = journal.replay()
         return state.phase(locked=True), state.phase(locked=False)
 
-    journal.append(StepStarted("gpu-1", 0, "cordon", 1))
-    assert phases() == (RunPhase.RUNNING, RunPhase.INTERRUPTED)
-    journal.append(StepFinished("gpu-1", 0, "cordon", 1, StepOutcome.DONE))
-    journal.append(RunHalted("gpu-2 labelled upgrade-failed"))
+    journal.append(run.StepStarted("gpu-1", 0, "cordon", 1))
+    assert phases() == (run.RunPhase.RUNNING, run.RunPhase.INTERRUPTED)
+    journal.append(run.StepFinished("gpu-1", 0, "cordon", 1, run.StepOutcome.DONE))
+    journal.append(run.RunHalted("gpu-2 labelled upgrade-failed"))
     # a halt stands whether or not the halting process has exited yet
-    assert phases() == (RunPhase.HALTED, RunPhase.HALTED)
-    journal.append(RunResumed("ops", "laptop"))
-    assert phases() == (RunPhase.RUNNING, RunPhase.INTERRUPTED)
-    journal.append(RunFinished(RunOutcome.SUCCEEDED))
-    assert phases() == (RunPhase.FINISHED, RunPhase.FINISHED)
+    assert phases() == (run.RunPhase.HALTED, run.RunPhase.HALTED)
+    journal.append(run.RunResumed("ops", "laptop"))
+    assert phases() == (run.RunPhase.RUNNING, run.RunPhase.INTERRUPTED)
+    journal.append(run.RunFinished(run.RunOutcome.SUCCEEDED))
+    assert phases() == (run.RunPhase.FINISHED, run.RunPhase.FINISHED)
