@@ -33,6 +33,7 @@ from rollout.transports.errors import NotFound
 from rollout.transports.kube import ConfigMap, KubeClient
 from tests.conftest import require
 from tests.lab.test_cluster_shared import ssh_check
+from tests.planning import time_slicing_plan
 
 pytestmark = pytest.mark.lab
 
@@ -255,24 +256,12 @@ def names(nodes: Sequence[Any]) -> list[str]:
     return [n.name for n in nodes]
 
 
-TIME_SLICING = """\
-apiVersion: rollout/v1
-kind: Plan
-metadata: {name: share-gpus}
-targets: {selector: nvidia.com/gpu.present=true}
-changes:
-  - time-slicing:
-      profile: shared-4x
-      config:
-        version: v1
-        sharing:
-          timeSlicing:
-            resources:
-              - name: nvidia.com/gpu
-                replicas: 4
-policy:
-  waves: [1, "100%"]
-"""
+TIME_SLICING = time_slicing_plan(
+    name="share-gpus",
+    targets="{selector: nvidia.com/gpu.present=true}",
+    profile="shared-4x",
+    policy='policy:\n  waves: [1, "100%"]\n',
+)
 
 
 def test_time_slicing_replicas_multiply_allocatable(

@@ -15,6 +15,7 @@ from rollout.containerd import ConfigFiles, dump_config
 from rollout.facts import load_recorded_facts
 from rollout.transports.local import LocalRunner
 from tests.conftest import containerd_binary
+from tests.planning import time_slicing_plan
 from tests.unit.test_executor import KINDS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -153,22 +154,9 @@ def test_missing_facts_option_is_explained(capsys: pytest.CaptureFixture[str]) -
     assert "--facts DIR" in capsys.readouterr().err
 
 
-TIME_SLICING_PLAN = """\
-apiVersion: rollout/v1
-kind: Plan
-metadata: {name: share-a100}
-targets: {nodes: [gpu-a-1, gpu-a-2]}
-changes:
-  - time-slicing:
-      profile: a100-4x
-      config:
-        version: v1
-        sharing:
-          timeSlicing:
-            resources:
-              - name: nvidia.com/gpu
-                replicas: 4
-"""
+TIME_SLICING_PLAN = time_slicing_plan(
+    name="share-a100", targets="{nodes: [gpu-a-1, gpu-a-2]}", profile="a100-4x"
+)
 
 
 def test_time_slicing_plan(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

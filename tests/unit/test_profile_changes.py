@@ -27,27 +27,16 @@ from rollout.steps.profile_changes import (
     Publication,
     plan_publication,
 )
+from tests.planning import time_slicing_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 FACTS = ROOT / "examples" / "facts"
 REF = "gpu-operator/time-slicing-config"
 LABEL = "nvidia.com/device-plugin.config"
-PLAN = """\
-apiVersion: rollout/v1
-kind: Plan
-metadata: {name: share}
-targets: {nodes: [gpu-a-1, gpu-a-2]}
-changes:
-  - time-slicing:
-      profile: PROFILE
-      config:
-        version: v1
-        sharing:
-          timeSlicing:
-            resources:
-              - name: nvidia.com/gpu
-                replicas: 4
-"""
+
+
+def plan_text(profile: str) -> str:
+    return time_slicing_plan(name="share", targets="{nodes: [gpu-a-1, gpu-a-2]}", profile=profile)
 
 
 def sharing(replicas: int) -> str:
@@ -58,7 +47,7 @@ def sharing(replicas: int) -> str:
 
 
 def make_spec(profile: str = "shared-4x") -> Spec:
-    return parse_spec(PLAN.replace("PROFILE", profile), "plan.yaml")
+    return parse_spec(plan_text(profile), "plan.yaml")
 
 
 def make_cluster(data: Mapping[str, str] | None, name: str = "", default: str = "") -> ClusterFacts:
@@ -223,7 +212,7 @@ def test_rollout_plan_says_what_unlabelled_nodes_run(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     plan = tmp_path / "plan.yaml"
-    plan.write_text(PLAN.replace("PROFILE", "a100-4x"))
+    plan.write_text(plan_text("a100-4x"))
     assert main(["plan", str(plan), "--facts", str(FACTS), "--output", "json"]) == 0
     data: dict[str, Any] = json.loads(capsys.readouterr().out)
     changes = {c["kind"]: c for c in data["cluster_changes"]}
