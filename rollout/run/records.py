@@ -90,12 +90,18 @@ class RunResumed:
 
 
 @dataclass(frozen=True)
-class StepStarted:
-    kind: ClassVar[RecordKind] = RecordKind.STEP_STARTED
+class NodeRecord:
+    """What every record about one node starts with (a base, not a record itself)."""
+
     node: str
+
+
+@dataclass(frozen=True)
+class StepRecord(NodeRecord):
+    """What every record about one step of a node starts with (a base, not a record itself)."""
+
     step_index: int
     step: str
-    attempt: int
 
     @property
     def ref(self) -> StepRef:
@@ -103,57 +109,45 @@ class StepStarted:
 
 
 @dataclass(frozen=True)
-class StepFinished:
+class StepStarted(StepRecord):
+    kind: ClassVar[RecordKind] = RecordKind.STEP_STARTED
+    attempt: int
+
+
+@dataclass(frozen=True)
+class StepFinished(StepRecord):
     kind: ClassVar[RecordKind] = RecordKind.STEP_FINISHED
-    node: str
-    step_index: int
-    step: str
     attempt: int
     outcome: StepOutcome
     detail: str = ""
 
-    @property
-    def ref(self) -> StepRef:
-        return StepRef(self.step_index, self.step)
-
 
 @dataclass(frozen=True)
-class StepUndone:
+class StepUndone(StepRecord):
     kind: ClassVar[RecordKind] = RecordKind.STEP_UNDONE
-    node: str
-    step_index: int
-    step: str
     detail: str = ""
 
-    @property
-    def ref(self) -> StepRef:
-        return StepRef(self.step_index, self.step)
-
 
 @dataclass(frozen=True)
-class NodeFinished:
+class NodeFinished(NodeRecord):
     kind: ClassVar[RecordKind] = RecordKind.NODE_FINISHED
-    node: str
     outcome: NodeOutcome
     reason: str = ""
 
 
 @dataclass(frozen=True)
-class CordonedByRollout:
+class CordonedByRollout(NodeRecord):
     kind: ClassVar[RecordKind] = RecordKind.CORDONED_BY_ROLLOUT
-    node: str
 
 
 @dataclass(frozen=True)
-class Uncordoned:
+class Uncordoned(NodeRecord):
     kind: ClassVar[RecordKind] = RecordKind.UNCORDONED
-    node: str
 
 
 @dataclass(frozen=True)
-class BackupWritten:
+class BackupWritten(NodeRecord):
     kind: ClassVar[RecordKind] = RecordKind.BACKUP_WRITTEN
-    node: str
     path: str
     backup_path: str
     sha256: str

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from rollout.run.errors import JournalMismatch
@@ -23,6 +23,7 @@ from rollout.run.records import (
     Entry,
     NodeFinished,
     NodeOutcome,
+    NodeRecord,
     RunFinished,
     RunHalted,
     RunId,
@@ -39,42 +40,36 @@ from rollout.run.records import (
 
 
 @dataclass(frozen=True)
-class CompletedStep:
+class StepState:
+    """The position and kind that every folded fact about one step starts with."""
+
     index: int
     kind: str
+
+    @property
+    def ref(self) -> StepRef:
+        return StepRef(self.index, self.kind)
+
+
+@dataclass(frozen=True)
+class CompletedStep(StepState):
     outcome: StepOutcome
     attempt: int
     finished_at: datetime
 
-    @property
-    def ref(self) -> StepRef:
-        return StepRef(self.index, self.kind)
-
 
 @dataclass(frozen=True)
-class StepInFlight:
+class StepInFlight(StepState):
     """Started and never finished: the process died, or is still in it. Re-check on resume."""
 
-    index: int
-    kind: str
     attempt: int
     started_at: datetime
 
-    @property
-    def ref(self) -> StepRef:
-        return StepRef(self.index, self.kind)
-
 
 @dataclass(frozen=True)
-class FailedStep:
-    index: int
-    kind: str
+class FailedStep(StepState):
     attempt: int
     detail: str
-
-    @property
-    def ref(self) -> StepRef:
-        return StepRef(self.index, self.kind)
 
 
 @dataclass(frozen=True)
@@ -201,21 +196,21 @@ class RunState:
             )
 
 
+@dataclass
 class _NodeFold:
     """The mutable per-node accumulator behind NodeState; private to the fold."""
 
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.completed: dict[int, CompletedStep] = {}
-        self.in_flight: StepInFlight | None = None
-        self.last_failure: FailedStep | None = None
-        self.undone: list[StepRef] = []
-        self.outcome: NodeOutcome | None = None
-        self.outcome_reason = ""
-        self.cordoned = False
-        self.backups: list[Backup] = []
-        self.attempts: dict[int, int] = {}
-        self.kinds: dict[int, str] = {}
+    name: str
+    completed: dict[int, CompletedStep] = field(default_factory=dict)
+    in_flight: StepInFlight | None = None
+    last_failure: FailedStep | None = None
+    undone: list[StepRef] = field(default_factory=list)
+    outcome: NodeOutcome | None = None
+    outcome_reason: str = ""
+    cordoned: bool = False
+    backups: list[Backup] = field(default_factory=list)
+    attempts: dict[int, int] = field(default_factory=dict)
+    kinds: dict[int, str] = field(default_factory=dict)
 
     def freeze(self) -> NodeState:
         return NodeState(
@@ -233,17 +228,17 @@ class _NodeFold:
         )
 
 
+@dataclass
 class Fold:
     """Folds entries into a RunState. Each apply checks everything before changing anything,
     so a refused entry leaves the fold as it was."""
 
-    def __init__(self) -> None:
-        self.started: Entry | None = None
-        self.nodes: dict[str, _NodeFold] = {}
-        self.halted_reason: str | None = None
-        self.outcome: RunOutcome | None = None
-        self.last_seq = 0
-        self.last_at: datetime | None = None
+    started: Entry | None = None
+    nodes: dict[str, _NodeFold] = field(default_factory=dict)
+    halted_reason: str | None = None
+    outcome: RunOutcome | None = None
+    last_seq: int = 0
+    last_at: datetime | None = None
 
     def apply(self, entry: Entry) -> None:
         """Add one entry; ValueError (nothing changed) if it contradicts the journal so far."""
@@ -285,9 +280,9 @@ class Fold:
 
     def _apply_to_node(self, entry: Entry) -> None:
         record = entry.record
-        node_name = getattr(record, "node", None)
-        if not isinstance(node_name, str) or not node_name:
+        if not isinstance(record, NodeRecord) or not record.node:
             raise ValueError(f"{record.kind.value} without a node")
+        node_name = record.node
         node = self.nodes.get(node_name) or _NodeFold(node_name)
         where = f"{record.kind.value} of {node_name}"
         match record:
