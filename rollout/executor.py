@@ -98,80 +98,70 @@ class RunReport:
 ContextFactory = Callable[[NodePlan], StepContext]
 
 
+@dataclass(eq=False)
 class Executor:
     """Runs a Plan against the cluster, journalling every step."""
 
-    def __init__(
-        self,
-        plan: Plan,
-        spec: Spec,
-        steps: Mapping[str, Step],
-        journal: Journal,
-        cluster: ClusterView,
-        make_context: ContextFactory,
-        progress: Progress,
-        lease: LeaseCheck | None = None,
-        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-        retry: RetryPolicy = DEFAULT_POLICY,
-    ) -> None:
-        missing = sorted({s.kind for n in plan.nodes for s in n.steps} - steps.keys())
+    plan: Plan
+    spec: Spec
+    steps: Mapping[str, Step]
+    journal: Journal
+    cluster: ClusterView
+    make_context: ContextFactory
+    progress: Progress
+    lease: LeaseCheck | None = None
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+    retry: RetryPolicy = DEFAULT_POLICY
+
+    def __post_init__(self) -> None:
+        missing = sorted({s.kind for n in self.plan.nodes for s in n.steps} - self.steps.keys())
         if missing:
             raise RolloutError(f"no implementation for step(s): {', '.join(missing)}")
-        self._plan = plan
-        self._spec = spec
-        self._steps = steps
-        self._journal = journal
-        self._cluster = cluster
-        self._make_context = make_context
-        self._progress = progress
-        self._lease = lease
-        self._clock = clock
-        self._retry = retry
-        self._targets = {n.name for n in plan.nodes}
+        self._targets = {n.name for n in self.plan.nodes}
 
     def run(self) -> RunReport:
         """Every pending node, wave by wave, until done or halted."""
         failures = sum(
             1
-            for n in self._plan.nodes
-            if self._journal.replay().node(n.name).outcome
+            for n in self.plan.nodes
+            if self.journal.replay().node(n.name).outcome
             in (NodeOutcome.FAILED, NodeOutcome.ROLLED_BACK, NodeOutcome.LEFT_CORDONED)
         )
-        for wave in self._plan.waves:
+        for wave in self.plan.waves:
             for node in wave.nodes:
-                if self._journal.replay().node(node.name).outcome is not None:
+                if self.journal.replay().node(node.name).outcome is not None:
                     continue  # finished in this run, before an interruption
                 try:
                     self._check_before_node(node)
                 except Halt as halt:
                     return self._halt(str(halt))
-                self._progress.node_started(wave.index, node.name)
+                self.progress.node_started(wave.index, node.name)
                 verdict = self._run_node(node)
                 if verdict is NodeVerdict.FAILED:
                     failures += 1
-                    if failures > self._spec.policy.failure_budget:
+                    if failures > self.spec.policy.failure_budget:
                         return self._halt(
                             f"{node.name} failed; {failures} failed node(s) exceed the "
-                            f"failure budget of {self._spec.policy.failure_budget}"
+                            f"failure budget of {self.spec.policy.failure_budget}"
                         )
         outcome = RunOutcome.FAILED if failures else RunOutcome.SUCCEEDED
-        self._journal.append(RunFinished(outcome))
+        self.journal.append(RunFinished(outcome))
         return self._report(outcome, "")
 
     def _check_before_node(self, node: NodePlan) -> None:
-        if self._lease is not None:
+        if self.lease is not None:
             try:
-                self._lease.check()
+                self.lease.check()
             except RolloutError as exc:
                 raise Halt(str(exc)) from exc
         halting: list[str] = []
-        for label in self._spec.policy.effective_halt_labels:
-            for found in self._cluster.list_nodes(f"{label.key}={label.value}"):
+        for label in self.spec.policy.effective_halt_labels:
+            for found in self.cluster.list_nodes(f"{label.key}={label.value}"):
                 halting.append(f"{found.name} ({label.key}={label.value})")
         if halting:
             raise Halt("halt label on " + ", ".join(sorted(halting)))
-        window = self._spec.policy.maintenance_window
-        if window is not None and not window.contains(self._clock()):
+        window = self.spec.policy.maintenance_window
+        if window is not None and not window.contains(self.clock()):
             raise Halt(
                 f"outside the maintenance window ({window.start:%H:%M}-{window.end:%H:%M} "
                 f"{window.timezone}); resume the run inside it"
@@ -180,10 +170,10 @@ class Executor:
             return  # the node is not taken down: no budget needed
         down = sorted(
             n.name
-            for n in self._cluster.list_nodes()
+            for n in self.cluster.list_nodes()
             if n.name in self._targets and n.name != node.name and (n.unschedulable or not n.ready)
         )
-        budget = self._plan.max_unavailable
+        budget = self.plan.max_unavailable
         if len(down) + 1 > budget:
             raise Halt(
                 f"taking {node.name} down would make {len(down) + 1} node(s) unavailable, "
@@ -191,75 +181,75 @@ class Executor:
             )
 
     def _run_node(self, node: NodePlan) -> NodeVerdict:
-        ctx = self._make_context(node)
-        state = self._journal.replay()
+        ctx = self.make_context(node)
+        state = self.journal.replay()
         for index, planned in enumerate(node.steps):
             ref = StepRef(index, planned.kind)
             if state.is_step_done(node.name, ref):
                 continue
             attempt = state.next_attempt(node.name, ref)
-            self._journal.append(StepStarted(node.name, index, planned.kind, attempt))
-            self._progress.step_started(node.name, planned.kind)
+            self.journal.append(StepStarted(node.name, index, planned.kind, attempt))
+            self.progress.step_started(node.name, planned.kind)
             try:
                 if planned.action is None:
                     result = StepResult.noop(planned.noop_reason or "nothing to do")
                 else:
                     # steps are idempotent, so a transient error (API or SSH hiccup) retries
                     # the whole step under the one retry policy
-                    apply = functools.partial(self._steps[planned.kind].apply, ctx)
-                    result = call_with_policy(apply, self._retry, sleep=ctx.sleep)
+                    apply = functools.partial(self.steps[planned.kind].apply, ctx)
+                    result = call_with_policy(apply, self.retry, sleep=ctx.sleep)
             except RolloutError as exc:
-                self._journal.append(
+                self.journal.append(
                     StepFinished(
                         node.name, index, planned.kind, attempt, StepOutcome.FAILED, str(exc)
                     )
                 )
-                self._progress.step_finished(node.name, planned.kind, "failed", str(exc))
+                self.progress.step_finished(node.name, planned.kind, "failed", str(exc))
                 self._fail_node(node, ctx, str(exc))
                 return NodeVerdict.FAILED
             outcome = StepOutcome.DONE if result.kind is StepResultKind.DONE else StepOutcome.NOOP
-            self._journal.append(
+            self.journal.append(
                 StepFinished(node.name, index, planned.kind, attempt, outcome, result.detail)
             )
-            self._progress.step_finished(node.name, planned.kind, outcome.value, result.detail)
-            state = self._journal.replay()
-        self._journal.append(NodeFinished(node.name, NodeOutcome.SUCCEEDED))
-        self._progress.node_finished(node.name, NodeOutcome.SUCCEEDED.value, "")
+            self.progress.step_finished(node.name, planned.kind, outcome.value, result.detail)
+            state = self.journal.replay()
+        self.journal.append(NodeFinished(node.name, NodeOutcome.SUCCEEDED))
+        self.progress.node_finished(node.name, NodeOutcome.SUCCEEDED.value, "")
         return NodeVerdict.SUCCEEDED
 
     def _fail_node(self, node: NodePlan, ctx: StepContext, reason: str) -> None:
-        if self._spec.policy.on_failure is not OnFailure.ROLLBACK:
+        if self.spec.policy.on_failure is not OnFailure.ROLLBACK:
             self._finish(node.name, NodeOutcome.FAILED, f"{reason} (policy: halt, no rollback)")
             return
-        done = [c for c in self._journal.replay().node(node.name).completed]
+        done = [c for c in self.journal.replay().node(node.name).completed]
         for completed in reversed(done):
             if completed.outcome is not StepOutcome.DONE:
                 continue
-            undo = functools.partial(self._steps[completed.kind].undo, ctx)
+            undo = functools.partial(self.steps[completed.kind].undo, ctx)
             try:
-                call_with_policy(undo, self._retry, sleep=ctx.sleep)
+                call_with_policy(undo, self.retry, sleep=ctx.sleep)
             except RolloutError as exc:
                 left = f"{reason}; rollback failed at {completed.kind}: {exc}"
                 mark_left_cordoned(ctx, left)
                 self._finish(node.name, NodeOutcome.LEFT_CORDONED, left)
                 return
-            self._journal.append(StepUndone(node.name, completed.index, completed.kind))
-            self._progress.step_finished(node.name, completed.kind, "undone", "")
+            self.journal.append(StepUndone(node.name, completed.index, completed.kind))
+            self.progress.step_finished(node.name, completed.kind, "undone", "")
         self._finish(node.name, NodeOutcome.ROLLED_BACK, reason)
 
     def _finish(self, node: str, outcome: NodeOutcome, reason: str) -> None:
-        self._journal.append(NodeFinished(node, outcome, reason))
-        self._progress.node_finished(node, outcome.value, reason)
+        self.journal.append(NodeFinished(node, outcome, reason))
+        self.progress.node_finished(node, outcome.value, reason)
 
     def _halt(self, reason: str) -> RunReport:
-        self._journal.append(RunHalted(reason))
-        self._progress.halted(reason)
+        self.journal.append(RunHalted(reason))
+        self.progress.halted(reason)
         return self._report(RunOutcome.HALTED, reason)
 
     def _report(self, outcome: RunOutcome, reason: str) -> RunReport:
-        state = self._journal.replay()
+        state = self.journal.replay()
         nodes = {}
-        for node in self._plan.nodes:
+        for node in self.plan.nodes:
             ns = state.node(node.name)
             nodes[node.name] = (
                 ns.outcome.value if ns.outcome else "pending",

@@ -40,48 +40,39 @@ def run_identity(run_id: str) -> str:
     return f"rollout/{run_id}"
 
 
+@dataclasses.dataclass(eq=False)
 class RunLease:
     """Acquire, renew in the background, and release the cluster's rollout lease."""
 
-    def __init__(
-        self,
-        kube: KubeClient,
-        identity: str,
-        *,
-        namespace: str = LEASE_NAMESPACE,
-        name: str = LEASE_NAME,
-        duration_s: int = DURATION_S,
-        renew_every_s: float = RENEW_EVERY_S,
-        clock: Callable[[], datetime] = utc_now,
-    ) -> None:
-        self._kube = kube
-        self.identity = identity
-        self._namespace = namespace
-        self._name = name
-        self._duration_s = duration_s
-        self._renew_every_s = renew_every_s
-        self._clock = clock
-        self._lease: Lease | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.lost: str | None = None
+    kube: KubeClient
+    identity: str
+    _: dataclasses.KW_ONLY
+    namespace: str = LEASE_NAMESPACE
+    name: str = LEASE_NAME
+    duration_s: int = DURATION_S
+    renew_every_s: float = RENEW_EVERY_S
+    clock: Callable[[], datetime] = utc_now
+    lost: str | None = dataclasses.field(default=None, init=False)
+    _lease: Lease | None = dataclasses.field(default=None, init=False)
+    _stop: threading.Event = dataclasses.field(default_factory=threading.Event, init=False)
+    _thread: threading.Thread | None = dataclasses.field(default=None, init=False)
 
     def acquire(self) -> None:
         """Take the lease, or raise LeaseHeld naming the holder and when it expires."""
-        now = self._clock()
+        now = self.clock()
         try:
-            current = self._kube.get_lease(self._namespace, self._name)
+            current = self.kube.get_lease(self.namespace, self.name)
         except NotFound:
             fresh = Lease(
-                namespace=self._namespace,
-                name=self._name,
+                namespace=self.namespace,
+                name=self.name,
                 holder_identity=self.identity,
-                lease_duration_s=self._duration_s,
+                lease_duration_s=self.duration_s,
                 acquire_time=now,
                 renew_time=now,
             )
             try:
-                self._lease = self._kube.create_lease(fresh)
+                self._lease = self.kube.create_lease(fresh)
             except Conflict as exc:
                 raise LeaseHeld(self._held_message("another run took it just now")) from exc
         else:
@@ -89,7 +80,7 @@ class RunLease:
                 current, now
             ):
                 expires = (current.renew_time or now) + timedelta(
-                    seconds=current.lease_duration_s or self._duration_s
+                    seconds=current.lease_duration_s or self.duration_s
                 )
                 raise LeaseHeld(
                     self._held_message(
@@ -101,14 +92,14 @@ class RunLease:
             taken = dataclasses.replace(
                 current,
                 holder_identity=self.identity,
-                lease_duration_s=self._duration_s,
+                lease_duration_s=self.duration_s,
                 acquire_time=now,
                 renew_time=now,
                 lease_transitions=current.lease_transitions
                 + (0 if current.holder_identity == self.identity else 1),
             )
             try:
-                self._lease = self._kube.replace_lease(taken)
+                self._lease = self.kube.replace_lease(taken)
             except Conflict as exc:
                 raise LeaseHeld(self._held_message("another run took it just now")) from exc
         self._stop.clear()
@@ -119,11 +110,11 @@ class RunLease:
         """Renew once; a Conflict means someone else took the lease: record it as lost."""
         if self._lease is None:
             return
-        renewed = dataclasses.replace(self._lease, renew_time=self._clock())
+        renewed = dataclasses.replace(self._lease, renew_time=self.clock())
         try:
-            self._lease = self._kube.replace_lease(renewed)
+            self._lease = self.kube.replace_lease(renewed)
         except Conflict:
-            self.lost = f"lease {self._namespace}/{self._name} was taken by another run"
+            self.lost = f"lease {self.namespace}/{self.name} was taken by another run"
 
     def check(self) -> None:
         """Raise LeaseHeld when the lease was lost; called before every node."""
@@ -138,9 +129,9 @@ class RunLease:
         if self._lease is None or self.lost:
             return
         try:
-            current = self._kube.get_lease(self._namespace, self._name)
+            current = self.kube.get_lease(self.namespace, self.name)
             if current.holder_identity == self.identity:
-                self._kube.replace_lease(dataclasses.replace(current, holder_identity=""))
+                self.kube.replace_lease(dataclasses.replace(current, holder_identity=""))
         except RolloutError:
             pass  # it expires on its own; releasing is a courtesy
         self._lease = None
@@ -159,7 +150,7 @@ class RunLease:
         self.release()
 
     def _renew_loop(self) -> None:
-        while not self._stop.wait(self._renew_every_s):
+        while not self._stop.wait(self.renew_every_s):
             try:
                 self.renew()
             except RolloutError:
@@ -168,7 +159,7 @@ class RunLease:
     def _held_message(self, detail: str) -> str:
         return (
             f"another rollout run is working on this cluster (lease "
-            f"{self._namespace}/{self._name} {detail}); wait for it, or resume that run"
+            f"{self.namespace}/{self.name} {detail}); wait for it, or resume that run"
         )
 
 

@@ -107,44 +107,38 @@ def parse_unhealthy(annotation: str | None) -> set[int]:
     return {int(p) for p in (annotation or "").split(",") if p.strip().isdigit()}
 
 
+@dataclass(eq=False)
 class Kubelet:
     """Runs the pods bound to one node and publishes the node's GPU resources."""
 
-    def __init__(
-        self,
-        registry: Registry,
-        node: NodeDescription,
-        node_index: int,
-        probe: NodeRuntimeProbe,
-        timings: KubeletTimings,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self._registry = registry
-        self._node = node
-        self._index = node_index
-        self._probe = probe
-        self._timings = timings
-        self._clock = clock
-        self._recorder = EventRecorder(registry, "kubelet", node.name, clock)
-        self._devices = _DeviceManager()
-        self._first_seen: dict[str, float] = {}
-        self._running_since: dict[str, float] = {}
-        self._ip_counter = 1
-        self.driver_version = node.driver_version
+    registry: Registry
+    node: NodeDescription
+    node_index: int
+    probe: NodeRuntimeProbe
+    timings: KubeletTimings
+    clock: Callable[[], float] = time.time
+    _devices: _DeviceManager = field(default_factory=_DeviceManager, init=False)
+    _first_seen: dict[str, float] = field(default_factory=dict, init=False)
+    _running_since: dict[str, float] = field(default_factory=dict, init=False)
+    _ip_counter: int = field(default=1, init=False)
+
+    def __post_init__(self) -> None:
+        self._recorder = EventRecorder(self.registry, "kubelet", self.node.name, self.clock)
+        self.driver_version = self.node.driver_version
 
     @property
     def name(self) -> str:
-        return self._node.name
+        return self.node.name
 
     def sync(self, cluster_policy: Mapping[str, Any] | None) -> None:
         """One pass: pods, then device plugin registration, then node status and labels."""
-        node = self._registry.find(NODES, None, self.name)
+        node = self.registry.find(NODES, None, self.name)
         if node is None:
             return
         pods = [
-            p for p in self._registry.list_objects(PODS) if p["spec"].get("nodeName") == self.name
+            p for p in self.registry.list_objects(PODS) if p["spec"].get("nodeName") == self.name
         ]
-        now = self._clock()
+        now = self.clock()
         self._release_finished(pods)
         for pod in pods:
             try:
@@ -152,7 +146,7 @@ class Kubelet:
             except ApiError as error:
                 log.debug("kubelet %s: pod write raced: %s", self.name, error)
         pods = [
-            p for p in self._registry.list_objects(PODS) if p["spec"].get("nodeName") == self.name
+            p for p in self.registry.list_objects(PODS) if p["spec"].get("nodeName") == self.name
         ]
         self._sync_devices(node, pods, cluster_policy, now)
         self._sync_node(now)
@@ -161,7 +155,7 @@ class Kubelet:
 
     def _handler_ok(self, pod: Mapping[str, Any]) -> bool:
         runtime_class = pod["spec"].get("runtimeClassName")
-        return runtime_class is None or self._probe.has_handler(self.name, str(runtime_class))
+        return runtime_class is None or self.probe.has_handler(self.name, str(runtime_class))
 
     def _sync_pod(self, pod: dict[str, Any], now: float) -> None:
         uid = pod["metadata"]["uid"]
@@ -188,7 +182,7 @@ class Kubelet:
                 f'sandbox runtime: no runtime for "{runtime_class}" is configured',
             )
             return
-        if now - first_seen < self._timings.pod_start_s:
+        if now - first_seen < self.timings.pod_start_s:
             return
         wanted = gpu_request(pod)
         if wanted and self._allocate(uid, wanted) is None:
@@ -200,13 +194,13 @@ class Kubelet:
             self._write_pod(pod, lambda p: set_failed(p, "UnexpectedAdmissionError", message))
             self._recorder.record(pod, "Warning", "UnexpectedAdmissionError", message)
             return
-        ip = f"10.244.{self._index}.{self._ip_counter % 250 + 2}"
+        ip = f"10.244.{self.node_index}.{self._ip_counter % 250 + 2}"
         self._ip_counter += 1
-        self._write_pod(pod, lambda p: set_running(p, self._node.address, ip, now))
+        self._write_pod(pod, lambda p: set_running(p, self.node.address, ip, now))
         self._running_since[uid] = now
         container = runs_nvidia_smi(pod)
         if container is not None:
-            self._registry.write_log(
+            self.registry.write_log(
                 pod["metadata"]["namespace"],
                 pod["metadata"]["name"],
                 container,
@@ -225,26 +219,26 @@ class Kubelet:
                 self._write_pod(pod, lambda p: set_crash_loop(p, now))
                 return
             if handler_ok and crashing:
-                self._write_pod(pod, lambda p: set_running(p, self._node.address, None, now))
+                self._write_pod(pod, lambda p: set_running(p, self.node.address, None, now))
                 return
-        if runs_nvidia_smi(pod) is not None and now - since >= self._timings.smoke_run_s:
+        if runs_nvidia_smi(pod) is not None and now - since >= self.timings.smoke_run_s:
             self._write_pod(pod, lambda p: set_succeeded(p, now))
             self._release(uid)
 
     def _write_pod(self, pod: Mapping[str, Any], change: Callable[[dict[str, Any]], None]) -> None:
-        self._registry.mutate(PODS, pod["metadata"]["namespace"], pod["metadata"]["name"], change)
+        self.registry.mutate(PODS, pod["metadata"]["namespace"], pod["metadata"]["name"], change)
 
     # ---------------------------------------------------------------- devices
 
     def _slots(self) -> list[tuple[int, int]]:
         """Healthy (gpu index, replica) slots, replica-major so pods spread over GPUs."""
-        node = self._registry.find(NODES, None, self.name)
+        node = self.registry.find(NODES, None, self.name)
         annotations = (node or {}).get("metadata", {}).get("annotations") or {}
         unhealthy = parse_unhealthy(annotations.get(UNHEALTHY_GPUS_ANNOTATION))
         return [
             (gpu.index, replica)
             for replica in range(self._devices.profile.replicas)
-            for gpu in self._node.gpus
+            for gpu in self.node.gpus
             if gpu.index not in unhealthy
         ]
 
@@ -277,9 +271,9 @@ class Kubelet:
     def _visible_gpus(self, uid: str) -> list[GpuDescription]:
         slots = self._devices.allocations.get(uid)
         if slots is None:
-            return list(self._node.gpus)  # no GPU request: NVIDIA_VISIBLE_DEVICES=all images
+            return list(self.node.gpus)  # no GPU request: NVIDIA_VISIBLE_DEVICES=all images
         indices = sorted({index for index, _ in slots})
-        return [g for g in self._node.gpus if g.index in indices]
+        return [g for g in self.node.gpus if g.index in indices]
 
     def _sync_devices(
         self,
@@ -306,10 +300,10 @@ class Kubelet:
         ):
             self._load_profile(node, plugin, cluster_policy)
         state.registered = (
-            self._probe.has_handler(self.name, NVIDIA_HANDLER)
+            self.probe.has_handler(self.name, NVIDIA_HANDLER)
             and plugin is not None
             and self._driver_ready(node, pods)
-            and bool(self._node.gpus)
+            and bool(self.node.gpus)
         )
         if state.registered:
             state.advertised = True
@@ -317,7 +311,7 @@ class Kubelet:
         elif state.advertised:
             if state.lost_at_s is None:
                 state.lost_at_s = now
-            if now - state.lost_at_s >= self._timings.device_plugin_grace_s:
+            if now - state.lost_at_s >= self.timings.device_plugin_grace_s:
                 state.advertised = False
 
     def _load_profile(
@@ -331,7 +325,7 @@ class Kubelet:
         state.loaded_pod_uid = plugin["metadata"]["uid"]
         state.loaded_label = labels.get(CONFIG_LABEL)
         name = config_name(cluster_policy)
-        configmap = self._registry.find(CONFIGMAPS, OPERATOR_NAMESPACE, name) if name else None
+        configmap = self.registry.find(CONFIGMAPS, OPERATOR_NAMESPACE, name) if name else None
         try:
             state.profile = select_profile(cluster_policy, configmap, labels)
         except ProfileError as error:
@@ -359,7 +353,7 @@ class Kubelet:
 
     def _sync_node(self, now: float) -> None:
         state = self._devices
-        total = len(self._node.gpus) * state.profile.replicas
+        total = len(self.node.gpus) * state.profile.replicas
         healthy = len(self._slots()) if state.registered else 0
 
         def change(node: dict[str, Any]) -> None:
@@ -377,16 +371,16 @@ class Kubelet:
                 allocatable.pop(GPU_RESOURCE, None)
             annotations = node["metadata"].get("annotations") or {}
             _set_node_conditions(status, annotations.get(NOT_READY_ANNOTATION) == "true", now)
-            if self._node.gpus:
+            if self.node.gpus:
                 node["metadata"].setdefault("labels", {}).update(self._gfd_labels())
 
-        self._registry.mutate(NODES, None, self.name, change)
+        self.registry.mutate(NODES, None, self.name, change)
 
     def _gfd_labels(self) -> dict[str, str]:
         replicas = self._devices.profile.replicas
-        first = self._node.gpus[0]
+        first = self.node.gpus[0]
         labels = {
-            GPU_COUNT_LABEL: str(len(self._node.gpus)),
+            GPU_COUNT_LABEL: str(len(self.node.gpus)),
             GPU_PRODUCT_LABEL: gfd_product(first.product, replicas),
             GPU_REPLICAS_LABEL: str(replicas),
             GPU_SHARING_LABEL: self._devices.profile.strategy,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -98,20 +98,15 @@ class UpgradePolicy:
         )
 
 
+@dataclass(eq=False)
 class UpgradeController:
     """Walks GPU nodes through a driver upgrade when the ClusterPolicy's version moves."""
 
-    def __init__(
-        self,
-        registry: Registry,
-        timings: UpgradeTimings,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self._registry = registry
-        self._timings = timings
-        self._clock = clock
-        self._entered: dict[str, float] = {}
-        self._restarted: set[str] = set()
+    registry: Registry
+    timings: UpgradeTimings
+    clock: Callable[[], float] = time.time
+    _entered: dict[str, float] = field(default_factory=dict, init=False)
+    _restarted: set[str] = field(default_factory=set, init=False)
 
     def reconcile(self, cluster_policy: Mapping[str, Any] | None) -> None:
         if cluster_policy is None:
@@ -123,10 +118,10 @@ class UpgradeController:
             return
         nodes = [
             n
-            for n in self._registry.list_objects(NODES)
+            for n in self.registry.list_objects(NODES)
             if (n["metadata"].get("labels") or {}).get(DRIVER.deploy_label) == "true"
         ]
-        pods = self._registry.list_objects(PODS)
+        pods = self.registry.list_objects(PODS)
         for node in sorted(nodes, key=lambda n: str(n["metadata"]["name"])):
             try:
                 self._advance(node, nodes, pods, policy, target)
@@ -149,8 +144,8 @@ class UpgradeController:
         if labels.get(UPGRADE_SKIP_LABEL) == "true":
             return
         state = labels.get(UPGRADE_STATE_LABEL, "")
-        now = self._clock()
-        if now - self._entered.get(name, 0.0) < self._timings.dwell_s:
+        now = self.clock()
+        if now - self._entered.get(name, 0.0) < self.timings.dwell_s:
             return
         on_node = [p for p in pods if p["spec"].get("nodeName") == name]
         drivers = [p for p in on_node if owner_daemonset(p) == DRIVER.name and not is_deleting(p)]
@@ -201,7 +196,7 @@ class UpgradeController:
     ) -> bool:
         # Re-read: an earlier node of this same pass may have just taken the slot.
         names = {n["metadata"]["name"] for n in snapshot}
-        nodes = [n for n in self._registry.list_objects(NODES) if n["metadata"]["name"] in names]
+        nodes = [n for n in self.registry.list_objects(NODES) if n["metadata"]["name"] in names]
         states = [(n["metadata"].get("labels") or {}).get(UPGRADE_STATE_LABEL) for n in nodes]
         busy = sum(1 for s in states if s in IN_PROGRESS)
         if policy.max_parallel > 0 and busy >= policy.max_parallel:
@@ -234,7 +229,7 @@ class UpgradeController:
         validators = [p for p in on_node if owner_daemonset(p) == VALIDATOR.name]
         if any(is_ready(p) and not is_deleting(p) for p in validators):
             self._set_state(name, UpgradeState.UNCORDON)
-        elif now - self._entered.get(name, now) >= self._timings.validation_timeout_s:
+        elif now - self._entered.get(name, now) >= self.timings.validation_timeout_s:
             self._set_state(name, UpgradeState.FAILED)
 
     def _cordon(self, node: dict[str, Any]) -> None:
@@ -247,7 +242,7 @@ class UpgradeController:
                 ] = "true"
             n["spec"]["unschedulable"] = True
 
-        self._registry.mutate(NODES, None, node["metadata"]["name"], cordon)
+        self.registry.mutate(NODES, None, node["metadata"]["name"], cordon)
 
     def _uncordon(self, node: dict[str, Any]) -> None:
         def uncordon(n: dict[str, Any]) -> None:
@@ -257,11 +252,11 @@ class UpgradeController:
                 n["spec"].pop("unschedulable", None)
             annotations.pop(UPGRADE_REQUESTED_ANNOTATION, None)
 
-        self._registry.mutate(NODES, None, node["metadata"]["name"], uncordon)
+        self.registry.mutate(NODES, None, node["metadata"]["name"], uncordon)
 
     def _delete_pod(self, pod: dict[str, Any]) -> None:
         try:
-            self._registry.delete(PODS, pod["metadata"]["namespace"], pod["metadata"]["name"])
+            self.registry.delete(PODS, pod["metadata"]["namespace"], pod["metadata"]["name"])
         except ApiError as error:
             if error.code != 404:
                 raise
@@ -270,8 +265,8 @@ class UpgradeController:
         def label(n: dict[str, Any]) -> None:
             n["metadata"].setdefault("labels", {})[UPGRADE_STATE_LABEL] = state.value
 
-        self._registry.mutate(NODES, None, name, label)
-        self._entered[name] = self._clock()
+        self.registry.mutate(NODES, None, name, label)
+        self._entered[name] = self.clock()
         log.info("driver upgrade: %s -> %s", name, state.value)
 
 
