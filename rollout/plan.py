@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from rollout.secrets import redact_toml_pair
+
 
 @dataclass(frozen=True)
 class FileChange:
@@ -32,8 +34,10 @@ class FileChange:
         return "modify"
 
     def unified_diff(self) -> str:
-        before = (self.before or "").splitlines(keepends=True)
-        after = (self.after or "").splitlines(keepends=True)
+        """The change as a unified diff, for people: secrets show as changed, never their value."""
+        shown = self.redacted()
+        before = (shown.before or "").splitlines(keepends=True)
+        after = (shown.after or "").splitlines(keepends=True)
         lines = difflib.unified_diff(
             before,
             after,
@@ -41,6 +45,11 @@ class FileChange:
             tofile="/dev/null" if self.after is None else f"b{self.path}",
         )
         return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+
+    def redacted(self) -> FileChange:
+        """This change as output shows it: every secret value replaced (rollout.secrets)."""
+        before, after = redact_toml_pair(self.before, self.after)
+        return dataclasses.replace(self, before=before, after=after)
 
 
 @dataclass(frozen=True)

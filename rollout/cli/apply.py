@@ -8,8 +8,6 @@ import socket
 import sys
 from pathlib import Path
 
-from rich.markup import escape
-
 from rollout.cli.plan import add_fleet_arguments, connect_fleet
 from rollout.cli.render import (
     LiveProgress,
@@ -18,6 +16,7 @@ from rollout.cli.render import (
     print_plan_text,
     print_run_summary,
     report_to_json,
+    safe,
 )
 from rollout.connection import FleetConnection
 from rollout.errors import Aborted, BadInput, ExitCode
@@ -212,7 +211,7 @@ def execute(
             kube=fleet.kube,
             journal=journal,
             # the steps name the node in their own lines
-            progress=lambda text: progress_console.print(escape(text)),
+            progress=lambda text: progress_console.print(safe(text)),
         )
 
     executor = Executor(plan, spec, builtin_steps(), journal, fleet.kube, context, progress, lease)
@@ -224,7 +223,7 @@ def execute(
     # staging dirs a killed attempt of this run left on a node go with the run
     staged = {n.name: fleet.runners[n.name] for n in plan.nodes if n.files}
     for node, problem in remove_run_stages(staged, str(journal.run_id)).items():
-        progress_console.print(escape(f"{node}: staging not removed: {problem}"))
+        progress_console.print(safe(f"{node}: staging not removed: {problem}"))
     if output == "json":
         sys.stdout.write(report_to_json(str(journal.run_id), report))
         return report
@@ -263,13 +262,13 @@ def run_status(args: argparse.Namespace) -> int:
                 where = describe_phase(
                     run.run_id, run.phase, run.outcome, run.halted_reason, run.holder
                 )
-            console.print(escape(f"{run.run_id}  {run.plan_name}  {where}"))
+            console.print(safe(f"{run.run_id}  {run.plan_name}  {where}"))
         return ExitCode.OK
     run_id = args.run_id
     if run_id is None:
         latest = latest_run(state_dir)
         if latest is None:
-            console.print(escape(f"no runs in {state_dir}"))
+            console.print(safe(f"no runs in {state_dir}"))
             return ExitCode.OK
         run_id = latest.run_id
     state = read_run(state_dir, run_id)
@@ -277,7 +276,7 @@ def run_status(args: argparse.Namespace) -> int:
     holder = lock_holder(state_dir, run_id)
     phase = state.phase(locked=holder is not None)
     where = describe_phase(run_id, phase, state.outcome, state.halted_reason, holder)
-    console.print(escape(f"run {run_id}: {where}"))
+    console.print(safe(f"run {run_id}: {where}"))
     for node in plan.nodes:
         ns = state.node(node.name)
         done = len(ns.completed)
@@ -286,7 +285,7 @@ def run_status(args: argparse.Namespace) -> int:
         reason = f" ({ns.outcome_reason})" if ns.outcome_reason else ""
         cordoned = ", cordoned by rollout" if ns.cordoned_by_rollout else ""
         console.print(
-            escape(
+            safe(
                 f"  {node.name}: {result}{reason}; {done}/{len(node.steps)} steps{flying}{cordoned}"
             )
         )

@@ -5,7 +5,10 @@ Part of the CLI layer, the only one that imports rich: everything else hands it 
 
 from __future__ import annotations
 
+import dataclasses
+import html
 import json
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -17,10 +20,52 @@ from rich.markup import escape
 from rich.table import Table
 
 from rollout.executor import RunReport
-from rollout.plan import NodePlan, Plan, plan_to_data
+from rollout.plan import EffectiveChange, NodePlan, Plan, plan_to_data
+from rollout.secrets import parse_path, redact_change, redact_diff
 
 SCHEMA_VERSION = 1
 MAX_EFFECTIVE_LINES = 12
+# C0 and C1 controls but tab and newline: an ESC in a node's file must not drive the terminal
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def show_controls(text: str) -> str:
+    """Control characters as `\\x1b`-style escapes, so they print instead of acting."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def safe(value: object) -> str:
+    """A value from input or a node, ready for rich markup: brackets escaped, controls shown.
+
+    Every value that is not rollout's own literal text goes through here: a legal value
+    holding `[/x]` would otherwise crash the renderer, and `[conceal]` would hide text.
+    """
+    return escape(show_controls(str(value)))
+
+
+def redact_plan(plan: Plan) -> Plan:
+    """The plan as output shows it: file texts, effective changes and diffs without secrets."""
+    return dataclasses.replace(
+        plan,
+        waves=tuple(
+            dataclasses.replace(wave, nodes=tuple(_redact_node(node) for node in wave.nodes))
+            for wave in plan.waves
+        ),
+    )
+
+
+def _redact_node(node: NodePlan) -> NodePlan:
+    return dataclasses.replace(
+        node,
+        files=tuple(change.redacted() for change in node.files),
+        effective_changes=tuple(_redact_effective(change) for change in node.effective_changes),
+        effective_diff=redact_diff(node.effective_diff),
+    )
+
+
+def _redact_effective(change: EffectiveChange) -> EffectiveChange:
+    before, after = redact_change(parse_path(change.path), change.before, change.after)
+    return dataclasses.replace(change, before=before, after=after)
 
 
 def make_console(stream: IO[str] | None = None, color: bool | None = None) -> Console:
@@ -30,42 +75,48 @@ def make_console(stream: IO[str] | None = None, color: bool | None = None) -> Co
         no_color=color is False,
         force_terminal=True if color else None,
         highlight=False,
+        # `:name:` in a value is text, not an emoji
+        emoji=False,
         soft_wrap=True,
     )
 
 
 def print_plan_text(plan: Plan, console: Console) -> None:
     """The plan as a reviewer reads it on a terminal."""
+    plan = redact_plan(plan)
     total = len(plan.nodes)
     changing = sum(1 for n in plan.nodes if n.changes)
     console.print(
-        f"[bold]Plan {escape(plan.name)}[/bold]: {', '.join(plan.changes)} on {total} node(s) "
-        f"in {len(plan.waves)} wave(s); facts from {escape(plan.facts_source)}"
+        f"[bold]Plan {safe(plan.name)}[/bold]: {safe(', '.join(plan.changes))} on {total} "
+        f"node(s) in {len(plan.waves)} wave(s); facts from {safe(plan.facts_source)}"
     )
     console.print(
         f"  max unavailable {plan.max_unavailable}"
         + (
-            f"; already unavailable: {', '.join(plan.already_unavailable)}"
+            f"; already unavailable: {safe(', '.join(plan.already_unavailable))}"
             if plan.already_unavailable
             else ""
         )
     )
     for warning in plan.warnings:
-        console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
+        console.print(f"[yellow]warning:[/yellow] {safe(warning)}")
     if plan.cluster_changes:
         console.print("\n[bold]Before wave 1 (cluster-wide)[/bold]")
         for change in plan.cluster_changes:
             if change.action is None:
                 console.print(
-                    f"  = {change.kind} {change.target}: {escape(change.noop_reason or '')}"
+                    f"  = {safe(change.kind)} {safe(change.target)}: "
+                    f"{safe(change.noop_reason or '')}"
                 )
             else:
                 console.print(
-                    f"  [cyan]~[/cyan] {change.kind} {change.target}: {escape(change.action)}"
+                    f"  [cyan]~[/cyan] {safe(change.kind)} {safe(change.target)}: "
+                    f"{safe(change.action)}"
                 )
                 _print_diff(console, change.diff, indent="      ")
     for wave in plan.waves:
-        console.print(f"\n[bold]Wave {wave.index}[/bold]: {', '.join(n.name for n in wave.nodes)}")
+        names = ", ".join(n.name for n in wave.nodes)
+        console.print(f"\n[bold]Wave {wave.index}[/bold]: {safe(names)}")
         for node in wave.nodes:
             _print_node(console, node)
     console.print()
@@ -87,35 +138,42 @@ def _print_node(console: Console, node: NodePlan) -> None:
     marker = "[cyan]~[/cyan]" if node.changes else "[green]=[/green]"
     state = " (cordoned or NotReady: counts against max unavailable)" if node.unavailable else ""
     console.print(
-        f"\n  {marker} [bold]{node.name}[/bold]  containerd {node.containerd_version}{state}"
+        f"\n  {marker} [bold]{safe(node.name)}[/bold]  "
+        f"containerd {safe(node.containerd_version)}{state}"
     )
     if node.status:
-        console.print(f"    [dim]{escape(node.status)}[/dim]")
+        console.print(f"    [dim]{safe(node.status)}[/dim]")
     for text in node.shadowing:
-        console.print(f"    [red]shadowed:[/red] {escape(text)}")
+        console.print(f"    [red]shadowed:[/red] {safe(text)}")
     for text in node.repairs:
-        console.print(f"    [yellow]repair:[/yellow] {escape(text)}")
+        console.print(f"    [yellow]repair:[/yellow] {safe(text)}")
     for step in node.steps:
+        kind = safe(f"{step.kind:<20}")
         if step.action is not None:
-            console.print(f"    [cyan]{step.kind:<20}[/cyan] {escape(step.action)}")
+            console.print(f"    [cyan]{kind}[/cyan] {safe(step.action)}")
         else:
-            console.print(f"    [dim]{step.kind:<20} no-op: {escape(step.noop_reason or '')}[/dim]")
+            console.print(f"    [dim]{kind} no-op: {safe(step.noop_reason or '')}[/dim]")
     for label in node.labels:
-        console.print(f"    label {label.key}: {label.before!r} -> {label.after!r}")
+        console.print(
+            f"    label {safe(label.key)}: {safe(repr(label.before))} -> {safe(repr(label.after))}"
+        )
     for warning in node.warnings:
-        console.print(f"    [yellow]warning:[/yellow] {escape(warning)}")
+        console.print(f"    [yellow]warning:[/yellow] {safe(warning)}")
     for change in node.files:
-        console.print(f"    [bold]{change.action} {change.path}[/bold]  ({escape(change.reason)})")
+        console.print(
+            f"    [bold]{change.action} {safe(change.path)}[/bold]  ({safe(change.reason)})"
+        )
         _print_diff(console, change.unified_diff(), indent="      ")
     if node.effective_changes:
         console.print(
             "    [bold]effective containerd config[/bold] (what containerd will load; "
-            f"defaults from {escape(node.defaults_source or 'the files alone')}):"
+            f"defaults from {safe(node.defaults_source or 'the files alone')}):"
         )
         for eff in node.effective_changes[:MAX_EFFECTIVE_LINES]:
             tag = "" if eff.intended else "  [yellow](repair)[/yellow]"
             console.print(
-                f"      {escape(eff.path)}: {_short(eff.before)} -> {_short(eff.after)}{tag}"
+                f"      {safe(eff.path)}: {safe(_short(eff.before))} -> "
+                f"{safe(_short(eff.after))}{tag}"
             )
         hidden = len(node.effective_changes) - MAX_EFFECTIVE_LINES
         if hidden > 0:
@@ -135,7 +193,7 @@ def _print_diff(console: Console, diff: str, indent: str) -> None:
             if line.startswith("@@")
             else None
         )
-        text = escape(line)
+        text = safe(line)
         console.print(f"{indent}[{style}]{text}[/{style}]" if style else f"{indent}{text}")
 
 
@@ -156,21 +214,26 @@ def _count_leaves(value: Any) -> int:
 
 def plan_to_markdown(plan: Plan) -> str:
     """The plan as a code-review comment."""
+    plan = redact_plan(plan)
     out: list[str] = []
     changing = [n for n in plan.nodes if n.changes]
-    out.append(f"### rollout plan `{plan.name}`\n")
+    out.append(f"### rollout plan {md_code(plan.name)}\n")
     out.append(
-        f"{', '.join(plan.changes)} on {len(plan.nodes)} node(s) in {len(plan.waves)} wave(s); "
-        f"**{len(changing)}** node(s) change; max unavailable {plan.max_unavailable}.\n"
+        f"{md_text(', '.join(plan.changes))} on {len(plan.nodes)} node(s) in "
+        f"{len(plan.waves)} wave(s); **{len(changing)}** node(s) change; "
+        f"max unavailable {plan.max_unavailable}.\n"
     )
     for warning in plan.warnings:
-        out.append(f"> **warning:** {warning}\n")
+        out.append(f"> **warning:** {md_text(warning)}\n")
     if plan.cluster_changes:
         out.append("#### Cluster-wide, before wave 1\n")
         for change in plan.cluster_changes:
-            out.append(f"- `{change.kind} {change.target}`: {change.action or change.noop_reason}")
+            out.append(
+                f"- {md_code(f'{change.kind} {change.target}')}: "
+                f"{md_text(change.action or change.noop_reason or '')}"
+            )
             if change.diff:
-                out.append(f"\n```diff\n{change.diff}```")
+                out.append("\n" + md_fence(change.diff, "diff"))
         out.append("")
     out.append("| wave | node | containerd | steps | files |")
     out.append("|---|---|---|---|---|")
@@ -178,29 +241,57 @@ def plan_to_markdown(plan: Plan) -> str:
         for node in wave.nodes:
             steps = " → ".join(s.kind for s in node.steps if s.changes) or "no-op"
             out.append(
-                f"| {wave.index} | {node.name} | {node.containerd_version} | {steps} "
-                f"| {len(node.files)} |"
+                f"| {wave.index} | {md_text(node.name)} | {md_text(node.containerd_version)} "
+                f"| {md_text(steps)} | {len(node.files)} |"
             )
     out.append("")
     for node in changing:
-        out.append(f"<details><summary><b>{node.name}</b></summary>\n")
+        out.append(f"<details><summary><b>{md_text(node.name)}</b></summary>\n")
         for text in node.shadowing:
-            out.append(f"- :warning: shadowed: {text}")
+            out.append(f"- :warning: shadowed: {md_text(text)}")
         for text in node.repairs:
-            out.append(f"- repair: {text}")
+            out.append(f"- repair: {md_text(text)}")
         for write in node.files:
-            out.append(f"\n`{write.action} {write.path}` ({write.reason})\n")
-            out.append(f"```diff\n{write.unified_diff()}```")
+            out.append(f"\n{md_code(f'{write.action} {write.path}')} ({md_text(write.reason)})\n")
+            out.append(md_fence(write.unified_diff(), "diff"))
         if node.effective_diff:
             source = node.defaults_source or "the files alone"
-            out.append(f"\nEffective containerd config (defaults from {source}):\n")
-            out.append(f"```diff\n{node.effective_diff.rstrip()}\n```")
+            out.append(f"\nEffective containerd config (defaults from {md_text(source)}):\n")
+            out.append(md_fence(node.effective_diff, "diff"))
         out.append("\n</details>\n")
     return "\n".join(out) + "\n"
 
 
+def md_text(value: object) -> str:
+    """A value as inline markdown text: no HTML, no table break, no line break, no controls."""
+    text = show_controls(" ".join(str(value).splitlines()))
+    text = re.sub(r"([\\`*_\[\]])", r"\\\1", text)
+    return html.escape(text, quote=False).replace("|", "\\|")
+
+
+def md_code(value: object) -> str:
+    """A value as an inline code span, fenced by more backticks than it holds."""
+    text = show_controls(" ".join(str(value).splitlines())).replace("|", "\\|")
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") or not text.strip() else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def md_fence(text: str, language: str) -> str:
+    """A block of text in a code fence no line of it can close."""
+    body = show_controls(text).rstrip("\n")
+    longest = max((len(run) for run in re.findall(r"^\s*(`{3,})", body, re.M)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{language}\n{body}\n{fence}"
+
+
 def plan_to_json(plan: Plan) -> str:
-    """The plan as JSON, stable for machines: every dataclass field plus derived flags."""
+    """The plan as JSON, stable for machines: every dataclass field plus derived flags.
+
+    File texts and effective values are redacted like every other output (rollout.secrets).
+    """
+    plan = redact_plan(plan)
     data = plan_to_data(plan)
     data["schema_version"] = SCHEMA_VERSION
     data["has_changes"] = plan.has_changes
@@ -222,7 +313,7 @@ class ProgressLines:
         self._started: dict[str, float] = {}
 
     def _line(self, text: str) -> None:
-        self._console.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {escape(text)}")
+        self._console.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {safe(text)}")
 
     def node_started(self, wave: int, node: str) -> None:
         self._started[node] = time.monotonic()
@@ -241,23 +332,23 @@ class ProgressLines:
         self._line(f"{node}: {outcome} after {took:.0f}s{tail}")
 
     def halted(self, reason: str) -> None:
-        self._console.print(f"[bold red]halted:[/bold red] {escape(reason)}")
+        self._console.print(f"[bold red]halted:[/bold red] {safe(reason)}")
 
 
 def print_run_summary(
     console: Console, run_id: str, outcome: str, reason: str, nodes: Mapping[str, tuple[str, str]]
 ) -> None:
     """The final table of a run: each node's outcome and why."""
-    table = Table(title=f"run {run_id}: {outcome}", title_justify="left")
+    table = Table(title=f"run {safe(run_id)}: {safe(outcome)}", title_justify="left")
     table.add_column("node")
     table.add_column("outcome")
     table.add_column("reason", overflow="fold")
     for node, (node_outcome, node_reason) in nodes.items():
         style = {"succeeded": "green", "pending": "dim"}.get(node_outcome, "red")
-        table.add_row(node, f"[{style}]{node_outcome}[/{style}]", escape(node_reason))
+        table.add_row(safe(node), f"[{style}]{safe(node_outcome)}[/{style}]", safe(node_reason))
     console.print(table)
     if reason:
-        console.print(f"halted: {escape(reason)}")
+        console.print(f"halted: {safe(reason)}")
 
 
 @dataclass
@@ -298,10 +389,14 @@ class LiveProgress:
                 row.state, "red"
             )
             table.add_row(
-                str(row.wave), node, f"[{style}]{row.state}[/{style}]", escape(row.step), elapsed
+                str(row.wave),
+                safe(node),
+                f"[{style}]{safe(row.state)}[/{style}]",
+                safe(row.step),
+                elapsed,
             )
         if self._halt:
-            table.caption = f"halted: {escape(self._halt)}"
+            table.caption = f"halted: {safe(self._halt)}"
         return table
 
     def _refresh(self) -> None:

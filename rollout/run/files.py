@@ -29,6 +29,8 @@ NODES_DIR = "nodes"
 # Invariant 9: a run's files hold the plan's text and what steps saw on nodes; only the
 # user who ran it may read them.
 FILE_MODE = 0o600
+# ... and the directories holding them are closed to others as well
+DIR_MODE = 0o700
 
 # Run ids, node names and step kinds become path components: nothing that could step out.
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
@@ -78,7 +80,7 @@ def make_dirs_durable(path: Path) -> None:
         probe = probe.parent
     for directory in reversed(missing):
         with contextlib.suppress(FileExistsError):
-            directory.mkdir()
+            directory.mkdir(mode=DIR_MODE)
         fsync_dir(directory.parent)
 
 

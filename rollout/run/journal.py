@@ -34,6 +34,7 @@ from rollout.run.errors import (
     RunIncomplete,
 )
 from rollout.run.files import (
+    DIR_MODE,
     FILE_MODE,
     INVOCATION_FILE,
     JOURNAL_FILE,
@@ -358,7 +359,7 @@ def _make_run_dir(
         run_id = chosen or make_run_id(plan_name, at)
         run_dir = runs_dir / run_id
         try:
-            run_dir.mkdir()
+            run_dir.mkdir(mode=DIR_MODE)
         except FileExistsError:
             continue
         fsync_dir(runs_dir)
