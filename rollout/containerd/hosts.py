@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Sequence
+import tomllib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 import tomli_w
@@ -20,6 +22,10 @@ from rollout.errors import BadInput
 
 DEFAULT_NAMESPACE = "_default"
 CAPABILITIES = ("pull", "resolve", "push")
+# what rollout decides in a hosts.toml; every other key (header, client, ca of the server,
+# dial_timeout, ...) is the operator's and survives a rewrite
+MANAGED_TOP_KEYS = frozenset({"server", "host"})
+MANAGED_HOST_KEYS = frozenset({"capabilities", "skip_verify", "ca"})
 _NAMESPACE_RE = re.compile(
     r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]{1,5})?$|^\[[0-9a-fA-F:]+\](:[0-9]{1,5})?$"
 )
@@ -97,6 +103,43 @@ def render_hosts_toml(server: str | None, hosts: Sequence[HostEndpoint] = ()) ->
             table[host.url] = entry
         doc["host"] = table
     return tomli_w.dumps(doc)
+
+
+def merge_hosts_toml(
+    existing: str | None, server: str | None, hosts: Sequence[HostEndpoint] = ()
+) -> str:
+    """The hosts.toml rollout writes over `existing`: its server and hosts, with every key
+    rollout does not manage kept (an `Authorization` header of a mirror, client certs,
+    `override_path`). `existing` itself when it already says the same, so an unchanged
+    file is no write; a fresh rendering when there is nothing (readable) to keep."""
+    rendered = render_hosts_toml(server, hosts)
+    if existing is None:
+        return rendered
+    try:
+        old = tomllib.loads(existing)
+    except tomllib.TOMLDecodeError:
+        # containerd cannot read it either: nothing in it is in effect to keep
+        return rendered
+    new: dict[str, Any] = tomllib.loads(rendered)
+    merged: dict[str, Any] = {k: v for k, v in new.items() if k != "host"}
+    merged.update({k: v for k, v in old.items() if k not in MANAGED_TOP_KEYS})
+    old_hosts = old.get("host")
+    if "host" in new:
+        table: dict[str, Any] = {}
+        for url, entry in new["host"].items():
+            before = old_hosts.get(url) if isinstance(old_hosts, Mapping) else None
+            table[url] = _merge_host(entry, before)
+        merged["host"] = table
+    if merged == old:
+        return existing
+    return tomli_w.dumps(merged)
+
+
+def _merge_host(entry: dict[str, Any], before: Any) -> dict[str, Any]:
+    if not isinstance(before, Mapping):
+        return entry
+    kept = {k: v for k, v in before.items() if k not in MANAGED_HOST_KEYS and k not in entry}
+    return {**entry, **kept}
 
 
 def _check_url(url: str) -> None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rollout import containerd as engine
+from rollout.containerd.hosts import merge_hosts_toml
 from rollout.facts import NodeFacts
 from rollout.plan import EffectiveChange, FileChange
 from rollout.spec import ContainerdChange, RegistryChange, Spec
@@ -174,8 +175,9 @@ def plan_hosts_toml(change: RegistryChange, node: NodeFacts) -> list[FileChange]
         )
         for endpoint in change.endpoints
     ]
-    content = engine.render_hosts_toml(change.upstream, hosts)
     before = node.config_files.files.get(path)
+    # the node's own keys (a mirror's Authorization header, client certs) stay
+    content = merge_hosts_toml(before, change.upstream, hosts)
     if before == content:
         return []
     return [

@@ -8,7 +8,7 @@ import pytest
 import tomli_w
 
 from rollout.containerd import HostEndpoint, hosts_namespace, hosts_toml_path, render_hosts_toml
-from rollout.containerd.hosts import HostsConfigError
+from rollout.containerd.hosts import HostsConfigError, merge_hosts_toml
 
 
 def test_mirror_with_fallback_server_round_trips() -> None:
@@ -86,3 +86,59 @@ def test_namespace_directory(registry: str | None, namespace: str) -> None:
 def test_bad_namespace(bad: str) -> None:
     with pytest.raises(HostsConfigError):
         hosts_namespace(bad)
+
+
+OPERATORS_HOSTS = """server = "https://registry.internal:5000"
+ca = "/etc/containerd/certs.d/registry.internal:5000/server-ca.crt"
+
+[host."https://mirror.internal:5000"]
+capabilities = ["pull", "resolve", "push"]
+skip_verify = true
+override_path = true
+client = [["/etc/pki/client.crt", "/etc/pki/client.key"]]
+
+[host."https://mirror.internal:5000".header]
+Authorization = "Basic c2VjcmV0"
+X-Team = ["gpu"]
+
+[host."https://old-mirror.internal"]
+capabilities = ["pull"]
+"""
+
+
+def test_rewrite_keeps_the_keys_rollout_does_not_manage() -> None:
+    mirror = HostEndpoint("https://mirror.internal:5000")
+    text = merge_hosts_toml(OPERATORS_HOSTS, "https://registry.internal:5000", [mirror])
+    assert tomllib.loads(text) == {
+        "server": "https://registry.internal:5000",
+        "ca": "/etc/containerd/certs.d/registry.internal:5000/server-ca.crt",
+        "host": {
+            "https://mirror.internal:5000": {
+                # the plan decides these: its capabilities, no skip_verify
+                "capabilities": ["pull", "resolve"],
+                # the operator's: kept
+                "override_path": True,
+                "client": [["/etc/pki/client.crt", "/etc/pki/client.key"]],
+                "header": {"Authorization": "Basic c2VjcmV0", "X-Team": ["gpu"]},
+            },
+            # a mirror the plan no longer lists goes
+        },
+    }
+
+
+def test_rewrite_that_changes_nothing_is_the_file_itself() -> None:
+    mirror = HostEndpoint("https://mirror.internal:5000")
+    once = merge_hosts_toml(OPERATORS_HOSTS, "https://registry.internal:5000", [mirror])
+    assert merge_hosts_toml(once, "https://registry.internal:5000", [mirror]) is once
+    reordered = 'server = "https://r.io"\n[host."https://m"]\ncapabilities = ["pull", "resolve"]\n'
+    assert merge_hosts_toml(reordered, "https://r.io", [HostEndpoint("https://m")]) is reordered
+
+
+def test_new_or_unreadable_file_is_rendered_fresh() -> None:
+    mirror = HostEndpoint("https://m")
+    fresh = render_hosts_toml("https://r.io", [mirror])
+    assert merge_hosts_toml(None, "https://r.io", [mirror]) == fresh
+    assert merge_hosts_toml("server = [broken", "https://r.io", [mirror]) == fresh
+    # a header of another host does not move to the new one
+    other = '[host."https://x"]\ncapabilities = ["pull"]\n[host."https://x".header]\nA = "b"\n'
+    assert merge_hosts_toml(other, "https://r.io", [mirror]) == fresh
