@@ -57,7 +57,7 @@ from rollout.steps.backup import (
 )
 from rollout.steps.base import StepContext, StepFailed, StepResult
 from rollout.steps.containerd_changes import build_intent
-from rollout.steps.nodechanges import node_changes
+from rollout.steps.nodechanges import Reach, ReachingStep, node_changes
 from rollout.steps.systemd import (
     probe_service,
     read_node_clock,
@@ -367,14 +367,13 @@ class ContainerdWrite:
         return StepFailed(ctx.node, self.kind, message)
 
 
-class ContainerdVerify:
+class ContainerdVerify(ReachingStep):
     """After the restart: the real dump is the predicted one and every handler is still there."""
 
     kind: ClassVar[str] = "containerd.verify"
+    reach: ClassVar[Reach] = Reach.CONTAINERD
 
-    def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
-        if not node_changes(facts, cluster, spec).restarts_containerd:
-            return StepPlan.skipping(self.kind, "no containerd file changes")
+    def plan_change(self, facts: NodeFacts, spec: Spec) -> StepPlan:
         return StepPlan.acting(self.kind, "containerd config dump == predicted")
 
     def apply(self, ctx: StepContext) -> StepResult:

@@ -15,19 +15,18 @@ from rollout.plan import StepPlan
 from rollout.run import CordonedByRollout, Uncordoned
 from rollout.spec import Spec
 from rollout.steps.base import StepContext, StepFailed, StepResult
-from rollout.steps.nodechanges import node_changes
+from rollout.steps.nodechanges import Reach, ReachingStep, node_changes
 from rollout.steps.nodemarks import LEFT_CORDONED_ANNOTATION, mark_released, report_step
 
 
 @dataclass(frozen=True)
-class CordonStep:
+class CordonStep(ReachingStep):
     """Mark the node unschedulable, journalled first, unless someone else already did."""
 
     kind: ClassVar[str] = "cordon"
+    reach: ClassVar[Reach] = Reach.WORKLOADS
 
-    def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
-        if not node_changes(facts, cluster, spec).disruptive:
-            return StepPlan.skipping(self.kind, "nothing restarts on this node")
+    def plan_change(self, facts: NodeFacts, spec: Spec) -> StepPlan:
         if facts.unschedulable:
             return StepPlan.skipping(
                 self.kind, "already cordoned (by someone else: it stays cordoned afterwards)"

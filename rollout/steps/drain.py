@@ -11,12 +11,12 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from rollout.drain import EvictionBackoff, classify_for_policy, format_blocked
-from rollout.facts import ClusterFacts, NodeFacts
+from rollout.facts import NodeFacts
 from rollout.plan import StepPlan
 from rollout.spec import Spec
 from rollout.steps.base import StepContext, StepFailed, StepResult
 from rollout.steps.deadline import POLL_INTERVAL_S, Deadline
-from rollout.steps.nodechanges import node_changes
+from rollout.steps.nodechanges import Reach, ReachingStep
 from rollout.steps.nodemarks import report_step
 from rollout.steps.pods import describe_pod, is_pod_gone, read_pod
 from rollout.transports.errors import EvictionBlocked, TooManyRequests
@@ -24,14 +24,13 @@ from rollout.transports.kube import Pod
 
 
 @dataclass(frozen=True)
-class DrainStep:
+class DrainStep(ReachingStep):
     """Evict the node's pods through the Eviction API, as `kubectl drain` would."""
 
     kind: ClassVar[str] = "drain"
+    reach: ClassVar[Reach] = Reach.WORKLOADS
 
-    def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
-        if not node_changes(facts, cluster, spec).disruptive:
-            return StepPlan.skipping(self.kind, "nothing restarts on this node")
+    def plan_change(self, facts: NodeFacts, spec: Spec) -> StepPlan:
         action, refusal = describe_drain(spec, facts)
         return StepPlan.acting(self.kind, action, tuple(refusal))
 

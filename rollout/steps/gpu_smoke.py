@@ -8,13 +8,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from rollout.facts import ClusterFacts, NodeFacts
+from rollout.facts import NodeFacts
 from rollout.plan import StepPlan
 from rollout.spec import Spec
 from rollout.steps.base import StepContext, StepFailed, StepResult
 from rollout.steps.deadline import POLL_INTERVAL_S, Deadline
 from rollout.steps.gpu_wait import GPU_RESOURCE, expect_gpus
-from rollout.steps.nodechanges import node_changes
+from rollout.steps.nodechanges import Reach, ReachingStep
 from rollout.steps.nodemarks import RUN_ANNOTATION, report_step
 from rollout.steps.pods import describe_pod
 from rollout.transports.errors import KubeError, NotFound
@@ -139,14 +139,13 @@ def tail_lines(text: str, lines: int = LOG_TAIL_LINES) -> str:
 
 
 @dataclass(frozen=True)
-class GpuSmokeStep:
+class GpuSmokeStep(ReachingStep):
     """Run `nvidia-smi -L` in a one-GPU pod on the node; the node's GPUs must show up."""
 
     kind: ClassVar[str] = "gpu.smoke"
+    reach: ClassVar[Reach] = Reach.NODE
 
-    def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
-        if not node_changes(facts, cluster, spec).touches_node:
-            return StepPlan.skipping(self.kind, "nothing changed on this node")
+    def plan_change(self, facts: NodeFacts, spec: Spec) -> StepPlan:
         return StepPlan.acting(self.kind, "run nvidia-smi -L in a one-GPU pod pinned to the node")
 
     def apply(self, ctx: StepContext) -> StepResult:

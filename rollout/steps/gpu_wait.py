@@ -12,13 +12,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from rollout.facts import ClusterFacts, NodeFacts
+from rollout.facts import NodeFacts
 from rollout.plan import StepPlan
 from rollout.spec import Spec
 from rollout.steps.base import StepContext, StepFailed, StepResult
 from rollout.steps.deadline import POLL_INTERVAL_S, Deadline
 from rollout.steps.deviceplugin import DEVICE_PLUGIN_SELECTOR, find_device_plugin_pods
-from rollout.steps.nodechanges import node_changes
+from rollout.steps.nodechanges import Reach, ReachingStep
 from rollout.steps.nodemarks import report_step
 from rollout.steps.pods import describe_pod
 from rollout.steps.profile_changes import time_slicing_change
@@ -84,14 +84,13 @@ def gpus_match(node: Node, expected: GpuExpectation) -> bool:
 
 
 @dataclass(frozen=True)
-class GpuWaitStep:
+class GpuWaitStep(ReachingStep):
     """Wait until the node advertises its GPUs again: allocatable = GPUs x replicas."""
 
     kind: ClassVar[str] = "gpu.wait"
+    reach: ClassVar[Reach] = Reach.NODE
 
-    def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
-        if not node_changes(facts, cluster, spec).touches_node:
-            return StepPlan.skipping(self.kind, "nothing changed on this node")
+    def plan_change(self, facts: NodeFacts, spec: Spec) -> StepPlan:
         expected = expect_gpus(spec, facts)
         return StepPlan.acting(
             self.kind, f"wait for allocatable {expected.resource} = {expected.count}"

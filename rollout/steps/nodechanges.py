@@ -8,11 +8,14 @@ them its own way.
 
 from __future__ import annotations
 
+import abc
+import enum
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import ClassVar
 
 from rollout.facts import ClusterFacts, NodeFacts
-from rollout.plan import ClusterChange
+from rollout.plan import ClusterChange, StepPlan
 from rollout.spec import Spec
 from rollout.steps.containerd_changes import ContainerdChanges, plan_containerd
 from rollout.steps.profile_changes import ProfileChange, plan_cluster_changes, plan_profile
@@ -72,3 +75,34 @@ def node_changes(facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> NodeCha
     if len(_cache) > _CACHE_SIZE:
         _cache.popitem(last=False)
     return result
+
+
+class Reach(enum.Enum):
+    """Which of a node's changes a step acts on; the value is the step's reason to skip."""
+
+    CONTAINERD = "no containerd file changes"
+    WORKLOADS = "nothing restarts on this node"
+    NODE = "nothing changed on this node"
+
+    def found_in(self, changes: NodeChanges) -> bool:
+        if self is Reach.CONTAINERD:
+            return changes.restarts_containerd
+        if self is Reach.WORKLOADS:
+            return changes.disruptive
+        return changes.touches_node
+
+
+class ReachingStep(abc.ABC):
+    """A step whose plan skips it where the node has no change of its reach."""
+
+    kind: ClassVar[str]
+    reach: ClassVar[Reach]
+
+    def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
+        if not self.reach.found_in(node_changes(facts, cluster, spec)):
+            return StepPlan.skipping(self.kind, self.reach.value)
+        return self.plan_change(facts, spec)
+
+    @abc.abstractmethod
+    def plan_change(self, facts: NodeFacts, spec: Spec) -> StepPlan:
+        """The plan where the node has a change of the step's reach."""

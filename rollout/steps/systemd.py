@@ -20,12 +20,12 @@ from typing import Any, ClassVar, NoReturn
 
 from rollout.commands import CommandRunner, CommandTimeout, check
 from rollout.errors import RolloutError
-from rollout.facts import ClusterFacts, NodeFacts, ProbeFailed, read_fact
+from rollout.facts import NodeFacts, ProbeFailed, read_fact
 from rollout.facts.service import SERVICE, ServiceFact, ServiceState
 from rollout.plan import StepPlan
 from rollout.spec import Spec
 from rollout.steps.base import StepContext, StepFailed, StepResult
-from rollout.steps.nodechanges import node_changes
+from rollout.steps.nodechanges import Reach, ReachingStep
 from rollout.transports.errors import TransientError
 
 WRITE_STEP = "containerd.write"
@@ -142,14 +142,13 @@ def written_at_of(data: Mapping[str, Any]) -> datetime | None:
     return datetime.fromisoformat(text) if isinstance(text, str) else None
 
 
-class SystemdRestart:
+class SystemdRestart(ReachingStep):
     """Restart containerd through systemd after the write, and prove the new process runs."""
 
     kind: ClassVar[str] = "systemd.restart"
+    reach: ClassVar[Reach] = Reach.CONTAINERD
 
-    def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
-        if not node_changes(facts, cluster, spec).restarts_containerd:
-            return StepPlan.skipping(self.kind, "no containerd file changes")
+    def plan_change(self, facts: NodeFacts, spec: Spec) -> StepPlan:
         return StepPlan.acting(self.kind, "systemctl restart containerd")
 
     def apply(self, ctx: StepContext) -> StepResult:
