@@ -6,6 +6,19 @@ where its key and its value start in the file. Validating the data against a pyd
 turns every problem pydantic finds into an `InputError` located at file:line:column, so a
 user sees all problems of a file at once, each where it is (worded by rollout.fieldproblems).
 
+Hostile input is refused with a located message, never a traceback or a hang (the limits are
+listed in docs/input-contract.md):
+- only regular files are read (no FIFOs, devices or sockets), at most `MAX_INPUT_BYTES`;
+- control characters (a NUL byte, an escape) are refused at their line and column;
+- nesting deeper than `MAX_DEPTH` levels is refused while composing, before Python's own
+  recursion limit is reached;
+- YAML aliases are expanded at every use, so a few lines can stand for 10^9 values ("billion
+  laughs"): the document's size *after* expansion is measured on the composed node graph
+  (linear in the file) and refused above `max_values` (`MAX_VALUES` unless the reader names a
+  smaller limit, as plans do), as is an alias that contains itself. Values are also counted
+  while composing, so a file of many small values stops at the limit, not at its end (PyYAML
+  composes about 25,000 values a second).
+
 Two deliberate departures from PyYAML's YAML 1.1 behaviour:
 - a key repeated in one mapping is an error (YAML parsers silently keep the last one, which
   hides a half-edited plan);
@@ -31,16 +44,23 @@ from rollout.fieldproblems import (
     PathPart,
     allowed_keys,
     describe_problem,
+    describe_value,
     did_you_mean,
     format_path,
     sort_errors,
 )
+from rollout.inputfile import MAX_INPUT_BYTES, read_text
+from rollout.yamllimits import (
+    MAX_DEPTH,
+    MAX_VALUES,
+    VALUES_HINT,
+    check_characters,
+    measure_expansion,
+    too_many_values,
+)
 
 ValuePath = tuple[PathPart, ...]
 ModelT = TypeVar("ModelT", bound=pydantic.BaseModel)
-
-# How deep aliases may nest before a document counts as a "billion laughs" bomb or a cycle.
-MAX_DEPTH = 100
 
 
 @dataclass(frozen=True)
@@ -91,7 +111,38 @@ def _without_sexagesimal(
 
 
 class _Loader(yaml.SafeLoader):
-    """SafeLoader whose int and float resolvers know nothing of base 60."""
+    """SafeLoader whose int and float resolvers know nothing of base 60, and whose composer
+    refuses documents nested deeper than MAX_DEPTH (it recurses once per level)."""
+
+    def __init__(self, text: str, source: str, max_values: int) -> None:
+        super().__init__(text)
+        self.source = source
+        self.depth = 0
+        self.values = 0
+        self.max_values = max_values
+
+    def compose_node(self, parent: Node | None, index: int) -> Node | None:
+        self.depth += 1
+        self.values += 1
+        try:
+            if self.values > self.max_values:
+                where = _position(self.peek_event().start_mark)  # type: ignore[no-untyped-call]
+                raise InputError(
+                    SourceLocation(self.source, where.line, where.column),
+                    too_many_values(self.max_values),
+                    hint=VALUES_HINT,
+                )
+            if self.depth > MAX_DEPTH:
+                where = _position(self.peek_event().start_mark)  # type: ignore[no-untyped-call]
+                raise InputError(
+                    SourceLocation(self.source, where.line, where.column),
+                    f"nested more than {MAX_DEPTH} levels deep (the depth limit is {MAX_DEPTH})",
+                    hint="a plan or inventory nests a few levels; see docs/input-contract.md",
+                )
+            node: Node | None = super().compose_node(parent, index)
+            return node
+        finally:
+            self.depth -= 1
 
 
 _Loader.yaml_implicit_resolvers = _without_sexagesimal(yaml.SafeLoader.yaml_implicit_resolvers)
@@ -112,13 +163,16 @@ class SourceDocument:
     marks: Mapping[ValuePath, NodeMarks]
 
     @classmethod
-    def from_text(cls, text: str, path: str) -> SourceDocument:
-        """Parse one YAML document; InputError for syntax errors, duplicate keys, emptiness."""
-        loader = _Loader(text)
+    def from_text(cls, text: str, path: str, *, max_values: int = MAX_VALUES) -> SourceDocument:
+        """Parse one YAML document; InputError for syntax errors, duplicate keys, emptiness,
+        control characters and documents over the depth or expansion limits."""
+        check_characters(text, path)
+        loader = _Loader(text, path, max_values)
         try:
             node = loader.get_single_node()
             if node is None:
                 raise InputError(SourceLocation(path, 1, 1), "the file is empty")
+            measure_expansion(node, path, max_values)
             builder = _Builder(loader, path)
             data = builder.build(node, ())
         except yaml.MarkedYAMLError as exc:
@@ -131,6 +185,10 @@ class SourceDocument:
             ) from exc
         except yaml.YAMLError as exc:
             raise InputError(SourceLocation(path), f"not valid YAML: {exc}") from exc
+        except RecursionError as exc:  # a last guard: MAX_DEPTH should stop it first
+            raise InputError(
+                SourceLocation(path), f"nested too deeply (the depth limit is {MAX_DEPTH})"
+            ) from exc
         finally:
             loader.dispose()
         if builder.errors:
@@ -138,9 +196,13 @@ class SourceDocument:
         return cls(path=path, data=data, marks=types.MappingProxyType(builder.marks))
 
     @classmethod
-    def from_path(cls, path: Path) -> SourceDocument:
-        """Read and parse a YAML file; InputError when it is missing or unreadable."""
-        return cls.from_text(read_text(path), str(path))
+    def from_path(
+        cls, path: Path, *, max_bytes: int = MAX_INPUT_BYTES, max_values: int = MAX_VALUES
+    ) -> SourceDocument:
+        """Read and parse a YAML file; InputError when it is missing, unreadable, not a
+        regular file, larger than max_bytes or over max_values once aliases are expanded."""
+        text = read_text(path, max_bytes=max_bytes)
+        return cls.from_text(text, str(path), max_values=max_values)
 
     def location_of(self, path: Sequence[PathPart], *, at_key: bool = False) -> SourceLocation:
         """Where the value at `path` starts (its key with at_key); the nearest parent if absent."""
@@ -261,20 +323,40 @@ class _Builder:
             )
         self._active.append(id(node))
         try:
+            if isinstance(node, MappingNode | SequenceNode) and node.tag not in _PLAIN_TAGS:
+                # a tag on a mapping or list would otherwise be dropped without a word
+                where = _position(node.start_mark)
+                raise InputError(
+                    SourceLocation(self.path, where.line, where.column),
+                    f"found the tag {node.tag!r}; allowed are plain mappings, lists and scalars",
+                    hint="remove the tag (the word after '!')",
+                )
             if isinstance(node, MappingNode):
                 return self._build_mapping(node, path)
             if isinstance(node, SequenceNode):
                 return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
-            return self.loader.construct_object(node, deep=True)
+            return self._construct(node)
         finally:
             self._active.pop()
+
+    def _construct(self, node: Node) -> Any:
+        """A scalar's value; InputError where PyYAML's constructors raise plain errors
+        (an integer of more digits than Python converts, a bad base64 `!!binary`)."""
+        try:
+            return self.loader.construct_object(node, deep=True)
+        except (ValueError, OverflowError, TypeError) as exc:
+            where = _position(node.start_mark)
+            raise InputError(
+                SourceLocation(self.path, where.line, where.column),
+                f"cannot read the value {describe_value(str(node.value))}: {exc}",
+            ) from exc
 
     def _build_mapping(self, node: MappingNode, path: ValuePath) -> dict[Any, Any]:
         seen: dict[Any, Position] = {}
         for key_node, _ in node.value:
             if not isinstance(key_node, ScalarNode) or key_node.value == "<<":
                 continue
-            key = self.loader.construct_object(key_node, deep=True)
+            key = self._construct(key_node)
             here = _position(key_node.start_mark)
             if _hashable(key) and key in seen:
                 first = seen[key]
@@ -292,7 +374,7 @@ class _Builder:
         self.loader.flatten_mapping(node)
         result: dict[Any, Any] = {}
         for key_node, value_node in node.value:
-            key = self.loader.construct_object(key_node, deep=True)
+            key = self._construct(key_node)
             if not _hashable(key):
                 raise yaml.constructor.ConstructorError(
                     "while building a mapping",
@@ -300,11 +382,25 @@ class _Builder:
                     "found an unhashable key",
                     key_node.start_mark,
                 )
+            if not isinstance(key, str):
+                where = _position(key_node.start_mark)
+                self.errors.append(
+                    InputError(
+                        SourceLocation(self.path, where.line, where.column),
+                        f"expected a string key, found {describe_value(key)}",
+                        field=format_path(path) or None,
+                        hint=f'quote it: "{key_node.value}":',
+                    )
+                )
+                continue
             child = (*path, key)
             # a later key overrides a merged one; keep the later key's marks
             self.marks.pop(child, None)
             result[key] = self.build(value_node, child, _position(key_node.start_mark))
         return result
+
+
+_PLAIN_TAGS = frozenset({"tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"})
 
 
 def _hashable(value: object) -> bool:
@@ -313,18 +409,3 @@ def _hashable(value: object) -> bool:
     except TypeError:
         return False
     return True
-
-
-def read_text(path: Path) -> str:
-    """A file's text as UTF-8; InputError when it is missing, a directory or unreadable."""
-    where = SourceLocation(str(path))
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError as exc:
-        raise InputError(where, "file not found", hint="check the path") from exc
-    except IsADirectoryError as exc:
-        raise InputError(where, "is a directory, not a file") from exc
-    except UnicodeDecodeError as exc:
-        raise InputError(where, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
-    except OSError as exc:
-        raise InputError(where, f"cannot read: {exc.strerror or exc}") from exc

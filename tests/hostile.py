@@ -15,7 +15,8 @@ inside pytest's tmp_path, snapshots that whole tree before and after, and assert
 - exactly `problems` lines of stderr start with the file name `where` names (one message per
   problem), when `problems` is set;
 - nothing under tmp_path was created, changed or removed;
-- the case finished within `max_s` seconds (a bomb is refused by its limit, not by patience).
+- the case finished within `max_s` seconds (a bomb is refused by its limit, not by patience);
+- stderr stays under `max_stderr` characters and holds no raw escape character.
 
 Usage in a test module:
 
@@ -55,6 +56,8 @@ apiVersion: rollout/v1
 kind: Plan
 metadata:
   name: mirror
+targets:
+  selector: nvidia.com/gpu.present=true
 changes:
   - registry:
       host: docker.io
@@ -77,6 +80,8 @@ class HostileCase:
     says: Sequence[str] = ()
     problems: int | None = None
     max_s: float = 2.0
+    # hostile input must not become hostile output: a 100 KiB key is not echoed whole
+    max_stderr: int = 20_000
     env: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -145,6 +150,8 @@ def check_result(case: HostileCase, result: CaseResult, expected_code: int) -> N
     assert "Traceback" not in result.stderr + result.stdout, f"a traceback was shown{shown}"
     assert result.code == expected_code, f"exit {result.code}, expected {expected_code}{shown}"
     assert result.elapsed_s < case.max_s, f"took {result.elapsed_s:.2f}s (limit {case.max_s}s)"
+    assert len(result.stderr) <= case.max_stderr, f"{len(result.stderr)} characters of stderr"
+    assert "\x1b" not in result.stderr, f"a raw escape character reached the terminal{shown}"
     if case.where is not None:
         assert case.where in result.stderr, f"stderr does not name {case.where!r}{shown}"
     for text in case.says:

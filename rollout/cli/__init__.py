@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 from collections.abc import Sequence
 
 from rollout import __version__
@@ -26,8 +27,9 @@ examples:
   rollout plan examples/plan.yaml --facts examples/facts --output json --detailed-exitcode
   rollout lab up --nodes 4 --containerd 1.6,1.7,2.1,1.7
 
-exit codes: 0 ok (plan: no change with --detailed-exitcode), 1 a node failed or the run halted,
-2 bad input (plan: changes pending with --detailed-exitcode), 3 aborted
+exit codes: 0 ok (plan: no change with --detailed-exitcode), 1 a node failed or the run halted
+(or an internal error), 2 bad input (plan: changes pending with --detailed-exitcode), 3 aborted.
+Bad input is reported one problem a line, at file:line; see docs/input-contract.md.
 """
 
 
@@ -42,6 +44,11 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"rollout {__version__}")
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="on an internal error, print Python's traceback (for a bug report)",
+    )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     plan.add_parser(subparsers)
     apply.add_parsers(subparsers)
@@ -51,20 +58,44 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    # --debug is accepted anywhere on the line, not only before the command
+    debug = "--debug" in words
+    words = [word for word in words if word != "--debug"]
+    # with --detailed-exitcode, 2 means "changes pending": every error is 1
+    detailed = "--detailed-exitcode" in words
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(words)
+    except SystemExit as exc:  # argparse's usage errors (2), --help and --version (0)
+        code = exc.code if isinstance(exc.code, int) else ExitCode.BAD_INPUT
+        return ExitCode.FAILED if detailed and code == ExitCode.BAD_INPUT else code
     if getattr(args, "func", None) is None:
         parser.print_help(sys.stderr)
         return ExitCode.BAD_INPUT
     try:
-        code: int = args.func(args)
+        code = int(args.func(args))
     except RolloutError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        if getattr(args, "detailed_exitcode", False):
-            # with --detailed-exitcode, 2 means "changes pending": every error is 1
-            return ExitCode.FAILED
-        return exc.exit_code
+        return ExitCode.FAILED if detailed else exc.exit_code
     except KeyboardInterrupt:
         print("aborted", file=sys.stderr)
         return ExitCode.ABORTED
+    except Exception as exc:
+        # a bug in rollout, not bad input: say so, and where the details are
+        if debug:
+            traceback.print_exc(file=sys.stderr)
+        print(
+            f"internal error: {type(exc).__name__}: {_short(str(exc))}\n"
+            "  this is a bug in rollout, please report it"
+            + ("" if debug else "; run again with --debug for the traceback"),
+            file=sys.stderr,
+        )
+        return ExitCode.FAILED
     return code
+
+
+def _short(text: str, limit: int = 300) -> str:
+    """An exception's text, one line, bounded (it may quote hostile input)."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."

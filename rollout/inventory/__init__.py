@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 
 from rollout.errors import InputError, InputErrors
+from rollout.inputfile import read_text
 from rollout.inventory.ansible import expand_host_pattern
 from rollout.inventory.ansible_ini import parse_ansible_ini
 from rollout.inventory.ansible_yaml import parse_ansible_yaml
@@ -31,7 +32,7 @@ from rollout.inventory.model import (
     InventoryFormat,
 )
 from rollout.inventory.native import parse_rollout_inventory
-from rollout.yamlsource import SourceDocument, read_text
+from rollout.yamlsource import SourceDocument
 
 __all__ = [
     "ALL_GROUP",

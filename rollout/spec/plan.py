@@ -11,6 +11,7 @@ from pydantic import Field, PlainValidator, PrivateAttr, model_validator
 
 from rollout.errors import InputError, InputErrors, SourceLocation
 from rollout.fieldproblems import FieldProblem, PathPart, describe_value, format_path, sort_errors
+from rollout.inputfile import MAX_INPUT_BYTES
 from rollout.spec.changes.entry import Change, ChangeEntry
 from rollout.spec.changes.kind import ChangeKind
 from rollout.spec.changes.registry import DEFAULT_CERTS_DIR
@@ -19,6 +20,10 @@ from rollout.spec.policy import Policy, SelectorField
 from rollout.yamlsource import SourceDocument
 
 API_VERSION = "rollout/v1"
+# A plan holds a few hundred values; the limit bounds alias bombs and the time to refuse one.
+PLAN_MAX_VALUES = 10_000
+# Plans are small; the limit is the largest file read at all (docs/input-contract.md).
+PLAN_MAX_BYTES = MAX_INPUT_BYTES
 ChangeT = TypeVar("ChangeT", bound=SpecModel)
 
 
@@ -193,7 +198,7 @@ _KINDS = frozenset(k.value for k in ChangeKind)
 def parse_spec(text: str, source: str) -> Spec:
     """Validate plan text; `source` names it in error messages. InputErrors on bad input."""
     try:
-        doc = SourceDocument.from_text(text, source)
+        doc = SourceDocument.from_text(text, source, max_values=PLAN_MAX_VALUES)
     except InputError as exc:
         raise InputErrors([exc]) from exc
     return _spec_from_document(doc)
@@ -202,7 +207,7 @@ def parse_spec(text: str, source: str) -> Spec:
 def load_spec(path: Path) -> Spec:
     """Read and validate plan.yaml; InputErrors (exit 2) listing every problem found."""
     try:
-        doc = SourceDocument.from_path(path)
+        doc = SourceDocument.from_path(path, max_bytes=PLAN_MAX_BYTES, max_values=PLAN_MAX_VALUES)
     except InputError as exc:
         raise InputErrors([exc]) from exc
     return _spec_from_document(doc)

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import ipaddress
+import posixpath
 import re
 from enum import Enum
 from typing import Annotated, ClassVar
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Field, model_validator
 
 from rollout.fieldproblems import FieldProblem, describe_value
 from rollout.spec.changes.kind import ChangeKind
 from rollout.spec.fieldtypes import AbsolutePath, Bool, SpecModel, Str
 
 DEFAULT_CERTS_DIR = "/etc/containerd/certs.d"
+CONTAINERD_DIR = "/etc/containerd"
 DEFAULT_HOST = "_default"
 _HOSTNAME = re.compile(
     r"^(?=.{1,253}$)[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*$"
@@ -92,6 +94,12 @@ def check_url(value: str) -> str:
     return value
 
 
+def is_under(path: str, directory: str) -> bool:
+    """True when the absolute `path` is `directory` or inside it, after normalising."""
+    normal = posixpath.normpath(path)
+    return normal == directory or normal.startswith(directory.rstrip("/") + "/")
+
+
 def _check_capabilities(value: tuple[Capability, ...]) -> tuple[Capability, ...]:
     for index, capability in enumerate(value):
         if capability in value[:index]:
@@ -124,6 +132,14 @@ class RegistryChange(SpecModel):
     endpoints: Annotated[tuple[RegistryEndpoint, ...], Field(min_length=1)]
     server: Annotated[Str, AfterValidator(check_url)] | None = None
     config_path: AbsolutePath = DEFAULT_CERTS_DIR
+    # config_path and ca_file stay under /etc/containerd unless the plan says otherwise, so a
+    # typo cannot drop files into /etc/cron.d or /root/.ssh
+    allow_paths_outside: Bool = False
+
+    @model_validator(mode="after")
+    def _check_paths_inside(self) -> RegistryChange:
+        if self.allow_paths_outside:
+            return self
 
     @property
     def upstream(self) -> str | None:
