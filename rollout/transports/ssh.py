@@ -40,10 +40,17 @@ from rollout.transports.errors import (
     SshResolveError,
     known_hosts_entry,
 )
-from rollout.transports.hostkeys import HostKeyPolicy, UnknownHostKey
+from rollout.transports.hostkeys import (
+    HostKeyPolicy,
+    UnknownHostKey,
+    load_known_hosts,
+    pinned_keys,
+)
 from rollout.transports.sshchannel import exchange
 
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
+# ssh's GlobalKnownHostsFile when ssh_config names none
+DEFAULT_GLOBAL_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts /etc/ssh/ssh_known_hosts2"
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 # How long `timeout` waits after TERM before it sends KILL.
 KILL_AFTER_S = 5.0
@@ -83,6 +90,7 @@ class SshRunner(Closeable):
         self._lock = threading.RLock()
         self._connection: fabric.Connection | None = None
         self._known_hosts: Path | None = None
+        self._pinning_files: tuple[Path, ...] | None = None
         self._fabric_config: fabric.Config | None = None
 
     # ------------------------------------------------------------------ identity
@@ -106,6 +114,21 @@ class SshRunner(Closeable):
         if self._known_hosts is None:
             self._known_hosts = self._choose_known_hosts()
         return self._known_hosts
+
+    @property
+    def pinning_files(self) -> tuple[Path, ...]:
+        """Every known_hosts file whose key for a host is binding: `known_hosts`, each
+        UserKnownHostsFile of ssh_config and the system's GlobalKnownHostsFile."""
+        if self._pinning_files is None:
+            options = self._config().base_ssh_config.lookup(self._host.address)
+            named = [
+                *_file_list(options.get("userknownhostsfile")),
+                *_file_list(options.get("globalknownhostsfile") or DEFAULT_GLOBAL_KNOWN_HOSTS),
+            ]
+            files = [self.known_hosts]
+            files.extend(p for p in named if p not in files)
+            self._pinning_files = tuple(files)
+        return self._pinning_files
 
     @property
     def route(self) -> str:
@@ -282,11 +305,10 @@ class SshRunner(Closeable):
             ) from exc
 
     def _harden(self, client: paramiko.SSHClient) -> None:
-        known_hosts = self.known_hosts
-        if known_hosts.exists():
-            client.get_host_keys().load(str(known_hosts))
+        known_hosts, pinning = self.known_hosts, self.pinning_files
+        load_known_hosts(client, known_hosts, pinning)
         client.set_missing_host_key_policy(
-            HostKeyPolicy(known_hosts, self._options.accept_new_host_keys)
+            HostKeyPolicy(known_hosts, self._options.accept_new_host_keys, pinning)
         )
 
     def _open_transport(self) -> paramiko.Transport:
@@ -311,6 +333,14 @@ class SshRunner(Closeable):
             hop = hop.gateway
         return self._host.port
 
+    def _pinned_in(self, entry: str) -> str:
+        """The file that pins `entry` (the one to fix after a reinstall), else known_hosts."""
+        try:
+            found = pinned_keys(self.pinning_files, entry)
+        except (OSError, paramiko.SSHException):
+            found = []
+        return str(found[0][0]) if found else str(self.known_hosts)
+
     @contextlib.contextmanager
     def _translate_errors(self) -> Iterator[None]:
         """paramiko, fabric and socket errors -> rollout's SshError tree, cause chained."""
@@ -326,12 +356,13 @@ class SshRunner(Closeable):
                 exc.key.fingerprint,
             ) from exc
         except paramiko.BadHostKeyException as exc:
+            # paramiko names the host without its port; known_hosts keys it by both
+            entry = known_hosts_entry(exc.hostname, self._port_of(exc.hostname))
             raise HostKeyMismatch(
                 self.host,
                 self.target,
-                str(self.known_hosts),
-                # paramiko names the host without its port; known_hosts keys it by both
-                known_hosts_entry(exc.hostname, self._port_of(exc.hostname)),
+                self._pinned_in(entry),
+                entry,
                 exc.key.get_name(),
                 exc.key.fingerprint,
                 exc.expected_key.fingerprint,
@@ -378,6 +409,13 @@ class SshRunner(Closeable):
 
     def _error(self, kind: type[SshError], problem: str, hint: str | None = None) -> SshError:
         return kind(self.host, self.target, problem, hint=hint)
+
+
+def _file_list(value: object) -> list[Path]:
+    """The files of a `UserKnownHostsFile a b` option (`none`: no file)."""
+    if not isinstance(value, str):
+        return []
+    return [Path(word).expanduser() for word in value.split() if word.lower() != "none"]
 
 
 def _is_protocol_failure(exc: BaseException) -> bool:

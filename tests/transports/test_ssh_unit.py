@@ -20,7 +20,7 @@ from rollout.transports.errors import (
     SshResolveError,
     TransientError,
 )
-from rollout.transports.hostkeys import HostKeyPolicy, UnknownHostKey
+from rollout.transports.hostkeys import HostKeyPolicy, UnknownHostKey, load_known_hosts
 from rollout.transports.ssh import SshOptions, SshRunner
 
 NO_SSH_CONFIG = SshOptions(ssh_config_path="/dev/null")
@@ -191,6 +191,64 @@ def test_accepting_new_keys_appends_them(tmp_path: Path) -> None:
     assert keys.lookup("10.0.0.8")[OTHER.get_name()] == OTHER
     assert client.get_host_keys().lookup("10.0.0.8") is not None
     assert known_hosts.stat().st_mode & 0o777 == 0o600
+
+
+def pin(path: Path, entry: str, key: paramiko.PKey) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as out:
+        out.write(f"{entry} {key.get_name()} {key.get_base64()}\n")
+    return path
+
+
+def test_every_known_hosts_file_of_ssh_config_and_the_system_pins(tmp_path: Path) -> None:
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        f"Host 10.0.0.*\n    UserKnownHostsFile {tmp_path}/kh {tmp_path}/team_kh\n"
+        f"    GlobalKnownHostsFile {tmp_path}/global_kh\n"
+    )
+    r = SshRunner(Host(name="n", address="10.0.0.1"), SshOptions(ssh_config_path=str(config)))
+    assert r.pinning_files == (tmp_path / "kh", tmp_path / "team_kh", tmp_path / "global_kh")
+    inventory = tmp_path / "inventory_kh"
+    r = SshRunner(
+        Host(name="n", address="10.0.0.1", known_hosts=str(inventory)),
+        SshOptions(ssh_config_path=str(config)),
+    )
+    assert r.pinning_files[0] == inventory and tmp_path / "team_kh" in r.pinning_files
+    r = SshRunner(Host(name="n", address="10.0.0.1"), NO_SSH_CONFIG)
+    assert Path("/etc/ssh/ssh_known_hosts") in r.pinning_files  # ssh's default
+
+
+def test_a_key_pinned_in_another_file_is_known(tmp_path: Path) -> None:
+    team = pin(tmp_path / "team_kh", "[10.0.0.7]:2222", ECDSA)
+    client = paramiko.SSHClient()
+    load_known_hosts(client, tmp_path / "kh", [tmp_path / "kh", team])
+    assert client._system_host_keys.lookup("[10.0.0.7]:2222")[ECDSA.get_name()] == ECDSA
+
+
+def test_accepting_new_keys_never_adds_a_second_key_for_a_pinned_host(tmp_path: Path) -> None:
+    known_hosts = tmp_path / "kh"
+    team = pin(tmp_path / "team_kh", "[10.0.0.7]:2222", ECDSA)
+    policy = HostKeyPolicy(known_hosts, accept_new=True, pinned=[known_hosts, team])
+    with pytest.raises(paramiko.BadHostKeyException) as raised:
+        policy.missing_host_key(paramiko.SSHClient(), "[10.0.0.7]:2222", OTHER)
+    assert raised.value.hostname == "10.0.0.7" and raised.value.expected_key == ECDSA
+    policy.missing_host_key(paramiko.SSHClient(), "[10.0.0.7]:2222", ECDSA)  # the pinned key
+    assert not known_hosts.exists()
+    # the same key accepted twice (a jump host shared by two nodes) is recorded once
+    policy.missing_host_key(paramiko.SSHClient(), "10.0.0.9", OTHER)
+    policy.missing_host_key(paramiko.SSHClient(), "10.0.0.9", OTHER)
+    assert known_hosts.read_text().count("10.0.0.9") == 1
+
+
+def test_a_changed_key_names_the_file_that_pins_it(tmp_path: Path) -> None:
+    config = tmp_path / "ssh_config"
+    team = pin(tmp_path / "team_kh", "10.0.0.7", OTHER)
+    config.write_text(f"Host *\n    UserKnownHostsFile {tmp_path}/kh {team}\n")
+    r = SshRunner(Host(name="gpu-1", address="10.0.0.7"), SshOptions(ssh_config_path=str(config)))
+    failing_open(r, paramiko.BadHostKeyException("10.0.0.7", ECDSA, OTHER))
+    with pytest.raises(HostKeyMismatch) as raised:
+        r.run(["true"])
+    assert raised.value.known_hosts == str(team)
 
 
 # ------------------------------------------------------------------ key files
