@@ -35,14 +35,20 @@ class GpuDescription:
 
 
 @dataclass(frozen=True)
-class NodeDescription:
-    """One lab node: its Kubernetes name, its GPUs and where its root filesystem lies."""
+class LabNode:
+    """What every lab node is: its name, address, containerd series, GPUs and driver."""
 
     name: str
     address: str
     containerd: str
     gpus: tuple[GpuDescription, ...]
     driver_version: str
+
+
+@dataclass(frozen=True)
+class NodeDescription(LabNode):
+    """One node of lab.json: a lab node and where its root filesystem lies."""
+
     root: Path | None = None
 
 

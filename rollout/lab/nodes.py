@@ -33,7 +33,7 @@ import tomli_w
 from rollout.commands import CommandResult, check
 from rollout.containerd.toolkit import render_toolkit_dropin
 from rollout.errors import RolloutError
-from rollout.lab.description import GpuDescription
+from rollout.lab.description import LabNode
 from rollout.lab.image import DRIVER_VERSION_FILE, NodeImage
 from rollout.transports.local import LocalRunner
 
@@ -53,15 +53,10 @@ class NodeFailed(RolloutError):
 
 
 @dataclass(frozen=True)
-class NodeSpec:
-    """What one node is: its name, address, containerd series, GPUs and driver."""
+class NodeSpec(LabNode):
+    """A lab node as the host runs it: with its nspawn machine name."""
 
-    name: str
-    address: str
-    containerd: str
-    gpus: tuple[GpuDescription, ...]
-    driver_version: str
-    # The nspawn machine name: unique per lab so two labs on one host never collide.
+    # Unique per lab so two labs on one host never collide.
     machine: str
 
 
