@@ -1,4 +1,9 @@
-"""Errors of the containerd config engine, all rooted at RolloutError."""
+"""Errors of the containerd config engine, all rooted at RolloutError.
+
+An error about one config file carries that file's path on the node (and the line, where
+the parser said), so whoever knows where the file came from (a recorded facts directory, a
+live node) can name it; the message itself names the node-side path too, for direct callers.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,27 @@ from rollout.errors import BadInput, ExitCode, RolloutError
 class ContainerdConfigError(RolloutError):
     """Root of the errors the containerd config engine raises on purpose."""
 
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        line: int | None = None,
+        column: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        # the node-side config file the problem is in, when it is in one
+        self.path = path
+        self.line = line
+        self.column = column
+
+    @property
+    def detail(self) -> str:
+        """The message without its leading `path: `, for callers that name the file themselves."""
+        prefix = f"{self.path}: "
+        return self.message.removeprefix(prefix) if self.path else self.message
+
 
 class VersionUnknown(ContainerdConfigError, BadInput):
     """`containerd --version` output, or a config `version` key, rollout cannot read."""
@@ -15,8 +41,10 @@ class VersionUnknown(ContainerdConfigError, BadInput):
     exit_code = ExitCode.BAD_INPUT
 
 
-class UnsupportedVersion(ContainerdConfigError):
+class UnsupportedVersion(ContainerdConfigError, BadInput):
     """A containerd release or config version rollout has no merge model for."""
+
+    exit_code = ExitCode.BAD_INPUT
 
 
 class ConfigParseError(ContainerdConfigError, BadInput):
@@ -25,12 +53,20 @@ class ConfigParseError(ContainerdConfigError, BadInput):
     exit_code = ExitCode.BAD_INPUT
 
 
-class ImportMissing(ContainerdConfigError):
+class ImportMissing(ContainerdConfigError, BadInput):
     """An `imports` entry names a file that is not there; containerd 1.x refuses to start."""
+
+    exit_code = ExitCode.BAD_INPUT
 
 
 class UnknownCriSetting(ContainerdConfigError, BadInput):
     """An intent key rollout cannot place in the CRI plugin tables of a containerd version."""
+
+    exit_code = ExitCode.BAD_INPUT
+
+
+class SettingTypeError(ContainerdConfigError, BadInput):
+    """A setting whose value containerd cannot load into the field it names (wrong type)."""
 
     exit_code = ExitCode.BAD_INPUT
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import posixpath
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -14,6 +15,8 @@ from rollout.containerd.errors import ConfigParseError
 from rollout.errors import BadInput
 
 DEFAULT_MAIN_PATH = "/etc/containerd/config.toml"
+# tomllib ends its messages with "(at line 3, column 7)"
+_TOML_POSITION = re.compile(r"\(at line (\d+), column (\d+)\)")
 
 
 @dataclass(frozen=True)
@@ -41,7 +44,7 @@ class ConfigFiles:
         for local in sorted(local_root.rglob("*")):
             if local.is_file():
                 rel = local.relative_to(local_root).as_posix()
-                files[posixpath.join(under, rel)] = local.read_text()
+                files[posixpath.join(under, rel)] = local.read_text(encoding="utf-8")
         return cls(main_path=main_path, files=files)
 
     def with_file(self, path: str, text: str) -> ConfigFiles:
@@ -68,4 +71,8 @@ def parse_toml(path: str, text: str) -> dict[str, Any]:
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigParseError(f"{path}: not valid TOML: {exc}") from exc
+        where = _TOML_POSITION.search(str(exc))
+        line, column = (int(where[1]), int(where[2])) if where else (None, None)
+        raise ConfigParseError(
+            f"{path}: not valid TOML: {exc}", path=path, line=line, column=column
+        ) from exc

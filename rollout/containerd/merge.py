@@ -115,12 +115,15 @@ def resolve_load_order(
         if path in loaded:
             continue
         if path in directories:
-            raise ConfigParseError(f"{importer}: import {path} is a directory, not a config file")
+            raise ConfigParseError(
+                f"{importer}: import {path} is a directory, not a config file", path=importer
+            )
         if path not in files.files:
             if version.major < 2:
                 raise ImportMissing(
                     f"{importer}: imports {path}, which does not exist; containerd {version} "
-                    "refuses to start (create the file or remove the import)"
+                    "refuses to start (create the file or remove the import)",
+                    path=importer,
                 )
             warnings.append(
                 f"{importer}: imports {path}, which does not exist; containerd {version} stops "
@@ -191,7 +194,8 @@ def merge_files(files: ConfigFiles, version: ContainerdVersion) -> EffectiveConf
     if version.major >= 2:
         if config_version == 1:
             raise UnsupportedVersion(
-                f"{files.main_path}: config version 1 is not supported by containerd {version}"
+                f"{files.main_path}: config version 1 is not supported by containerd {version}",
+                path=files.main_path,
             )
         plugins = merged.get(PLUGINS)
         if isinstance(plugins, dict):
@@ -262,7 +266,7 @@ def iter_leaves(tree: Mapping[str, Any], prefix: Path = ()) -> Iterator[tuple[Pa
 def _imports_of(path: str, doc: Mapping[str, Any]) -> list[str]:
     imports = doc.get("imports", [])
     if not isinstance(imports, list) or not all(isinstance(i, str) for i in imports):
-        raise ConfigParseError(f"{path}: `imports` must be an array of strings")
+        raise ConfigParseError(f"{path}: `imports` must be an array of strings", path=path)
     return list(imports)
 
 

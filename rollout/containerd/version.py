@@ -100,11 +100,13 @@ def read_config_version(doc: Mapping[str, Any], where: str = "config") -> int:
     """The config's own `version` key: 2 or 3; absent (or 0) means 1, as containerd reads it."""
     value = doc.get("version", 0)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise VersionUnknown(f"{where}: `version` must be an integer, got {value!r}")
+        raise VersionUnknown(f"{where}: `version` must be an integer, got {value!r}", path=where)
     if value == 0:
         return 1
     if value not in (1, 2, 3):
-        raise VersionUnknown(f"{where}: unknown config version {value} (known: 1, 2, 3)")
+        raise VersionUnknown(
+            f"{where}: unknown config version {value} (known: 1, 2, 3)", path=where
+        )
     return value
 
 

@@ -6,7 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rollout.containerd import ConfigFiles, ContainerdVersion
+from rollout.containerd import ConfigFiles, ContainerdConfigError, ContainerdVersion
+from rollout.errors import InputError, SourceLocation
 from rollout.facts.gpu import GpuFacts
 from rollout.facts.service import ServiceState
 from rollout.transports.kube import Pod
@@ -34,11 +35,49 @@ class NodeFacts:
     effective_config: Mapping[str, Any] = field(default_factory=dict)
     # the pods bound to the node, as the API transport reads them (rollout.drain classifies them)
     pods: tuple[Pod, ...] = ()
+    # Recorded facts only: the node's directory in the facts directory (`facts/gpu-1`).
+    recorded_at: str = ""
+
+    def source_of(self, path: str) -> str:
+        """Where the content of a node file was read: its recorded copy, or `node:path`."""
+        if self.recorded_at:
+            return f"{self.recorded_at}/files{path}"
+        return f"{self.name}:{path}"
+
+    def config_error(self, exc: ContainerdConfigError) -> NodeFactsError:
+        """An engine error about this node's own config files, naming the node and the file."""
+        path = exc.path or self.config_files.main_path
+        return NodeFactsError(
+            self.name,
+            SourceLocation(self.source_of(path), exc.line, exc.column),
+            f"{path}: {exc.detail}",
+        )
 
     @property
     def available(self) -> bool:
         """Counts toward max_unavailable when false: cordoned or NotReady."""
         return self.ready and not self.unschedulable
+
+
+class NodeFactsError(InputError):
+    """One problem in one node's facts: names the file it was read from and the node."""
+
+    def __init__(
+        self,
+        node: str,
+        location: SourceLocation,
+        message: str,
+        *,
+        field: str | None = None,
+        hint: str | None = None,
+    ) -> None:
+        self.node = node
+        super().__init__(location, message, field=field, hint=hint)
+
+    def __str__(self) -> str:
+        what = f"{self.field}: {self.message}" if self.field else self.message
+        hint = f"\n  hint: {self.hint}" if self.hint else ""
+        return f"{self.location}: node {self.node}: {what}{hint}"
 
 
 @dataclass(frozen=True)

@@ -11,162 +11,361 @@ Layout, one directory per node:
     <dir>/<node>/files/etc/containerd/conf.d/99-nvidia.toml
     <dir>/<node>/files/...           every other file containerd imports, and certs.d
     <dir>/cluster.yaml               optional: ConfigMaps and the ClusterPolicy
+
+A facts directory is input like a plan, and as hostile: every problem is reported at once,
+each naming the node and the file it was found in (with its line, where it has lines).
+node.yaml is typed strictly (`ready: 'no'` is a string, not false); node names are
+Kubernetes node names and appear once; recorded files are regular UTF-8 files of at most
+MAX_FILE_BYTES, and a symlink is followed only to a regular file of the same node's
+`files/` (a link out of it could carry any file of this machine into a plan); the
+containerd config they form must load (valid TOML, imports that exist) on the node's version.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+import posixpath
+import re
+import stat
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-import yaml
+from pydantic import AfterValidator, Field, Strict
 
-from rollout.containerd import ConfigFiles
-from rollout.errors import InputError, RolloutError, SourceLocation
-from rollout.facts.containerd import DEFAULT_CONTAINERD_CONFIG, ContainerdVersionFact
+from rollout.containerd import ConfigFiles, ContainerdConfigError, merge_files
+from rollout.errors import InputError, InputErrors, RolloutError, SourceLocation
+from rollout.facts.containerd import (
+    DEFAULT_CONTAINERD_CONFIG,
+    MAX_FILE_BYTES,
+    ContainerdVersionFact,
+)
 from rollout.facts.gpu import GpuFacts
-from rollout.facts.model import ClusterFacts, FleetFacts, NodeFacts
+from rollout.facts.model import ClusterFacts, FleetFacts, NodeFacts, NodeFactsError
+from rollout.fieldproblems import FieldProblem, describe_value
+from rollout.spec.fieldtypes import Bool, KubeName, SpecModel, Str, check_dns_subdomain
+from rollout.yamlsource import SourceDocument
 
 NODE_FILE = "node.yaml"
 CLUSTER_FILE = "cluster.yaml"
-NODE_KEYS = frozenset(
-    {
-        "name",
-        "containerd_version",
-        "containerd_config",
-        "labels",
-        "annotations",
-        "unschedulable",
-        "ready",
-        "gpus",
-    }
-)
+FILES_DIR = "files"
+# Control characters have no place in a node-side path; a newline in one would forge lines
+# of rollout's own output.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _check_node_path(value: str) -> str:
+    if not value.startswith("/") or posixpath.normpath(value) != value or _CONTROL.search(value):
+        raise FieldProblem(
+            f"expected an absolute, normalised path on the node, found {describe_value(value)}",
+            hint="e.g. /etc/containerd/config.toml",
+        )
+    return value
+
+
+NodePath = Annotated[str, Strict(), AfterValidator(_check_node_path)]
+
+
+class GpuRecord(SpecModel):
+    """`gpus:` of node.yaml, as `nvidia-smi --query-gpu` reported them."""
+
+    count: Annotated[int, Strict(), Field(ge=0, le=1024)] | None = None
+    product: Str = ""
+    driver_version: Str = ""
+    uuids: tuple[Str, ...] = ()
+
+
+class NodeRecord(SpecModel):
+    """node.yaml: what `rollout facts record` writes of one node."""
+
+    name: KubeName | None = None
+    containerd_version: Str
+    containerd_config: NodePath = DEFAULT_CONTAINERD_CONFIG
+    labels: Mapping[Str, Str | None] = Field(default_factory=dict)
+    annotations: Mapping[Str, Str | None] = Field(default_factory=dict)
+    unschedulable: Bool = False
+    ready: Bool = True
+    gpus: GpuRecord | None = None
+
+
+class ClusterRecord(SpecModel):
+    """cluster.yaml: ConfigMaps by namespace/name, and the ClusterPolicy spec."""
+
+    configmaps: Mapping[Str, Mapping[Str, Str | None]] = Field(default_factory=dict)
+    cluster_policy: Mapping[Str, Any] | None = None
+
+
+NODE_KEYS = frozenset(f.alias or n for n, f in NodeRecord.model_fields.items())
 
 
 def load_recorded_facts(directory: Path) -> FleetFacts:
-    """Read a recorded-facts directory (see the module docstring for its layout)."""
+    """Read a recorded-facts directory (see the module docstring); InputErrors lists them all."""
     if not directory.is_dir():
         raise InputError(
             SourceLocation(str(directory)),
             "facts directory not found",
             hint="pass --facts DIR with one sub-directory per node holding node.yaml and files/",
         )
-    node_dirs = sorted(p for p in directory.iterdir() if (p / NODE_FILE).is_file())
+    node_dirs = sorted(
+        p for p in directory.iterdir() if p.is_dir() and os.path.lexists(p / NODE_FILE)
+    )
     if not node_dirs:
         raise InputError(
             SourceLocation(str(directory)),
             f"no node facts: no sub-directory holds a {NODE_FILE}",
             hint="each node's facts live in <dir>/<node>/node.yaml and <dir>/<node>/files/",
         )
-    return FleetFacts(
-        nodes=tuple(load_node_facts(d) for d in node_dirs),
-        cluster=load_cluster_facts(directory / CLUSTER_FILE),
-        source=str(directory),
-    )
+    errors: list[InputError] = []
+    nodes: list[NodeFacts] = []
+    first_at: dict[str, Path] = {}
+    for node_dir in node_dirs:
+        try:
+            node = load_node_facts(node_dir)
+        except InputErrors as exc:
+            errors.extend(exc.errors)
+            continue
+        except InputError as exc:
+            errors.append(exc)
+            continue
+        if node.name in first_at:
+            errors.append(
+                NodeFactsError(
+                    node.name,
+                    SourceLocation(str(node_dir / NODE_FILE)),
+                    f"the node is recorded twice (first in {first_at[node.name] / NODE_FILE})",
+                    field="name",
+                    hint="keep one directory per node; `name` defaults to the directory name",
+                )
+            )
+            continue
+        first_at[node.name] = node_dir
+        nodes.append(node)
+    cluster = ClusterFacts()
+    try:
+        cluster = load_cluster_facts(directory / CLUSTER_FILE)
+    except InputErrors as exc:
+        errors.extend(exc.errors)
+    except InputError as exc:
+        errors.append(exc)
+    if errors:
+        raise InputErrors(errors)
+    return FleetFacts(nodes=tuple(nodes), cluster=cluster, source=str(directory))
 
 
 def load_node_facts(node_dir: Path) -> NodeFacts:
-    """Read one node's recorded facts."""
+    """Read one node's recorded facts; InputErrors naming the node and each file."""
     path = node_dir / NODE_FILE
-    raw = _read_yaml_mapping(path)
-    location = SourceLocation(str(path))
-    unknown = sorted(set(raw) - NODE_KEYS)
-    if unknown:
-        raise InputError(
-            location,
-            f"unknown key {unknown[0]!r}",
-            hint="known keys: " + ", ".join(sorted(NODE_KEYS)),
-        )
-    name = str(raw.get("name") or node_dir.name)
-    version_text = raw.get("containerd_version")
-    if not isinstance(version_text, str):
-        raise InputError(
-            location,
-            "missing: the output of `containerd --version`",
-            field="containerd_version",
+    fallback = node_dir.name
+    try:
+        doc = SourceDocument.from_path(path)
+        if not isinstance(doc.data, dict):
+            raise InputError(
+                doc.location_of(()),
+                f"expected a mapping ({', '.join(sorted(NODE_KEYS))}), found "
+                f"{describe_value(doc.data)}",
+            )
+        named = doc.data.get("name")
+        if isinstance(named, str) and _is_node_name(named):
+            fallback = named
+        record = doc.validate(NodeRecord)
+    except InputErrors as exc:
+        raise InputErrors([_for_node(fallback, e) for e in exc.errors]) from exc
+    except InputError as exc:
+        raise InputErrors([_for_node(fallback, exc)]) from exc
+    name = record.name or node_dir.name
+    if record.name is None and not _is_node_name(name):
+        raise NodeFactsError(
+            name[:253],
+            SourceLocation(str(path)),
+            f"the directory name {describe_value(name)} is not a Kubernetes node name",
+            field="name",
+            hint="add `name:` with the node's name as `kubectl get nodes` shows it",
         )
     try:
-        containerd = ContainerdVersionFact().parse(version_text, name)
+        containerd = ContainerdVersionFact().parse(record.containerd_version, name)
     except RolloutError as exc:
-        raise InputError(location, str(exc), field="containerd_version") from exc
-    main_path = str(raw.get("containerd_config") or DEFAULT_CONTAINERD_CONFIG)
-    files_root = node_dir / "files"
-    if not (files_root / main_path.lstrip("/")).is_file():
-        raise InputError(
-            location,
+        raise NodeFactsError(
+            name, doc.location_of(("containerd_version",)), str(exc), field="containerd_version"
+        ) from exc
+    files = read_recorded_files(node_dir / FILES_DIR, name)
+    main_path = record.containerd_config
+    if main_path not in files:
+        raise NodeFactsError(
+            name,
+            doc.location_of(("containerd_config",), at_key=True),
             f"{main_path} is not among the recorded files",
             field="containerd_config",
-            hint=f"record the node's files under {files_root}{main_path}",
+            hint=f"record the node's files under {node_dir / FILES_DIR}{main_path}",
         )
-    config_files = ConfigFiles.from_directory(files_root, main_path, under="/")
-    return NodeFacts(
+    node = NodeFacts(
         name=name,
         containerd=containerd,
-        config_files=config_files,
-        labels=_string_map(raw.get("labels"), location, "labels"),
-        annotations=_string_map(raw.get("annotations"), location, "annotations"),
-        unschedulable=bool(raw.get("unschedulable", False)),
-        ready=bool(raw.get("ready", True)),
-        gpus=_parse_gpus(raw.get("gpus"), location),
+        config_files=ConfigFiles(main_path, files),
+        labels=_strings(record.labels),
+        annotations=_strings(record.annotations),
+        unschedulable=record.unschedulable,
+        ready=record.ready,
+        gpus=_gpus(record.gpus),
+        recorded_at=str(node_dir),
     )
+    try:
+        merge_files(node.config_files, node.containerd)
+    except ContainerdConfigError as exc:
+        raise node.config_error(exc) from exc
+    return node
+
+
+def read_recorded_files(root: Path, node: str) -> dict[str, str]:
+    """Every recorded file under `root`, as node path -> text; refuses what is not config.
+
+    Only regular files (or symlinks to regular files inside `root`) of valid UTF-8 and at
+    most MAX_FILE_BYTES are read; anything else is an error naming the node and the path.
+    """
+    if not root.is_dir():
+        return {}
+    real_root = root.resolve()
+    files: dict[str, str] = {}
+    errors: list[InputError] = []
+
+    def refuse(local: Path, message: str, hint: str | None = None) -> None:
+        errors.append(NodeFactsError(node, SourceLocation(str(local)), message, hint=hint))
+
+    def walk_error(exc: OSError) -> None:
+        refuse(Path(exc.filename or root), f"cannot read: {exc.strerror or exc}")
+
+    for dirpath, dirnames, filenames in os.walk(root, onerror=walk_error):
+        here = Path(dirpath)
+        for name in sorted(dirnames):
+            if (here / name).is_symlink():
+                refuse(
+                    here / name,
+                    "a symlink to a directory; record the directory's files themselves",
+                )
+        for name in sorted(filenames):
+            local = here / name
+            node_path = "/" + local.relative_to(root).as_posix()
+            if _CONTROL.search(node_path):
+                refuse(
+                    local,
+                    f"the file name holds a control character: {describe_value(node_path)}",
+                )
+                continue
+            text = _read_recorded_file(local, real_root, refuse)
+            if text is not None:
+                files[node_path] = text
+    if errors:
+        raise InputErrors(errors)
+    return files
+
+
+def _read_recorded_file(local: Path, real_root: Path, refuse: Callable[..., None]) -> str | None:
+    try:
+        target = local.resolve(strict=True)
+    except RuntimeError:
+        refuse(local, "a symlink loop")
+        return None
+    except OSError as exc:
+        refuse(local, f"a symlink to nothing ({exc.strerror or exc})")
+        return None
+    if local.is_symlink() and not target.is_relative_to(real_root):
+        refuse(
+            local,
+            f"a symlink out of the node's recorded files (to {target})",
+            hint="record a copy of the file itself",
+        )
+        return None
+    try:
+        info = target.stat()
+        if not stat.S_ISREG(info.st_mode):
+            refuse(local, f"not a regular file ({_file_kind(info.st_mode)})")
+            return None
+        if info.st_size > MAX_FILE_BYTES:
+            refuse(
+                local,
+                f"{info.st_size} bytes; recorded config files hold at most {MAX_FILE_BYTES}",
+            )
+            return None
+        data = target.read_bytes()
+    except OSError as exc:
+        refuse(local, f"cannot read: {exc.strerror or exc}")
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        refuse(local, f"not UTF-8 text ({exc.reason} at byte {exc.start})")
+        return None
+
+
+def _file_kind(mode: int) -> str:
+    for test, kind in (
+        (stat.S_ISFIFO, "a named pipe"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISDIR, "a directory"),
+    ):
+        if test(mode):
+            return kind
+    return "not a file"
 
 
 def load_cluster_facts(path: Path) -> ClusterFacts:
-    if not path.is_file():
+    """Read cluster.yaml (absent: no ConfigMaps, no ClusterPolicy)."""
+    if not os.path.lexists(path):
         return ClusterFacts()
-    raw = _read_yaml_mapping(path)
-    location = SourceLocation(str(path))
-    configmaps: dict[str, dict[str, str]] = {}
-    for key, data in (raw.get("configmaps") or {}).items():
-        if "/" not in str(key):
-            raise InputError(
-                location, f"{key!r}: name ConfigMaps as namespace/name", field="configmaps"
-            )
-        configmaps[str(key)] = _string_map(data, location, f"configmaps.{key}")
-    policy = raw.get("cluster_policy") or {}
-    if not isinstance(policy, Mapping):
+    doc = SourceDocument.from_path(path)
+    if not isinstance(doc.data, dict):
         raise InputError(
-            location, "expected a mapping (the ClusterPolicy spec)", field="cluster_policy"
+            doc.location_of(()),
+            f"expected a mapping (configmaps, cluster_policy), found {describe_value(doc.data)}",
         )
-    return ClusterFacts(configmaps=configmaps, cluster_policy=dict(policy))
+    record = doc.validate(ClusterRecord)
+    errors = [
+        InputError(
+            doc.location_of(("configmaps", key), at_key=True),
+            f"expected a ConfigMap named namespace/name, found {describe_value(key)}",
+            field="configmaps",
+        )
+        for key in record.configmaps
+        if not _is_configmap_name(key)
+    ]
+    if errors:
+        raise InputErrors(errors)
+    return ClusterFacts(
+        configmaps={k: _strings(v) for k, v in record.configmaps.items()},
+        cluster_policy=dict(record.cluster_policy or {}),
+    )
 
 
-def _read_yaml_mapping(path: Path) -> dict[str, Any]:
-    location = SourceLocation(str(path))
+def _for_node(node: str, error: InputError) -> InputError:
+    if isinstance(error, NodeFactsError):
+        return error
+    return NodeFactsError(node, error.location, error.message, field=error.field, hint=error.hint)
+
+
+def _is_node_name(name: str) -> bool:
     try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise InputError(location, f"cannot read: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        if mark is not None:
-            location = SourceLocation(str(path), mark.line + 1, mark.column + 1)
-        raise InputError(location, f"not valid YAML: {getattr(exc, 'problem', exc)}") from exc
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise InputError(location, "expected a mapping at the top level")
-    return raw
+        check_dns_subdomain(name)
+    except FieldProblem:
+        return False
+    return True
 
 
-def _string_map(value: Any, location: SourceLocation, field_name: str) -> dict[str, str]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise InputError(location, "expected a mapping of strings", field=field_name)
-    return {str(k): "" if v is None else str(v) for k, v in value.items()}
+def _is_configmap_name(key: str) -> bool:
+    namespace, slash, name = key.partition("/")
+    return bool(slash) and _is_node_name(namespace) and _is_node_name(name)
 
 
-def _parse_gpus(value: Any, location: SourceLocation) -> GpuFacts:
-    if value is None:
+def _strings(value: Mapping[str, str | None]) -> dict[str, str]:
+    return {k: "" if v is None else v for k, v in value.items()}
+
+
+def _gpus(record: GpuRecord | None) -> GpuFacts:
+    if record is None:
         return GpuFacts(count=0)
-    if not isinstance(value, Mapping):
-        raise InputError(location, "expected {count, product, uuids}", field="gpus")
-    uuids = tuple(str(u) for u in value.get("uuids") or ())
-    count = int(value.get("count", len(uuids)))
     return GpuFacts(
-        count=count,
-        product=str(value.get("product", "")),
-        uuids=uuids,
-        driver_version=str(value.get("driver_version", "")),
+        count=record.count if record.count is not None else len(record.uuids),
+        product=record.product,
+        uuids=record.uuids,
+        driver_version=record.driver_version,
     )
