@@ -44,32 +44,34 @@ class BlockReason(Enum):
     LOCAL_STORAGE = "local-storage"
 
     @property
-    def message(self) -> str:
-        """kubectl's own wording, so operators recognise it."""
-        if self is BlockReason.UNMANAGED:
-            return "cannot delete Pods that declare no controller (use --force to override)"
-        return "cannot delete Pods with local storage (use --delete-emptydir-data to override)"
+    def wording(self) -> BlockWording:
+        return _BLOCK_WORDING[self]
 
-    @property
-    def plan_setting(self) -> str:
-        """The plan field that lifts this refusal."""
-        if self is BlockReason.UNMANAGED:
-            return "policy.drain.force"
-        return "policy.drain.delete_emptydir_data"
 
-    @property
-    def consequence(self) -> str:
-        """What the override costs, said next to the setting so nobody sets it blind."""
-        if self is BlockReason.UNMANAGED:
-            return "the pods are deleted and nothing recreates them"
-        return "their emptyDir data is lost"
+@dataclass(frozen=True)
+class BlockWording:
+    """What is said of one refusal, in kubectl's words where kubectl says it."""
 
-    @property
-    def override_warning(self) -> str:
-        """The warning kubectl prints when the override lets such a pod be evicted."""
-        if self is BlockReason.UNMANAGED:
-            return "deleting Pods that declare no controller"
-        return "deleting Pods with local storage"
+    message: str  # kubectl's refusal, so operators recognise it
+    plan_setting: str  # the plan field that lifts the refusal
+    consequence: str  # what the override costs, said next to the setting so nobody sets it blind
+    override_warning: str  # kubectl's warning when the override lets such a pod be evicted
+
+
+_BLOCK_WORDING = {
+    BlockReason.UNMANAGED: BlockWording(
+        message="cannot delete Pods that declare no controller (use --force to override)",
+        plan_setting="policy.drain.force",
+        consequence="the pods are deleted and nothing recreates them",
+        override_warning="deleting Pods that declare no controller",
+    ),
+    BlockReason.LOCAL_STORAGE: BlockWording(
+        message="cannot delete Pods with local storage (use --delete-emptydir-data to override)",
+        plan_setting="policy.drain.delete_emptydir_data",
+        consequence="their emptyDir data is lost",
+        override_warning="deleting Pods with local storage",
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -110,7 +112,7 @@ class DrainWarning:
     reason: BlockReason
 
     def __str__(self) -> str:
-        return f"{self.reason.override_warning}: {self.pod}"
+        return f"{self.reason.wording.override_warning}: {self.pod}"
 
 
 @dataclass(frozen=True)
@@ -136,10 +138,10 @@ class DrainSelection:
         count = len(self.blocking)
         lines = [f"{where} refused: {count} pod{'s' if count != 1 else ''} cannot be evicted"]
         for blocked in self.blocking:
-            lines.extend(f"  {blocked.pod}: {reason.message}" for reason in blocked.reasons)
+            lines.extend(f"  {blocked.pod}: {reason.wording.message}" for reason in blocked.reasons)
         needed = [r for r in BlockReason if any(r in b.reasons for b in self.blocking)]
         lines.append("to proceed, move these pods off the node first, or set in the plan:")
-        lines.extend(f"  {r.plan_setting}: true  ({r.consequence})" for r in needed)
+        lines.extend(f"  {r.wording.plan_setting}: true  ({r.wording.consequence})" for r in needed)
         return "\n".join(lines)
 
 
