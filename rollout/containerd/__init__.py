@@ -13,7 +13,8 @@ Public API (details in each module's docstring):
   `standard_defaults()`), `RecordedDefaults` (package data, per series), `FilesOnly`.
 - diff: `diff_effective(before, after) -> list[Change]`, `render_diff_text(before, after)`.
 - intent: `CriSetting(key, value)`, `Intent(settings)`, `place_intent(intent, version,
-  config_version) -> tuple[PlacedSetting, ...]`.
+  config_version) -> tuple[PlacedSetting, ...]`, `place_setting` (one; its value's type is
+  checked against the version's defaults by schema.py: SettingTypeError).
 - synthesis: `synthesize(files, version, intent, defaults=None) -> Synthesis` (writes:
   FileWrite(path, before, after); in_effect; defaults_source), `repair_shadowing(files,
   version, intent, defaults=None)`, `apply_writes(files, writes)`.
@@ -48,6 +49,7 @@ from rollout.containerd.errors import (
     ContainerdConfigError,
     ImportMissing,
     PredictionRefused,
+    SettingTypeError,
     StagingFailed,
     SynthesisError,
     UnknownCriSetting,
@@ -61,7 +63,13 @@ from rollout.containerd.hosts import (
     hosts_toml_path,
     render_hosts_toml,
 )
-from rollout.containerd.intent import CriSetting, Intent, PlacedSetting, place_intent
+from rollout.containerd.intent import (
+    CriSetting,
+    Intent,
+    PlacedSetting,
+    place_intent,
+    place_setting,
+)
 from rollout.containerd.localdump import LocalContainerd, standard_defaults
 from rollout.containerd.merge import (
     EffectiveConfig,
@@ -110,6 +118,7 @@ __all__ = [
     "Prediction",
     "PredictionRefused",
     "RecordedDefaults",
+    "SettingTypeError",
     "ShadowKind",
     "Shadowing",
     "StagingFailed",
@@ -134,6 +143,7 @@ __all__ = [
     "parse_dump",
     "parse_version",
     "place_intent",
+    "place_setting",
     "predict",
     "read_config_version",
     "render_diff_text",

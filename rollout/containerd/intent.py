@@ -22,6 +22,7 @@ from rollout.containerd.migration import (
     SANDBOX_IMAGE,
     SERVER_KEYS,
 )
+from rollout.containerd.schema import check_setting_type
 from rollout.containerd.version import (
     CRI_IMAGES,
     CRI_RUNTIME,
@@ -175,7 +176,14 @@ class PlacedSetting:
 def place_setting(
     setting: CriSetting, version: ContainerdVersion, config_version: int = 2
 ) -> PlacedSetting:
-    """Where a setting is effective on `version`, or UnknownCriSetting."""
+    """Where a setting is effective on `version`; UnknownCriSetting, or SettingTypeError for
+    a value containerd cannot load there (see schema.py)."""
+    placed = _place(setting, version, config_version)
+    check_setting_type(setting.key, placed.path, placed.value, version)
+    return placed
+
+
+def _place(setting: CriSetting, version: ContainerdVersion, config_version: int) -> PlacedSetting:
     key = setting.key_path
     _check_known(key, version, setting.key)
     v2_path = ("plugins", CRI_V2, *key)

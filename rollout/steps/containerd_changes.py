@@ -7,15 +7,20 @@ result: the files to write, the effective-config diff, shadowing found and repai
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from rollout import containerd as engine
 from rollout.containerd.hosts import merge_hosts_toml
+from rollout.errors import BadInput, InputError, InputErrors, RolloutError
 from rollout.facts import NodeFacts
 from rollout.plan import EffectiveChange, FileChange
 from rollout.spec import ContainerdChange, RegistryChange, Spec
+from rollout.spec.changes.containerd import DEFAULT_RUNTIME_KEY
+
+PlanPath = tuple[str | int, ...]
 
 
 @dataclass(frozen=True)
@@ -32,33 +37,74 @@ class ContainerdChanges:
     defaults_source: str = ""
 
 
+@dataclass(frozen=True)
+class PlannedSetting:
+    """One CRI setting of the spec and where the plan file states it."""
+
+    setting: engine.CriSetting
+    where: PlanPath
+
+
+def planned_settings(spec: Spec) -> list[PlannedSetting]:
+    """The CRI settings the spec's registry and containerd changes ask for, each located."""
+    found: list[PlannedSetting] = []
+    for index, change in enumerate(spec.changes):
+        if isinstance(change, RegistryChange):
+            found.append(
+                PlannedSetting(
+                    engine.CriSetting("registry.config_path", change.config_path),
+                    ("changes", index, "registry", "config_path"),
+                )
+            )
+        elif isinstance(change, ContainerdChange):
+            for key, value in change.all_settings().items():
+                where: PlanPath = ("changes", index, "containerd", "settings", key)
+                if key == DEFAULT_RUNTIME_KEY and change.default_runtime is not None:
+                    where = ("changes", index, "containerd", "default_runtime")
+                found.append(PlannedSetting(engine.CriSetting(key, value), where))
+    return found
+
+
 def build_intent(spec: Spec) -> engine.Intent | None:
     """The CRI settings the spec's registry and containerd changes ask for (None: none)."""
-    settings: list[engine.CriSetting] = []
-    for change in spec.changes:
-        if isinstance(change, RegistryChange):
-            settings.append(engine.CriSetting("registry.config_path", change.config_path))
-        elif isinstance(change, ContainerdChange):
-            settings.extend(engine.CriSetting(k, v) for k, v in change.all_settings().items())
-    return engine.Intent(tuple(settings)) if settings else None
+    settings = tuple(p.setting for p in planned_settings(spec))
+    return engine.Intent(settings) if settings else None
 
 
 def plan_containerd(spec: Spec, node: NodeFacts) -> ContainerdChanges:
-    """The containerd file writes for the registry and containerd changes of the spec."""
+    """The containerd file writes for the registry and containerd changes of the spec.
+
+    Whatever would make `apply` fail on the node fails here, located: a problem with the
+    node's own files names the node and the file; a setting containerd cannot load, or a
+    default runtime no file defines, names the plan's line and the node.
+    """
     files, version = node.config_files, node.containerd
+    try:
+        current = engine.merge_files(files, version)
+    except engine.ContainerdConfigError as exc:
+        raise node.config_error(exc) from exc
     extra_files = [
         write
-        for change in spec.changes_of(RegistryChange)
-        for write in plan_hosts_toml(change, node)
+        for index, change in enumerate(spec.changes)
+        if isinstance(change, RegistryChange)
+        for write in plan_hosts_toml(change, node, spec, index)
     ]
     found = engine.find_shadowing(files, version)
     shadowing = tuple(s.describe() for s in found)
-    intent = build_intent(spec)
-    if intent is None:
+    settings = planned_settings(spec)
+    if not settings:
         return ContainerdChanges(tuple(extra_files), (), "", shadowing, (), ())
+    check_settings(spec, node, settings, current.config_version)
+    intent = engine.Intent(tuple(p.setting for p in settings))
     # repair_shadowing is synthesize when nothing is shadowed; on a broken node it also gives
     # back what a shadowing drop-in threw away, and says so.
-    synthesis = engine.repair_shadowing(files, version, intent)
+    try:
+        synthesis = engine.repair_shadowing(files, version, intent)
+    except engine.StagingFailed:
+        raise  # the real binary on this machine failed: not the plan's fault
+    except engine.ContainerdConfigError as exc:
+        raise plan_error(spec, node, settings[0].where, exc) from exc
+    check_default_runtime(spec, node, settings, synthesis)
     intended = {placed.path for placed in synthesis.placed}
     writes = tuple(
         FileChange(
@@ -163,9 +209,96 @@ def explain_write(path: str, main_path: str, version: engine.ContainerdVersion) 
     return "this later file sets the same key, so it must carry the intent too"
 
 
-def plan_hosts_toml(change: RegistryChange, node: NodeFacts) -> list[FileChange]:
-    """The certs.d/<host>/hosts.toml write for one registry, unless it already matches."""
+def check_settings(
+    spec: Spec, node: NodeFacts, settings: Sequence[PlannedSetting], config_version: int
+) -> None:
+    """Every setting placed and type-checked for the node's containerd; InputErrors, located."""
+    errors: list[InputError] = []
+    for planned in settings:
+        try:
+            engine.place_setting(planned.setting, node.containerd, config_version)
+        except engine.ContainerdConfigError as exc:
+            errors.append(located(spec, node, planned.where, exc.message))
+    if errors:
+        raise InputErrors(errors)
+
+
+def check_default_runtime(
+    spec: Spec, node: NodeFacts, settings: Sequence[PlannedSetting], synthesis: engine.Synthesis
+) -> None:
+    """A default runtime must be a handler the node's config defines after the writes.
+
+    containerd's CRI plugin refuses to start without it: the node stops running pods.
+    """
+    for planned in settings:
+        if planned.setting.key != DEFAULT_RUNTIME_KEY:
+            continue
+        placed = next(p for p in synthesis.placed if p.setting == planned.setting)
+        runtimes_path = (*placed.path[:-1], "runtimes")
+        runtimes = engine.find_value(synthesis.after.tree, runtimes_path)
+        defined = sorted(runtimes) if isinstance(runtimes, Mapping) else []
+        if planned.setting.value not in defined:
+            raise InputErrors(
+                [
+                    located(
+                        spec,
+                        node,
+                        planned.where,
+                        f"default runtime {planned.setting.value!r} is not defined in the "
+                        f"node's containerd config (runtimes: {', '.join(defined) or 'none'})",
+                        hint="name a defined runtime, or define it in the same change under "
+                        f"settings: containerd.runtimes.{planned.setting.value}.runtime_type",
+                    )
+                ]
+            )
+
+
+def located(
+    spec: Spec, node: NodeFacts, where: PlanPath, message: str, hint: str | None = None
+) -> InputError:
+    """A problem of the plan on one node, at the plan's line, naming the node."""
+    return InputError(
+        spec.location_of(*where),
+        f"on node {node.name} (containerd {node.containerd}): {message}",
+        hint=hint,
+    )
+
+
+def plan_error(spec: Spec, node: NodeFacts, where: PlanPath, exc: RolloutError) -> RolloutError:
+    """An engine error while planning the spec's change, located at the change."""
+    if isinstance(exc, BadInput):
+        return InputErrors([located(spec, node, where, str(exc))])
+    return type(exc)(f"{spec.location_of(*where)}: on node {node.name}: {exc}")
+
+
+def plan_hosts_toml(
+    change: RegistryChange, node: NodeFacts, spec: Spec, index: int
+) -> list[FileChange]:
+    """The certs.d/<host>/hosts.toml write for one registry, unless it already matches.
+
+    Refused when the path is not one a file can be written at on the node: a recorded
+    file stands where a directory of it must be, or a directory where the file goes.
+    """
     path = engine.hosts_toml_path(change.config_path, change.host)
+    files = node.config_files
+    blocking = next(
+        (d for d in _ancestors(path) if d in files.files),
+        path if path in files.directories() else None,
+    )
+    if blocking is not None:
+        kind = "a directory" if blocking == path else "a file"
+        raise InputErrors(
+            [
+                located(
+                    spec,
+                    node,
+                    ("changes", index, "registry", "config_path"),
+                    f"{path} cannot be written: {blocking} is {kind} on the node",
+                    hint="choose a config_path that is a directory on the node, "
+                    "e.g. /etc/containerd/certs.d",
+                )
+            ]
+        )
     hosts = [
         engine.HostEndpoint(
             url=endpoint.url,
@@ -183,3 +316,12 @@ def plan_hosts_toml(change: RegistryChange, node: NodeFacts) -> list[FileChange]
     return [
         FileChange(path=path, before=before, after=content, reason=f"mirrors for {change.host}")
     ]
+
+
+def _ancestors(path: str) -> list[str]:
+    parents: list[str] = []
+    parent = posixpath.dirname(path)
+    while parent not in ("/", ""):
+        parents.append(parent)
+        parent = posixpath.dirname(parent)
+    return parents

@@ -15,6 +15,8 @@ from rollout.spec.fieldtypes import SpecModel, Str
 # containerd's own table names: letters, digits, '_' and '-' (runtime names like nvidia-cdi)
 _SETTING_SEGMENT = re.compile(r"^[A-Za-z0-9_-]+$")
 DEFAULT_RUNTIME_KEY = "containerd.default_runtime_name"
+# TOML integers are 64-bit; containerd refuses a file holding a bigger one
+_INT64 = range(-(2**63), 2**63)
 SettingValue = str | int | float | bool | list[Any] | dict[str, Any]
 
 
@@ -41,6 +43,11 @@ def check_setting_key(key: str) -> str:
 
 def check_setting_value(value: Any) -> Any:
     """A value TOML can hold: strings, numbers, booleans, lists and tables of those."""
+    if isinstance(value, int) and not isinstance(value, bool) and not _INT64.count(value):
+        raise FieldProblem(
+            f"expected an integer TOML can hold (64-bit, {_INT64.start} to {_INT64.stop - 1}),"
+            f" found {value}",
+        )
     if isinstance(value, bool | int | float | str):
         return value
     if isinstance(value, list):

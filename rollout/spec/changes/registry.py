@@ -107,6 +107,17 @@ def _check_capabilities(value: tuple[Capability, ...]) -> tuple[Capability, ...]
     return value
 
 
+def check_config_path(value: str) -> str:
+    """containerd's `registry.config_path`: a normalised directory path, one line."""
+    if any(c < " " or c == "\x7f" for c in value) or posixpath.normpath(value) != value:
+        raise FieldProblem(
+            "expected a normalised absolute directory (no '//', '/./', trailing '/' or control"
+            f" characters), found {describe_value(value)}",
+            hint=f"write {posixpath.normpath(value.strip())!r}" if value.strip() else None,
+        )
+    return value
+
+
 class RegistryEndpoint(SpecModel):
     """One mirror of a registry host, tried in list order."""
 
@@ -131,7 +142,7 @@ class RegistryChange(SpecModel):
     host: Annotated[Str, AfterValidator(check_registry_host)]
     endpoints: Annotated[tuple[RegistryEndpoint, ...], Field(min_length=1)]
     server: Annotated[Str, AfterValidator(check_url)] | None = None
-    config_path: AbsolutePath = DEFAULT_CERTS_DIR
+    config_path: Annotated[AbsolutePath, AfterValidator(check_config_path)] = DEFAULT_CERTS_DIR
     # config_path and ca_file stay under /etc/containerd unless the plan says otherwise, so a
     # typo cannot drop files into /etc/cron.d or /root/.ssh
     allow_paths_outside: Bool = False
