@@ -32,13 +32,12 @@ from rollout.run import list_runs, read_run
 from rollout.transports.errors import NotFound
 from rollout.transports.kube import ConfigMap, KubeClient
 from tests.conftest import require
+from tests.examples import PLAN
 from tests.lab.test_cluster_shared import ssh_check
 from tests.planning import time_slicing_plan
 
 pytestmark = pytest.mark.lab
 
-ROOT = Path(__file__).resolve().parents[2]
-PLAN = ROOT / "examples" / "plan.yaml"
 PREFIX = os.environ.get("ROLLOUT_TEST_APPLY_PREFIX", "127.0.45")
 HANDLERS = {"nvidia", "nvidia-cdi", "nvidia-legacy"}
 

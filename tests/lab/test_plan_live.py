@@ -13,12 +13,12 @@ from rollout.cli import main
 from rollout.facts import ConfigFilesFact, ProbeFailed, parse_file_dump, parse_gpu_query
 from rollout.lab.cluster import Lab
 from rollout.transports.local import LocalRunner
+from tests.examples import PLAN
 from tests.lab.labapi import api_lab
 from tests.lab.test_cluster_shared import node_of_series, ssh_check
 
 pytestmark = pytest.mark.lab
 
-PLAN = Path(__file__).resolve().parents[2] / "examples" / "plan.yaml"
 NAIVE = "/etc/containerd/conf.d/zz-registry.toml"
 
 

@@ -39,13 +39,12 @@ from rollout.steps.containerd import (
 from rollout.steps.systemd import SystemdRestart, probe_service
 from rollout.transports.kube import KubeClient
 from rollout.transports.ssh import SshRunner
+from tests.examples import PLAN
 from tests.lab.labapi import api_lab
 from tests.lab.test_cluster_shared import node_of_series, ssh_check, ssh_run
 
 pytestmark = pytest.mark.lab
 
-ROOT = Path(__file__).resolve().parents[2]
-PLAN = ROOT / "examples" / "plan.yaml"
 HOSTS_TOML = "/etc/containerd/certs.d/docker.io/hosts.toml"
 FAILING_DROP_IN = "/etc/systemd/system/containerd.service.d/90-rollout-test-fail.conf"
 SERIES = ("1.6", "1.7", "2.1")

@@ -20,8 +20,8 @@ from rollout.run import (
     StepStarted,
     Uncordoned,
 )
+from tests.examples import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 PLAN_JSON = json.dumps({"name": "registry-mirror", "waves": [["gpu-1", "gpu-2"]]})
 STEPS = ("cordon", "drain", "containerd.write", "systemd.restart", "uncordon")
 

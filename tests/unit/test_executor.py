@@ -18,10 +18,8 @@ from rollout.playbook import load_playbooks
 from rollout.run import Journal, NodeOutcome, RunOutcome
 from rollout.spec import Spec, load_spec, parse_spec
 from rollout.steps.base import StepContext, StepFailed, StepResult
+from tests.examples import FACTS, PLAN
 
-ROOT = Path(__file__).resolve().parents[2]
-PLAN = ROOT / "examples" / "plan.yaml"
-FACTS = ROOT / "examples" / "facts"
 # The steps examples/plan.yaml gives a node whose containerd files change, in plan order.
 KINDS = (
     "preflight",

@@ -15,12 +15,10 @@ from rollout.containerd import ConfigFiles, dump_config
 from rollout.facts import load_recorded_facts
 from rollout.transports.local import LocalRunner
 from tests.conftest import containerd_binary
+from tests.examples import FACTS, PLAN
 from tests.planning import time_slicing_plan
 from tests.unit.test_executor import KINDS
 
-ROOT = Path(__file__).resolve().parents[2]
-PLAN = ROOT / "examples" / "plan.yaml"
-FACTS = ROOT / "examples" / "facts"
 NVIDIA_HANDLERS = {"nvidia", "nvidia-cdi", "nvidia-legacy"}
 
 

@@ -27,10 +27,9 @@ from rollout.steps.profile_changes import (
     Publication,
     plan_publication,
 )
+from tests.examples import FACTS
 from tests.planning import time_slicing_plan
 
-ROOT = Path(__file__).resolve().parents[2]
-FACTS = ROOT / "examples" / "facts"
 REF = "gpu-operator/time-slicing-config"
 LABEL = "nvidia.com/device-plugin.config"
 

@@ -56,10 +56,9 @@ from rollout.steps.systemd import RestartFailed, SystemdRestart, restart_service
 from rollout.transports.errors import SshConnectError
 from rollout.transports.kube import KubeClient
 from rollout.transports.local import LocalRunner
+from tests.examples import PLAN
 from tests.fakes import ScriptedRunner
 
-ROOT = Path(__file__).resolve().parents[2]
-PLAN = ROOT / "examples" / "plan.yaml"
 MAIN = "/etc/containerd/config.toml"
 HOSTS = "/etc/containerd/certs.d/docker.io/hosts.toml"
 
