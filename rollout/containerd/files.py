@@ -73,6 +73,8 @@ def parse_toml(path: str, text: str) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as exc:
         where = _TOML_POSITION.search(str(exc))
         line, column = (int(where[1]), int(where[2])) if where else (None, None)
+        if where is None and "end of document" in str(exc):
+            line = max(1, len(text.splitlines()))
         raise ConfigParseError(
             f"{path}: not valid TOML: {exc}", path=path, line=line, column=column
         ) from exc
