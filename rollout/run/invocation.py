@@ -15,6 +15,7 @@ from typing import Any
 
 from rollout.run.errors import InvocationUnreadable
 from rollout.run.files import INVOCATION_FILE
+from rollout.run.records import parse_json_object
 
 
 @dataclass(frozen=True)
@@ -35,11 +36,9 @@ class Invocation:
     def from_json(cls, data: bytes) -> Invocation:
         """Parse invocation.json; ValueError says what is wrong with it."""
         try:
-            doc = json.loads(data)
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ValueError(f"is not valid JSON ({e}); it was cut short or edited") from None
-        if not isinstance(doc, dict):
-            raise ValueError(f"holds a {type(doc).__name__}, not a JSON object")
+            doc = parse_json_object(data)
+        except ValueError as e:
+            raise ValueError(f"is {e}; it was cut short or edited") from None
         values: dict[str, Any] = {}
         for f in dataclasses.fields(cls):
             value = doc.get(f.name)

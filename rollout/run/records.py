@@ -218,11 +218,9 @@ class Entry:
     def from_json_line(cls, line: bytes) -> Entry:
         """Parse one line; ValueError says what is wrong with it."""
         try:
-            doc = json.loads(line)
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ValueError(f"not a JSON record ({e})") from None
-        if not isinstance(doc, dict):
-            raise ValueError(f"expected a JSON object, found {type(doc).__name__}")
+            doc = parse_json_object(line)
+        except ValueError as e:
+            raise ValueError(f"not a JSON record: {e}") from None
         seq = doc.get("seq")
         if not isinstance(seq, int) or isinstance(seq, bool):
             raise ValueError("missing or non-integer 'seq'")
@@ -234,6 +232,17 @@ class Entry:
         except ValueError:
             raise ValueError(f"unknown record kind {doc.get('kind')!r}") from None
         return cls(seq=seq, at=parse_time(at), record=_decode_record(RECORD_TYPES[kind], doc))
+
+
+def parse_json_object(data: bytes) -> dict[str, Any]:
+    """One JSON object from a file of rollout's; ValueError says what the bytes are instead."""
+    try:
+        doc = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"not valid JSON ({e})") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"a {type(doc).__name__}, not a JSON object")
+    return doc
 
 
 def _decode_record(cls: type[Record], doc: Mapping[str, Any]) -> Record:

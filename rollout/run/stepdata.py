@@ -13,6 +13,7 @@ from typing import Any
 
 from rollout.run.errors import JournalError, StepDataUnreadable
 from rollout.run.files import NAME_PATTERN, NODES_DIR, make_dirs_durable, replace_file
+from rollout.run.records import parse_json_object
 
 
 def save_step_data(run_dir: Path, node: str, step: str, data: Mapping[str, Any]) -> None:
@@ -26,20 +27,14 @@ def load_step_data(run_dir: Path, node: str, step: str) -> dict[str, Any]:
     """What this node's step saved; {} when it saved nothing."""
     path = _data_path(run_dir, node, step)
     try:
-        loaded = json.loads(path.read_bytes())
+        return parse_json_object(path.read_bytes())
     except FileNotFoundError:
         return {}
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, ValueError) as e:
         raise StepDataUnreadable(
             f"{path}: the data step {step} saved for {node} cannot be read ({e}); only "
             "rollout writes it: restore it from a backup, or start a new run"
         ) from None
-    if not isinstance(loaded, dict):
-        raise StepDataUnreadable(
-            f"{path}: expected a JSON object, found {type(loaded).__name__}; only rollout "
-            "writes it: restore it from a backup, or start a new run"
-        )
-    return loaded
 
 
 def _data_path(run_dir: Path, node: str, step: str) -> Path:

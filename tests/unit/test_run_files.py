@@ -160,7 +160,7 @@ def test_a_missing_invocation_is_a_clear_error(journal: Journal) -> None:
     [
         (INVOCATION.to_json()[:25], "is not valid JSON"),
         (b"", "is not valid JSON"),
-        (b"[]", "holds a list"),
+        (b"[]", "is a list, not a JSON object"),
         (json.dumps({"spec_source": "p"}).encode(), "has no 'spec_text'"),
         (
             INVOCATION.to_json().replace(b'"context": "lab"', b'"context": 3'),
@@ -231,5 +231,5 @@ def test_unreadable_step_data_names_the_file(journal: Journal) -> None:
     with pytest.raises(StepDataUnreadable, match=f"{path}: the data step cordon saved for gpu-1"):
         journal.load_step_data("gpu-1", "cordon")
     path.write_text("[]")
-    with pytest.raises(StepDataUnreadable, match="expected a JSON object"):
+    with pytest.raises(StepDataUnreadable, match="a list, not a JSON object"):
         journal.load_step_data("gpu-1", "cordon")

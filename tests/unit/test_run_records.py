@@ -78,7 +78,7 @@ def test_round_trip_through_the_disk(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("line", "problem"),
     [
-        (b"[1, 2]", "expected a JSON object"),
+        (b"[1, 2]", "a list, not a JSON object"),
         (b'{"at": "2026-01-01T00:00:00Z", "kind": "uncordoned", "node": "a"}', "'seq'"),
         (b'{"seq": 1, "kind": "uncordoned", "node": "a"}', "'at'"),
         (b'{"seq": 1, "at": "yesterday", "kind": "uncordoned", "node": "a"}', "bad timestamp"),
