@@ -106,20 +106,26 @@ def gpu_pod(name: str, count: int, **spec: Any) -> dict[str, Any]:
     }
 
 
-def use_time_slicing(api: client.ApiClient, core: client.CoreV1Api, replicas: int) -> None:
+def use_time_slicing(
+    api: client.ApiClient,
+    core: client.CoreV1Api,
+    replicas: int,
+    *,
+    name: str = "time-slicing",
+    key: str = "a100",
+    default: str = "",
+) -> None:
+    """Publish one time-slicing profile under `key` of ConfigMap `name`; point the policy at it."""
     core.create_namespaced_config_map(
         "gpu-operator",
-        {
-            "metadata": {"name": "time-slicing"},
-            "data": {"a100": TIME_SLICING.format(replicas=replicas)},
-        },
+        {"metadata": {"name": name}, "data": {key: TIME_SLICING.format(replicas=replicas)}},
     )
     client.CustomObjectsApi(api).patch_cluster_custom_object(
         "nvidia.com",
         "v1",
         "clusterpolicies",
         "cluster-policy",
-        {"spec": {"devicePlugin": {"config": {"name": "time-slicing", "default": ""}}}},
+        {"spec": {"devicePlugin": {"config": {"name": name, "default": default}}}},
     )
 
 
@@ -205,17 +211,7 @@ def test_time_slicing_follows_the_label_not_a_configmap_edit(
 def test_default_profile_applies_after_the_operator_restarts_plugins(
     api: client.ApiClient, core: client.CoreV1Api
 ) -> None:
-    core.create_namespaced_config_map(
-        "gpu-operator",
-        {"metadata": {"name": "ts"}, "data": {"two": TIME_SLICING.format(replicas=2)}},
-    )
-    client.CustomObjectsApi(api).patch_cluster_custom_object(
-        "nvidia.com",
-        "v1",
-        "clusterpolicies",
-        "cluster-policy",
-        {"spec": {"devicePlugin": {"config": {"name": "ts", "default": "two"}}}},
-    )
+    use_time_slicing(api, core, replicas=2, name="ts", key="two", default="two")
     wait_for(
         lambda: gpus(core, "lab-node-2") == ("2", "2") and gpus(core, "lab-node-1") == ("4", "4")
     )
