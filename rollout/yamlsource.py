@@ -154,6 +154,10 @@ def _position(mark: yaml.Mark | None) -> Position:
     return Position(mark.line + 1, mark.column + 1)
 
 
+class NotYaml(InputError):
+    """The text is empty or not YAML at all (a reader may then try another format)."""
+
+
 @dataclass(frozen=True)
 class SourceDocument:
     """A YAML document's plain data and where each of its values sits in the file."""
@@ -171,7 +175,7 @@ class SourceDocument:
         try:
             node = loader.get_single_node()
             if node is None:
-                raise InputError(SourceLocation(path, 1, 1), "the file is empty")
+                raise NotYaml(SourceLocation(path, 1, 1), "the file is empty")
             measure_expansion(node, path, max_values)
             builder = _Builder(loader, path)
             data = builder.build(node, ())
@@ -179,12 +183,12 @@ class SourceDocument:
             mark = exc.problem_mark or exc.context_mark
             where = _position(mark)
             problem = " ".join(p for p in (exc.context, exc.problem) if p)
-            raise InputError(
+            raise NotYaml(
                 SourceLocation(path, where.line, where.column),
                 f"not valid YAML: {problem or exc}",
             ) from exc
         except yaml.YAMLError as exc:
-            raise InputError(SourceLocation(path), f"not valid YAML: {exc}") from exc
+            raise NotYaml(SourceLocation(path), f"not valid YAML: {exc}") from exc
         except RecursionError as exc:  # a last guard: MAX_DEPTH should stop it first
             raise InputError(
                 SourceLocation(path), f"nested too deeply (the depth limit is {MAX_DEPTH})"

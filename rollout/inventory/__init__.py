@@ -9,13 +9,16 @@ Three formats, told apart by content (or named with `format=`), one module each:
 
 Both Ansible formats collect into `ansible.AnsibleInventory`, which resolves variables as
 Ansible does; every format ends in the `model`'s `Inventory` of `Host`s.
+
+Hostile input is refused, located (docs/input-contract.md): files over 1 MiB or not regular,
+control characters, YAML over the depth and alias-expansion limits, ranges and inventories of
+more than `MAX_HOSTS` hosts, an inventory without hosts, and addresses or users that are not
+a host name, an IP address or a user name.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-
-import yaml
 
 from rollout.errors import InputError, InputErrors
 from rollout.inputfile import read_text
@@ -26,18 +29,21 @@ from rollout.inventory.model import (
     ALL_GROUP,
     DEFAULT_PORT,
     DEFAULT_USER,
+    MAX_HOSTS,
     UNGROUPED_GROUP,
     Host,
     Inventory,
     InventoryFormat,
 )
 from rollout.inventory.native import parse_rollout_inventory
-from rollout.yamlsource import SourceDocument
+from rollout.yamllimits import check_characters
+from rollout.yamlsource import NotYaml, SourceDocument
 
 __all__ = [
     "ALL_GROUP",
     "DEFAULT_PORT",
     "DEFAULT_USER",
+    "MAX_HOSTS",
     "UNGROUPED_GROUP",
     "Host",
     "Inventory",
@@ -63,11 +69,19 @@ def load_inventory(path: Path, format: InventoryFormat | None = None) -> Invento
 
 def parse_inventory(text: str, source: str, format: InventoryFormat | None = None) -> Inventory:
     """Parse inventory text; `source` names it in messages."""
-    chosen = format or detect_format(text)
     try:
+        check_characters(text, source)
+        if format is InventoryFormat.ANSIBLE_INI:
+            return parse_ansible_ini(text, source)
+        try:
+            doc = SourceDocument.from_text(text, source)
+        except NotYaml:
+            if format is not None:
+                raise
+            return parse_ansible_ini(text, source)
+        chosen = format or _format_of(doc.data)
         if chosen is InventoryFormat.ANSIBLE_INI:
             return parse_ansible_ini(text, source)
-        doc = SourceDocument.from_text(text, source)
         if chosen is InventoryFormat.ROLLOUT:
             return parse_rollout_inventory(doc)
         return parse_ansible_yaml(doc)
@@ -75,13 +89,19 @@ def parse_inventory(text: str, source: str, format: InventoryFormat | None = Non
         raise InputErrors([exc]) from exc
 
 
-def detect_format(text: str) -> InventoryFormat:
+def detect_format(text: str, source: str = "<inventory>") -> InventoryFormat:
     """rollout YAML if it says `kind: Inventory`/`apiVersion`, Ansible YAML for other
-    mappings, Ansible INI for anything YAML does not read as a mapping."""
+    mappings, Ansible INI for anything YAML does not read as a mapping.
+
+    YAML is read as every input is (bounded); InputError when it is over a limit.
+    """
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
+        return _format_of(SourceDocument.from_text(text, source).data)
+    except NotYaml:
         return InventoryFormat.ANSIBLE_INI
+
+
+def _format_of(data: object) -> InventoryFormat:
     if not isinstance(data, dict):
         return InventoryFormat.ANSIBLE_INI
     if "apiVersion" in data or data.get("kind") == "Inventory" or "nodes" in data:

@@ -20,9 +20,13 @@ from rollout.inventory.model import (
     ALL_GROUP,
     DEFAULT_PORT,
     DEFAULT_USER,
+    MAX_HOSTS,
     Host,
     Inventory,
     InventoryFormat,
+    check_address,
+    check_local_path,
+    check_user,
 )
 from rollout.spec.fieldtypes import check_dns_subdomain
 
@@ -44,7 +48,8 @@ class _Group:
     name: str
     vars: dict[str, str] = field(default_factory=dict)
     children: list[str] = field(default_factory=list)
-    hosts: list[str] = field(default_factory=list)
+    # a dict as an ordered set: membership tests stay O(1) for thousands of hosts
+    hosts: dict[str, None] = field(default_factory=dict)
 
 
 class AnsibleInventory:
@@ -58,6 +63,7 @@ class AnsibleInventory:
         # where each variable was set, keyed by (host or group name, variable)
         self.var_location: dict[tuple[str, str], SourceLocation] = {}
         self.errors: list[InputError] = []
+        self.over_host_limit = False
 
     def group(self, name: str) -> _Group:
         return self.groups.setdefault(name, _Group(name))
@@ -70,9 +76,7 @@ class AnsibleInventory:
         for key, value in variables.items():
             merged[key] = value
             self.var_location[(host, key)] = where
-        members = self.group(group).hosts
-        if host not in members:
-            members.append(host)
+        self.group(group).hosts.setdefault(host)
 
     def add_host_pattern(
         self,
@@ -87,10 +91,25 @@ class AnsibleInventory:
         if port is not None:
             variables = dict(variables)
             variables.setdefault("ansible_port", port)
+        if self.over_host_limit:
+            return []  # said once, at the first host over the limit
+        room = MAX_HOSTS - len(self.host_vars)
         try:
-            names = expand_host_pattern(name)
+            names = expand_host_pattern(name, limit=max(room, 0))
         except FieldProblem as exc:
+            self.over_host_limit = isinstance(exc, TooManyHosts)
             self.errors.append(InputError(where, exc.message, field=field_name, hint=exc.hint))
+            return []
+        if len(names) > room:
+            self.over_host_limit = True
+            self.errors.append(
+                InputError(
+                    where,
+                    f"the inventory names more than {MAX_HOSTS} hosts (the limit is {MAX_HOSTS})",
+                    field=field_name,
+                    hint="split the fleet into several inventories",
+                )
+            )
             return []
         for host in names:
             self.add_host(group, host, variables, where)
@@ -107,49 +126,71 @@ class AnsibleInventory:
         self.var_location[(group, key)] = where
 
     def _depths(self) -> dict[str, int]:
-        """Each group's depth below `all` (its longest parent chain); cycles are errors."""
-        for name in list(self.groups):
-            if name != ALL_GROUP and not self._parents(name):
-                self.groups[ALL_GROUP].children.append(name)
-        depths: dict[str, int] = {}
+        """Each group's depth below `all` (its longest parent chain); cycles are errors.
 
-        def visit(name: str, depth: int, chain: tuple[str, ...]) -> None:
-            if name in chain:
-                cycle = " -> ".join((*chain[chain.index(name) :], name))
-                raise InputError(
-                    SourceLocation(self.source),
-                    f"group children form a cycle: {cycle}",
-                    hint="a group cannot be its own ancestor",
-                )
-            if depths.get(name, -1) >= depth:
-                return
-            depths[name] = depth
-            for child in self.groups[name].children:
-                visit(child, depth + 1, (*chain, name))
-
-        visit(ALL_GROUP, 0, ())
-        # groups that are only each other's children are unreachable from `all`: a cycle
+        Kahn's topological order, so a long chain or a dense lattice of groups costs time
+        linear in the groups and their children, never recursion or exponential walks.
+        """
+        parents = self._parent_map()
         for name in self.groups:
-            if name not in depths:
-                visit(name, 1, ())
+            if name != ALL_GROUP and not parents[name]:
+                self.groups[ALL_GROUP].children.append(name)
+                parents[name].append(ALL_GROUP)
+        waiting = {name: len(set(found)) for name, found in parents.items()}
+        depths: dict[str, int] = {name: 0 for name, count in waiting.items() if count == 0}
+        ready = list(depths)
+        while ready:
+            name = ready.pop()
+            for child in dict.fromkeys(self.groups[name].children):
+                depths[child] = max(depths.get(child, 0), depths[name] + 1)
+                waiting[child] -= 1
+                if waiting[child] == 0:
+                    ready.append(child)
+        stuck = [name for name, count in waiting.items() if count > 0]
+        if stuck:
+            raise InputError(
+                SourceLocation(self.source),
+                f"group children form a cycle: {self._cycle_through(stuck[0], set(stuck))}",
+                hint="a group cannot be its own ancestor",
+            )
         return depths
 
-    def _parents(self, name: str) -> list[str]:
-        return [g.name for g in self.groups.values() if name in g.children]
+    def _cycle_through(self, start: str, stuck: set[str]) -> str:
+        """A cycle among the groups left over by the topological order, as a -> b -> a."""
+        parents = self._parent_map()
+        chain = [start]
+        while True:
+            following = next(p for p in parents[chain[-1]] if p in stuck)
+            if following in chain:
+                cycle = list(reversed([*chain[chain.index(following) :], following]))
+                if len(cycle) > 8:  # a hostile chain of thousands: show its ends
+                    cycle = [*cycle[:4], f"... ({len(cycle) - 7} more) ...", *cycle[-3:]]
+                return " -> ".join(cycle)
+            chain.append(following)
 
-    def _ancestors(self, name: str) -> set[str]:
-        found: set[str] = set()
-        todo = [name]
-        while todo:
-            for parent in self._parents(todo.pop()):
-                if parent not in found:
-                    found.add(parent)
-                    todo.append(parent)
-        return found
+    def _parent_map(self) -> dict[str, list[str]]:
+        parents: dict[str, list[str]] = {name: [] for name in self.groups}
+        for group in self.groups.values():
+            for child in group.children:
+                parents[child].append(group.name)
+        return parents
+
+    def _ancestor_map(self, depths: Mapping[str, int]) -> dict[str, set[str]]:
+        """Every group's ancestors, computed once in depth order."""
+        parents = self._parent_map()
+        ancestors: dict[str, set[str]] = {}
+        for name in sorted(self.groups, key=lambda g: depths.get(g, 0)):
+            found: set[str] = set()
+            for parent in parents[name]:
+                found.add(parent)
+                found |= ancestors.get(parent, set())
+            ancestors[name] = found
+        return ancestors
 
     def to_inventory(self, fmt: InventoryFormat) -> Inventory:
         """Resolve every host's variables; InputErrors with every problem found."""
         depths = self._depths()
+        ancestors = self._ancestor_map(depths)
         direct: dict[str, set[str]] = {h: set() for h in self.host_vars}
         for members in self.groups.values():
             for host in members.hosts:
@@ -159,7 +200,7 @@ class AnsibleInventory:
         for host, own_vars in self.host_vars.items():
             member_of = set(direct[host])
             for group_name in list(member_of):
-                member_of |= self._ancestors(group_name)
+                member_of |= ancestors[group_name]
             member_of.add(ALL_GROUP)
             # Ansible's order: shallow groups first, equal depth by name; host vars last
             merged: dict[str, str] = {}
@@ -187,6 +228,15 @@ class AnsibleInventory:
                 continue
             names[resolved.name] = host
             hosts.append(resolved)
+        if not hosts and not self.errors:
+            self.errors.append(
+                InputError(
+                    SourceLocation(self.source),
+                    "the inventory has no hosts",
+                    hint="list the GPU nodes, one per line in INI (`gpu1 ansible_host=10.0.0.1`)"
+                    " or under `hosts:` in YAML",
+                )
+            )
         if self.errors:
             raise InputErrors(sort_errors(self.errors))
         return Inventory(tuple(hosts), self.source, fmt)
@@ -224,7 +274,7 @@ class AnsibleInventory:
         port_var = first(PORT_VARS)
         if port_var is not None:
             key, text = port_var
-            if text.isdigit() and 1 <= int(text) <= 65535:
+            if _digits(text) and 1 <= int(text) <= 65535:
                 port = int(text)
             else:
                 self.errors.append(
@@ -249,11 +299,33 @@ class AnsibleInventory:
                         hint="use true or false",
                     )
                 )
-        if len(self.errors) > before:
-            return None
         address = first(ADDRESS_VARS)
         user = first(USER_VARS)
         key_file = first(KEY_FILE_VARS)
+        known_hosts = first((KNOWN_HOSTS_VAR,))
+        checks = (
+            (address or ("host", host), check_address),
+            (user, check_user),
+            (key_file, check_local_path),
+            (known_hosts, check_local_path),
+        )
+        for named, check in checks:
+            if named is None:
+                continue
+            key, text = named
+            try:
+                check(text)
+            except FieldProblem as exc:
+                self.errors.append(
+                    InputError(
+                        where(key),
+                        f"{host}: {key}: {exc.message}",
+                        field=key,
+                        hint=exc.hint,
+                    )
+                )
+        if len(self.errors) > before:
+            return None
         return Host(
             name=name,
             address=address[1] if address else host,
@@ -263,7 +335,7 @@ class AnsibleInventory:
             become=become,
             groups=frozenset(g for g in member_of if g != ALL_GROUP),
             vars=types.MappingProxyType(dict(merged)),
-            known_hosts=merged.get(KNOWN_HOSTS_VAR),
+            known_hosts=known_hosts[1] if known_hosts else None,
             location=self.host_location[host],
         )
 
@@ -271,54 +343,108 @@ class AnsibleInventory:
 _RANGE = re.compile(r"\[([^\]\[]*)\]")
 
 
-def expand_host_pattern(pattern: str) -> list[str]:
+class TooManyHosts(FieldProblem):
+    """A host pattern names more hosts than one inventory may hold."""
+
+
+# digits in a range bound: 10^9 hosts is already far past MAX_HOSTS
+_MAX_BOUND_DIGITS = 9
+
+
+def expand_host_pattern(pattern: str, limit: int = MAX_HOSTS) -> list[str]:
     """Expand Ansible ranges: `gpu[01:03]` -> gpu01 gpu02 gpu03, `n[a:c]`, `[1:9:2]` steps.
 
-    FieldProblem when a range is malformed. A bracket without ':' (an IPv6 literal) is kept.
+    FieldProblem when a range is malformed, or when the pattern names more than `limit`
+    hosts (counted before anything is expanded). A bracket without ':' (an IPv6 literal)
+    is kept.
     """
-    match = next((m for m in _RANGE.finditer(pattern) if ":" in m.group(1)), None)
-    if match is None:
-        return [pattern]
-    head, tail = pattern[: match.start()], pattern[match.end() :]
-    parts = match.group(1).split(":")
+    pieces: list[list[str] | str] = []
+    total = 1
+    rest = pattern
+    while True:
+        match = next((m for m in _RANGE.finditer(rest) if ":" in m.group(1)), None)
+        if match is None:
+            pieces.append(rest)
+            break
+        pieces.append(rest[: match.start()])
+        items = _range_items(match.group(1))
+        total *= len(items)
+        if total > limit:
+            named = (
+                f"names more than {limit} hosts"
+                if limit >= MAX_HOSTS
+                else f"takes the inventory over {MAX_HOSTS} hosts"
+            )
+            raise TooManyHosts(
+                f"{pattern!r} {named} (the limit is {MAX_HOSTS} hosts in one inventory)",
+                hint="split the fleet into several inventories",
+            )
+        pieces.append(items)
+        rest = rest[match.end() :]
+    names = [""]
+    for piece in pieces:
+        if isinstance(piece, str):
+            names = [name + piece for name in names]
+        else:
+            names = [name + item for name in names for item in piece]
+    return names
+
+
+def _range_items(inside: str) -> list[str]:
+    """The items of one range `[start:end(:step)]`, whose count is checked small enough."""
+    parts = inside.split(":")
     if len(parts) not in (2, 3):
-        raise FieldProblem(f"range [{match.group(1)}] must be [start:end] or [start:end:step]")
+        raise FieldProblem(f"range [{inside}] must be [start:end] or [start:end:step]")
     begin, end = parts[0], parts[1]
     step_text = parts[2] if len(parts) == 3 else "1"
-    if not step_text.isdigit() or int(step_text) < 1:
+    if any(len(p) > _MAX_BOUND_DIGITS for p in parts):
+        raise FieldProblem(
+            f"range [{inside[:40]}] has a bound of more than {_MAX_BOUND_DIGITS} digits",
+            hint=f"an inventory names at most {MAX_HOSTS} hosts",
+        )
+    if not _digits(step_text) or int(step_text) < 1:
         raise FieldProblem(f"range step {step_text!r} must be a positive integer")
     step = int(step_text)
     if not end:
-        raise FieldProblem(f"range [{match.group(1)}] has no end")
-    items: list[str]
-    if end.isdigit() and (begin.isdigit() or not begin):
+        raise FieldProblem(f"range [{inside}] has no end")
+    if _digits(end) and (_digits(begin) or not begin):
         begin = begin or "0"
         if int(begin) > int(end):
-            raise FieldProblem(f"range [{match.group(1)}] runs backwards")
+            raise FieldProblem(f"range [{inside}] runs backwards")
+        numbers = range(int(begin), int(end) + 1, step)
+        if len(numbers) > MAX_HOSTS:
+            raise TooManyHosts(
+                f"range [{inside}] names {len(numbers)} hosts (the limit is {MAX_HOSTS} hosts"
+                " in one inventory)",
+                hint="split the fleet into several inventories",
+            )
         # zero-padded when the start is written with leading zeros, as Ansible does
         width = len(begin) if begin.startswith("0") and len(begin) > 1 else 0
-        items = [str(i).zfill(width) for i in range(int(begin), int(end) + 1, step)]
-    elif len(begin) == 1 and len(end) == 1 and begin.isalpha() and end.isalpha():
+        return [str(i).zfill(width) for i in numbers]
+    if len(begin) == 1 and len(end) == 1 and begin.isalpha() and end.isalpha():
         letters = string.ascii_letters
+        if begin not in letters or end not in letters:
+            raise FieldProblem(f"range [{inside}] must use ASCII letters ([a:f])")
         first, last = letters.index(begin), letters.index(end)
         if first > last:
-            raise FieldProblem(f"range [{match.group(1)}] runs backwards")
-        items = list(letters[first : last + 1 : step])
-    else:
-        raise FieldProblem(
-            f"range [{match.group(1)}] must be numeric ([01:10]) or single letters ([a:f])"
-        )
-    return [head + item + rest for item in items for rest in expand_host_pattern(tail)]
+            raise FieldProblem(f"range [{inside}] runs backwards")
+        return list(letters[first : last + 1 : step])
+    raise FieldProblem(f"range [{inside}] must be numeric ([01:10]) or single letters ([a:f])")
+
+
+def _digits(text: str) -> bool:
+    """ASCII digits only: str.isdigit() also accepts '²', which int() refuses."""
+    return text.isascii() and text.isdigit()
 
 
 def _split_port(pattern: str) -> tuple[str, str | None]:
     """`host:2222` -> (host, "2222"); IPv6 literals and range colons are left alone."""
     if pattern.count(":") == 1 and "[" not in pattern:
         host, port = pattern.split(":")
-        if port.isdigit():
+        if _digits(port):
             return host, port
     if pattern.startswith("[") and "]:" in pattern:
         host, port = pattern[1:].split("]:", 1)
-        if port.isdigit():
+        if _digits(port):
             return host, port
     return pattern, None

@@ -2,20 +2,72 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import re
 import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
 from rollout.errors import InputError, InputErrors, SourceLocation
-from rollout.fieldproblems import describe_value, did_you_mean
+from rollout.fieldproblems import FieldProblem, describe_value, did_you_mean
 from rollout.yamlsource import SourceDocument
 
 DEFAULT_USER = "root"
 DEFAULT_PORT = 22
 ALL_GROUP = "all"
 UNGROUPED_GROUP = "ungrouped"
+# The most hosts one inventory may name, ranges expanded (a range is refused before it is
+# expanded): far above the GPU nodes of any one cluster, small enough to plan in seconds.
+MAX_HOSTS = 10_000
+
+# An SSH destination: DNS labels (underscores allowed, as in /etc/hosts and ssh_config), never
+# starting with '-' (ssh would read it as an option).
+_HOST_NAME = re.compile(
+    r"^(?=.{1,253}$)[A-Za-z0-9_]([-A-Za-z0-9_]{0,61}[A-Za-z0-9_])?"
+    r"(\.[A-Za-z0-9_]([-A-Za-z0-9_]{0,61}[A-Za-z0-9_])?)*\.?$"
+)
+_DOTTED_NUMBERS = re.compile(r"^[0-9.]+$")
+_USER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
+
+
+def check_address(value: str) -> str:
+    """A host name or an IP address to reach over SSH; FieldProblem for anything else."""
+    try:
+        ipaddress.ip_address(value)
+        return value
+    except ValueError:
+        pass
+    if _HOST_NAME.match(value) and not _DOTTED_NUMBERS.match(value):
+        return value
+    hint = "letters, digits, '-', '_' and '.' or an IP address; no spaces, ';' or quotes"
+    if value.startswith("[") and value.endswith("]"):
+        hint = f"write the IPv6 address without brackets: {value[1:-1]}"
+    elif _DOTTED_NUMBERS.match(value):
+        hint = "each part of an IPv4 address is 0 to 255, and there are four"
+    raise FieldProblem(
+        f"expected a host name or an IP address, found {describe_value(value)}", hint=hint
+    )
+
+
+def check_user(value: str) -> str:
+    """A POSIX user name for SSH; FieldProblem for anything else."""
+    if _USER_NAME.match(value):
+        return value
+    raise FieldProblem(
+        "expected a user name (a letter or '_', then letters, digits, '_', '.' or '-';"
+        f" at most 32), found {describe_value(value)}"
+    )
+
+
+def check_local_path(value: str) -> str:
+    """A path on this machine (a key file, known_hosts): non-empty, no control characters."""
+    if value and not any(ord(c) < 32 or ord(c) == 127 for c in value):
+        return value
+    raise FieldProblem(
+        f"expected a file path without control characters, found {describe_value(value)}"
+    )
 
 
 class InventoryFormat(Enum):

@@ -5,15 +5,19 @@ from __future__ import annotations
 import types
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from rollout.errors import InputError, InputErrors
 from rollout.inventory.model import (
     DEFAULT_PORT,
     DEFAULT_USER,
+    MAX_HOSTS,
     Host,
     Inventory,
     InventoryFormat,
+    check_address,
+    check_local_path,
+    check_user,
     require_mapping,
     var_text,
 )
@@ -21,25 +25,28 @@ from rollout.spec.fieldtypes import Bool, Int, KubeName, SpecModel, Str
 from rollout.yamlsource import SourceDocument
 
 Port = Annotated[Int, Field(ge=1, le=65535)]
+Address = Annotated[Str, AfterValidator(check_address)]
+User = Annotated[Str, AfterValidator(check_user)]
+LocalPath = Annotated[Str, AfterValidator(check_local_path)]
 VarValue = Str | Int | Bool
 
 
 class _Defaults(SpecModel):
-    user: Str = DEFAULT_USER
+    user: User = DEFAULT_USER
     port: Port = DEFAULT_PORT
-    key_file: Str | None = None
+    key_file: LocalPath | None = None
     become: Bool = False
-    known_hosts: Str | None = None
+    known_hosts: LocalPath | None = None
 
 
 class _Node(SpecModel):
     name: KubeName
-    address: Str | None = None
-    user: Str | None = None
+    address: Address | None = None
+    user: User | None = None
     port: Port | None = None
-    key_file: Str | None = None
+    key_file: LocalPath | None = None
     become: Bool | None = None
-    known_hosts: Str | None = None
+    known_hosts: LocalPath | None = None
     groups: tuple[Str, ...] = ()
     vars: dict[Str, VarValue] = Field(default_factory=dict)
 
@@ -48,7 +55,7 @@ class _RolloutInventory(SpecModel):
     api_version: Literal["rollout/v1"] = Field(alias="apiVersion")
     kind: Literal["Inventory"]
     defaults: _Defaults = _Defaults()
-    nodes: Annotated[tuple[_Node, ...], Field(min_length=1)]
+    nodes: Annotated[tuple[_Node, ...], Field(min_length=1, max_length=MAX_HOSTS)]
 
 
 def parse_rollout_inventory(doc: SourceDocument) -> Inventory:

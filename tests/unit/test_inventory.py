@@ -283,7 +283,8 @@ def test_file_level_errors(tmp_path: Path) -> None:
     empty.write_text("")
     with pytest.raises(InputErrors, match="the file is empty"):
         load_inventory(empty, InventoryFormat.ROLLOUT)
-    assert load_inventory(empty).hosts == ()  # an empty INI file is an empty inventory
+    with pytest.raises(InputErrors, match="the inventory has no hosts"):
+        load_inventory(empty)  # an inventory without hosts is a mistake, not a no-op
 
 
 def test_inventory_is_immutable() -> None:
