@@ -109,11 +109,12 @@ def _check_capabilities(value: tuple[Capability, ...]) -> tuple[Capability, ...]
 
 def check_config_path(value: str) -> str:
     """containerd's `registry.config_path`: a normalised directory path, one line."""
-    if any(c < " " or c == "\x7f" for c in value) or posixpath.normpath(value) != value:
+    control = any(c < " " or c == "\x7f" for c in value)
+    if control or posixpath.normpath(value) != value:
         raise FieldProblem(
             "expected a normalised absolute directory (no '//', '/./', trailing '/' or control"
             f" characters), found {describe_value(value)}",
-            hint=f"write {posixpath.normpath(value.strip())!r}" if value.strip() else None,
+            hint=None if control else f"write {posixpath.normpath(value)!r}",
         )
     return value
 
