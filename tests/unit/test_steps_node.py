@@ -57,7 +57,7 @@ from rollout.transports.errors import SshConnectError
 from rollout.transports.kube import KubeClient
 from rollout.transports.local import LocalRunner
 from tests.examples import PLAN
-from tests.fakes import ScriptedRunner
+from tests.fakes import Reply, ScriptedRunner
 
 MAIN = "/etc/containerd/config.toml"
 HOSTS = "/etc/containerd/certs.d/docker.io/hosts.toml"
@@ -386,14 +386,16 @@ def test_verify_needs_the_write_prediction(tmp_path: Path) -> None:
         ContainerdVerify().apply(ctx)
 
 
+RUNC_ONLY_DUMP = 'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n'
+
+
+def verify_runner(*dumps: Reply) -> ScriptedRunner:
+    """containerd running as PID 88, and what `config dump` answers, in turn."""
+    return ScriptedRunner().on(["systemctl", "show"], show(88)).on(["sh", "-c"], *dumps)
+
+
 def test_verify_names_missing_handlers(tmp_path: Path) -> None:
-    dump_now = '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n'
-    runner = (
-        ScriptedRunner()
-        .on(["systemctl", "show"], show(88))
-        .on(["sh", "-c"], f"version = 2\n{dump_now}")
-    )
-    ctx = make_context(tmp_path, runner)
+    ctx = make_context(tmp_path, verify_runner(RUNC_ONLY_DUMP))
     expected = {
         "version": 2,
         "plugins": {
@@ -495,12 +497,7 @@ def test_a_dropped_connection_reaches_the_retry_policy_from_every_node_step(
 
 
 def test_verify_succeeds_when_the_retry_policy_tries_again(tmp_path: Path) -> None:
-    dump = '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n'
-    runner = (
-        ScriptedRunner()
-        .on(["systemctl", "show"], show(88))
-        .on(["sh", "-c"], dropped, f"version = 2\n{dump}")
-    )
+    runner = verify_runner(dropped, RUNC_ONLY_DUMP)
     ctx = make_context(tmp_path, runner)
     runtimes = {"containerd": {"runtimes": {"runc": {}}}}
     expected = {"version": 2, "plugins": {"io.containerd.grpc.v1.cri": runtimes}}
