@@ -15,7 +15,7 @@ from rollout.containerd import ConfigFiles, dump_config
 from rollout.facts import load_recorded_facts
 from rollout.transports.local import LocalRunner
 from tests.conftest import containerd_binary
-from tests.examples import FACTS, PLAN
+from tests.examples import FACTS, PLAN, edited_plan
 from tests.planning import time_slicing_plan
 from tests.unit.test_executor import KINDS
 
@@ -128,8 +128,7 @@ def test_detailed_exitcode_then_converged(
 def test_bad_plan_is_located_and_exits_2(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    bad = tmp_path / "plan.yaml"
-    bad.write_text(PLAN.read_text().replace("max_unavailable: 1", "max_unavailable: -3"))
+    bad = edited_plan(tmp_path, "max_unavailable: 1", "max_unavailable: -3")
     assert main(["plan", str(bad), "--facts", str(FACTS)]) == 2
     err = capsys.readouterr().err
     line = next(i for i, t in enumerate(bad.read_text().splitlines(), 1) if "-3" in t)
@@ -141,8 +140,7 @@ def test_bad_plan_is_located_and_exits_2(
 def test_targets_matching_nothing_is_bad_input(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    plan = tmp_path / "plan.yaml"
-    plan.write_text(PLAN.read_text().replace("nvidia.com/gpu.present=true", "pool=none"))
+    plan = edited_plan(tmp_path, "nvidia.com/gpu.present=true", "pool=none")
     assert main(["plan", str(plan), "--facts", str(FACTS)]) == 2
     assert "match no node" in capsys.readouterr().err
 
