@@ -42,6 +42,7 @@ from rollout.facts import (
 )
 from rollout.plan import FileChange, StepPlan
 from rollout.run import BackupWritten
+from rollout.secrets import redact_value
 from rollout.spec import Spec
 from rollout.steps.backup import (
     BackupRecord,
@@ -123,8 +124,11 @@ def list_runtime_handlers(dump: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 def as_saved(tree: Mapping[str, Any]) -> dict[str, Any]:
-    """A dump as save_data stores it (JSON), so a saved and a fresh dump compare equal."""
-    loaded: dict[str, Any] = json.loads(json.dumps(tree, sort_keys=True, default=str))
+    """A dump as save_data stores it (JSON, registry credentials redacted: invariant 9), so
+    a saved and a fresh dump compare equal."""
+    loaded: dict[str, Any] = json.loads(
+        json.dumps(redact_value((), tree), sort_keys=True, default=str)
+    )
     return loaded
 
 

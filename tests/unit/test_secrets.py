@@ -20,6 +20,7 @@ from rollout.secrets import (
     redact_toml,
     redact_toml_pair,
 )
+from rollout.steps.containerd import as_saved
 
 SECRETS = ("hunter2", "bob-the-puller", "Zm9vOmJhcg==", "eyJ0b2tlbiI6MX0", "Basic c2VjcmV0")
 CRI_V2 = """version = 2
@@ -181,3 +182,15 @@ def test_run_directory_and_files_are_private(tmp_path: Path) -> None:
         assert mode & 0o077 == 0, f"{path} is {oct(mode)}"
     assert stat.S_IMODE((run_dir / "plan.json").stat().st_mode) == 0o600
     assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
+
+
+def test_saved_dumps_hold_no_credentials_and_still_compare() -> None:
+    """containerd.write journals its predicted dumps; verify compares the live one to them."""
+    dump = {"plugins": {"io.containerd.grpc.v1.cri": {"registry": {"configs": {
+        "r.io": {"auth": {"username": "bob-the-puller", "password": "hunter2"}}},
+        "config_path": "/etc/containerd/certs.d"}}}}  # fmt: skip
+    saved = as_saved(dump)
+    no_secret_in(json.dumps(saved))
+    assert as_saved(saved) == saved == as_saved(json.loads(json.dumps(dump)))
+    registry = saved["plugins"]["io.containerd.grpc.v1.cri"]["registry"]
+    assert registry["config_path"] == "/etc/containerd/certs.d"
