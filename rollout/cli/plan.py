@@ -108,11 +108,39 @@ def add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
         help="add unknown SSH host keys to known_hosts (a changed key is always refused)",
     )
     parser.add_argument(
-        "--parallel", type=int, default=8, metavar="N", help="probe at most N nodes at once"
+        "--parallel",
+        type=parallel_count,
+        default=8,
+        metavar="N",
+        help=f"probe at most N nodes at once (1 to {MAX_PARALLEL})",
     )
 
 
+# More SSH sessions at once than this only queue in the kernel and in sshd's MaxStartups.
+MAX_PARALLEL = 256
+
+
+def parallel_count(text: str) -> int:
+    """--parallel N: a whole number from 1 to MAX_PARALLEL (argparse reports the error)."""
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number from 1 to {MAX_PARALLEL}, found {text[:40]!r}"
+        ) from None
+    if not 1 <= value <= MAX_PARALLEL:
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number from 1 to {MAX_PARALLEL}, found {value}"
+        )
+    return value
+
+
 def run_plan(args: argparse.Namespace) -> int:
+    if args.facts is not None and args.inventory is not None:
+        raise BadInput(
+            "--facts and --inventory both name where facts come from; pass one of them"
+            " (--facts DIR plans from recorded facts, --inventory FILE probes the nodes)"
+        )
     spec = load_spec(args.plan_file)
     if args.facts is not None:
         fleet = load_recorded_facts(args.facts)
