@@ -13,7 +13,6 @@ more node down stays within max_unavailable counting nodes already cordoned or N
 
 from __future__ import annotations
 
-import enum
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -83,9 +82,10 @@ class Progress(Protocol):
     def halted(self, reason: str) -> None: ...
 
 
-class NodeVerdict(enum.Enum):
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
+# The node outcomes that count against the failure budget.
+FAILED_OUTCOMES = frozenset(
+    {NodeOutcome.FAILED, NodeOutcome.ROLLED_BACK, NodeOutcome.LEFT_CORDONED}
+)
 
 
 @dataclass(frozen=True)
@@ -121,12 +121,8 @@ class Executor:
 
     def run(self) -> RunReport:
         """Every pending node, wave by wave, until done or halted."""
-        failures = sum(
-            1
-            for n in self.plan.nodes
-            if self.journal.replay().node(n.name).outcome
-            in (NodeOutcome.FAILED, NodeOutcome.ROLLED_BACK, NodeOutcome.LEFT_CORDONED)
-        )
+        state = self.journal.replay()
+        failures = sum(1 for n in self.plan.nodes if state.node(n.name).outcome in FAILED_OUTCOMES)
         for wave in self.plan.waves:
             for node in wave.nodes:
                 if self.journal.replay().node(node.name).outcome is not None:
@@ -136,8 +132,7 @@ class Executor:
                 except Halt as halt:
                     return self._halt(str(halt))
                 self.progress.node_started(wave.index, node.name)
-                verdict = self._run_node(node)
-                if verdict is NodeVerdict.FAILED:
+                if self._run_node(node) in FAILED_OUTCOMES:
                     failures += 1
                     if failures > self.spec.policy.failure_budget:
                         return self._halt(
@@ -180,7 +175,7 @@ class Executor:
                 f"over max_unavailable {budget} (already unavailable: {', '.join(down)})"
             )
 
-    def _run_node(self, node: NodePlan) -> NodeVerdict:
+    def _run_node(self, node: NodePlan) -> NodeOutcome:
         ctx = self.make_context(node)
         state = self.journal.replay()
         for index, planned in enumerate(node.steps):
@@ -205,22 +200,20 @@ class Executor:
                     )
                 )
                 self.progress.step_finished(node.name, planned.kind, "failed", str(exc))
-                self._fail_node(node, ctx, str(exc))
-                return NodeVerdict.FAILED
+                return self._fail_node(node, ctx, str(exc))
             outcome = StepOutcome.DONE if result.kind is StepResultKind.DONE else StepOutcome.NOOP
             self.journal.append(
                 StepFinished(node.name, index, planned.kind, attempt, outcome, result.detail)
             )
             self.progress.step_finished(node.name, planned.kind, outcome.value, result.detail)
             state = self.journal.replay()
-        self.journal.append(NodeFinished(node.name, NodeOutcome.SUCCEEDED))
-        self.progress.node_finished(node.name, NodeOutcome.SUCCEEDED.value, "")
-        return NodeVerdict.SUCCEEDED
+        return self._finish(node.name, NodeOutcome.SUCCEEDED, "")
 
-    def _fail_node(self, node: NodePlan, ctx: StepContext, reason: str) -> None:
+    def _fail_node(self, node: NodePlan, ctx: StepContext, reason: str) -> NodeOutcome:
         if self.spec.policy.on_failure is not OnFailure.ROLLBACK:
-            self._finish(node.name, NodeOutcome.FAILED, f"{reason} (policy: halt, no rollback)")
-            return
+            return self._finish(
+                node.name, NodeOutcome.FAILED, f"{reason} (policy: halt, no rollback)"
+            )
         done = [c for c in self.journal.replay().node(node.name).completed]
         for completed in reversed(done):
             if completed.outcome is not StepOutcome.DONE:
@@ -231,15 +224,15 @@ class Executor:
             except RolloutError as exc:
                 left = f"{reason}; rollback failed at {completed.kind}: {exc}"
                 mark_left_cordoned(ctx, left)
-                self._finish(node.name, NodeOutcome.LEFT_CORDONED, left)
-                return
+                return self._finish(node.name, NodeOutcome.LEFT_CORDONED, left)
             self.journal.append(StepUndone(node.name, completed.index, completed.kind))
             self.progress.step_finished(node.name, completed.kind, "undone", "")
-        self._finish(node.name, NodeOutcome.ROLLED_BACK, reason)
+        return self._finish(node.name, NodeOutcome.ROLLED_BACK, reason)
 
-    def _finish(self, node: str, outcome: NodeOutcome, reason: str) -> None:
+    def _finish(self, node: str, outcome: NodeOutcome, reason: str) -> NodeOutcome:
         self.journal.append(NodeFinished(node, outcome, reason))
         self.progress.node_finished(node, outcome.value, reason)
+        return outcome
 
     def _halt(self, reason: str) -> RunReport:
         self.journal.append(RunHalted(reason))
