@@ -273,7 +273,7 @@ class SourceDocument:
                 hint = "known keys: " + ", ".join(sorted(allowed))
             return InputError(
                 self.location_of((*parent, loc_parts[-1]), at_key=True),
-                f"unknown key '{name}'",
+                f"unknown key {_shown(name)}",
                 field=format_path(parent),
                 hint=hint,
             )
@@ -367,7 +367,7 @@ class _Builder:
                 self.errors.append(
                     InputError(
                         SourceLocation(self.path, here.line, here.column),
-                        f"duplicate key '{key}' (first at line {first.line})",
+                        f"duplicate key {_shown(key)} (first at line {first.line})",
                         field=format_path(path) or None,
                         hint="YAML keeps only the last one; remove one of them",
                     )
@@ -402,6 +402,13 @@ class _Builder:
             self.marks.pop(child, None)
             result[key] = self.build(value_node, child, _position(key_node.start_mark))
         return result
+
+
+def _shown(key: object) -> str:
+    """A key as quoted in a message: shortened, control characters escaped."""
+    text = str(key)
+    text = text if len(text) <= 60 else text[:57] + "..."
+    return "'" + "".join(c if c.isprintable() else repr(c)[1:-1] for c in text) + "'"
 
 
 _PLAIN_TAGS = frozenset({"tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"})

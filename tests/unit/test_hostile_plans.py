@@ -417,7 +417,8 @@ PATHS = [
         "ca-file-nul",
         replaced(
             "- url: https://mirror.registry.internal:5000\n",
-            '- url: https://mirror.registry.internal:5000\n          ca_file: "/etc/containerd/a\\0b"\n',
+            "- url: https://mirror.registry.internal:5000\n"
+            '          ca_file: "/etc/containerd/a\\0b"\n',
         ),
         "plan.yaml:12",
     ),
