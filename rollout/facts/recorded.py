@@ -26,8 +26,7 @@ from __future__ import annotations
 import os
 import posixpath
 import re
-import stat
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -43,6 +42,7 @@ from rollout.facts.containerd import (
 from rollout.facts.gpu import GpuFacts
 from rollout.facts.model import ClusterFacts, FleetFacts, NodeFacts, NodeFactsError
 from rollout.fieldproblems import FieldProblem, describe_value
+from rollout.inputfile import read_text
 from rollout.spec.fieldtypes import Bool, KubeName, SpecModel, Str, check_dns_subdomain
 from rollout.yamlsource import SourceDocument
 
@@ -219,7 +219,8 @@ def read_recorded_files(root: Path, node: str) -> dict[str, str]:
     """Every recorded file under `root`, as node path -> text; refuses what is not config.
 
     Only regular files (or symlinks to regular files inside `root`) of valid UTF-8 and at
-    most MAX_FILE_BYTES are read; anything else is an error naming the node and the path.
+    most MAX_FILE_BYTES are read (by rollout.inputfile, as every input file); anything else
+    is an error naming the node and the path.
     """
     if not root.is_dir():
         return {}
@@ -227,86 +228,54 @@ def read_recorded_files(root: Path, node: str) -> dict[str, str]:
     files: dict[str, str] = {}
     errors: list[InputError] = []
 
-    def refuse(local: Path, message: str, hint: str | None = None) -> None:
-        errors.append(NodeFactsError(node, SourceLocation(str(local)), message, hint=hint))
-
     def walk_error(exc: OSError) -> None:
-        refuse(Path(exc.filename or root), f"cannot read: {exc.strerror or exc}")
+        where = SourceLocation(str(exc.filename or root))
+        errors.append(NodeFactsError(node, where, f"cannot read: {exc.strerror or exc}"))
 
     for dirpath, dirnames, filenames in os.walk(root, onerror=walk_error):
         here = Path(dirpath)
         for name in sorted(dirnames):
             if (here / name).is_symlink():
-                refuse(
-                    here / name,
-                    "a symlink to a directory; record the directory's files themselves",
+                errors.append(
+                    NodeFactsError(
+                        node,
+                        SourceLocation(str(here / name)),
+                        "a symlink to a directory; record the directory's files themselves",
+                    )
                 )
         for name in sorted(filenames):
             local = here / name
             node_path = "/" + local.relative_to(root).as_posix()
-            if _CONTROL.search(node_path):
-                refuse(
-                    local,
-                    f"the file name holds a control character: {describe_value(node_path)}",
-                )
-                continue
-            text = _read_recorded_file(local, real_root, refuse)
-            if text is not None:
-                files[node_path] = text
+            try:
+                if _CONTROL.search(node_path):
+                    raise InputError(
+                        SourceLocation(str(local)),
+                        f"the file name holds a control character: {describe_value(node_path)}",
+                    )
+                files[node_path] = _read_recorded_file(local, real_root)
+            except InputError as exc:
+                errors.append(_for_node(node, exc))
     if errors:
         raise InputErrors(errors)
     return files
 
 
-def _read_recorded_file(local: Path, real_root: Path, refuse: Callable[..., None]) -> str | None:
+def _read_recorded_file(local: Path, real_root: Path) -> str:
+    where = SourceLocation(str(local))
     try:
         target = local.resolve(strict=True)
-    except RuntimeError:
-        refuse(local, "a symlink loop")
-        return None
+    except RuntimeError as exc:
+        raise InputError(where, "a symlink loop") from exc
     except OSError as exc:
-        refuse(local, f"a symlink to nothing ({exc.strerror or exc})")
-        return None
+        raise InputError(where, f"a symlink to nothing ({exc.strerror or exc})") from exc
     if local.is_symlink() and not target.is_relative_to(real_root):
-        refuse(
-            local,
+        # a link out of the facts could carry any file of this machine into a plan's diff
+        raise InputError(
+            where,
             f"a symlink out of the node's recorded files (to {target})",
             hint="record a copy of the file itself",
         )
-        return None
-    try:
-        info = target.stat()
-        if not stat.S_ISREG(info.st_mode):
-            refuse(local, f"not a regular file ({_file_kind(info.st_mode)})")
-            return None
-        if info.st_size > MAX_FILE_BYTES:
-            refuse(
-                local,
-                f"{info.st_size} bytes; recorded config files hold at most {MAX_FILE_BYTES}",
-            )
-            return None
-        data = target.read_bytes()
-    except OSError as exc:
-        refuse(local, f"cannot read: {exc.strerror or exc}")
-        return None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        refuse(local, f"not UTF-8 text ({exc.reason} at byte {exc.start})")
-        return None
-
-
-def _file_kind(mode: int) -> str:
-    for test, kind in (
-        (stat.S_ISFIFO, "a named pipe"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISDIR, "a directory"),
-    ):
-        if test(mode):
-            return kind
-    return "not a file"
+    return read_text(local, max_bytes=MAX_FILE_BYTES)
 
 
 def load_cluster_facts(path: Path) -> ClusterFacts:
