@@ -13,12 +13,17 @@ from typing import Any
 import pytest
 
 from rollout.containerd import (
+    ConfigFiles,
     ContainerdVersion,
     CriSetting,
     SettingTypeError,
     UnknownCriSetting,
     place_setting,
 )
+from rollout.facts import NodeFacts
+from rollout.facts.model import NodeFactsError
+from rollout.spec.plan import parse_spec
+from rollout.steps.containerd_changes import plan_containerd
 from tests.hostile import EXAMPLE_FACTS, HostileCase, case_id, run_case
 
 V16, V17, V21 = "gpu-a-1", "gpu-a-2", "gpu-b-1"  # the example nodes of each series
@@ -31,6 +36,7 @@ targets:
   nodes: [{node}]
 changes:
 """
+MAIN = "/etc/containerd/config.toml"
 SETTING_LINE = 10  # the line of the one setting in a settings plan
 PATH_LINE = 10  # the line of config_path in a registry plan
 
@@ -276,3 +282,62 @@ def test_an_unknown_key_is_bad_input() -> None:
     with pytest.raises(UnknownCriSetting) as info:
         place_setting(CriSetting("enable_cdii", True), ContainerdVersion.from_series("1.7"), 2)
     assert info.value.exit_code == 2
+
+
+# --- a live node's own files: named by node and path, bad input -------------------------------
+
+LIVE_BROKEN = [
+    (
+        "not-toml",
+        "version = 2\nx = = 1\n",
+        "gpu-9:/etc/containerd/config.toml:2:5",
+        "not valid TOML",
+    ),
+    (
+        "import-missing",
+        'version = 2\nimports = ["/etc/containerd/gone.toml"]\n',
+        "gpu-9:/etc/containerd/config.toml",
+        "does not exist",
+    ),
+    ("version-a-string", 'version = "2"\n', "gpu-9:/etc/containerd/config.toml", "integer"),
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "where", "says"), [c[1:] for c in LIVE_BROKEN], ids=[c[0] for c in LIVE_BROKEN]
+)
+def test_a_live_nodes_broken_config_names_the_node_and_file(
+    text: str, where: str, says: str
+) -> None:
+    node = NodeFacts(
+        name="gpu-9",
+        containerd=ContainerdVersion.from_series("1.7.24"),
+        config_files=ConfigFiles(
+            "/etc/containerd/config.toml", {"/etc/containerd/config.toml": text}
+        ),
+    )
+    spec = parse_spec(settings_plan("gpu-9", "enable_cdi", "true"), "plan.yaml")
+    with pytest.raises(NodeFactsError) as info:
+        plan_containerd(spec, node)
+    assert str(info.value).startswith(f"{where}: node gpu-9: ")
+    assert says in str(info.value)
+    assert info.value.exit_code == 2
+
+
+def test_a_default_runtime_defined_by_the_same_change_is_accepted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = HEAD.format(node=V17) + (
+        "  - containerd:\n"
+        "      default_runtime: kata\n"
+        "      settings:\n"
+        "        containerd.runtimes.kata.runtime_type: io.containerd.kata.v2\n"
+    )
+    ok = HostileCase(
+        "ok",
+        argv=("plan", "plan.yaml", "--facts", EXAMPLE_FACTS),
+        files={"plan.yaml": text},
+        exit_code=0,
+        max_s=30.0,
+    )
+    run_case(ok, tmp_path, monkeypatch)
