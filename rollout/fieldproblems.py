@@ -119,8 +119,13 @@ def describe_problem(err: Mapping[str, Any]) -> tuple[str, str | None]:
     return f"expected {expected}, found {found}", hint
 
 
+_MAX_SUGGESTED_WORD = 100
+
+
 def did_you_mean(word: str, candidates: Sequence[str] | frozenset[str]) -> str | None:
     """'did you mean X?' for the closest candidate, or None when nothing is close."""
+    if len(word) > _MAX_SUGGESTED_WORD:
+        return None  # difflib is quadratic in the length; a hostile 1 MiB key is no typo
     close = difflib.get_close_matches(word, sorted(candidates), n=1, cutoff=0.6)
     return f"did you mean '{close[0]}'?" if close else None
 

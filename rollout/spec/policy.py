@@ -108,7 +108,9 @@ def validate_selector(value: Any) -> LabelSelector:
     try:
         return parse_label_selector(value)
     except LabelSelectorError as exc:
-        raise FieldProblem(f"bad label selector {value!r}: {exc.message}", exc.hint) from exc
+        raise FieldProblem(
+            f"bad label selector {describe_value(value)}: {exc.message}", exc.hint
+        ) from exc
 
 
 SelectorField = Annotated[
@@ -172,6 +174,10 @@ ClockTime = Annotated[
 ]
 
 
+# The longest IANA name is 32 characters (America/Argentina/ComodRivadavia).
+_MAX_ZONE_NAME = 64
+
+
 @cache
 def _known_zones() -> frozenset[str]:
     return frozenset(zoneinfo.available_timezones())
@@ -180,10 +186,13 @@ def _known_zones() -> frozenset[str]:
 def check_timezone(value: str) -> str:
     """An IANA time zone name known to this machine's zoneinfo."""
     try:
+        if len(value) > _MAX_ZONE_NAME:
+            raise ValueError("too long for a time zone name")
         zoneinfo.ZoneInfo(value)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
+    # OSError: zoneinfo opens a file named by the value (a directory, a name too long)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError) as exc:
         raise FieldProblem(
-            f"unknown time zone {value!r}",
+            f"unknown time zone {describe_value(value)}",
             hint=did_you_mean(value, _known_zones()) or "use an IANA name like Europe/Berlin",
         ) from exc
     return value

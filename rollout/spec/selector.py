@@ -32,6 +32,11 @@ class SelectorOperator(Enum):
     DOES_NOT_EXIST = "!"
 
 
+# Far above any real selector (a few requirements of at most 317 + 63 characters each); keeps
+# a hostile one from being parsed at length and echoed in every message that names it.
+MAX_SELECTOR_CHARS = 4096
+
+
 class LabelSelectorError(FieldProblem):
     """A selector string that does not parse; `offset` is the 0-based character position."""
 
@@ -256,4 +261,10 @@ def parse_label_selector(text: str | LabelSelector) -> LabelSelector:
     """
     if isinstance(text, LabelSelector):
         return text
+    if len(text) > MAX_SELECTOR_CHARS:
+        raise LabelSelectorError(
+            f"the selector is {len(text)} characters long; the limit is {MAX_SELECTOR_CHARS}",
+            MAX_SELECTOR_CHARS,
+            hint="select the GPU nodes by one or two labels",
+        )
     return _Parser(text).selector()

@@ -424,7 +424,45 @@ PATHS = [
     ),
 ]
 
-CASES = [*BYTES, *SIZES, *FILE_KINDS, *NESTING, *BOMBS, *ODD_YAML, *PATHS]
+
+def in_window(timezone: str) -> str:
+    window = '  maintenance_window:\n    start: "22:00"\n    end: "02:00"\n'
+    return GOOD_PLAN + "policy:\n" + window + f"    timezone: {timezone}\n"
+
+
+FIELDS = [
+    plan_case(
+        "timezone-of-5000-characters",
+        in_window("a" * 5000),
+        f"plan.yaml:{GOOD_LINES + 5}",
+        "unknown time zone",
+        max_stderr=2000,
+    ),
+    plan_case(
+        "timezone-directory", in_window("Europe"), f"plan.yaml:{GOOD_LINES + 5}", "time zone"
+    ),
+    plan_case(
+        "timezone-path",
+        in_window("../../../etc/passwd"),
+        f"plan.yaml:{GOOD_LINES + 5}",
+        "time zone",
+    ),
+    plan_case(
+        "metadata-name-of-a-megabyte-minus",
+        replaced("name: mirror", "name: " + "a" * 900_000),
+        "plan.yaml:4:9",
+        "DNS label",
+        max_stderr=2000,
+    ),
+    plan_case(
+        "selector-of-100k",
+        replaced("selector: nvidia.com/gpu.present=true", "selector: " + "a=b," * 25_000 + "a=b"),
+        "plan.yaml:6",
+        max_stderr=5000,
+    ),
+]
+
+CASES = [*BYTES, *SIZES, *FILE_KINDS, *NESTING, *BOMBS, *ODD_YAML, *PATHS, *FIELDS]
 
 
 @pytest.mark.parametrize("case", CASES, ids=case_id)
