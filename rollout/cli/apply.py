@@ -22,6 +22,7 @@ from rollout.connection import FleetConnection
 from rollout.errors import Aborted, BadInput, ExitCode
 from rollout.executor import Executor, RunReport
 from rollout.facts import FleetFacts
+from rollout.inputfile import read_text
 from rollout.lease import RunLease, run_identity
 from rollout.plan import NodePlan, Plan, plan_from_data, plan_to_data
 from rollout.planner import build_plan
@@ -43,7 +44,7 @@ from rollout.run import (
     read_run,
     utc_now,
 )
-from rollout.spec import Spec, load_spec, parse_spec
+from rollout.spec import Spec, parse_spec
 from rollout.steps import builtin_steps
 from rollout.steps.base import StepContext
 from rollout.steps.containerd import remove_run_stages
@@ -116,7 +117,9 @@ def add_state_argument(parser: argparse.ArgumentParser) -> None:
 def run_apply(args: argparse.Namespace) -> int:
     if args.inventory is None:
         raise BadInput("rollout apply needs --inventory FILE (the nodes to reach over SSH)")
-    spec = load_spec(args.plan_file)
+    # read once: the text journalled below is the text planned, even if the file changes
+    spec_text = read_text(args.plan_file)
+    spec = parse_spec(spec_text, str(args.plan_file))
     console = make_console(sys.stdout)
     state_dir = args.state_dir or default_state_dir()
     with connect_fleet(args) as fleet:
@@ -131,7 +134,7 @@ def run_apply(args: argparse.Namespace) -> int:
         confirm(args.yes)
         invocation = Invocation(
             spec_source=str(args.plan_file),
-            spec_text=args.plan_file.read_text(),
+            spec_text=spec_text,
             inventory=str(args.inventory.resolve()),
             kubeconfig=args.kubeconfig,
             context=args.context,

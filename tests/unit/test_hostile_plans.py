@@ -462,7 +462,51 @@ FIELDS = [
     ),
 ]
 
-CASES = [*BYTES, *SIZES, *FILE_KINDS, *NESTING, *BOMBS, *ODD_YAML, *PATHS, *FIELDS]
+APPLY = [
+    HostileCase(
+        "apply-fifo-plan",
+        argv=("apply", "plan.yaml", "-i", "inv.ini", "--yes"),
+        files={"inv.ini": "gpu1\n"},
+        setup=make_fifo("plan.yaml"),
+        where="plan.yaml",
+        says=("FIFO",),
+    ),
+    HostileCase(
+        "apply-dev-zero-plan",
+        argv=("apply", "/dev/zero", "-i", "inv.ini", "--yes"),
+        files={"inv.ini": "gpu1\n"},
+        where="/dev/zero",
+        says=("character device",),
+    ),
+    HostileCase(
+        "apply-billion-laughs",
+        argv=("apply", "plan.yaml", "-i", "inv.ini", "--yes"),
+        files={"plan.yaml": GOOD_PLAN + laughs(10), "inv.ini": "gpu1\n"},
+        where="plan.yaml:",
+        says=("more than 10000 values",),
+    ),
+    HostileCase(
+        "apply-nul-byte",
+        argv=("apply", "plan.yaml", "-i", "inv.ini", "--yes"),
+        files={"plan.yaml": "\x00" + GOOD_PLAN, "inv.ini": "gpu1\n"},
+        where="plan.yaml:1:1",
+        says=("NUL",),
+    ),
+    HostileCase(
+        "apply-paths-outside",
+        argv=("apply", "plan.yaml", "-i", "inv.ini", "--yes"),
+        files={
+            "plan.yaml": replaced(
+                "host: docker.io\n", "host: docker.io\n      config_path: /etc/cron.d\n"
+            ),
+            "inv.ini": "gpu1\n",
+        },
+        where="plan.yaml:10",
+        says=("allow_paths_outside",),
+    ),
+]
+
+CASES = [*BYTES, *SIZES, *FILE_KINDS, *NESTING, *BOMBS, *ODD_YAML, *PATHS, *FIELDS, *APPLY]
 
 
 @pytest.mark.parametrize("case", CASES, ids=case_id)
