@@ -182,7 +182,11 @@ class SourceDocument:
         except yaml.MarkedYAMLError as exc:
             mark = exc.problem_mark or exc.context_mark
             where = _position(mark)
-            problem = " ".join(p for p in (exc.context, exc.problem) if p)
+            context = exc.context
+            if context and exc.context_mark is not None and exc.context_mark is not mark:
+                # the context starts elsewhere (an unclosed bracket, a first anchor): say where
+                context += f" (line {_position(exc.context_mark).line})"
+            problem = "; ".join(p for p in (context, exc.problem) if p)
             raise NotYaml(
                 SourceLocation(path, where.line, where.column),
                 f"not valid YAML: {problem or exc}",
