@@ -108,10 +108,20 @@ def add_output_argument(parser: argparse.ArgumentParser) -> None:
 def add_state_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--state-dir",
-        type=Path,
+        type=state_directory,
         default=None,
         help="where runs are journalled (default: $ROLLOUT_STATE_DIR or ~/.local/state/rollout)",
     )
+
+
+def state_directory(text: str) -> Path:
+    """--state-dir: a directory, or a path where one can be made (argparse reports errors)."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(
+            f"{text!r} exists and is not a directory; runs are kept in a directory"
+        )
+    return path
 
 
 def run_apply(args: argparse.Namespace) -> int:

@@ -141,6 +141,17 @@ RUN_IDS = [
     )
 ]
 
+STATE_DIRS = [
+    cli_case(f"{name}-state-dir-{kind}", *argv, "--state-dir", path, says=("not a directory",))
+    for name, argv in (
+        ("status", ("status",)),
+        ("status-all", ("status", "--all")),
+        ("resume", ("resume", "20260101-000000-x-abcd")),
+        ("apply", ("apply", "plan.yaml", "-i", "inv.ini", "--yes")),
+    )
+    for kind, path in (("file", "plan.yaml"), ("device", "/dev/null"))
+]
+
 LAB = [
     # `lab up --nodes 0` checks the machine before its arguments (exit 1): rollout/cli/lab.py
     cli_case("lab-up-word-nodes", "lab", "up", "--nodes", "four", says=("--nodes",)),
@@ -149,7 +160,7 @@ LAB = [
     ),
 ]
 
-CASES = [*PARALLEL, *SOURCES, *RUN_IDS, *LAB]
+CASES = [*PARALLEL, *SOURCES, *RUN_IDS, *STATE_DIRS, *LAB]
 
 
 @pytest.mark.parametrize("case", CASES, ids=case_id)
