@@ -49,6 +49,11 @@ def format_path(path: Sequence[PathPart]) -> str:
     return text
 
 
+def shorten(text: str, limit: int = 60) -> str:
+    """A long text cut to `limit` characters, ending in "..." when cut (for quoting input)."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def describe_value(value: object) -> str:
     """A short rendering of what was found, in YAML terms."""
     if value is None:

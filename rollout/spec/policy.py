@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, PlainSerializer, PlainValidator, model_validator
 
-from rollout.fieldproblems import FieldProblem, describe_value, did_you_mean
+from rollout.fieldproblems import FieldProblem, describe_value, did_you_mean, shorten
 from rollout.spec.fieldtypes import AmountField, Bool, Int, NodeAmount, SpecModel, Str
 from rollout.spec.selector import (
     LabelSelector,
@@ -109,7 +109,7 @@ def validate_selector(value: Any) -> LabelSelector:
         return parse_label_selector(value)
     except LabelSelectorError as exc:
         raise FieldProblem(
-            f"bad label selector {describe_value(value)}: {exc.message}", exc.hint
+            f"bad label selector {shorten(value)!r}: {exc.message}", exc.hint
         ) from exc
 
 
@@ -192,7 +192,7 @@ def check_timezone(value: str) -> str:
     # OSError: zoneinfo opens a file named by the value (a directory, a name too long)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError) as exc:
         raise FieldProblem(
-            f"unknown time zone {describe_value(value)}",
+            f"unknown time zone {shorten(value)!r}",
             hint=did_you_mean(value, _known_zones()) or "use an IANA name like Europe/Berlin",
         ) from exc
     return value
