@@ -95,37 +95,29 @@ def test_a_conflict_keeps_the_servers_explanation() -> None:
     assert "the object has been modified" in str(error)
 
 
-def test_eviction_refused_by_a_budget_names_the_budget() -> None:
-    body = status_body(
-        429,
-        "TooManyRequests",
-        "Cannot evict pod as it would violate the pod's disruption budget.",
-        [
+@pytest.mark.parametrize(
+    ("cause", "pdb"),
+    [
+        (
             {
                 "reason": "DisruptionBudget",
                 "message": "The disruption budget web-pdb needs 2 healthy pods and has 2 currently",
-            }
-        ],
-    )
+            },
+            "web-pdb",
+        ),
+        # the kind of cause in `type` rather than `reason` counts too
+        ({"type": "DisruptionBudget", "message": "The disruption budget db needs 1"}, "db"),
+    ],
+)
+def test_eviction_refused_by_a_budget_names_the_budget(cause: dict[str, str], pdb: str) -> None:
+    message = "Cannot evict pod as it would violate the pod's disruption budget."
+    body = status_body(429, "TooManyRequests", message, [cause])
     exc = ApiException(status=429, reason="Too Many Requests", body=body)
     error = error_from_api_exception(exc, "evict", "pod default/web-1")
     assert isinstance(error, EvictionBlocked)
     assert isinstance(error, TooManyRequests) and isinstance(error, TransientError)
-    assert error.pdb == "web-pdb"
+    assert error.pdb == pdb
     assert "disruption budget" in str(error)
-
-
-def test_a_budget_cause_in_the_type_field_counts_too() -> None:
-    body = status_body(
-        429,
-        "TooManyRequests",
-        "Cannot evict pod",
-        [{"type": "DisruptionBudget", "message": "The disruption budget db needs 1"}],
-    )
-    error = error_from_api_exception(
-        ApiException(status=429, reason="Too Many Requests", body=body), "evict", "pod d/p"
-    )
-    assert isinstance(error, EvictionBlocked) and error.pdb == "db"
 
 
 def test_plain_throttling_is_not_an_eviction_block() -> None:
