@@ -152,6 +152,20 @@ class RegistryChange(SpecModel):
     def _check_paths_inside(self) -> RegistryChange:
         if self.allow_paths_outside:
             return self
+        named: list[tuple[tuple[str | int, ...], str]] = [(("config_path",), self.config_path)]
+        for index, endpoint in enumerate(self.endpoints):
+            if endpoint.ca_file is not None:
+                named.append((("endpoints", index, "ca_file"), endpoint.ca_file))
+        for at, path in named:
+            if not is_under(path, CONTAINERD_DIR):
+                raise FieldProblem(
+                    f"{at[-1]} {path!r} is outside {CONTAINERD_DIR}; allowed are paths under"
+                    f" {CONTAINERD_DIR}",
+                    hint="if the file really belongs there, add `allow_paths_outside: true`"
+                    " to this registry change",
+                    at=at,
+                )
+        return self
 
     @property
     def upstream(self) -> str | None:
