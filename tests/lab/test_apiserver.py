@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,6 +16,7 @@ from kubernetes.client import ApiException
 
 from rollout.lab.apiserver import ApiServer, Registry
 from rollout.lab.apiserver.resources import PODS
+from rollout.lab.apiserver.tables import format_age
 
 CONFLICT_MESSAGE = (
     "the object has been modified; please apply your changes to the latest version and try again"
@@ -585,3 +588,77 @@ def test_watch_streams_node_changes(core: client.CoreV1Api) -> None:
     core.patch_node("n1", {"metadata": {"labels": {"step": "2"}}})
     follower.join(timeout=5)
     assert seen == [("ADDED", ""), ("MODIFIED", "1"), ("MODIFIED", "2")]
+
+
+# ------------------------------------------------------- tables, access reviews
+
+TABLE_ACCEPT = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
+
+
+def get_raw(api_url: str, path: str, accept: str = "application/json") -> Any:
+    request = urllib.request.Request(api_url + path, headers={"Accept": accept})
+    with urllib.request.urlopen(request, timeout=5) as response:
+        return json.loads(response.read())
+
+
+def test_a_table_is_served_when_kubectl_asks_for_one(api_url: str, core: client.CoreV1Api) -> None:
+    make_node(core, "n1")
+    core.patch_node("n1", {"spec": {"unschedulable": True}})
+    listed = get_raw(api_url, "/api/v1/nodes", TABLE_ACCEPT)
+    assert (listed["kind"], listed["apiVersion"]) == ("Table", "meta.k8s.io/v1")
+    names = [c["name"] for c in listed["columnDefinitions"]]
+    assert names[:5] == ["Name", "Status", "Roles", "Age", "Version"]
+    assert {c["name"] for c in listed["columnDefinitions"] if c["priority"] == 1} >= {
+        "Internal-IP",
+        "OS-Image",
+        "Kernel-Version",
+        "Container-Runtime",
+    }
+    row = listed["rows"][0]
+    assert row["cells"][:3] == ["n1", "Ready,SchedulingDisabled", "<none>"]
+    assert row["object"]["kind"] == "PartialObjectMetadata"
+    assert row["object"]["metadata"]["name"] == "n1"
+    assert listed["metadata"]["resourceVersion"].isdigit()
+    one = get_raw(api_url, "/api/v1/nodes/n1?includeObject=Object", TABLE_ACCEPT)
+    assert one["rows"][0]["object"]["status"]["capacity"]["nvidia.com/gpu"] == "4"
+    assert get_raw(api_url, "/api/v1/nodes")["kind"] == "NodeList"
+
+
+@pytest.mark.parametrize(
+    ("seconds", "age"),
+    [
+        (-5, "<invalid>"),
+        (-1, "0s"),
+        (59, "59s"),
+        (119, "119s"),
+        (120, "2m"),
+        (200, "3m20s"),
+        (3599, "59m"),
+        (3 * 3600 + 60, "3h1m"),
+        (9 * 3600, "9h"),
+        (50 * 3600, "2d2h"),
+        (30 * 86400, "30d"),
+        (3 * 365 * 86400 + 86400, "3y1d"),
+        (9 * 365 * 86400, "9y"),
+    ],
+)
+def test_ages_read_as_kubectl_prints_them(seconds: int, age: str) -> None:
+    assert format_age(seconds) == age
+
+
+def test_self_subject_access_review_is_answered_not_stored(
+    api: client.ApiClient, api_url: str
+) -> None:
+    auth = client.AuthorizationV1Api(api)
+    review = auth.create_self_subject_access_review(
+        {"spec": {"resourceAttributes": {"verb": "patch", "resource": "nodes"}}}
+    )
+    assert review.status.allowed is True
+    assert review.spec.resource_attributes.verb == "patch"
+    with pytest.raises(ApiException) as invalid:
+        auth.create_self_subject_access_review({"spec": {}})
+    assert invalid.value.status == 422
+    assert "exactly one of nonResourceAttributes or resourceAttributes" in invalid.value.body
+    with pytest.raises(urllib.error.HTTPError) as listed:
+        get_raw(api_url, "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews")
+    assert listed.value.code == 405

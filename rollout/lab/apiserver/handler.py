@@ -12,12 +12,16 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 from rollout.lab.apiserver.errors import ApiError
+from rollout.lab.apiserver.openapi import to_openapi_document, to_openapi_root
 from rollout.lab.apiserver.patches import PatchType
+from rollout.lab.apiserver.protobuf import decode_self_subject_access_review, is_protobuf
 from rollout.lab.apiserver.registry import DeleteOptions
-from rollout.lab.apiserver.resources import ResourceKind
+from rollout.lab.apiserver.resources import SELFSUBJECTACCESSREVIEWS, ResourceKind
+from rollout.lab.apiserver.reviews import review_self_access
 from rollout.lab.apiserver.routes import Endpoint, Route, parse_route
 from rollout.lab.apiserver.selectors import FieldSelector, LabelSelector
 from rollout.lab.apiserver.store import ObjectKey, RevisionExpired, WatchEventType
+from rollout.lab.apiserver.tables import to_table, wants_table
 
 if TYPE_CHECKING:
     from rollout.lab.apiserver.server import ApiHttpServer
@@ -58,6 +62,8 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
 
     server: ApiHttpServer
     protocol_version = "HTTP/1.1"
+    # The query of a watch that streams Tables, None for one that streams objects.
+    _watch_table: dict[str, str] | None = None
 
     def setup(self) -> None:
         super().setup()
@@ -131,6 +137,10 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
                 return Reply(200, catalog.to_api_group(route.group))
             case Endpoint.RESOURCE_LIST:
                 return Reply(200, catalog.to_resource_list(route.group, route.version))
+            case Endpoint.OPENAPI_V3 if route.version:
+                return Reply(200, to_openapi_document(catalog, route.group, route.version))
+            case Endpoint.OPENAPI_V3:
+                return Reply(200, to_openapi_root(catalog))
         if method != "GET" and route.endpoint is not Endpoint.RESOURCE:
             raise ApiError.method_not_allowed()
         return self._dispatch_resource(method, route, query, raw)
@@ -144,9 +154,19 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
         if kind.namespaced and namespace is None and name is not None:
             raise ApiError.path_not_found()
         dry_run = query.get("dryRun") == "All"
+        if kind == SELFSUBJECTACCESSREVIEWS:
+            if method != "POST" or name is not None:
+                raise ApiError.method_not_allowed()
+            if is_protobuf(self.headers.get("Content-Type") or ""):
+                return Reply(201, review_self_access(decode_self_subject_access_review(raw)))
+            return Reply(201, review_self_access(_decode(raw)))
+        table = method == "GET" and wants_table(self.headers.get("Accept") or "")
         if name is None:
             if method == "GET":
-                return Reply(200, registry.list_collection(kind, namespace, *_selectors(query)))
+                listed = registry.list_collection(kind, namespace, *_selectors(query))
+                if table:
+                    return Reply(200, _to_table(kind, listed["items"], query, listed))
+                return Reply(200, listed)
             if method == "POST":
                 if kind.namespaced and namespace is None:
                     raise ApiError.method_not_allowed()
@@ -171,7 +191,8 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
                 raise ApiError.method_not_allowed()
             return Reply(201, registry.evict(str(namespace), name, _decode(raw)))
         if method == "GET":
-            return Reply(200, registry.get(kind, namespace, name))
+            found = registry.get(kind, namespace, name)
+            return Reply(200, _to_table(kind, [found], query) if table and sub is None else found)
         if method == "PUT":
             replaced = registry.replace(
                 kind, namespace, name, _decode(raw), subresource=sub, dry_run=dry_run
@@ -197,6 +218,8 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
         kind = route.require_kind()
         labels, fields = _selectors(query)
         registry.check_field_selector(kind, fields)
+        # kubectl get -w asks for Tables: each event's object is then a one-row Table.
+        self._watch_table = query if wants_table(self.headers.get("Accept") or "") else None
         timeout_s = float(query.get("timeoutSeconds") or _DEFAULT_WATCH_TIMEOUT_S)
         deadline = time.monotonic() + timeout_s
         start = query.get("resourceVersion") or "0"
@@ -249,6 +272,8 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
             self.close_connection = True
 
     def _write_event(self, event_type: str, kind: ResourceKind, obj: dict[str, Any]) -> None:
+        if self._watch_table is not None:
+            obj = _to_table(kind, [obj], self._watch_table)
         self._write_chunk({"type": event_type, "object": obj})
 
     def _write_chunk(self, payload: dict[str, Any]) -> None:
@@ -273,6 +298,20 @@ def _selectors(query: dict[str, str]) -> tuple[LabelSelector, FieldSelector]:
     return (
         LabelSelector.from_text(query.get("labelSelector")),
         FieldSelector.from_text(query.get("fieldSelector")),
+    )
+
+
+def _to_table(
+    kind: ResourceKind,
+    objects: list[dict[str, Any]],
+    query: dict[str, str],
+    listed: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    return to_table(
+        kind,
+        objects,
+        resource_version=(listed or {}).get("metadata", {}).get("resourceVersion", ""),
+        include_object=query.get("includeObject", ""),
     )
 
 

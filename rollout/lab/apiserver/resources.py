@@ -150,6 +150,16 @@ CLUSTERPOLICIES = ResourceKind(
     custom=True,
     tracks_generation=True,
 )
+# Not stored: a review is created and answered in the same request (kubectl auth can-i).
+SELFSUBJECTACCESSREVIEWS = ResourceKind(
+    "authorization.k8s.io",
+    "v1",
+    "selfsubjectaccessreviews",
+    "SelfSubjectAccessReview",
+    "selfsubjectaccessreview",
+    False,
+    verbs=("create",),
+)
 
 ALL_KINDS: tuple[ResourceKind, ...] = (
     NODES,
@@ -161,6 +171,7 @@ ALL_KINDS: tuple[ResourceKind, ...] = (
     PODDISRUPTIONBUDGETS,
     LEASES,
     CLUSTERPOLICIES,
+    SELFSUBJECTACCESSREVIEWS,
 )
 
 # Subresources that are not generic status updates: their verbs and kinds for discovery.

@@ -20,6 +20,7 @@ class Endpoint(StrEnum):
     GROUP = "group"
     RESOURCE_LIST = "resource-list"
     RESOURCE = "resource"
+    OPENAPI_V3 = "openapi-v3"
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,10 @@ def parse_route(path: str, catalog: ResourceCatalog) -> Route:
         return Route(Endpoint.HEALTH)
     if path == "/version":
         return Route(Endpoint.VERSION)
+    if path == "/openapi/v3":
+        return Route(Endpoint.OPENAPI_V3)
+    if path.startswith("/openapi/v3/"):
+        return _parse_openapi_path(path.removeprefix("/openapi/v3/"), catalog)
     parts = [p for p in path.split("/") if p]
     if parts[:1] == ["api"]:
         if len(parts) == 1:
@@ -67,6 +72,20 @@ def parse_route(path: str, catalog: ResourceCatalog) -> Route:
     if not rest:
         return Route(Endpoint.RESOURCE_LIST, group=group, version=version)
     return _parse_resource_path(group, version, rest, catalog)
+
+
+def _parse_openapi_path(rest: str, catalog: ResourceCatalog) -> Route:
+    """/openapi/v3/api/v1 or /openapi/v3/apis/<group>/<version>: one group-version's document."""
+    parts = rest.split("/")
+    if parts[:1] == ["api"] and len(parts) == 2:
+        group, version = "", parts[1]
+    elif parts[:1] == ["apis"] and len(parts) == 3:
+        group, version = parts[1], parts[2]
+    else:
+        raise ApiError.path_not_found()
+    if not catalog.has_group_version(group, version):
+        raise ApiError.path_not_found()
+    return Route(Endpoint.OPENAPI_V3, group=group, version=version)
 
 
 def _parse_resource_path(

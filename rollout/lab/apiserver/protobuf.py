@@ -1,0 +1,103 @@
+"""Kubernetes' protobuf encoding, read far enough for the one request kubectl sends only as
+protobuf (`auth can-i`'s SelfSubjectAccessReview): the `k8s\\0` envelope and the
+length-delimited and varint fields inside it. Replies stay JSON, which kubectl also accepts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from rollout.lab.apiserver.errors import ApiError
+
+MEDIA_TYPE = "application/vnd.kubernetes.protobuf"
+_MAGIC = b"k8s\x00"
+# Field numbers of the messages read here (k8s.io/api/authorization/v1/generated.proto).
+_RESOURCE_ATTRIBUTES = {
+    1: "namespace",
+    2: "verb",
+    3: "group",
+    4: "version",
+    5: "resource",
+    6: "subresource",
+    7: "name",
+}
+_NON_RESOURCE_ATTRIBUTES = {1: "path", 2: "verb"}
+
+Fields = dict[int, list[bytes | int]]
+
+
+def is_protobuf(content_type: str) -> bool:
+    return content_type.split(";")[0].strip() == MEDIA_TYPE
+
+
+def decode_self_subject_access_review(raw: bytes) -> dict[str, Any]:
+    """A SelfSubjectAccessReview in protobuf as the JSON object it stands for."""
+    if not raw.startswith(_MAGIC):
+        raise ApiError.bad_request("the protobuf body does not start with the k8s envelope")
+    unknown = _fields(raw[len(_MAGIC) :])
+    review = _fields(_bytes(unknown, 2))
+    spec = _fields(_bytes(review, 2))
+    body_spec: dict[str, Any] = {}
+    if 1 in spec:
+        body_spec["resourceAttributes"] = _strings(_fields(_bytes(spec, 1)), _RESOURCE_ATTRIBUTES)
+    if 2 in spec:
+        body_spec["nonResourceAttributes"] = _strings(
+            _fields(_bytes(spec, 2)), _NON_RESOURCE_ATTRIBUTES
+        )
+    return {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectAccessReview",
+        "metadata": {},
+        "spec": body_spec,
+    }
+
+
+def _strings(fields: Fields, names: Mapping[int, str]) -> dict[str, str]:
+    found = {}
+    for number, name in names.items():
+        value = _bytes(fields, number)
+        if value:
+            found[name] = value.decode()
+    return found
+
+
+def _bytes(fields: Fields, number: int) -> bytes:
+    values = fields.get(number) or [b""]
+    value = values[-1]
+    if not isinstance(value, bytes):
+        raise ApiError.bad_request(f"protobuf field {number} is not length-delimited")
+    return value
+
+
+def _fields(data: bytes) -> Fields:
+    """Field number → values: bytes for length-delimited fields, ints for varints."""
+    fields: Fields = {}
+    at = 0
+    while at < len(data):
+        key, at = _varint(data, at)
+        number, wire_type = key >> 3, key & 7
+        if wire_type == 0:
+            value, at = _varint(data, at)
+            fields.setdefault(number, []).append(value)
+        elif wire_type == 2:
+            length, at = _varint(data, at)
+            if at + length > len(data):
+                raise ApiError.bad_request("truncated protobuf body")
+            fields.setdefault(number, []).append(data[at : at + length])
+            at += length
+        else:
+            raise ApiError.bad_request(f"unsupported protobuf wire type {wire_type}")
+    return fields
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if at >= len(data) or shift > 63:
+            raise ApiError.bad_request("truncated protobuf body")
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value, at

@@ -1,0 +1,368 @@
+"""Server-side printing: `meta.k8s.io/v1` Table responses, the columns kube-apiserver's own
+printers give nodes, pods, namespaces and ConfigMaps, and NAME/AGE for the other kinds (what
+the real server gives a custom resource without printer columns)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from rollout.lab.apiserver.resources import (
+    CONFIGMAPS,
+    NAMESPACES,
+    NODES,
+    PODDISRUPTIONBUDGETS,
+    PODS,
+    ResourceKind,
+)
+
+_TABLE_MEDIA = "as=Table"
+_NODE_ROLE_PREFIX = "node-role.kubernetes.io/"
+_NODE_ROLE_LABEL = "kubernetes.io/role"
+
+
+def wants_table(accept: str) -> bool:
+    """Whether an Accept header asks for a meta.k8s.io Table (kubectl get does, first choice)."""
+    for media in accept.split(","):
+        params = {p.strip() for p in media.split(";")[1:]}
+        if _TABLE_MEDIA in params and "g=meta.k8s.io" in params:
+            return True
+    return False
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column definition; priority 1 columns show only with `-o wide`."""
+
+    name: str
+    type: str
+    description: str
+    cell: Callable[[Mapping[str, Any], float], Any]
+    priority: int = 0
+    format: str = ""
+
+    def to_definition(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "type": self.type,
+            "format": self.format,
+            "description": self.description,
+            "priority": self.priority,
+        }
+
+
+def to_table(
+    kind: ResourceKind,
+    objects: Sequence[Mapping[str, Any]],
+    *,
+    resource_version: str = "",
+    include_object: str = "",
+    now_s: float | None = None,
+) -> dict[str, Any]:
+    """The Table of `objects` (one for a single GET), rows carrying the metadata as the real
+    server does by default, the whole object with includeObject=Object, none with None."""
+    now = time.time() if now_s is None else now_s
+    columns = _COLUMNS.get(kind.resource, _DEFAULT_COLUMNS)
+    rows = []
+    for obj in objects:
+        row: dict[str, Any] = {"cells": [column.cell(obj, now) for column in columns]}
+        if include_object == "Object":
+            row["object"] = dict(obj)
+        elif include_object != "None":
+            row["object"] = {
+                "kind": "PartialObjectMetadata",
+                "apiVersion": "meta.k8s.io/v1",
+                "metadata": obj.get("metadata", {}),
+            }
+        rows.append(row)
+    metadata = {"resourceVersion": resource_version} if resource_version else {}
+    return {
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": metadata,
+        "columnDefinitions": [column.to_definition() for column in columns],
+        "rows": rows,
+    }
+
+
+def format_age(seconds: float) -> str:
+    """apimachinery's duration.HumanDuration: 45s, 3m20s, 5h10m, 3d4h, 2y30d."""
+    s = int(seconds)
+    if s < -1:
+        return "<invalid>"
+    if s < 0:
+        return "0s"
+    if s < 120:
+        return f"{s}s"
+    minutes = s // 60
+    if minutes < 10:
+        return f"{minutes}m" if s % 60 == 0 else f"{minutes}m{s % 60}s"
+    if minutes < 180:
+        return f"{minutes}m"
+    hours = s // 3600
+    if hours < 8:
+        return f"{hours}h" if minutes % 60 == 0 else f"{hours}h{minutes % 60}m"
+    if hours < 48:
+        return f"{hours}h"
+    if hours < 24 * 8:
+        return f"{hours // 24}d" if hours % 24 == 0 else f"{hours // 24}d{hours % 24}h"
+    if hours < 24 * 365 * 2:
+        return f"{hours // 24}d"
+    if hours < 24 * 365 * 8:
+        days = (hours // 24) % 365
+        return f"{hours // 24 // 365}y" if days == 0 else f"{hours // 24 // 365}y{days}d"
+    return f"{hours // 24 // 365}y"
+
+
+def _metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    metadata: Mapping[str, Any] = obj.get("metadata") or {}
+    return metadata
+
+
+def _name(obj: Mapping[str, Any], _now: float) -> str:
+    return str(_metadata(obj).get("name", ""))
+
+
+def _age(obj: Mapping[str, Any], now: float) -> str:
+    stamp = _metadata(obj).get("creationTimestamp")
+    if not stamp:
+        return "<unknown>"
+    created = datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+    return format_age(now - created)
+
+
+def _status(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    status: Mapping[str, Any] = obj.get("status") or {}
+    return status
+
+
+def _spec(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    spec: Mapping[str, Any] = obj.get("spec") or {}
+    return spec
+
+
+# ------------------------------------------------------------------ nodes
+
+
+def _node_status(obj: Mapping[str, Any], _now: float) -> str:
+    ready = "Unknown"
+    for condition in _status(obj).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            ready = "Ready" if condition.get("status") == "True" else "NotReady"
+    states = [ready]
+    if _spec(obj).get("unschedulable"):
+        states.append("SchedulingDisabled")
+    return ",".join(states)
+
+
+def _node_roles(obj: Mapping[str, Any], _now: float) -> str:
+    roles = set()
+    for key, value in (_metadata(obj).get("labels") or {}).items():
+        if key.startswith(_NODE_ROLE_PREFIX) and key != _NODE_ROLE_PREFIX:
+            roles.add(key.removeprefix(_NODE_ROLE_PREFIX))
+        elif key == _NODE_ROLE_LABEL and value:
+            roles.add(value)
+    return ",".join(sorted(roles)) or "<none>"
+
+
+def _node_info(field: str) -> Callable[[Mapping[str, Any], float], str]:
+    def cell(obj: Mapping[str, Any], _now: float) -> str:
+        return str((_status(obj).get("nodeInfo") or {}).get(field) or "<unknown>")
+
+    return cell
+
+
+def _node_address(address_type: str) -> Callable[[Mapping[str, Any], float], str]:
+    def cell(obj: Mapping[str, Any], _now: float) -> str:
+        for address in _status(obj).get("addresses") or []:
+            if address.get("type") == address_type:
+                return str(address.get("address"))
+        return "<none>"
+
+    return cell
+
+
+def _kubelet_version(obj: Mapping[str, Any], _now: float) -> str:
+    return str((_status(obj).get("nodeInfo") or {}).get("kubeletVersion") or "")
+
+
+# ------------------------------------------------------------------- pods
+
+
+def _pod_ready(obj: Mapping[str, Any], _now: float) -> str:
+    statuses = _status(obj).get("containerStatuses") or []
+    ready = sum(1 for s in statuses if s.get("ready"))
+    return f"{ready}/{len(_spec(obj).get('containers') or [])}"
+
+
+def _pod_reason(obj: Mapping[str, Any], _now: float) -> str:
+    """The STATUS column as kubectl's printPod words it (init containers aside)."""
+    status = _status(obj)
+    phase = str(status.get("phase") or "")
+    reason = str(status.get("reason") or phase)
+    running = False
+    for container in reversed(status.get("containerStatuses") or []):
+        state = container.get("state") or {}
+        waiting, terminated = state.get("waiting"), state.get("terminated")
+        if waiting and waiting.get("reason"):
+            reason = waiting["reason"]
+        elif terminated and terminated.get("reason"):
+            reason = terminated["reason"]
+        elif terminated:
+            signal = terminated.get("signal")
+            reason = f"Signal:{signal}" if signal else f"ExitCode:{terminated.get('exitCode', 0)}"
+        elif state.get("running") and container.get("ready"):
+            running = True
+    if reason == "Completed" and running:
+        reason = "Running" if _has_ready_condition(status) else "NotReady"
+    if _metadata(obj).get("deletionTimestamp") and phase not in ("Succeeded", "Failed"):
+        reason = "Unknown" if status.get("reason") == "NodeLost" else "Terminating"
+    return reason
+
+
+def _has_ready_condition(status: Mapping[str, Any]) -> bool:
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+
+
+def _pod_restarts(obj: Mapping[str, Any], _now: float) -> str:
+    statuses = _status(obj).get("containerStatuses") or []
+    return str(sum(int(s.get("restartCount") or 0) for s in statuses))
+
+
+def _pod_ip(obj: Mapping[str, Any], _now: float) -> str:
+    return str(_status(obj).get("podIP") or "<none>")
+
+
+def _pod_node(obj: Mapping[str, Any], _now: float) -> str:
+    return str(_spec(obj).get("nodeName") or "<none>")
+
+
+def _pod_nominated(obj: Mapping[str, Any], _now: float) -> str:
+    return str(_status(obj).get("nominatedNodeName") or "<none>")
+
+
+def _pod_gates(obj: Mapping[str, Any], _now: float) -> str:
+    gates = _spec(obj).get("readinessGates") or []
+    if not gates:
+        return "<none>"
+    conditions = {c.get("type"): c.get("status") for c in _status(obj).get("conditions") or []}
+    ready = sum(1 for g in gates if conditions.get(g.get("conditionType")) == "True")
+    return f"{ready}/{len(gates)}"
+
+
+# ------------------------------------------------------------- the others
+
+
+def _namespace_phase(obj: Mapping[str, Any], _now: float) -> str:
+    return str(_status(obj).get("phase") or "")
+
+
+def _configmap_data(obj: Mapping[str, Any], _now: float) -> int:
+    return len(obj.get("data") or {}) + len(obj.get("binaryData") or {})
+
+
+def _budget_field(field: str) -> Callable[[Mapping[str, Any], float], str]:
+    def cell(obj: Mapping[str, Any], _now: float) -> str:
+        value = _spec(obj).get(field)
+        return "N/A" if value is None else str(value)
+
+    return cell
+
+
+def _budget_allowed(obj: Mapping[str, Any], _now: float) -> int:
+    return int(_status(obj).get("disruptionsAllowed") or 0)
+
+
+_NAME = Column(
+    "Name",
+    "string",
+    "Name must be unique within a namespace. Is required when creating resources, although "
+    "some resources may allow a client to request the generation of an appropriate name "
+    "automatically. Name is primarily intended for creation idempotence and configuration "
+    "definition. Cannot be updated. More info: "
+    "https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names",
+    _name,
+    format="name",
+)
+_AGE = Column(
+    "Age",
+    "string",
+    "CreationTimestamp is a timestamp representing the server time when this object was created.",
+    _age,
+)
+_DEFAULT_COLUMNS = (_NAME, _AGE)
+_COLUMNS: dict[str, tuple[Column, ...]] = {
+    NODES.resource: (
+        _NAME,
+        Column("Status", "string", "The status of the node", _node_status),
+        Column("Roles", "string", "The roles of the node", _node_roles),
+        _AGE,
+        Column("Version", "string", "Kubelet Version reported by the node.", _kubelet_version),
+        Column("Internal-IP", "string", "List of internal IPs.", _node_address("InternalIP"), 1),
+        Column("External-IP", "string", "List of external IPs.", _node_address("ExternalIP"), 1),
+        Column("OS-Image", "string", "OS Image reported by the node.", _node_info("osImage"), 1),
+        Column(
+            "Kernel-Version",
+            "string",
+            "Kernel Version reported by the node.",
+            _node_info("kernelVersion"),
+            1,
+        ),
+        Column(
+            "Container-Runtime",
+            "string",
+            "Container Runtime Version reported by the node.",
+            _node_info("containerRuntimeVersion"),
+            1,
+        ),
+    ),
+    PODS.resource: (
+        _NAME,
+        Column("Ready", "string", "The aggregate readiness state of this pod.", _pod_ready),
+        Column("Status", "string", "The aggregate status of the containers.", _pod_reason),
+        Column("Restarts", "string", "The number of container restarts.", _pod_restarts),
+        _AGE,
+        Column("IP", "string", "IP address allocated to the pod.", _pod_ip, 1),
+        Column("Node", "string", "Name of the node the pod is assigned to.", _pod_node, 1),
+        Column("Nominated Node", "string", "Nominated node name.", _pod_nominated, 1),
+        Column("Readiness Gates", "string", "Pod readiness gates.", _pod_gates, 1),
+    ),
+    NAMESPACES.resource: (
+        _NAME,
+        Column("Status", "string", "The status of the namespace", _namespace_phase),
+        _AGE,
+    ),
+    PODDISRUPTIONBUDGETS.resource: (
+        _NAME,
+        Column(
+            "Min Available",
+            "string",
+            "The minimum number of pods that must be available.",
+            _budget_field("minAvailable"),
+        ),
+        Column(
+            "Max Unavailable",
+            "string",
+            "The maximum number of pods that may be unavailable.",
+            _budget_field("maxUnavailable"),
+        ),
+        Column(
+            "Allowed Disruptions",
+            "integer",
+            "Calculated number of pods that may be disrupted at this time.",
+            _budget_allowed,
+        ),
+        _AGE,
+    ),
+    CONFIGMAPS.resource: (
+        _NAME,
+        Column("Data", "integer", "Data contains the configuration data.", _configmap_data),
+        _AGE,
+    ),
+}
