@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
@@ -28,12 +29,12 @@ from rollout.lab.simulation.probe import NodeRuntimeProbe, RunningConfigProbe
 log = logging.getLogger("rollout.lab.controlplane")
 
 
+@dataclass(eq=False)
 class ControlPlane:
     """A running API server and simulation; stop() ends both."""
 
-    def __init__(self, server: ApiServer, simulation: Simulation) -> None:
-        self.server = server
-        self.simulation = simulation
+    server: ApiServer
+    simulation: Simulation
 
     @classmethod
     def start(

@@ -9,6 +9,7 @@ DaemonSet, so plugin pods restart and load the new config, as with the real oper
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from rollout.lab.apiserver.patches import PatchType
@@ -26,11 +27,11 @@ CONFIG_NAME_ENV = "CONFIG_NAME"
 DEFAULT_CONFIG_ENV = "DEFAULT_CONFIG"
 
 
+@dataclass(eq=False)
 class ClusterPolicyController:
     """Keeps operand DaemonSet templates in step with the ClusterPolicy."""
 
-    def __init__(self, registry: Registry) -> None:
-        self._registry = registry
+    registry: Registry
 
     def reconcile(self, cluster_policy: Mapping[str, Any] | None) -> None:
         if cluster_policy is None:
@@ -51,7 +52,7 @@ class ClusterPolicyController:
     def _set_env(
         self, daemonset_name: str, values: dict[str, str], image: str | None = None
     ) -> None:
-        daemonset = self._registry.find(DAEMONSETS, OPERATOR_NAMESPACE, daemonset_name)
+        daemonset = self.registry.find(DAEMONSETS, OPERATOR_NAMESPACE, daemonset_name)
         if daemonset is None:
             return
         containers = daemonset["spec"]["template"]["spec"]["containers"]
@@ -70,7 +71,7 @@ class ClusterPolicyController:
         if not changed:
             return
         # Through the generic patch path so the DaemonSet's generation moves, as it would.
-        self._registry.patch(
+        self.registry.patch(
             DAEMONSETS,
             OPERATOR_NAMESPACE,
             daemonset_name,

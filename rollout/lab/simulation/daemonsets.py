@@ -14,6 +14,7 @@ import functools
 import hashlib
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from rollout.lab.apiserver.errors import ApiError
@@ -65,16 +66,16 @@ def owned_by(pod: Mapping[str, Any], owner_uid: str) -> bool:
     return any(r.get("uid") == owner_uid for r in pod["metadata"].get("ownerReferences") or [])
 
 
+@dataclass(eq=False)
 class DaemonSetController:
     """Creates, deletes and counts the pods of every DaemonSet in the cluster."""
 
-    def __init__(self, registry: Registry) -> None:
-        self._registry = registry
+    registry: Registry
 
     def reconcile(self) -> None:
-        nodes = self._registry.list_objects(NODES)
-        pods = self._registry.list_objects(PODS)
-        for daemonset in self._registry.list_objects(DAEMONSETS):
+        nodes = self.registry.list_objects(NODES)
+        pods = self.registry.list_objects(PODS)
+        for daemonset in self.registry.list_objects(DAEMONSETS):
             try:
                 self._reconcile_one(daemonset, nodes, pods)
             except ApiError:
@@ -85,14 +86,14 @@ class DaemonSetController:
 
     def _run_config_managers(self) -> None:
         """Fail the device-plugin pods whose config-manager exits; replace them once fixed."""
-        policy = self._registry.find(CLUSTERPOLICIES, None, CLUSTER_POLICY_NAME)
+        policy = self.registry.find(CLUSTERPOLICIES, None, CLUSTER_POLICY_NAME)
         name = config_name(policy)
-        configmap = self._registry.find(CONFIGMAPS, OPERATOR_NAMESPACE, name) if name else None
+        configmap = self.registry.find(CONFIGMAPS, OPERATOR_NAMESPACE, name) if name else None
         labels = {
             n["metadata"]["name"]: n["metadata"].get("labels") or {}
-            for n in self._registry.list_objects(NODES)
+            for n in self.registry.list_objects(NODES)
         }
-        for pod in self._registry.list_objects(PODS):
+        for pod in self.registry.list_objects(PODS):
             metadata = pod["metadata"]
             if (
                 metadata.get("namespace") != OPERATOR_NAMESPACE
@@ -106,14 +107,14 @@ class DaemonSetController:
                 status.get("reason") == CONFIG_MANAGER_FAILED
             )
             if error is not None and not is_terminal(pod):
-                self._registry.mutate(
+                self.registry.mutate(
                     PODS,
                     OPERATOR_NAMESPACE,
                     metadata["name"],
                     functools.partial(_fail, message=error),
                 )
             elif error is None and failed_here:
-                self._registry.delete(PODS, OPERATOR_NAMESPACE, metadata["name"])
+                self.registry.delete(PODS, OPERATOR_NAMESPACE, metadata["name"])
 
     def _reconcile_one(
         self, daemonset: dict[str, Any], nodes: list[dict[str, Any]], pods: list[dict[str, Any]]
@@ -133,13 +134,13 @@ class DaemonSetController:
             if not by_node.get(node_name):
                 self._create_pod(daemonset, node_name)
             for extra in live[1:]:
-                self._registry.delete(PODS, namespace, extra["metadata"]["name"])
+                self.registry.delete(PODS, namespace, extra["metadata"]["name"])
         self._roll(daemonset, eligible, by_node)
         for node_name, node_pods in by_node.items():
             if node_name not in eligible:
                 for pod in node_pods:
                     if not is_deleting(pod):
-                        self._registry.delete(PODS, namespace, pod["metadata"]["name"])
+                        self.registry.delete(PODS, namespace, pod["metadata"]["name"])
         self._write_status(daemonset, eligible, by_node)
 
     def _roll(
@@ -166,7 +167,7 @@ class DaemonSetController:
         )
         if outdated:
             pod = outdated[0]
-            self._registry.delete(PODS, pod["metadata"]["namespace"], pod["metadata"]["name"])
+            self.registry.delete(PODS, pod["metadata"]["namespace"], pod["metadata"]["name"])
 
     @staticmethod
     def _eligible(daemonset: dict[str, Any], node: dict[str, Any]) -> bool:
@@ -222,7 +223,7 @@ class DaemonSetController:
             },
             "spec": spec,
         }
-        self._registry.create(PODS, metadata["namespace"], pod)
+        self.registry.create(PODS, metadata["namespace"], pod)
 
     def _write_status(
         self,
@@ -262,7 +263,7 @@ class DaemonSetController:
         def write(ds: dict[str, Any]) -> None:
             ds["status"] = status
 
-        self._registry.mutate(
+        self.registry.mutate(
             DAEMONSETS, daemonset["metadata"]["namespace"], daemonset["metadata"]["name"], write
         )
 

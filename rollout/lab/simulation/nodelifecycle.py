@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from rollout.lab.apiserver.metadata import format_timestamp
@@ -19,15 +20,15 @@ def is_node_ready(node: dict[str, Any]) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
+@dataclass(eq=False)
 class NodeLifecycleController:
     """Keeps the unschedulable and not-ready NoSchedule taints in step with node state."""
 
-    def __init__(self, registry: Registry, clock: Callable[[], float] = time.time) -> None:
-        self._registry = registry
-        self._clock = clock
+    registry: Registry
+    clock: Callable[[], float] = time.time
 
     def reconcile(self) -> None:
-        for node in self._registry.list_objects(NODES):
+        for node in self.registry.list_objects(NODES):
             wanted = {
                 UNSCHEDULABLE_TAINT: bool((node.get("spec") or {}).get("unschedulable")),
                 # A node that never reported conditions is not yet judged.
@@ -38,7 +39,7 @@ class NodeLifecycleController:
             present = {t.get("key") for t in taints if t.get("effect") == "NoSchedule"}
             if all((key in present) == want for key, want in wanted.items()):
                 continue
-            self._registry.mutate(NODES, None, node["metadata"]["name"], self._taint_change(wanted))
+            self.registry.mutate(NODES, None, node["metadata"]["name"], self._taint_change(wanted))
 
     def _taint_change(self, wanted: dict[str, bool]) -> Callable[[dict[str, Any]], None]:
         return lambda node: self._apply(node, wanted)
@@ -67,7 +68,7 @@ class NodeLifecycleController:
                     else {
                         "key": key,
                         "effect": "NoSchedule",
-                        "timeAdded": format_timestamp(self._clock()),
+                        "timeAdded": format_timestamp(self.clock()),
                     }
                 )
         if taints:

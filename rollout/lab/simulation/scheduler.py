@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
@@ -94,19 +95,17 @@ def matches_node_affinity(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bo
     return not terms or any(_matches_term(t, node) for t in terms)
 
 
+@dataclass(eq=False)
 class Scheduler:
     """Binds pods of the default scheduler; records FailedScheduling like the real one."""
 
-    def __init__(
-        self, registry: Registry, recorder: EventRecorder, clock: Callable[[], float] = time.time
-    ) -> None:
-        self._registry = registry
-        self._recorder = recorder
-        self._clock = clock
+    registry: Registry
+    recorder: EventRecorder
+    clock: Callable[[], float] = time.time
 
     def reconcile(self) -> None:
-        nodes = self._registry.list_objects(NODES)
-        pods = self._registry.list_objects(PODS)
+        nodes = self.registry.list_objects(NODES)
+        pods = self.registry.list_objects(PODS)
         used: dict[str, dict[str, Fraction]] = {n["metadata"]["name"]: {} for n in nodes}
         counts: dict[str, int] = {n["metadata"]["name"]: 0 for n in nodes}
         for pod in pods:
@@ -208,7 +207,7 @@ class Scheduler:
         return load
 
     def _bind(self, pod: dict[str, Any], node_name: str) -> bool:
-        now = format_timestamp(self._clock())
+        now = format_timestamp(self.clock())
 
         def bind(p: dict[str, Any]) -> None:
             p["spec"]["nodeName"] = node_name
@@ -224,12 +223,12 @@ class Scheduler:
 
         metadata = pod["metadata"]
         try:
-            bound = self._registry.mutate(PODS, metadata["namespace"], metadata["name"], bind)
+            bound = self.registry.mutate(PODS, metadata["namespace"], metadata["name"], bind)
         except ApiError:
             return False
         if bound is None:
             return False
-        self._recorder.record(
+        self.recorder.record(
             bound,
             "Normal",
             "Scheduled",
@@ -242,7 +241,7 @@ class Scheduler:
     ) -> None:
         message = fit_error_message(node_count, failures)
         metadata = pod["metadata"]
-        now = format_timestamp(self._clock())
+        now = format_timestamp(self.clock())
 
         def mark(p: dict[str, Any]) -> None:
             _set_condition(
@@ -265,10 +264,10 @@ class Scheduler:
             ),
             {},
         )
-        updated = self._registry.mutate(PODS, metadata["namespace"], metadata["name"], mark)
+        updated = self.registry.mutate(PODS, metadata["namespace"], metadata["name"], mark)
         # The real scheduler re-records on each retry; once per new verdict keeps the lab quiet.
         if updated is not None and before.get("message") != message:
-            self._recorder.record(updated, "Warning", "FailedScheduling", message)
+            self.recorder.record(updated, "Warning", "FailedScheduling", message)
 
 
 def fit_error_message(node_count: int, failures: Mapping[str, list[str]]) -> str:
