@@ -8,6 +8,7 @@ import traceback
 from collections.abc import Sequence
 
 from rollout import __version__
+from rollout.cli.render import show_controls
 from rollout.errors import ExitCode, RolloutError
 
 DESCRIPTION = """\
@@ -76,7 +77,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code = int(args.func(args))
     except RolloutError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        # messages quote input (paths, names, values): controls print, they do not act
+        print(f"error: {show_controls(str(exc))}", file=sys.stderr)
         return ExitCode.FAILED if detailed else exc.exit_code
     except KeyboardInterrupt:
         print("aborted", file=sys.stderr)
@@ -86,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if debug:
             traceback.print_exc(file=sys.stderr)
         print(
-            f"internal error: {type(exc).__name__}: {_short(str(exc))}\n"
+            f"internal error: {type(exc).__name__}: {show_controls(_short(str(exc)))}\n"
             "  this is a bug in rollout, please report it"
             + ("" if debug else "; run again with --debug for the traceback"),
             file=sys.stderr,

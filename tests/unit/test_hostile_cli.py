@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import rollout.cli.plan
+from rollout.cli import main
 from tests.hostile import EXAMPLE_FACTS, GOOD_PLAN, HostileCase, case_id, invoke, run_case
 
 INVENTORY = "gpu1 ansible_host=127.0.0.1\n"
@@ -218,3 +219,27 @@ def test_parallel_at_its_bounds_is_accepted() -> None:
     for value in ("1", "256"):
         args = parser.parse_args(["plan", "p.yaml", "-i", "inv", "--parallel", value])
         assert args.parallel == int(value)
+
+
+def test_an_error_quoting_a_control_character_prints_it_escaped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A hostile file name inside an error message cannot drive the terminal."""
+    name = tmp_path / "plan\x1b[2J.yaml"
+    assert main(["plan", str(name), "--facts", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\\x1b[2J" in err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--nodes", "0"], ["--nodes", "-3"], ["--gpus", "99"], ["--containerd", "9.9"]],
+    ids=["no-nodes", "negative-nodes", "too-many-gpus", "unknown-series"],
+)
+def test_lab_up_arguments_are_checked_before_the_machine(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str]
+) -> None:
+    """`lab up` with impossible arguments is bad input (2) on any machine, lab-ready or not."""
+    assert main(["lab", "up", "--lab-dir", str(tmp_path / "lab"), *args]) == 2
+    assert "error:" in capsys.readouterr().err
+    assert not (tmp_path / "lab").exists()
