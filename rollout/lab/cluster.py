@@ -252,9 +252,9 @@ def plan_nodes(options: LabOptions) -> tuple[NodeSpec, ...]:
 def bring_up_lab(options: LabOptions, progress: Progress = print) -> Lab:
     """Build (or reuse) the image, boot the nodes in parallel, start the control plane."""
     started = time.monotonic()
+    specs = plan_nodes(options)  # bad arguments are bad input, whatever this machine has
     require_prerequisites(SERIES)
     lab_dir = options.lab_dir.resolve()
-    specs = plan_nodes(options)
     _claim_lab_dir(lab_dir)
     with _lab_lock(lab_dir):
         if (lab_dir / LAB_FILE).exists():
