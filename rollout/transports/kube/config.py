@@ -22,7 +22,9 @@ def load_kubeconfig(path: str | None = None, context: str | None = None) -> k8s.
     files = [Path(p).expanduser() for p in chosen.split(os.pathsep) if p]
     where = f"kubeconfig {chosen}"
     if not any(f.is_file() for f in files):
-        raise KubeConfigError("load", where, message="no such file")
+        missing = not any(f.exists() for f in files)
+        message = "no such file" if missing else "not a regular file (a kubeconfig is a file)"
+        raise KubeConfigError("load", where, message=message)
     configuration = k8s.Configuration()
     try:
         k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
