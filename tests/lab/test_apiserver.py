@@ -662,3 +662,61 @@ def test_self_subject_access_review_is_answered_not_stored(
     with pytest.raises(urllib.error.HTTPError) as listed:
         get_raw(api_url, "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews")
     assert listed.value.code == 405
+
+
+# --------------------------------------------------------------- RuntimeClass
+
+
+def test_a_pod_naming_a_missing_runtime_class_is_refused_at_admission(
+    api: client.ApiClient, core: client.CoreV1Api
+) -> None:
+    node_api = client.NodeV1Api(api)
+    spec = {"runtimeClassName": "nvidia", "containers": [{"name": "c", "image": "cuda:12.4"}]}
+    with pytest.raises(ApiException) as refused:
+        core.create_namespaced_pod("default", {"metadata": {"name": "smoke"}, "spec": spec})
+    assert refused.value.status == 403
+    assert status_of(refused.value) == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": 'pods "smoke" is forbidden: pod rejected: RuntimeClass "nvidia" not found',
+        "reason": "Forbidden",
+        "details": {"name": "smoke", "kind": "pods"},
+        "code": 403,
+    }
+    with pytest.raises(ApiException) as generated:
+        core.create_namespaced_pod(
+            "default", {"metadata": {"generateName": "smoke-"}, "spec": spec}
+        )
+    assert status_of(generated.value)["message"] == (
+        'pods is forbidden: pod rejected: RuntimeClass "nvidia" not found'
+    )
+    node_api.create_runtime_class(
+        {
+            "metadata": {"name": "nvidia"},
+            "handler": "nvidia",
+            "overhead": {"podFixed": {"cpu": "10m"}},
+        }
+    )
+    created = core.create_namespaced_pod("default", {"metadata": {"name": "smoke"}, "spec": spec})
+    assert created.spec.overhead == {"cpu": "10m"}
+    assert [rc.handler for rc in node_api.list_runtime_class().items] == ["nvidia"]
+
+
+def test_runtime_class_handler_is_a_dns_label_and_immutable(api: client.ApiClient) -> None:
+    node_api = client.NodeV1Api(api)
+    with pytest.raises(ApiException) as invalid:
+        node_api.create_runtime_class({"metadata": {"name": "bad"}, "handler": "Not_A_Label"})
+    assert invalid.value.status == 422
+    assert status_of(invalid.value)["message"].startswith(
+        'RuntimeClass.node.k8s.io "bad" is invalid: handler: Invalid value: "Not_A_Label": '
+        "a lowercase RFC 1123 label"
+    )
+    node_api.create_runtime_class({"metadata": {"name": "nvidia"}, "handler": "nvidia"})
+    with pytest.raises(ApiException) as changed:
+        node_api.patch_runtime_class("nvidia", {"handler": "nvidia-cdi"})
+    assert status_of(changed.value)["message"] == (
+        'RuntimeClass.node.k8s.io "nvidia" is invalid: handler: Invalid value: "nvidia-cdi": '
+        "field is immutable"
+    )

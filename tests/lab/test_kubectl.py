@@ -17,6 +17,8 @@ import yaml
 from rollout.containerd.binaries import cache_dir
 from rollout.lab.apiserver import ApiServer, Registry
 from rollout.lab.apiserver.resources import DAEMONSETS, NODES, PODDISRUPTIONBUDGETS, PODS
+from rollout.lab.description import LabDescription
+from rollout.lab.simulation.bootstrap import seed_cluster
 from tests.conftest import require
 
 FETCH_COMMAND = "scripts/fetch-kubectl"
@@ -442,6 +444,37 @@ def test_apply_a_configmap(kubectl: Kubectl, registry: Registry) -> None:
     assert stored["data"] == {"any": "version: v2\n"}
     assert "kubectl.kubernetes.io/last-applied-configuration" in stored["metadata"]["annotations"]
     assert table(kubectl("get", "cm", "time-slicing").stdout)[0]["DATA"] == "1"
+
+
+def test_the_seeded_runtime_class_and_admission(kubectl: Kubectl, registry: Registry) -> None:
+    seed_cluster(
+        registry,
+        LabDescription.from_dict(
+            {
+                "api": {"host": "127.0.0.1", "port": 0},
+                "nodes": [{"name": "gpu-1", "address": "127.0.58.2", "containerd": "1.7"}],
+            }
+        ),
+    )
+    classes = table(kubectl("get", "runtimeclasses").stdout)
+    assert [(r["NAME"], r["HANDLER"]) for r in classes] == [("nvidia", "nvidia")]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "smoke"},
+        "spec": {
+            "runtimeClassName": "nvidia-cdi",
+            "containers": [{"name": "c", "image": "cuda:12.4"}],
+        },
+    }
+    refused = kubectl("create", "-f", "-", stdin=json.dumps(pod), check=False)
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == (
+        'Error from server (Forbidden): error when creating "STDIN": pods "smoke" is forbidden: '
+        'pod rejected: RuntimeClass "nvidia-cdi" not found'
+    )
+    pod["spec"]["runtimeClassName"] = "nvidia"
+    assert kubectl("create", "-f", "-", stdin=json.dumps(pod)).stdout == "pod/smoke created\n"
 
 
 def test_auth_can_i(kubectl: Kubectl) -> None:

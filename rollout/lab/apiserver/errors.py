@@ -98,6 +98,13 @@ class ApiError(RolloutError):
         return cls.about(404, StatusReason.NOT_FOUND, resource, name, message)
 
     @classmethod
+    def forbidden(cls, resource: GroupResource, name: str, why: str) -> ApiError:
+        """403 as admission plugins and the authorizer word it (apierrors.NewForbidden)."""
+        subject = f'{resource} "{name}"' if name else str(resource)
+        message = f"{subject} is forbidden: {why}"
+        return cls.about(403, StatusReason.FORBIDDEN, resource, name, message)
+
+    @classmethod
     def path_not_found(cls) -> ApiError:
         message = "the server could not find the requested resource"
         return cls(404, StatusReason.NOT_FOUND, message, details={})

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from rollout.lab.apiserver.admission import admit_pod
 from rollout.lab.apiserver.disruption import budget_selects, check_eviction, compute_budget_status
 from rollout.lab.apiserver.errors import ApiError, StatusCause
 from rollout.lab.apiserver.metadata import format_timestamp, new_name_suffix
@@ -189,11 +190,14 @@ class Registry:
             metadata["namespace"] = namespace
         else:
             metadata.pop("namespace", None)
+        requested_name = str(metadata.get("name") or "")
         if not metadata.get("name") and metadata.get("generateName"):
             metadata["name"] = f"{metadata['generateName']}{new_name_suffix()}"
         with self.store.locked():
             if kind.namespaced and self.store.get(NAMESPACES, None, str(namespace)) is None:
                 raise ApiError.not_found(NAMESPACES.group_resource, str(namespace))
+            if kind == PODS:
+                admit_pod(self.store, obj, requested_name)
             prepare_for_create(kind, obj, self._clock())
             validate_object(kind, obj, None)
             if self.store.get(kind, namespace, metadata["name"]) is not None:

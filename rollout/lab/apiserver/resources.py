@@ -150,6 +150,9 @@ CLUSTERPOLICIES = ResourceKind(
     custom=True,
     tracks_generation=True,
 )
+RUNTIMECLASSES = ResourceKind(
+    "node.k8s.io", "v1", "runtimeclasses", "RuntimeClass", "runtimeclass", False
+)
 # Not stored: a review is created and answered in the same request (kubectl auth can-i).
 SELFSUBJECTACCESSREVIEWS = ResourceKind(
     "authorization.k8s.io",
@@ -171,6 +174,7 @@ ALL_KINDS: tuple[ResourceKind, ...] = (
     PODDISRUPTIONBUDGETS,
     LEASES,
     CLUSTERPOLICIES,
+    RUNTIMECLASSES,
     SELFSUBJECTACCESSREVIEWS,
 )
 

@@ -16,6 +16,7 @@ from rollout.lab.apiserver.resources import (
     NODES,
     PODDISRUPTIONBUDGETS,
     PODS,
+    RUNTIMECLASSES,
     ResourceKind,
 )
 
@@ -279,6 +280,10 @@ def _budget_allowed(obj: Mapping[str, Any], _now: float) -> int:
     return int(_status(obj).get("disruptionsAllowed") or 0)
 
 
+def _handler(obj: Mapping[str, Any], _now: float) -> str:
+    return str(obj.get("handler") or "")
+
+
 _NAME = Column(
     "Name",
     "string",
@@ -358,6 +363,11 @@ _COLUMNS: dict[str, tuple[Column, ...]] = {
             "Calculated number of pods that may be disrupted at this time.",
             _budget_allowed,
         ),
+        _AGE,
+    ),
+    RUNTIMECLASSES.resource: (
+        _NAME,
+        Column("Handler", "string", "Handler specifies the underlying runtime.", _handler),
         _AGE,
     ),
     CONFIGMAPS.resource: (

@@ -14,6 +14,7 @@ from rollout.lab.apiserver.resources import (
     NODES,
     PODDISRUPTIONBUDGETS,
     PODS,
+    RUNTIMECLASSES,
     ResourceKind,
 )
 
@@ -121,6 +122,8 @@ def validate_object(
             causes.append(_invalid("spec.leaseDurationSeconds", duration, "must be greater than 0"))
     elif kind == PODDISRUPTIONBUDGETS:
         causes += _pdb_causes(spec)
+    elif kind == RUNTIMECLASSES:
+        causes += _runtime_class_causes(obj.get("handler"), (old or {}).get("handler"), old)
     if causes:
         raise ApiError.invalid(kind.kind, kind.group, name, causes)
 
@@ -268,6 +271,29 @@ def _pdb_causes(spec: Mapping[str, Any]) -> list[StatusCause]:
         elif isinstance(value, int) and value < 0:
             causes.append(_invalid(f"spec.{field}", value, "must be greater than or equal to 0"))
     return causes
+
+
+def _runtime_class_causes(
+    handler: Any, old_handler: Any, old: Mapping[str, Any] | None
+) -> list[StatusCause]:
+    """ValidateRuntimeClass: the handler is a DNS label, and it never changes."""
+    if old is not None and handler != old_handler:
+        return [_invalid("handler", handler, "field is immutable")]
+    text = handler if isinstance(handler, str) else ""
+    if len(text) > 63:
+        return [_invalid("handler", text, "must be no more than 63 characters")]
+    if not re.fullmatch(_DNS1123_LABEL, text):
+        return [
+            _invalid(
+                "handler",
+                text,
+                "a lowercase RFC 1123 label must consist of lower case alphanumeric "
+                "characters or '-', and must start and end with an alphanumeric character "
+                f"(e.g. 'my-name',  or '123-abc', regex used for validation is "
+                f"'{_DNS1123_LABEL}')",
+            )
+        ]
+    return []
 
 
 def _invalid(field: str, value: Any, why: str) -> StatusCause:

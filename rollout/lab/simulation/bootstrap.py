@@ -8,12 +8,13 @@ from typing import Any
 
 from rollout.lab.apiserver.errors import ApiError
 from rollout.lab.apiserver.registry import Registry
-from rollout.lab.apiserver.resources import CLUSTERPOLICIES, DAEMONSETS, NODES
+from rollout.lab.apiserver.resources import CLUSTERPOLICIES, DAEMONSETS, NODES, RUNTIMECLASSES
 from rollout.lab.description import LabDescription, NodeDescription
 from rollout.lab.simulation.gpuoperator import (
     DEPLOY_COMPONENTS,
     DEPLOY_LABEL_PREFIX,
     GPU_PRESENT_LABEL,
+    NVIDIA_HANDLER,
     OPERANDS,
     OPERATOR_NAMESPACE,
     to_cluster_policy,
@@ -43,6 +44,19 @@ def seed_cluster(registry: Registry, lab: LabDescription) -> None:
             registry, DAEMONSETS, OPERATOR_NAMESPACE, to_daemonset(operand, driver_version)
         )
     _create_quietly(registry, CLUSTERPOLICIES, None, to_cluster_policy(driver_version))
+    # The operator's RuntimeClass (ClusterPolicy operator.runtimeClass): pods naming it pass
+    # admission; the handler is resolved by each node's containerd.
+    _create_quietly(registry, RUNTIMECLASSES, None, to_runtime_class(NVIDIA_HANDLER))
+
+
+def to_runtime_class(handler: str) -> dict[str, Any]:
+    """The RuntimeClass the GPU Operator creates, named after its handler."""
+    return {
+        "apiVersion": RUNTIMECLASSES.api_version,
+        "kind": RUNTIMECLASSES.kind,
+        "metadata": {"name": handler},
+        "handler": handler,
+    }
 
 
 def to_node(node: NodeDescription, index: int) -> dict[str, Any]:
