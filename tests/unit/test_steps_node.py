@@ -652,3 +652,27 @@ def test_run_end_cleanup_reports_unreachable_nodes(tmp_path: Path) -> None:
     problems = remove_run_stages({"a": reachable, "b": broken}, "run-1")
     assert list(problems) == ["b"] and "read-only" in problems["b"]
     assert reachable.ran("rollout-unstage", "run-1")
+
+
+def test_verify_accepts_a_prediction_saved_in_clear_by_an_older_run(tmp_path: Path) -> None:
+    """A run journalled before dumps were saved redacted still verifies its node: the saved
+    prediction is compared redacted, as the live dump is."""
+    auths = '[plugins."io.containerd.grpc.v1.cri".registry.configs."r.example".auth]\n'
+    live = RUNC_ONLY_DUMP + auths + 'username = "robot"\npassword = "s3cret"\n'
+    runner = verify_runner(live)
+    ctx = make_context(tmp_path, runner)
+    cri = {
+        "containerd": {"runtimes": {"runc": {}}},
+        "registry": {
+            "configs": {"r.example": {"auth": {"username": "robot", "password": "s3cret"}}}
+        },
+    }
+    saved = {
+        "after_dump": {"version": 2, "plugins": {"io.containerd.grpc.v1.cri": cri}},
+        "handlers_before": ["runc"],
+        "written_at": WRITTEN_AT,
+    }
+    ctx.save_data("containerd.write", saved)
+    result = ContainerdVerify().apply(ctx)
+    assert result.kind is StepResultKind.DONE
+    assert "s3cret" not in result.detail
