@@ -175,12 +175,16 @@ def _explode(*args: object, **kwargs: object) -> object:
     raise RuntimeError("boom: an invariant broke\nsecond line")
 
 
-def test_an_internal_error_is_reported_without_a_traceback(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def broken_planner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A good plan.yaml in the working directory, and a planner that raises on reading it."""
     (tmp_path / "plan.yaml").write_text(GOOD_PLAN)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(rollout.cli.plan, "load_spec", _explode)
+
+
+@pytest.mark.usefixtures("broken_planner")
+def test_an_internal_error_is_reported_without_a_traceback() -> None:
     result = invoke(["plan", "plan.yaml", "--facts", EXAMPLE_FACTS])
     assert result.code == 1
     assert "Traceback" not in result.stderr
@@ -188,28 +192,24 @@ def test_an_internal_error_is_reported_without_a_traceback(
     assert "--debug" in result.stderr
 
 
-def test_debug_shows_the_traceback_anywhere_on_the_line(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    (tmp_path / "plan.yaml").write_text(GOOD_PLAN)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(rollout.cli.plan, "load_spec", _explode)
-    for argv in (
+@pytest.mark.usefixtures("broken_planner")
+@pytest.mark.parametrize(
+    "argv",
+    [
         ["--debug", "plan", "plan.yaml", "--facts", EXAMPLE_FACTS],
         ["plan", "plan.yaml", "--facts", EXAMPLE_FACTS, "--debug"],
-    ):
-        result = invoke(argv)
-        assert result.code == 1
-        assert "Traceback" in result.stderr
-        assert "_explode" in result.stderr
+    ],
+    ids=["before-the-command", "after-the-command"],
+)
+def test_debug_shows_the_traceback_anywhere_on_the_line(argv: list[str]) -> None:
+    result = invoke(argv)
+    assert result.code == 1
+    assert "Traceback" in result.stderr
+    assert "_explode" in result.stderr
 
 
-def test_an_internal_error_with_detailed_exitcode_is_1(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    (tmp_path / "plan.yaml").write_text(GOOD_PLAN)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(rollout.cli.plan, "load_spec", _explode)
+@pytest.mark.usefixtures("broken_planner")
+def test_an_internal_error_with_detailed_exitcode_is_1() -> None:
     result = invoke(["plan", "plan.yaml", "--facts", EXAMPLE_FACTS, "--detailed-exitcode"])
     assert result.code == 1
 

@@ -5,6 +5,7 @@ that are not what SSH expects, bytes and file kinds. Every case: exit 2 (1 with
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -14,28 +15,23 @@ from rollout.inventory.model import check_address, check_user
 from tests.hostile import GOOD_PLAN, HostileCase, case_id, make_fifo, make_symlink, run_case
 
 
-def ini_case(id: str, text: str | bytes, where: str, *says: str, **more: object) -> HostileCase:
-    """`rollout plan plan.yaml -i inv.ini` on an INI (or any undetected) inventory `text`."""
+def inventory_case(
+    inventory: str, id: str, text: str | bytes, where: str, *says: str, **more: object
+) -> HostileCase:
+    """`rollout plan plan.yaml -i <inventory>` with `text` as the inventory file."""
     return HostileCase(
         id,
-        argv=("plan", "plan.yaml", "-i", "inv.ini"),
-        files={"plan.yaml": GOOD_PLAN, "inv.ini": text},
+        argv=("plan", "plan.yaml", "-i", inventory),
+        files={"plan.yaml": GOOD_PLAN, inventory: text},
         where=where,
         says=says,
         **more,  # type: ignore[arg-type]
     )
 
 
-def yaml_case(id: str, text: str | bytes, where: str, *says: str, **more: object) -> HostileCase:
-    """`rollout plan plan.yaml -i inv.yaml` on a YAML inventory `text`."""
-    return HostileCase(
-        id,
-        argv=("plan", "plan.yaml", "-i", "inv.yaml"),
-        files={"plan.yaml": GOOD_PLAN, "inv.yaml": text},
-        where=where,
-        says=says,
-        **more,  # type: ignore[arg-type]
-    )
+# An INI (or any undetected) inventory, and a YAML one.
+ini_case = functools.partial(inventory_case, "inv.ini")
+yaml_case = functools.partial(inventory_case, "inv.yaml")
 
 
 def native(*nodes: str, defaults: str = "") -> str:
@@ -163,32 +159,20 @@ NO_HOSTS = [
 ]
 
 ADDRESSES = [
-    ini_case(
-        "address-with-space",
-        "gpu1 ansible_host='10.0.0.1 -oProxyCommand=x'\n",
-        "inv.ini:1",
-        "host name or an IP",
+    *(
+        ini_case(f"address-{name}", f"gpu1 ansible_host={value}\n", "inv.ini:1", says)
+        for name, value, says in (
+            ("with-space", "'10.0.0.1 -oProxyCommand=x'", "host name or an IP"),
+            ("with-semicolon", "gpu1;reboot", "host name or an IP"),
+            ("starting-with-dash", "-oProxyCommand=touch", "host name"),
+            ("with-backtick", "`id`", "host name"),
+            ("dollar", "$(id)", "host name"),
+            ("bad-ipv4", "300.1.1.1", "0 to 255"),
+            ("bracketed-ipv6", "[fe80::1]", "without brackets"),
+            ("url", "ssh://gpu1", "host name"),
+            ("user-at-host", "root@gpu1", "host name"),
+        )
     ),
-    ini_case(
-        "address-with-semicolon",
-        "gpu1 ansible_host=gpu1;reboot\n",
-        "inv.ini:1",
-        "host name or an IP",
-    ),
-    ini_case(
-        "address-starting-with-dash",
-        "gpu1 ansible_host=-oProxyCommand=touch\n",
-        "inv.ini:1",
-        "host name",
-    ),
-    ini_case("address-with-backtick", "gpu1 ansible_host=`id`\n", "inv.ini:1", "host name"),
-    ini_case("address-dollar", "gpu1 ansible_host=$(id)\n", "inv.ini:1", "host name"),
-    ini_case("address-bad-ipv4", "gpu1 ansible_host=300.1.1.1\n", "inv.ini:1", "0 to 255"),
-    ini_case(
-        "address-bracketed-ipv6", "gpu1 ansible_host=[fe80::1]\n", "inv.ini:1", "without brackets"
-    ),
-    ini_case("address-url", "gpu1 ansible_host=ssh://gpu1\n", "inv.ini:1", "host name"),
-    ini_case("address-user-at-host", "gpu1 ansible_host=root@gpu1\n", "inv.ini:1", "host name"),
     ini_case(
         "address-from-group-vars",
         "[gpu]\ngpu1\n[gpu:vars]\nansible_host=a|b\n",
@@ -229,35 +213,21 @@ ADDRESSES = [
         "inv.yaml:4",
         "control characters",
     ),
-    yaml_case(
-        "native-address-space", native("{name: gpu1, address: 'a b'}"), "inv.yaml:4", "host name"
-    ),
-    yaml_case(
-        "native-address-semicolon",
-        native("{name: gpu1, address: 'gpu1;id'}"),
-        "inv.yaml:4",
-        "host name",
-    ),
-    yaml_case(
-        "native-address-newline",
-        native('{name: gpu1, address: "a\\nb"}'),
-        "inv.yaml:4",
-        "host name",
-    ),
-    yaml_case(
-        "native-user-dash", native("{name: gpu1, user: -oProxyCommand}"), "inv.yaml:4", "user name"
+    *(
+        yaml_case(f"native-{name}", native(node), "inv.yaml:4", says)
+        for name, node, says in (
+            ("address-space", "{name: gpu1, address: 'a b'}", "host name"),
+            ("address-semicolon", "{name: gpu1, address: 'gpu1;id'}", "host name"),
+            ("address-newline", '{name: gpu1, address: "a\\nb"}', "host name"),
+            ("user-dash", "{name: gpu1, user: -oProxyCommand}", "user name"),
+            ("known-hosts-control", '{name: gpu1, known_hosts: "k\\x1bh"}', "control characters"),
+        )
     ),
     yaml_case(
         "native-default-user-space",
         native("{name: gpu1}", defaults="{user: 'a b'}"),
         "inv.yaml:3",
         "user name",
-    ),
-    yaml_case(
-        "native-known-hosts-control",
-        native('{name: gpu1, known_hosts: "k\\x1bh"}'),
-        "inv.yaml:4",
-        "control characters",
     ),
 ]
 
