@@ -583,36 +583,20 @@ CONFIGS = [
 ]
 
 CLUSTER = [
-    case(
-        "configmaps-a-list",
-        fleet(extra={"facts/cluster.yaml": "configmaps: [a, b]\n"}),
-        "facts/cluster.yaml:1",
-        "expected a mapping",
-    ),
-    case(
-        "configmap-name-without-namespace",
-        fleet(extra={"facts/cluster.yaml": "configmaps:\n  profiles: {a: b}\n"}),
-        "facts/cluster.yaml:2",
-        "namespace/name",
-    ),
-    case(
-        "configmap-data-a-list",
-        fleet(extra={"facts/cluster.yaml": "configmaps:\n  ns/cm: [a]\n"}),
-        "facts/cluster.yaml:2",
-        "expected a mapping",
-    ),
-    case(
-        "cluster-policy-a-list",
-        fleet(extra={"facts/cluster.yaml": "cluster_policy: [a]\n"}),
-        "facts/cluster.yaml:1",
-        "expected a mapping",
-    ),
-    case(
-        "cluster-yaml-not-utf8",
-        fleet(extra={"facts/cluster.yaml": b"configmaps: {ns/cm: {a: \xff}}\n"}),
-        "facts/cluster.yaml",
-        "UTF-8",
-    ),
+    case(id, fleet(extra={"facts/cluster.yaml": text}), f"facts/cluster.yaml{line}", says)
+    for id, text, line, says in (
+        ("configmaps-a-list", "configmaps: [a, b]\n", ":1", "expected a mapping"),
+        (
+            "configmap-name-without-namespace",
+            "configmaps:\n  profiles: {a: b}\n",
+            ":2",
+            "namespace/name",
+        ),
+        ("configmap-data-a-list", "configmaps:\n  ns/cm: [a]\n", ":2", "expected a mapping"),
+        ("cluster-policy-a-list", "cluster_policy: [a]\n", ":1", "expected a mapping"),
+        # undecodable: no line to name
+        ("cluster-yaml-not-utf8", b"configmaps: {ns/cm: {a: \xff}}\n", "", "UTF-8"),
+    )
 ]
 
 CASES = BYTES + TYPES + NAMES + FILE_KINDS + CONFIGS + CLUSTER

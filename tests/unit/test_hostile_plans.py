@@ -146,23 +146,14 @@ FILE_KINDS = [
         where="plan.yaml",
         says=("character device", "regular file"),
     ),
-    HostileCase(
-        "dev-zero",
-        argv=("plan", "/dev/zero", "--facts", EXAMPLE_FACTS),
-        where="/dev/zero",
-        says=("not a regular file",),
-    ),
-    HostileCase(
-        "dev-null",
-        argv=("plan", "/dev/null", "--facts", EXAMPLE_FACTS),
-        where="/dev/null",
-        says=("not a regular file",),
-    ),
-    HostileCase(
-        "dev-stdin",
-        argv=("plan", "/dev/stdin", "--facts", EXAMPLE_FACTS),
-        where="/dev/stdin",
-        says=("not a regular file",),
+    *(
+        HostileCase(
+            path.strip("/").replace("/", "-"),
+            argv=("plan", path, "--facts", EXAMPLE_FACTS),
+            where=path,
+            says=("not a regular file",),
+        )
+        for path in ("/dev/zero", "/dev/null", "/dev/stdin")
     ),
     HostileCase(
         "proc-self-mem",
@@ -462,15 +453,16 @@ FIELDS = [
     ),
 ]
 
+
+def apply_case(id: str, plan: str | None, where: str, *says: str, **more: object) -> HostileCase:
+    """`rollout apply plan.yaml -i inv.ini --yes` on `plan` (None: `setup` makes plan.yaml)."""
+    files = {"inv.ini": "gpu1\n"} if plan is None else {"plan.yaml": plan, "inv.ini": "gpu1\n"}
+    argv = ("apply", "plan.yaml", "-i", "inv.ini", "--yes")
+    return HostileCase(id, argv=argv, files=files, where=where, says=says, **more)  # type: ignore[arg-type]
+
+
 APPLY = [
-    HostileCase(
-        "apply-fifo-plan",
-        argv=("apply", "plan.yaml", "-i", "inv.ini", "--yes"),
-        files={"inv.ini": "gpu1\n"},
-        setup=make_fifo("plan.yaml"),
-        where="plan.yaml",
-        says=("FIFO",),
-    ),
+    apply_case("apply-fifo-plan", None, "plan.yaml", "FIFO", setup=make_fifo("plan.yaml")),
     HostileCase(
         "apply-dev-zero-plan",
         argv=("apply", "/dev/zero", "-i", "inv.ini", "--yes"),
@@ -478,33 +470,18 @@ APPLY = [
         where="/dev/zero",
         says=("character device",),
     ),
-    HostileCase(
-        "apply-billion-laughs",
-        argv=("apply", "plan.yaml", "-i", "inv.ini", "--yes"),
-        files={"plan.yaml": GOOD_PLAN + laughs(10), "inv.ini": "gpu1\n"},
-        where="plan.yaml:",
-        says=("more than 10000 values",),
+    apply_case(
+        "apply-billion-laughs", GOOD_PLAN + laughs(10), "plan.yaml:", "more than 10000 values"
     ),
-    HostileCase(
-        "apply-nul-byte",
-        argv=("apply", "plan.yaml", "-i", "inv.ini", "--yes"),
-        files={"plan.yaml": "\x00" + GOOD_PLAN, "inv.ini": "gpu1\n"},
-        where="plan.yaml:1:1",
-        says=("NUL",),
-    ),
-    HostileCase(
+    apply_case("apply-nul-byte", "\x00" + GOOD_PLAN, "plan.yaml:1:1", "NUL"),
+    apply_case(
         "apply-paths-outside",
-        argv=("apply", "plan.yaml", "-i", "inv.ini", "--yes"),
-        files={
-            "plan.yaml": replaced(
-                "host: docker.io\n", "host: docker.io\n      config_path: /etc/cron.d\n"
-            ),
-            "inv.ini": "gpu1\n",
-        },
-        where="plan.yaml:10",
-        says=("allow_paths_outside",),
+        replaced("host: docker.io\n", "host: docker.io\n      config_path: /etc/cron.d\n"),
+        "plan.yaml:10",
+        "allow_paths_outside",
     ),
 ]
+
 
 CASES = [*BYTES, *SIZES, *FILE_KINDS, *NESTING, *BOMBS, *ODD_YAML, *PATHS, *FIELDS, *APPLY]
 
