@@ -42,6 +42,15 @@ def write_node(root: Path, name: str, node_yaml: str, files: dict[str, str]) -> 
     return node
 
 
+def version_line(release: str = "1.7.24") -> str:
+    """node.yaml's containerd_version as `containerd --version` prints it for `release`."""
+    return f"containerd_version: containerd github.com/containerd/containerd {release} x\n"
+
+
+# the smallest main config a recorded node can have
+MAIN_CONFIG = {"/etc/containerd/config.toml": "version = 2\n"}
+
+
 def facts_errors(root: Path) -> list[InputError]:
     """The problems load_recorded_facts reports for a directory (all of them, at once)."""
     with pytest.raises(InputErrors) as info:
@@ -72,30 +81,20 @@ def test_directory_without_nodes_is_bad_input(tmp_path: Path) -> None:
 
 
 def test_missing_version_names_the_field(tmp_path: Path) -> None:
-    write_node(tmp_path, "n1", "name: n1\n", {"/etc/containerd/config.toml": "version = 2\n"})
+    write_node(tmp_path, "n1", "name: n1\n", MAIN_CONFIG)
     (error,) = facts_errors(tmp_path)
     assert error.field == "containerd_version"
     assert str(error).startswith(str(tmp_path / "n1" / "node.yaml"))
 
 
 def test_missing_main_config_says_where_to_put_it(tmp_path: Path) -> None:
-    write_node(
-        tmp_path,
-        "n1",
-        "containerd_version: containerd github.com/containerd/containerd 1.7.24 x\n",
-        {},
-    )
+    write_node(tmp_path, "n1", version_line(), {})
     (error,) = facts_errors(tmp_path)
     assert "/etc/containerd/config.toml is not among" in str(error)
 
 
 def test_unknown_key_is_refused(tmp_path: Path) -> None:
-    write_node(
-        tmp_path,
-        "n1",
-        "containerd_version: containerd github.com/containerd/containerd 1.7.24 x\nlabelz: {}\n",
-        {"/etc/containerd/config.toml": "version = 2\n"},
-    )
+    write_node(tmp_path, "n1", version_line() + "labelz: {}\n", MAIN_CONFIG)
     (error,) = facts_errors(tmp_path)
     assert "unknown key 'labelz'" in str(error)
 
@@ -107,24 +106,13 @@ def test_yaml_error_carries_line_and_column(tmp_path: Path) -> None:
 
 
 def test_cordoned_node_is_unavailable(tmp_path: Path) -> None:
-    write_node(
-        tmp_path,
-        "n1",
-        "containerd_version: containerd github.com/containerd/containerd 1.7.24 x\n"
-        "unschedulable: true\n",
-        {"/etc/containerd/config.toml": "version = 2\n"},
-    )
+    write_node(tmp_path, "n1", version_line() + "unschedulable: true\n", MAIN_CONFIG)
     (node,) = load_recorded_facts(tmp_path).nodes
     assert not node.available
 
 
 def test_unsupported_recorded_version_names_the_file_and_field(tmp_path: Path) -> None:
-    write_node(
-        tmp_path,
-        "n1",
-        "containerd_version: containerd github.com/containerd/containerd 1.4.13 x\n",
-        {"/etc/containerd/config.toml": "version = 2\n"},
-    )
+    write_node(tmp_path, "n1", version_line("1.4.13"), MAIN_CONFIG)
     (error,) = facts_errors(tmp_path)
     assert "1.4.13 is not supported" in str(error)
     assert error.field == "containerd_version"
