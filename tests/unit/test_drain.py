@@ -199,31 +199,41 @@ CASES = [
         BlockReason.LOCAL_STORAGE.name,
         force=True,
     ),
-    # both rules on one pod: every reason, kubectl's filter order (local storage first)
-    Case(
-        "bare pod with emptyDir names both reasons",
-        make_pod(owners=[], volumes=EMPTYDIR),
-        "LOCAL_STORAGE+UNMANAGED",
-    ),
-    Case(
-        "force alone leaves local storage",
-        make_pod(owners=[], volumes=EMPTYDIR),
-        BlockReason.LOCAL_STORAGE.name,
-        force=True,
-    ),
-    Case(
-        "delete_emptydir_data alone leaves unmanaged",
-        make_pod(owners=[], volumes=EMPTYDIR),
-        BlockReason.UNMANAGED.name,
-        delete_emptydir_data=True,
-    ),
-    Case(
-        "both overrides evict with both warnings",
-        make_pod(owners=[], volumes=EMPTYDIR),
-        "evict",
-        force=True,
-        delete_emptydir_data=True,
-        warnings=(BlockReason.LOCAL_STORAGE, BlockReason.UNMANAGED),
+    # both rules on one pod: every reason, kubectl's filter order (local storage first);
+    # each override lifts its own rule and warns for it
+    *(
+        Case(
+            id,
+            make_pod(owners=[], volumes=EMPTYDIR),
+            expect,
+            force=force,
+            delete_emptydir_data=delete_emptydir_data,
+            warnings=warnings,
+        )
+        for id, force, delete_emptydir_data, expect, warnings in (
+            (
+                "bare pod with emptyDir names both reasons",
+                False,
+                False,
+                "LOCAL_STORAGE+UNMANAGED",
+                (),
+            ),
+            ("force alone leaves local storage", True, False, BlockReason.LOCAL_STORAGE.name, ()),
+            (
+                "delete_emptydir_data alone leaves unmanaged",
+                False,
+                True,
+                BlockReason.UNMANAGED.name,
+                (),
+            ),
+            (
+                "both overrides evict with both warnings",
+                True,
+                True,
+                "evict",
+                (BlockReason.LOCAL_STORAGE, BlockReason.UNMANAGED),
+            ),
+        )
     ),
     # pod selector and skip label, applied before every other rule
     Case("selected pod", make_pod(labels={"app": "train"}), "evict", selector={"app": "train"}),
