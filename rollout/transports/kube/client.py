@@ -95,6 +95,24 @@ class KubeClient(Closeable):
                 message=data[:200].decode("utf-8", "replace"),
             ) from exc
 
+    # The client's namespaced calls take (name, namespace[, body]) to read or replace and
+    # (namespace, body) to create; these three keep that order, and the label, in one place.
+
+    def _read_namespaced(
+        self, kind: str, call: Callable[..., Any], namespace: str, name: str
+    ) -> Any:
+        return self._request("get", f"{kind} {namespace}/{name}", call, name, namespace)
+
+    def _create_namespaced(
+        self, kind: str, call: Callable[..., Any], namespace: str, name: str, body: Any
+    ) -> Any:
+        return self._request("create", f"{kind} {namespace}/{name}", call, namespace, body)
+
+    def _replace_namespaced(
+        self, kind: str, call: Callable[..., Any], namespace: str, name: str, body: Any
+    ) -> Any:
+        return self._request("replace", f"{kind} {namespace}/{name}", call, name, namespace, body)
+
     # ------------------------------------------------------------------ nodes
 
     def get_node(self, name: str) -> Node:
@@ -150,10 +168,9 @@ class KubeClient(Closeable):
         return [Pod.from_json(i) for i in data.get("items") or []]
 
     def get_pod(self, namespace: str, name: str) -> Pod:
-        data = self._request(
-            "get", f"pod {namespace}/{name}", self._core.read_namespaced_pod, name, namespace
+        return Pod.from_json(
+            self._read_namespaced("pod", self._core.read_namespaced_pod, namespace, name)
         )
-        return Pod.from_json(data)
 
     def create_pod(self, namespace: str, manifest: Mapping[str, Any]) -> Pod:
         """Create a pod from a manifest (a dict as in YAML); returns it as created.
@@ -163,12 +180,8 @@ class KubeClient(Closeable):
         """
         meta = manifest.get("metadata") or {}
         name = meta.get("name") or f"{meta.get('generateName', '')}*"
-        data = self._request(
-            "create",
-            f"pod {namespace}/{name}",
-            self._core.create_namespaced_pod,
-            namespace,
-            _plain(manifest),
+        data = self._create_namespaced(
+            "pod", self._core.create_namespaced_pod, namespace, name, _plain(manifest)
         )
         return Pod.from_json(data)
 
@@ -259,34 +272,30 @@ class KubeClient(Closeable):
     # ------------------------------------------------------------------ configmaps
 
     def get_configmap(self, namespace: str, name: str) -> ConfigMap:
-        data = self._request(
-            "get",
-            f"configmap {namespace}/{name}",
-            self._core.read_namespaced_config_map,
-            name,
-            namespace,
+        return ConfigMap.from_json(
+            self._read_namespaced(
+                "configmap", self._core.read_namespaced_config_map, namespace, name
+            )
         )
-        return ConfigMap.from_json(data)
 
     def create_configmap(self, configmap: ConfigMap) -> ConfigMap:
         """Create it; Conflict when it exists already."""
-        data = self._request(
-            "create",
-            f"configmap {configmap.namespace}/{configmap.name}",
+        data = self._create_namespaced(
+            "configmap",
             self._core.create_namespaced_config_map,
             configmap.namespace,
+            configmap.name,
             configmap.to_json(),
         )
         return ConfigMap.from_json(data)
 
     def replace_configmap(self, configmap: ConfigMap) -> ConfigMap:
         """Replace it; Conflict when it changed since `configmap` was read."""
-        data = self._request(
-            "replace",
-            f"configmap {configmap.namespace}/{configmap.name}",
+        data = self._replace_namespaced(
+            "configmap",
             self._core.replace_namespaced_config_map,
-            configmap.name,
             configmap.namespace,
+            configmap.name,
             configmap.to_json(),
         )
         return ConfigMap.from_json(data)
@@ -362,25 +371,18 @@ class KubeClient(Closeable):
     # ------------------------------------------------------------------ leases
 
     def get_lease(self, namespace: str, name: str) -> Lease:
-        data = self._request(
-            "get",
-            f"lease {namespace}/{name}",
-            self._coordination.read_namespaced_lease,
-            name,
-            namespace,
+        return Lease.from_json(
+            self._read_namespaced(
+                "lease", self._coordination.read_namespaced_lease, namespace, name
+            )
         )
-        return Lease.from_json(data)
 
     def create_lease(self, lease: Lease) -> Lease:
         """Create it; Conflict when someone else created it first."""
         body = lease.to_json()
         body["metadata"].pop("resourceVersion", None)
-        data = self._request(
-            "create",
-            f"lease {lease.namespace}/{lease.name}",
-            self._coordination.create_namespaced_lease,
-            lease.namespace,
-            body,
+        data = self._create_namespaced(
+            "lease", self._coordination.create_namespaced_lease, lease.namespace, lease.name, body
         )
         return Lease.from_json(data)
 
@@ -388,12 +390,11 @@ class KubeClient(Closeable):
         """Replace it; Conflict when it changed since `lease` was read (someone else holds it)."""
         if not lease.resource_version:
             raise ValueError("replace_lease needs the resource_version of the lease as read")
-        data = self._request(
-            "replace",
-            f"lease {lease.namespace}/{lease.name}",
+        data = self._replace_namespaced(
+            "lease",
             self._coordination.replace_namespaced_lease,
-            lease.name,
             lease.namespace,
+            lease.name,
             lease.to_json(),
         )
         return Lease.from_json(data)
