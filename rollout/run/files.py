@@ -84,6 +84,16 @@ def make_dirs_durable(path: Path) -> None:
         fsync_dir(directory.parent)
 
 
+def _write_synced(path: Path, data: bytes, create_flag: int) -> None:
+    """Create `path` (O_EXCL: it must not exist; O_TRUNC: emptied if it does), write, fsync."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | create_flag | os.O_CLOEXEC, FILE_MODE)
+    try:
+        write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
@@ -94,24 +104,14 @@ def fsync_dir(path: Path) -> None:
 
 def write_new_file(path: Path, data: bytes) -> None:
     """Create `path` (it must not exist) with `data`, synced; the caller syncs the directory."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
-    try:
-        write_all(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    _write_synced(path, data, os.O_EXCL)
 
 
 def replace_file(path: Path, data: bytes) -> None:
     """Write `path` whole or not at all: a synced temporary file renamed over it, then the
     directory synced. A crash leaves the old content or the new, never a torn mix."""
     tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
-    try:
-        write_all(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    _write_synced(tmp, data, os.O_TRUNC)
     tmp.replace(path)
     fsync_dir(path.parent)
 
