@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +26,7 @@ class GpuDescription:
     memory_mib: int
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "product": self.product,
-            "uuid": self.uuid,
-            "memory_mib": self.memory_mib,
-        }
+        return asdict(self)
 
 
 @dataclass(frozen=True)
