@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import tomllib
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 REDACTED = "<redacted>"
@@ -102,19 +103,13 @@ def redact_diff(diff: str) -> str:
             out.append(line)
             continue
         sign, body = line[0], line[1:]
-        header = _HEADER.match(body)
-        if header and not _KEY_VALUE.match(body):
-            table = _split_key(header.group("name"))
+        table, setting = _read_line(body, table)
+        if setting is None:
             out.append(line)
             continue
-        match = _KEY_VALUE.match(body)
-        if match is None:
-            out.append(line)
-            continue
-        key = _split_key(match.group("key"))
-        path = (*(table or ()), *key)
+        match, path = setting.match, setting.path
         secret = is_secret_path(path) or _holds_secret(path, match.group("value"))
-        if table is None and key and key[-1].lower() in SECRET_KEYS:
+        if table is None and setting.key and setting.key[-1].lower() in SECRET_KEYS:
             secret = True
         if secret:
             marker = REDACTED_CHANGED if sign == "+" else REDACTED
@@ -137,23 +132,17 @@ def _redact_lines(
     comparing; when comparing, a value that differs from `seen` is marked changed)."""
     out: list[str] = []
     values: dict[tuple[str, ...], str] = {}
-    table: tuple[str, ...] = ()
+    table: tuple[str, ...] | None = ()
     lines = text.splitlines(keepends=True)
     index = 0
     while index < len(lines):
         line = lines[index]
         index += 1
-        header = _HEADER.match(line)
-        if header and not _KEY_VALUE.match(line):
-            table = _split_key(header.group("name"))
+        table, setting = _read_line(line, table)
+        if setting is None:
             out.append(line)
             continue
-        match = _KEY_VALUE.match(line)
-        if match is None:
-            out.append(line)
-            continue
-        key = _split_key(match.group("key"))
-        path = (*table, *key)
+        match, path = setting.match, setting.path
         value = match.group("value")
         if not (is_secret_path(path) or _holds_secret(path, value)):
             out.append(line)
@@ -171,6 +160,30 @@ def _redact_lines(
         end = "\n" if "".join(raw).endswith("\n") or line.endswith("\n") else ""
         out.append(f"{match.group('lead')}{match.group('key')}{match.group('eq')}{shown}{end}")
     return "".join(out), values
+
+
+@dataclass(frozen=True)
+class _Setting:
+    """A `key = value` line: its match, the key's parts and the full path (table and key)."""
+
+    match: re.Match[str]
+    key: tuple[str, ...]
+    path: tuple[str, ...]
+
+
+def _read_line(
+    line: str, table: tuple[str, ...] | None
+) -> tuple[tuple[str, ...] | None, _Setting | None]:
+    """One TOML line read in `table` (None: not known): the table in effect after it, and
+    the setting it makes, if it makes one."""
+    header = _HEADER.match(line)
+    if header and not _KEY_VALUE.match(line):
+        return _split_key(header.group("name")), None
+    match = _KEY_VALUE.match(line)
+    if match is None:
+        return table, None
+    key = _split_key(match.group("key"))
+    return table, _Setting(match, key, (*(table or ()), *key))
 
 
 def _holds_secret(path: tuple[str, ...], value: str) -> bool:
