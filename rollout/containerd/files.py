@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import posixpath
 import re
+import threading
 import tomllib
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,8 +68,33 @@ class ConfigFiles:
         return frozenset(dirs)
 
 
+# Distinct file texts whose parse is kept: a fleet has a few distinct files, and the engine
+# reads each file of a node several times (load order, merge, shadowing, synthesis).
+PARSED_TEXTS = 1024
+_parsed: OrderedDict[str, dict[str, Any]] = OrderedDict()
+_parsed_lock = threading.Lock()
+
+
 def parse_toml(path: str, text: str) -> dict[str, Any]:
-    """Parse one config file; a syntax error names the file and line (tomllib reports both)."""
+    """Parse one config file; a syntax error names the file and line (tomllib reports both).
+
+    Parsed once per distinct text: the result is shared, and callers only read it (the merge
+    model copies what it keeps). A syntax error is not kept, so it always names `path`.
+    """
+    with _parsed_lock:
+        doc = _parsed.get(text)
+        if doc is not None:
+            _parsed.move_to_end(text)
+            return doc
+    doc = _parse_toml(path, text)
+    with _parsed_lock:
+        _parsed[text] = doc
+        while len(_parsed) > PARSED_TEXTS:
+            _parsed.popitem(last=False)
+    return doc
+
+
+def _parse_toml(path: str, text: str) -> dict[str, Any]:
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

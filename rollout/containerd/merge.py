@@ -31,6 +31,8 @@ from __future__ import annotations
 import copy
 import fnmatch
 import posixpath
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -176,8 +178,35 @@ def with_defaults(
     return replace(merged, tree=loaded.tree, defaults_source=loaded.source)
 
 
+# Distinct (version, files) whose merge is kept: recorded facts are checked by merging them,
+# then planned, and a fleet repeats a few node configurations many times.
+MERGED_CONFIGS = 256
+_MergeKey = tuple[ContainerdVersion, str, tuple[tuple[str, str], ...]]
+_merged: OrderedDict[_MergeKey, EffectiveConfig] = OrderedDict()
+_merged_lock = threading.Lock()
+
+
 def merge_files(files: ConfigFiles, version: ContainerdVersion) -> EffectiveConfig:
-    """Merge the files as `version` of containerd does: what they set, without defaults."""
+    """Merge the files as `version` of containerd does: what they set, without defaults.
+
+    Computed once per distinct version and file contents; the result is a shared value that
+    callers only read (errors are not kept: they are raised again, naming the file).
+    """
+    key: _MergeKey = (version, files.main_path, tuple(files.files.items()))
+    with _merged_lock:
+        hit = _merged.get(key)
+        if hit is not None:
+            _merged.move_to_end(key)
+            return hit
+    result = _merge_files(files, version)
+    with _merged_lock:
+        _merged[key] = result
+        while len(_merged) > MERGED_CONFIGS:
+            _merged.popitem(last=False)
+    return result
+
+
+def _merge_files(files: ConfigFiles, version: ContainerdVersion) -> EffectiveConfig:
     order, warnings = resolve_load_order(files, version)
     merged: dict[str, Any] = {}
     warn = list(warnings)

@@ -7,8 +7,12 @@ result: the files to write, the effective-config diff, shadowing found and repai
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import posixpath
-from collections.abc import Mapping, Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,13 +75,86 @@ def build_intent(spec: Spec) -> engine.Intent | None:
     return engine.Intent(settings) if settings else None
 
 
+class ContainerdPlans:
+    """plan_containerd's results by content: one engine run per distinct node configuration.
+
+    A real fleet is a few node configurations repeated many times (the toolkit writes
+    byte-identical drop-ins across a node pool), and the result depends only on the
+    containerd version, the node's files and what the plan asks: the key is a hash of
+    exactly those. Errors are never kept, so each failing node reports itself by name.
+    """
+
+    def __init__(self, entries: int = 256) -> None:
+        self._entries = entries
+        self._results: OrderedDict[bytes, ContainerdChanges] = OrderedDict()
+        self._lock = threading.Lock()
+        self.enabled = True
+        self.runs = 0  # engine runs (the misses), for tests and the benchmark
+
+    def plan(self, spec: Spec, node: NodeFacts) -> ContainerdChanges:
+        """The node's containerd changes, computed once per distinct input."""
+        if not self.enabled:
+            return plan_node_containerd(spec, node)
+        key = input_key(spec, node)
+        with self._lock:
+            hit = self._results.get(key)
+            if hit is not None:
+                self._results.move_to_end(key)
+                return hit
+        result = plan_node_containerd(spec, node)
+        with self._lock:
+            self.runs += 1
+            self._results[key] = result
+            while len(self._results) > self._entries:
+                self._results.popitem(last=False)
+        return result
+
+    @contextlib.contextmanager
+    def disabled(self) -> Iterator[None]:
+        """Compute every node afresh inside the block (the reference the memo is tested against)."""
+        before, self.enabled = self.enabled, False
+        try:
+            yield
+        finally:
+            self.enabled = before
+
+
+def input_key(spec: Spec, node: NodeFacts) -> bytes:
+    """A hash of everything plan_node_containerd reads: the version, the files, the changes.
+
+    The version's raw `--version` text is in the key, so a note quoting it stays exact; the
+    spec's changes are hashed by their repr (every field, in the plan's order), which is
+    what they ask whichever line of which plan file states them.
+    """
+    digest = hashlib.sha256()
+    for part in (
+        repr(node.containerd),
+        node.config_files.main_path,
+        *(f"{path}\0{text}" for path, text in node.config_files.files.items()),
+        repr(spec.changes),
+    ):
+        encoded = part.encode("utf-8", "surrogatepass")
+        digest.update(len(encoded).to_bytes(8, "big"))
+        digest.update(encoded)
+    return digest.digest()
+
+
+CONTAINERD_PLANS = ContainerdPlans()
+
+
 def plan_containerd(spec: Spec, node: NodeFacts) -> ContainerdChanges:
     """The containerd file writes for the registry and containerd changes of the spec.
 
     Whatever would make `apply` fail on the node fails here, located: a problem with the
     node's own files names the node and the file; a setting containerd cannot load, or a
-    default runtime no file defines, names the plan's line and the node.
+    default runtime no file defines, names the plan's line and the node. Nodes with the same
+    version, files and plan share one result (CONTAINERD_PLANS).
     """
+    return CONTAINERD_PLANS.plan(spec, node)
+
+
+def plan_node_containerd(spec: Spec, node: NodeFacts) -> ContainerdChanges:
+    """plan_containerd computed for this one node, without the memo."""
     files, version = node.config_files, node.containerd
     try:
         current = engine.merge_files(files, version)

@@ -1,0 +1,146 @@
+"""The planner's memo (one engine run per distinct node configuration) changes no plan.
+
+`rollout plan` output of the examples is the same, byte for byte, with and without the memo;
+over generated fleets (the example nodes copied, some with edited files or another version)
+the deduplicated plan equals the one computed node by node, errors included.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rollout.cli import main
+from rollout.cli.render import make_console, plan_to_json, plan_to_markdown, print_plan_text
+from rollout.containerd import ContainerdVersion
+from rollout.errors import RolloutError
+from rollout.facts import FleetFacts, NodeFacts, load_recorded_facts
+from rollout.planner import build_plan
+from rollout.playbook import load_playbooks
+from rollout.spec.plan import parse_spec
+from rollout.steps import containerd_changes
+from rollout.steps.containerd_changes import ContainerdPlans
+from tests.examples import FACTS, PLAN
+
+SETTINGS_PLAN = """\
+apiVersion: rollout/v1
+kind: Plan
+metadata: {name: settings}
+targets: {selector: nvidia.com/gpu.present=true}
+changes:
+  - containerd:
+      settings:
+        max_concurrent_downloads: 7
+"""
+
+
+@pytest.fixture
+def fresh_memo(monkeypatch: pytest.MonkeyPatch) -> ContainerdPlans:
+    memo = ContainerdPlans()
+    monkeypatch.setattr(containerd_changes, "CONTAINERD_PLANS", memo)
+    return memo
+
+
+def run_plan(capsys: pytest.CaptureFixture[str], plan: Path, output: str) -> str:
+    code = main(["plan", str(plan), "--facts", str(FACTS), "--output", output])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    return captured.out
+
+
+@pytest.mark.parametrize("output", ["text", "markdown", "json"])
+def test_the_examples_plan_the_same_with_and_without_the_memo(
+    output: str, fresh_memo: ContainerdPlans, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with fresh_memo.disabled():
+        reference = run_plan(capsys, PLAN, output)
+    assert fresh_memo.runs == 0
+    assert run_plan(capsys, PLAN, output) == reference
+    assert fresh_memo.runs == 4  # four example nodes, four distinct configurations
+    assert run_plan(capsys, PLAN, output) == reference
+    assert fresh_memo.runs == 4  # planned again: every node a hit
+
+
+def test_copies_of_a_node_cost_one_engine_run(fresh_memo: ContainerdPlans) -> None:
+    fleet = load_recorded_facts(FACTS)
+    copies = tuple(
+        dataclasses.replace(node, name=f"{node.name}-{i}") for node in fleet.nodes for i in range(5)
+    )
+    spec = parse_spec(PLAN.read_text(), str(PLAN))
+    plan = build_plan(spec, str(PLAN), dataclasses.replace(fleet, nodes=copies), load_playbooks())
+    assert fresh_memo.runs == len(fleet.nodes)
+    assert sum(len(w.nodes) for w in plan.waves) == len(copies)
+
+
+# Edits that keep a node's config loadable but make it another configuration (or not).
+EDITS = ("none", "comment", "oom_score", "drop_registry", "other_patch")
+
+
+def edit_node(node: NodeFacts, name: str, edit: str, number: int) -> NodeFacts:
+    files = node.config_files
+    main_path = files.main_path
+    if edit == "comment":  # another text, the same config
+        files = files.with_file(main_path, files.files[main_path] + f"\n# copy {number}\n")
+    elif edit == "oom_score":  # another config
+        files = files.with_file(main_path, f"oom_score = {number}\n" + files.files[main_path])
+    elif edit == "drop_registry":
+        registry = "/etc/containerd/conf.d/registry.toml"
+        if registry in files.files:
+            files = files.without_file(registry)
+    version = node.containerd
+    if edit == "other_patch":  # the same series, another release: another input
+        version = ContainerdVersion(
+            version.major, version.minor, version.patch + 1, raw=version.raw + " (patched)"
+        )
+    return dataclasses.replace(node, name=name, config_files=files, containerd=version)
+
+
+fleet_shapes = st.lists(
+    st.tuples(st.integers(0, 3), st.sampled_from(EDITS), st.integers(0, 3)),
+    min_size=1,
+    max_size=12,
+)
+
+
+def render_all(spec_text: str, fleet: FleetFacts) -> tuple[str, ...] | str:
+    """Every output of the plan, or the error it stops with."""
+    spec = parse_spec(spec_text, "plan.yaml")
+    try:
+        plan = build_plan(spec, "plan.yaml", fleet, load_playbooks())
+    except RolloutError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    text = io.StringIO()
+    print_plan_text(plan, make_console(text, False))
+    return plan_to_json(plan), plan_to_markdown(plan), text.getvalue()
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(shape=fleet_shapes, settings_plan=st.booleans())
+def test_a_generated_fleet_plans_the_same_deduplicated(
+    shape: list[tuple[int, str, int]], settings_plan: bool
+) -> None:
+    examples = load_recorded_facts(FACTS)
+    nodes = tuple(
+        edit_node(examples.nodes[which], f"node-{index:02d}", edit, number)
+        for index, (which, edit, number) in enumerate(shape)
+    )
+    fleet = dataclasses.replace(examples, nodes=nodes)
+    spec_text = SETTINGS_PLAN if settings_plan else PLAN.read_text()
+    memo = ContainerdPlans()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(containerd_changes, "CONTAINERD_PLANS", memo)
+        with memo.disabled():
+            reference = render_all(spec_text, fleet)
+        deduplicated = render_all(spec_text, fleet)
+    assert deduplicated == reference
+    distinct = {containerd_changes.input_key(parse_spec(spec_text, "p"), n) for n in nodes}
+    assert memo.runs <= len(distinct)
