@@ -18,50 +18,25 @@ from typing import Any
 import pytest
 
 from rollout.cli import main
-from rollout.lab.cluster import (
-    CONTEXT,
-    Lab,
-    LabOptions,
-    bring_up_lab,
-    controlplane_available,
-    tear_down_lab,
-)
-from rollout.lab.prerequisites import find_missing
+from rollout.lab.cluster import CONTEXT, Lab
 from rollout.lease import RunLease
 from rollout.run import list_runs, read_run
 from rollout.transports.errors import NotFound
 from rollout.transports.kube import ConfigMap, KubeClient
-from tests.conftest import require
 from tests.examples import PLAN
-from tests.lab.test_cluster_shared import ssh_check
+from tests.lab.test_cluster_shared import own_lab, ssh_check
 from tests.planning import time_slicing_plan
 
 pytestmark = pytest.mark.lab
 
-PREFIX = os.environ.get("ROLLOUT_TEST_APPLY_PREFIX", "127.0.45")
 HANDLERS = {"nvidia", "nvidia-cdi", "nvidia-legacy"}
 
 
 @pytest.fixture
 def lab(tmp_path: Path) -> Iterator[Lab]:
     """A lab of its own for each test: apply changes nodes for good."""
-    missing = find_missing()
-    if missing or not controlplane_available():
-        require("the lab cannot run here: " + "; ".join(str(m) for m in missing))
-    options = LabOptions(
-        lab_dir=tmp_path / "lab",
-        nodes=4,
-        containerd=("1.6", "1.7", "2.1", "1.7"),
-        gpus=2,
-        address_prefix=PREFIX,
-        api_port=0,
-        device_plugin_grace_s=300,
-    )
-    built = bring_up_lab(options, progress=lambda _: None)
-    try:
+    with own_lab(tmp_path / "lab", ("1.6", "1.7", "2.1", "1.7"), gpus=2) as built:
         yield built
-    finally:
-        tear_down_lab(options.lab_dir, progress=lambda _: None)
 
 
 @pytest.fixture

@@ -8,14 +8,21 @@ user may have running with the defaults.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
 from rollout.commands import CommandResult
-from rollout.lab.cluster import Lab, LabOptions, bring_up_lab, tear_down_lab
+from rollout.lab.cluster import (
+    Lab,
+    LabOptions,
+    bring_up_lab,
+    controlplane_available,
+    tear_down_lab,
+)
 from rollout.lab.nodes import NodeSpec
 from rollout.lab.prerequisites import find_missing
 from rollout.transports.local import LocalRunner
@@ -27,6 +34,8 @@ TEST_ADDRESS_PREFIX = os.environ.get("ROLLOUT_TEST_LAB_PREFIX", "127.0.42")
 TEST_SERIES = ("1.6", "1.7", "2.1", "1.7")
 TEST_GPUS = 2
 INCIDENT_NODE = "lab-node-4"
+# Labs a test brings up for itself (apply changes nodes for good) live on their own addresses.
+OWN_ADDRESS_PREFIX = os.environ.get("ROLLOUT_TEST_APPLY_PREFIX", "127.0.45")
 
 _state: dict[str, object] = {}
 
@@ -64,6 +73,28 @@ def shared_lab(request: pytest.FixtureRequest) -> Lab:
     _state["lab"] = lab
     request.config.add_cleanup(lambda: tear_down_lab(lab_dir, progress=_progress))
     return lab
+
+
+@contextlib.contextmanager
+def own_lab(lab_dir: Path, containerd: tuple[str, ...], gpus: int) -> Iterator[Lab]:
+    """A lab of one test's own, a node per containerd series, taken down afterwards."""
+    missing = find_missing()
+    if missing or not controlplane_available():
+        require("the lab cannot run here: " + "; ".join(str(m) for m in missing))
+    options = LabOptions(
+        lab_dir=lab_dir,
+        nodes=len(containerd),
+        containerd=containerd,
+        gpus=gpus,
+        address_prefix=OWN_ADDRESS_PREFIX,
+        api_port=0,
+        device_plugin_grace_s=300,
+    )
+    built = bring_up_lab(options, progress=lambda _: None)
+    try:
+        yield built
+    finally:
+        tear_down_lab(lab_dir, progress=lambda _: None)
 
 
 def node_of_series(lab: Lab, series: str) -> NodeSpec:

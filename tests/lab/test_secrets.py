@@ -5,7 +5,6 @@ and the mirror's header survives rollout's rewrite of its hosts.toml."""
 
 from __future__ import annotations
 
-import os
 import stat
 import tomllib
 from collections.abc import Iterator
@@ -17,24 +16,14 @@ import tomli_w
 from kubernetes import client
 
 from rollout.cli import main
-from rollout.lab.cluster import (
-    CONTEXT,
-    Lab,
-    LabOptions,
-    bring_up_lab,
-    controlplane_available,
-    tear_down_lab,
-)
-from rollout.lab.prerequisites import find_missing
+from rollout.lab.cluster import CONTEXT, Lab
 from rollout.run import list_runs, read_run
-from tests.conftest import require
-from tests.lab.test_cluster_shared import ssh_check
+from tests.lab.test_cluster_shared import own_lab, ssh_check
 
 pytestmark = pytest.mark.lab
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAN = ROOT / "examples" / "plan.yaml"  # a docker.io mirror: https://mirror.registry.internal:5000
-PREFIX = os.environ.get("ROLLOUT_TEST_APPLY_PREFIX", "127.0.45")
 DROP_IN = "/etc/containerd/conf.d/99-nvidia.toml"
 HOSTS_TOML = "/etc/containerd/certs.d/docker.io/hosts.toml"
 MIRROR = "https://mirror.registry.internal:5000"
@@ -51,23 +40,8 @@ SECRETS = (USERNAME, PASSWORD, AUTH, HEADER)
 def lab(tmp_path: Path) -> Iterator[Lab]:
     """One containerd 1.7 node: its toolkit drop-in carries the whole CRI table, so
     rollout rewrites the very file that holds the credentials."""
-    missing = find_missing()
-    if missing or not controlplane_available():
-        require("the lab cannot run here: " + "; ".join(str(m) for m in missing))
-    options = LabOptions(
-        lab_dir=tmp_path / "lab",
-        nodes=1,
-        containerd=("1.7",),
-        gpus=1,
-        address_prefix=PREFIX,
-        api_port=0,
-        device_plugin_grace_s=300,
-    )
-    built = bring_up_lab(options, progress=lambda _: None)
-    try:
+    with own_lab(tmp_path / "lab", ("1.7",), gpus=1) as built:
         yield built
-    finally:
-        tear_down_lab(options.lab_dir, progress=lambda _: None)
 
 
 def put_secrets_on_the_node(lab: Lab) -> None:
