@@ -40,14 +40,12 @@ from rollout.run.records import (
 
 
 @dataclass(frozen=True)
-class StepState:
-    """The position and kind that every folded fact about one step starts with."""
-
-    index: int
-    kind: str
+class StepState(StepRef):
+    """What every folded fact about one step starts with: the step it is about."""
 
     @property
     def ref(self) -> StepRef:
+        """The bare reference (equal to the one the plan makes for the step)."""
         return StepRef(self.index, self.kind)
 
 
