@@ -582,22 +582,23 @@ CONFIGS = [
     ),
 ]
 
+
+def cluster_case(id: str, text: str | bytes, line: int | None, says: str) -> HostileCase:
+    """A case whose facts/cluster.yaml is `text`; the error names `line` (None: no line)."""
+    where = "facts/cluster.yaml" + (f":{line}" if line is not None else "")
+    return case(id, fleet(extra={"facts/cluster.yaml": text}), where, says)
+
+
 CLUSTER = [
-    case(id, fleet(extra={"facts/cluster.yaml": text}), f"facts/cluster.yaml{line}", says)
-    for id, text, line, says in (
-        ("configmaps-a-list", "configmaps: [a, b]\n", ":1", "expected a mapping"),
-        (
-            "configmap-name-without-namespace",
-            "configmaps:\n  profiles: {a: b}\n",
-            ":2",
-            "namespace/name",
-        ),
-        ("configmap-data-a-list", "configmaps:\n  ns/cm: [a]\n", ":2", "expected a mapping"),
-        ("cluster-policy-a-list", "cluster_policy: [a]\n", ":1", "expected a mapping"),
-        # undecodable: no line to name
-        ("cluster-yaml-not-utf8", b"configmaps: {ns/cm: {a: \xff}}\n", "", "UTF-8"),
-    )
+    cluster_case("configmaps-a-list", "configmaps: [a, b]\n", 1, "expected a mapping"),
+    cluster_case(
+        "configmap-name-without-namespace", "configmaps:\n  profiles: {a: b}\n", 2, "namespace/name"
+    ),
+    cluster_case("configmap-data-a-list", "configmaps:\n  ns/cm: [a]\n", 2, "expected a mapping"),
+    cluster_case("cluster-policy-a-list", "cluster_policy: [a]\n", 1, "expected a mapping"),
+    cluster_case("cluster-yaml-not-utf8", b"configmaps: {ns/cm: {a: \xff}}\n", None, "UTF-8"),
 ]
+
 
 CASES = BYTES + TYPES + NAMES + FILE_KINDS + CONFIGS + CLUSTER
 
