@@ -144,3 +144,37 @@ def _planned_version(text: str) -> ContainerdVersion:
         raise ContainerdChanged(
             f"the plan records no usable containerd version ({text!r}): {exc}"
         ) from exc
+
+
+@dataclass(frozen=True)
+class ConfigMtimesFact:
+    """When each file under /etc/containerd last changed (seconds since the epoch, UTC).
+
+    Compared with containerd's ActiveEnterTimestamp: a file changed after containerd started
+    is not loaded yet, and the next restart will load it.
+    """
+
+    directory: str = CONTAINERD_DIR
+    optional: bool = True
+
+    @property
+    def what(self) -> str:
+        return f"read the modification times under {self.directory}"
+
+    def command(self) -> list[str]:
+        return ["find", self.directory, "-type", "f", "-printf", "%T@ %p\\n"]
+
+    def parse(self, text: str, host: str) -> dict[str, float]:
+        return parse_mtimes(text)
+
+
+def parse_mtimes(text: str) -> dict[str, float]:
+    """`find -printf '%T@ %p\\n'` output -> {path: mtime}; unreadable lines are skipped."""
+    times: dict[str, float] = {}
+    for line in text.splitlines():
+        stamp, _, path = line.partition(" ")
+        try:
+            times[path] = float(stamp)
+        except ValueError:
+            continue
+    return dict(sorted(times.items()))

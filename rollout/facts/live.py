@@ -6,6 +6,8 @@ never knows whether it plans from a directory or from the cluster.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,11 +19,15 @@ from rollout.facts.containerd import (
     DEFAULT_CONTAINERD_CONFIG,
     ConfigDumpFact,
     ConfigFilesFact,
+    ConfigMtimesFact,
     ContainerdVersionFact,
 )
+from rollout.facts.driver import DriverStatusFact
 from rollout.facts.fact import ProbeFailed, read_fact
 from rollout.facts.gpu import GpuFacts, GpuQueryFact
+from rollout.facts.kernel import KernelXidFact
 from rollout.facts.model import ClusterFacts, FleetFacts, NodeFacts
+from rollout.facts.pods import pod_facts_from
 from rollout.facts.service import ServiceFact, ServiceState
 from rollout.retry import retry_transient
 from rollout.spec import Spec, TimeSlicingChange
@@ -120,4 +126,89 @@ def gather_fleet_facts(
         nodes=tuple(sorted(nodes, key=lambda n: n.name)),
         cluster=gather_cluster_facts(spec, kube),
         source=source,
+    )
+
+
+# ---------------------------------------------------------------- diagnosis
+
+# ClusterPolicy spec.devicePlugin.config.name lives in the operator's namespace
+OPERATOR_NAMESPACE = "gpu-operator"
+
+
+def probe_node_tolerantly(
+    name: str, runner: CommandRunner, node: Node, main_path: str = DEFAULT_CONTAINERD_CONFIG
+) -> NodeFacts:
+    """Every node fact diagnose reads; a fact that cannot be read is named in probe_errors.
+
+    The containerd version and files are required (without them there is nothing to
+    diagnose on the node: ProbeFailed); a dump that fails (containerd refusing its config),
+    a stopped service or a missing nvidia-smi are findings, not failures.
+    """
+    errors: dict[str, str] = {}
+
+    def optional(fact: Any, default: Any) -> Any:
+        try:
+            return retry_transient(lambda: read_fact(runner, fact))
+        except RolloutError as exc:
+            errors[fact.what] = str(exc)
+            return default
+
+    probe = NodeProbe(
+        containerd=retry_transient(lambda: read_fact(runner, ContainerdVersionFact())),
+        config_files=retry_transient(lambda: read_fact(runner, ConfigFilesFact(main_path))),
+        gpus=optional(GpuQueryFact(), GpuFacts(count=0)),
+        service=optional(ServiceFact(), None),
+        effective_config=optional(ConfigDumpFact(main_path), {}),
+    )
+    return dataclasses.replace(
+        node_facts_from(name, probe, node),
+        xids=optional(KernelXidFact(), ()),
+        driver_status=optional(DriverStatusFact(), None),
+        config_mtimes=optional(ConfigMtimesFact(), {}),
+        probe_errors=errors,
+    )
+
+
+def gather_diagnosis_facts(
+    runners: Mapping[str, CommandRunner],
+    kube: KubeClient,
+    max_parallel: int = 8,
+    source: str = "live",
+) -> tuple[FleetFacts, dict[str, str]]:
+    """The named nodes' facts for diagnose, and the nodes that could not be probed (why)."""
+    api_nodes = {n.name: n for n in kube.list_nodes()}
+    missing = {name: "not a node of the cluster" for name in runners if name not in api_nodes}
+
+    def probe(runner: CommandRunner) -> NodeFacts:
+        return probe_node_tolerantly(runner.host, runner, api_nodes[runner.host])
+
+    reachable = [r for name, r in runners.items() if name in api_nodes]
+    results = run_on_nodes(reachable, probe, max_parallel=max_parallel)
+    nodes = [r for r in results.values() if isinstance(r, NodeFacts)]
+    failed = {name: str(r) for name, r in results.items() if not isinstance(r, NodeFacts)}
+    return (
+        FleetFacts(
+            nodes=tuple(sorted(nodes, key=lambda n: n.name)),
+            cluster=gather_diagnosis_cluster(kube),
+            source=source,
+        ),
+        {**missing, **failed},
+    )
+
+
+def gather_diagnosis_cluster(kube: KubeClient) -> ClusterFacts:
+    """The ClusterPolicy, the device-plugin ConfigMap it names, and every pod (no specs)."""
+    policies: Sequence[Mapping[str, Any]] = kube.list_cluster_policies()
+    policy = dict(policies[0].get("spec") or {}) if policies else {}
+    configmaps: dict[str, Mapping[str, str]] = {}
+    name = ((policy.get("devicePlugin") or {}).get("config") or {}).get("name")
+    if isinstance(name, str) and name:
+        with contextlib.suppress(NotFound):  # the profile check then says nothing
+            configmaps[f"{OPERATOR_NAMESPACE}/{name}"] = dict(
+                kube.get_configmap(OPERATOR_NAMESPACE, name).data
+            )
+    return ClusterFacts(
+        configmaps=configmaps,
+        cluster_policy=policy,
+        pods=tuple(pod_facts_from(p) for p in kube.list_pods(None)),
     )

@@ -8,7 +8,10 @@ from typing import Any
 
 from rollout.containerd import ConfigFiles, ContainerdConfigError, ContainerdVersion
 from rollout.errors import InputError, SourceLocation
+from rollout.facts.driver import DriverStatus
 from rollout.facts.gpu import GpuFacts
+from rollout.facts.kernel import XidEvent
+from rollout.facts.pods import PodFacts
 from rollout.facts.service import ServiceState
 from rollout.transports.kube import Pod
 
@@ -37,6 +40,13 @@ class NodeFacts:
     pods: tuple[Pod, ...] = ()
     # Recorded facts only: the node's directory in the facts directory (`facts/gpu-1`).
     recorded_at: str = ""
+    # What diagnose reads besides (live, or recorded by `rollout facts record`):
+    # the kernel log's Xid lines, `nvidia-smi -L` with its exit code, file mtimes under
+    # /etc/containerd (seconds since the epoch), and the facts that could not be read.
+    xids: tuple[XidEvent, ...] = ()
+    driver_status: DriverStatus | None = None
+    config_mtimes: Mapping[str, float] = field(default_factory=dict)
+    probe_errors: Mapping[str, str] = field(default_factory=dict)
 
     def source_of(self, path: str) -> str:
         """Where the content of a node file was read: its recorded copy, or `node:path`."""
@@ -88,6 +98,11 @@ class ClusterFacts:
     cluster_policy: Mapping[str, Any] = field(default_factory=dict)
     # PodDisruptionBudgets as "namespace/name: N disruption(s) allowed"
     pdbs: tuple[str, ...] = ()
+    # For diagnose: RuntimeClass name -> handler (None: not known), and the pods as manifests
+    # (rollout.facts.pods) with their events, "namespace/name" -> messages.
+    runtime_classes: Mapping[str, str] | None = None
+    pods: tuple[PodFacts, ...] = ()
+    pod_events: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

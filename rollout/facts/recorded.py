@@ -12,6 +12,11 @@ Layout, one directory per node:
     <dir>/<node>/files/...           every other file containerd imports, and certs.d
     <dir>/cluster.yaml               optional: ConfigMaps and the ClusterPolicy
 
+What diagnose reads besides is optional in both files (node.yaml: capacity, allocatable,
+taints, the `systemctl show` text of containerd, the kernel log's Xid lines, `nvidia-smi -L`
+with its exit code, file mtimes; cluster.yaml: RuntimeClasses, pods and their events), so
+facts recorded for `plan` alone still load.
+
 A facts directory is input like a plan, and as hostile: every problem is reported at once,
 each naming the node and the file it was found in (with its line, where it has lines).
 node.yaml is typed strictly (`ready: 'no'` is a string, not false); node names are
@@ -39,8 +44,13 @@ from rollout.facts.containerd import (
     MAX_FILE_BYTES,
     ContainerdVersionFact,
 )
+from rollout.facts.driver import parse_driver_status
+from rollout.facts.fact import ProbeFailed
 from rollout.facts.gpu import GpuFacts
+from rollout.facts.kernel import parse_xids
 from rollout.facts.model import ClusterFacts, FleetFacts, NodeFacts, NodeFactsError
+from rollout.facts.pods import parse_pod_manifest
+from rollout.facts.service import ServiceState, parse_service_show
 from rollout.fieldproblems import FieldProblem, describe_value
 from rollout.inputfile import read_text
 from rollout.spec.fieldtypes import Bool, KubeName, SpecModel, Str, check_dns_subdomain
@@ -86,6 +96,16 @@ class NodeRecord(SpecModel):
     unschedulable: Bool = False
     ready: Bool = True
     gpus: GpuRecord | None = None
+    # for diagnose (rollout facts record writes them; see the module docstring)
+    capacity: Mapping[Str, Str] = Field(default_factory=dict)
+    allocatable: Mapping[Str, Str] = Field(default_factory=dict)
+    taints: tuple[Str, ...] = ()
+    service: Str | None = None
+    kernel_log: Str = ""
+    nvidia_smi: Str | None = None
+    config_mtimes: Mapping[NodePath, Annotated[float, Strict()] | Annotated[int, Strict()]] = Field(
+        default_factory=dict
+    )
 
 
 class ClusterRecord(SpecModel):
@@ -93,6 +113,10 @@ class ClusterRecord(SpecModel):
 
     configmaps: Mapping[Str, Mapping[Str, Str | None]] = Field(default_factory=dict)
     cluster_policy: Mapping[Str, Any] | None = None
+    # for diagnose: RuntimeClass name -> handler, pods as the API returns them, their events
+    runtime_classes: Mapping[Str, Str] | None = None
+    pods: tuple[Mapping[Str, Any], ...] = ()
+    pod_events: Mapping[Str, tuple[Str, ...]] = Field(default_factory=dict)
 
 
 NODE_KEYS = frozenset(f.alias or n for n, f in NodeRecord.model_fields.items())
@@ -207,6 +231,13 @@ def load_node_facts(node_dir: Path) -> NodeFacts:
         ready=record.ready,
         gpus=_gpus(record.gpus),
         recorded_at=str(node_dir),
+        taints=record.taints,
+        capacity=dict(record.capacity),
+        allocatable=dict(record.allocatable),
+        service=_service(record.service, name, doc),
+        xids=parse_xids(record.kernel_log),
+        driver_status=None if record.nvidia_smi is None else parse_driver_status(record.nvidia_smi),
+        config_mtimes={k: float(v) for k, v in record.config_mtimes.items()},
     )
     try:
         merge_files(node.config_files, node.containerd)
@@ -303,6 +334,9 @@ def load_cluster_facts(path: Path) -> ClusterFacts:
     return ClusterFacts(
         configmaps={k: _strings(v) for k, v in record.configmaps.items()},
         cluster_policy=dict(record.cluster_policy or {}),
+        runtime_classes=None if record.runtime_classes is None else dict(record.runtime_classes),
+        pods=tuple(parse_pod_manifest(p) for p in record.pods),
+        pod_events=dict(record.pod_events),
     )
 
 
@@ -327,6 +361,17 @@ def _is_configmap_name(key: str) -> bool:
 
 def _strings(value: Mapping[str, str | None]) -> dict[str, str]:
     return {k: "" if v is None else v for k, v in value.items()}
+
+
+def _service(text: str | None, node: str, doc: SourceDocument) -> ServiceState | None:
+    if text is None:
+        return None
+    try:
+        return parse_service_show(text)
+    except ProbeFailed as exc:
+        raise NodeFactsError(
+            node, doc.location_of(("service",)), str(exc), field="service"
+        ) from exc
 
 
 def _gpus(record: GpuRecord | None) -> GpuFacts:

@@ -1,0 +1,157 @@
+"""Operator: the GPU Operator's labels on the node, its device-plugin profile, the driver."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from rollout.diagnose.finding import Branch, Finding, Severity
+from rollout.diagnose.readings import is_gpu_node, node_profile, pods_on, q
+from rollout.facts import ClusterFacts, NodeFacts
+from rollout.steps.profile_changes import DEVICE_PLUGIN_CONFIG_LABEL
+
+UPGRADE_STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
+UPGRADE_FAILED = "upgrade-failed"
+UPGRADE_DONE = "upgrade-done"
+# when k8s-operator-libs started validating the node's new driver (seconds since the epoch)
+VALIDATION_START_ANNOTATION = "nvidia.com/gpu-driver-upgrade-validation-start-time"
+DEPLOY_PREFIX = "nvidia.com/gpu.deploy."
+PAUSED_VALUES = ("false", "paused-for-driver-upgrade")
+# without these operands the node cannot run GPU pods at all
+ESSENTIAL_OPERANDS = ("operands", "driver", "container-toolkit", "device-plugin")
+
+
+def check_operator(node: NodeFacts, cluster: ClusterFacts, now: datetime) -> list[Finding]:
+    """Every operator finding of one node."""
+    if not is_gpu_node(node):
+        return []
+    findings = _upgrade_state(node, cluster, now)
+    findings += _deploy_labels(node)
+    findings += _profile(node, cluster)
+    findings += _driver(node)
+    return findings
+
+
+def _upgrade_state(node: NodeFacts, cluster: ClusterFacts, now: datetime) -> list[Finding]:
+    state = node.labels.get(UPGRADE_STATE_LABEL)
+    if not state or state == UPGRADE_DONE:
+        return []
+    command = f"kubectl get node {q(node.name)} -L {UPGRADE_STATE_LABEL}"
+    evidence = [f"{UPGRADE_STATE_LABEL}={state}"]
+    started = node.annotations.get(VALIDATION_START_ANNOTATION, "")
+    if started.isdigit():
+        minutes = int(now.timestamp() - int(started)) // 60
+        evidence.append(
+            f"validation started {minutes} minute(s) ago ({VALIDATION_START_ANNOTATION})"
+        )
+    else:
+        evidence.append("since: not recorded on the node (the API keeps no time for a label)")
+    driver_pods = [p for p in pods_on(node, cluster) if "driver" in p.name]
+    evidence += [
+        f"driver pod {p.key}: {p.phase}"
+        + (f" ({', '.join(p.container_reasons)})" if p.container_reasons else "")
+        for p in driver_pods
+    ]
+    if state != UPGRADE_FAILED:
+        return [
+            Finding(
+                node.name,
+                None,
+                Branch.OPERATOR,
+                "operator.upgrade-in-progress",
+                f"the GPU Operator is upgrading the driver on {node.name} (state {state})",
+                tuple(evidence),
+                command,
+                Severity.INFO,
+            )
+        ]
+    return [
+        Finding(
+            node.name,
+            None,
+            Branch.OPERATOR,
+            "operator.upgrade-failed",
+            f"the GPU Operator's driver upgrade failed on {node.name} and the node is stuck in "
+            f"{UPGRADE_FAILED}; rollout apply halts on it until the driver pod runs in sync "
+            "(the documented fix: relabel it upgrade-required once the cause is fixed)",
+            tuple(evidence),
+            command,
+            Severity.ERROR,
+        )
+    ]
+
+
+def _deploy_labels(node: NodeFacts) -> list[Finding]:
+    findings = []
+    for label, value in sorted(node.labels.items()):
+        if not label.startswith(DEPLOY_PREFIX) or value not in PAUSED_VALUES:
+            continue
+        operand = label.removeprefix(DEPLOY_PREFIX)
+        essential = operand in ESSENTIAL_OPERANDS
+        findings.append(
+            Finding(
+                node.name,
+                None,
+                Branch.OPERATOR,
+                "operator.deploy-label-paused",
+                f"the GPU Operator does not run {operand} on {node.name}: {label}={value}"
+                + (" (GPU pods cannot run there without it)" if essential else ""),
+                (f"{label}={value}", "the operator fills only absent or empty deploy labels"),
+                f"kubectl get node {q(node.name)} --show-labels",
+                Severity.ERROR if essential else Severity.WARNING,
+            )
+        )
+    return findings
+
+
+def _profile(node: NodeFacts, cluster: ClusterFacts) -> list[Finding]:
+    profile = node_profile(node, cluster)
+    if not profile.missing:
+        return []
+    keys = sorted(cluster.configmaps.get(profile.configmap, {}))
+    how = (
+        f"{DEVICE_PLUGIN_CONFIG_LABEL}={profile.key}"
+        if profile.labelled
+        else f"ClusterPolicy devicePlugin.config.default={profile.key}"
+    )
+    namespace, _, name = profile.configmap.partition("/")
+    return [
+        Finding(
+            node.name,
+            None,
+            Branch.OPERATOR,
+            "operator.profile-label-missing-key",
+            f"{node.name}'s device-plugin profile {profile.key!r} is not a key of ConfigMap "
+            f"{profile.configmap}: its config-manager exits and the device plugin stays down",
+            (how, f"ConfigMap {profile.configmap} keys: {', '.join(keys) or 'none'}"),
+            f"kubectl get configmap -n {q(namespace)} {q(name)} -o yaml",
+            Severity.ERROR,
+        )
+    ]
+
+
+def _driver(node: NodeFacts) -> list[Finding]:
+    status = node.driver_status
+    if status is None or status.ok or status.missing:
+        return []
+    mismatch = status.library_mismatch
+    return [
+        Finding(
+            node.name,
+            None,
+            Branch.OPERATOR,
+            "operator.driver-library-mismatch" if mismatch else "operator.nvidia-smi-failed",
+            (
+                f"the driver packages on {node.name} were upgraded while the old kernel module "
+                "stays loaded: reload the module or reboot the node"
+                if mismatch
+                else f"nvidia-smi fails on {node.name} (exit {status.exit_code})"
+            ),
+            (
+                *(f"nvidia-smi: {line}" for line in status.output[-5:]),
+                f"exit {status.exit_code}",
+                f"driver version recorded: {node.gpus.driver_version or 'unknown'}",
+            ),
+            f"ssh {q(node.name)} nvidia-smi",
+            Severity.ERROR,
+        )
+    ]

@@ -1,0 +1,160 @@
+"""What diagnose reads off the facts: numbers and names the checks of several branches share.
+
+Pure functions over NodeFacts and ClusterFacts; nothing here decides whether a node is
+broken, the checks do.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rollout.containerd import ContainerdConfigError, merge_files
+from rollout.containerd.files import parse_toml
+from rollout.facts import ClusterFacts, NodeFacts
+from rollout.facts.pods import PodFacts, is_gpu_resource, quantity_value
+from rollout.steps.profile_changes import DEVICE_PLUGIN_CONFIG_LABEL, fallback_key, load_profile
+
+GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
+GPU_COUNT_LABEL = "nvidia.com/gpu.count"
+GPU_REPLICAS_LABEL = "nvidia.com/gpu.replicas"
+CRI_RUNTIME_TABLES = ("io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime")
+FINISHED_PHASES = ("Succeeded", "Failed")
+OPERATOR_NAMESPACE = "gpu-operator"
+
+
+def q(word: str) -> str:
+    """A word quoted for the shell commands findings suggest."""
+    return shlex.quote(word)
+
+
+def is_gpu_node(node: NodeFacts) -> bool:
+    return (
+        node.gpus.count > 0
+        or node.labels.get(GPU_PRESENT_LABEL) == "true"
+        or any(is_gpu_resource(r) for r in node.capacity)
+    )
+
+
+def physical_gpus(node: NodeFacts) -> int:
+    """nvidia-smi's count, else GFD's label; 0 when neither says."""
+    if node.gpus.count:
+        return node.gpus.count
+    label = node.labels.get(GPU_COUNT_LABEL, "")
+    return int(label) if label.isdigit() else 0
+
+
+def gpu_resources(node: NodeFacts) -> list[str]:
+    """The GPU resources the node's status names, `nvidia.com/gpu` first."""
+    names = {r for r in (*node.capacity, *node.allocatable) if is_gpu_resource(r)}
+    return sorted(names, key=lambda r: (r != "nvidia.com/gpu", r))
+
+
+def amount(values: Mapping[str, str], resource: str) -> int:
+    return int(quantity_value(values.get(resource, "0")))
+
+
+def pods_on(node: NodeFacts, cluster: ClusterFacts) -> list[PodFacts]:
+    """The pods bound to the node that still hold their resources."""
+    return [p for p in cluster.pods if p.node_name == node.name and p.phase not in FINISHED_PHASES]
+
+
+def allocated(node: NodeFacts, cluster: ClusterFacts, resource: str) -> tuple[int, list[str]]:
+    """How much of `resource` the node's pods hold, and which pods (`ns/name: n`)."""
+    total = 0
+    holders: list[str] = []
+    for pod in pods_on(node, cluster):
+        if pod.spec_known:
+            held = int(quantity_value(pod.gpu_resources.get(resource, "0")))
+        else:
+            held = pod.gpu_request if resource == "nvidia.com/gpu" else 0
+        if held:
+            total += held
+            holders.append(f"{pod.key}: {held}")
+    return total, holders
+
+
+@dataclass(frozen=True)
+class Profile:
+    """The time-slicing profile the node's config-manager loads, as far as the facts tell."""
+
+    configmap: str  # namespace/name, "" when the ClusterPolicy names none
+    key: str | None  # the key it loads; None: no config (no sharing)
+    labelled: bool  # chosen by the node's label, not by a fallback
+    missing: bool  # the label (or config.default) names a key the ConfigMap lacks
+    replicas: int
+    renamed: bool  # renameByDefault: advertised as nvidia.com/gpu.shared
+    known: bool  # the ConfigMap is among the facts
+
+
+def device_plugin_configmap(cluster: ClusterFacts) -> tuple[str, str]:
+    """(namespace/name of the device-plugin ConfigMap, config.default) from the ClusterPolicy."""
+    config = (cluster.cluster_policy.get("devicePlugin") or {}).get("config") or {}
+    name = config.get("name") if isinstance(config, Mapping) else None
+    default = config.get("default") if isinstance(config, Mapping) else None
+    return (
+        f"{OPERATOR_NAMESPACE}/{name}" if isinstance(name, str) and name else "",
+        default if isinstance(default, str) else "",
+    )
+
+
+def node_profile(node: NodeFacts, cluster: ClusterFacts) -> Profile:
+    configmap, config_default = device_plugin_configmap(cluster)
+    label = node.labels.get(DEVICE_PLUGIN_CONFIG_LABEL)
+    data = cluster.configmaps.get(configmap) if configmap else None
+    if data is None:
+        replicas_label = node.labels.get(GPU_REPLICAS_LABEL, "")
+        replicas = int(replicas_label) if replicas_label.isdigit() else 1
+        return Profile(configmap, label, bool(label), False, replicas, False, False)
+    key = label or fallback_key(config_default, list(data))
+    if key is None:
+        return Profile(configmap, None, False, False, 1, False, True)
+    if key not in data:
+        return Profile(configmap, key, bool(label), True, 1, False, True)
+    replicas, renamed = _sharing(load_profile(data[key]))
+    return Profile(configmap, key, bool(label), False, replicas, renamed, True)
+
+
+def _sharing(document: Any) -> tuple[int, bool]:
+    if not isinstance(document, Mapping):
+        return 1, False
+    slicing = (document.get("sharing") or {}).get("timeSlicing") or {}
+    if not isinstance(slicing, Mapping):
+        return 1, False
+    for resource in slicing.get("resources") or []:
+        if isinstance(resource, Mapping) and resource.get("name") == "nvidia.com/gpu":
+            replicas = resource.get("replicas")
+            return (replicas if isinstance(replicas, int) and replicas > 0 else 1), bool(
+                slicing.get("renameByDefault")
+            )
+    return 1, False
+
+
+def handlers_in(tree: Mapping[str, Any]) -> set[str]:
+    """The runtime handlers a config tree (a dump or the merge model's) defines."""
+    plugins = tree.get("plugins") or {}
+    found: set[str] = set()
+    for plugin_id in CRI_RUNTIME_TABLES:
+        table = plugins.get(plugin_id) if isinstance(plugins, Mapping) else None
+        runtimes = ((table or {}).get("containerd") or {}).get("runtimes") or {}
+        if isinstance(runtimes, Mapping):
+            found.update(str(k) for k in runtimes)
+    return found
+
+
+def file_handlers(node: NodeFacts, path: str) -> set[str]:
+    """The handlers one of the node's files defines (empty when it does not parse)."""
+    try:
+        return handlers_in(parse_toml(path, node.config_files.files[path]))
+    except (ContainerdConfigError, KeyError):
+        return set()
+
+
+def modelled_handlers(node: NodeFacts) -> set[str] | None:
+    """The handlers the node's files give on its containerd version; None: they do not load."""
+    try:
+        return handlers_in(merge_files(node.config_files, node.containerd).tree)
+    except ContainerdConfigError:
+        return None

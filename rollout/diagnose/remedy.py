@@ -1,0 +1,211 @@
+"""`diagnose --fix`: a remediation plan.yaml for the findings rollout can repair.
+
+- shadowing: a containerd change (`default_runtime` as the shadowed file set it): the
+  planner's repair rewrites the shadowing file to carry the whole table, so the lost
+  handlers come back, and `rollout plan` shows exactly that;
+- a device-plugin profile label naming a missing key: a time-slicing change that puts the
+  key into the ConfigMap, with the replicas the node last ran (GFD's label) or the only
+  sharing profile the ConfigMap holds.
+
+Everything else needs a person, and says why. A plan carries one target list for all its
+changes, so one plan repairs one kind: the other kind is left for the next `--fix`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from rollout.containerd import ContainerdConfigError
+from rollout.containerd.files import parse_toml
+from rollout.diagnose.finding import Finding, Severity
+from rollout.diagnose.readings import GPU_REPLICAS_LABEL, node_profile
+from rollout.diagnose.tree import Diagnosis
+from rollout.facts import FleetFacts, NodeFacts
+from rollout.steps.profile_changes import load_profile
+
+FIX_PLAN_NAME = "diagnose-fix"
+DEFAULT_RUNTIME = "runc"
+
+MANUAL_REASONS: Mapping[str, str] = {
+    "advertising.unhealthy-devices": "hardware: act on the Xid (reset the GPU, restart the node "
+    "or follow NVIDIA's workflow)",
+    "operator.upgrade-failed": "needs a driver change (relabel the node upgrade-required once "
+    "the cause is fixed); rollout does not apply driver upgrades yet",
+    "operator.driver-library-mismatch": "reload the nvidia kernel module or reboot the node",
+    "runtime.containerd-down": "read containerd's journal and fix its configuration by hand",
+    "runtime.config-invalid": "fix the file named in the evidence by hand",
+    "runtime.handler-missing": "restart the NVIDIA container toolkit so it writes its drop-in "
+    "again",
+    "node.not-ready": "read the kubelet's journal on the node",
+    "node.unreachable": "reach the node over SSH first",
+    "operator.deploy-label-paused": "set the label back to true once the maintenance is over",
+    "pods.requests-without-limits": "change the pod's manifest: set limits",
+    "pods.fractional-request": "change the pod's manifest: whole GPUs",
+    "pods.runtimeclass-missing": "create the RuntimeClass or fix the pod's runtimeClassName",
+}
+
+
+@dataclass(frozen=True)
+class Remedies:
+    """The plan document (None: nothing to repair), what it repairs, and what it leaves."""
+
+    plan: Mapping[str, Any] | None
+    repaired: tuple[Finding, ...]
+    manual: tuple[tuple[Finding, str], ...]
+
+    def to_yaml(self) -> str:
+        header = (
+            "# Written by `rollout diagnose --fix`: review it with `rollout plan`, then apply.\n"
+            + "".join(f"# repairs: {f.node}: {f.check}\n" for f in self.repaired)
+            + "".join(
+                f"# needs a person: {f.node or f.pod}: {f.check}: {why}\n" for f, why in self.manual
+            )
+        )
+        return header + yaml.safe_dump(dict(self.plan or {}), sort_keys=False)
+
+
+def plan_remedies(diagnosis: Diagnosis, fleet: FleetFacts) -> Remedies:
+    """The remediation plan for the diagnosis' repairable findings."""
+    problems = [f for f in diagnosis.findings if f.severity is not Severity.INFO]
+    shadowed = [f for f in problems if f.check == "runtime.shadowing"]
+    profiles = [f for f in problems if f.check == "operator.profile-label-missing-key"]
+    manual: list[tuple[Finding, str]] = []
+    plan: dict[str, Any] | None = None
+    repaired: list[Finding] = []
+    if shadowed:
+        plan, repaired, left = _containerd_repair(shadowed, fleet)
+        manual += left
+        # the handlers a shadowing drop-in threw away come back with the repaired table
+        fixed_nodes = {f.node for f in repaired}
+        repaired += [
+            f for f in problems if f.check == "runtime.handler-missing" and f.node in fixed_nodes
+        ]
+        manual += [
+            (f, "run `rollout diagnose --fix` again once the repair is applied") for f in profiles
+        ]
+    elif profiles:
+        plan, repaired, left = _profile_repair(profiles, fleet)
+        manual += left
+    done = {id(f) for f in repaired} | {id(f) for f, _ in manual}
+    manual += [
+        (f, MANUAL_REASONS.get(f.check, "needs a person: read the evidence"))
+        for f in problems
+        if id(f) not in done and f.severity is Severity.ERROR
+    ]
+    return Remedies(plan, tuple(repaired), tuple(manual))
+
+
+def _plan(nodes: list[str], change: Mapping[str, Any], what: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "rollout/v1",
+        "kind": "Plan",
+        "metadata": {"name": FIX_PLAN_NAME, "description": what},
+        "targets": {"nodes": sorted(nodes)},
+        "changes": [dict(change)],
+        "policy": {"waves": [1], "max_unavailable": 1},
+    }
+
+
+def _containerd_repair(
+    findings: list[Finding], fleet: FleetFacts
+) -> tuple[dict[str, Any] | None, list[Finding], list[tuple[Finding, str]]]:
+    runtimes = {f.node: _shadowed_default_runtime(fleet.by_name(f.node or "")) for f in findings}
+    chosen = max(set(runtimes.values()), key=list(runtimes.values()).count)
+    ok = [f for f in findings if runtimes[f.node] == chosen]
+    left = [
+        (f, f"its default runtime is {runtimes[f.node]}, not {chosen}: run --fix for it alone")
+        for f in findings
+        if runtimes[f.node] != chosen
+    ]
+    nodes = sorted({f.node for f in ok if f.node})
+    plan = _plan(
+        nodes,
+        {"containerd": {"default_runtime": chosen}},
+        "restore the containerd tables a drop-in shadows (the planner's repair)",
+    )
+    return plan, ok, left
+
+
+def _shadowed_default_runtime(node: NodeFacts | None) -> str:
+    """The default runtime the node's files name (the toolkit's drop-in first), else runc."""
+    if node is None:
+        return DEFAULT_RUNTIME
+    for path, text in reversed(list(node.config_files.files.items())):
+        if not path.endswith(".toml"):
+            continue
+        try:
+            plugins = parse_toml(path, text).get("plugins") or {}
+        except ContainerdConfigError:  # a file that does not parse names nothing
+            continue
+        for table in plugins.values():
+            name = ((table or {}).get("containerd") or {}).get("default_runtime_name")
+            if isinstance(name, str) and name:
+                return name
+    return DEFAULT_RUNTIME
+
+
+def _profile_repair(
+    findings: list[Finding], fleet: FleetFacts
+) -> tuple[dict[str, Any] | None, list[Finding], list[tuple[Finding, str]]]:
+    wanted: dict[tuple[str, str, int], list[Finding]] = {}
+    left: list[tuple[Finding, str]] = []
+    for finding in findings:
+        node = fleet.by_name(finding.node or "")
+        if node is None:
+            continue
+        profile = node_profile(node, fleet.cluster)
+        replicas = _replicas_for(node, fleet.cluster.configmaps.get(profile.configmap, {}))
+        if replicas is None or profile.key is None or not profile.labelled:
+            left.append(
+                (finding, "rollout cannot tell which profile was meant: fix the label by hand")
+            )
+            continue
+        wanted.setdefault((profile.configmap, profile.key, replicas), []).append(finding)
+    if not wanted:
+        return None, [], left
+    (configmap, key, replicas), ok = max(wanted.items(), key=lambda kv: len(kv[1]))
+    left += [
+        (f, "another profile: run `rollout diagnose --fix` again once this one is applied")
+        for group, fs in wanted.items()
+        if group != (configmap, key, replicas)
+        for f in fs
+    ]
+    namespace, _, name = configmap.partition("/")
+    change = {
+        "time-slicing": {
+            "configmap": {"namespace": namespace, "name": name},
+            "profile": key,
+            "config": {
+                "version": "v1",
+                "sharing": {
+                    "timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": replicas}]}
+                },
+            },
+        }
+    }
+    nodes = sorted({f.node for f in ok if f.node})
+    return _plan(nodes, change, f"put the missing profile {key!r} into {configmap}"), ok, left
+
+
+def _replicas_for(node: NodeFacts, data: Mapping[str, str]) -> int | None:
+    """The replicas the node last ran (GFD), else those of the only sharing profile."""
+    label = node.labels.get(GPU_REPLICAS_LABEL, "")
+    if label.isdigit() and 2 <= int(label) <= 64:
+        return int(label)
+    found = set()
+    for text in data.values():
+        document = load_profile(text)
+        if not isinstance(document, Mapping):
+            continue
+        for resource in ((document.get("sharing") or {}).get("timeSlicing") or {}).get(
+            "resources"
+        ) or []:
+            if isinstance(resource, Mapping) and resource.get("name") == "nvidia.com/gpu":
+                replicas = resource.get("replicas")
+                if isinstance(replicas, int) and 2 <= replicas <= 64:
+                    found.add(replicas)
+    return found.pop() if len(found) == 1 else None

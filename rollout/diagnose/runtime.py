@@ -1,0 +1,227 @@
+"""Runtime: what containerd loads on the node, against what the GPU Operator's pods need.
+
+The handlers come from the node's own `containerd config dump` of its files (what the next
+start loads) or, in recorded facts without a dump, from the merge model of its version.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from rollout.containerd import ContainerdConfigError, ShadowKind, find_shadowing, merge_files
+from rollout.containerd.diff import format_path
+from rollout.diagnose.finding import Branch, Finding, Severity
+from rollout.diagnose.readings import file_handlers, handlers_in, is_gpu_node, modelled_handlers, q
+from rollout.facts import ClusterFacts, NodeFacts
+from rollout.facts.containerd import CONTAINERD_DIR
+
+# the GPU Operator's RuntimeClass, assumed when the facts hold no RuntimeClasses
+OPERATOR_HANDLER = "nvidia"
+_SHOWN = 6
+
+
+def check_runtime(node: NodeFacts, cluster: ClusterFacts) -> list[Finding]:
+    """Every runtime finding of one node."""
+    findings: list[Finding] = []
+    config_error = _config_error(node)
+    service = node.service
+    if service is not None and not service.running:
+        evidence = [f"containerd.service: {service.describe()}"]
+        if config_error:
+            evidence.append(config_error)
+        evidence += [f"{what}: {why}" for what, why in node.probe_errors.items() if "dump" in what]
+        findings.append(
+            _error(
+                node,
+                "runtime.containerd-down",
+                f"containerd is not running on {node.name}"
+                + (": its configuration does not load" if config_error else ""),
+                tuple(evidence),
+                f"ssh {q(node.name)} systemctl status containerd; "
+                f"ssh {q(node.name)} journalctl -u containerd -n 50",
+            )
+        )
+    elif config_error:
+        findings.append(
+            _error(
+                node,
+                "runtime.config-invalid",
+                f"containerd on {node.name} will not start again: its configuration does not load",
+                (config_error,),
+                f"ssh {q(node.name)} containerd config dump",
+            )
+        )
+    if config_error:
+        return findings
+    findings += _shadowing(node)
+    if is_gpu_node(node):
+        findings += _handlers(node, cluster)
+    findings += _changed_since_start(node)
+    findings += _not_loaded(node)
+    return findings
+
+
+def _config_error(node: NodeFacts) -> str:
+    try:
+        merge_files(node.config_files, node.containerd)
+    except ContainerdConfigError as exc:
+        where = exc.path or node.config_files.main_path
+        return f"{where}" + (f":{exc.line}" if exc.line else "") + f": {exc.detail}"
+    return ""
+
+
+def _header_line(node: NodeFacts, path: str, plugin_id: str) -> str:
+    text = node.config_files.files.get(path, "")
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.strip().startswith("[plugins") and plugin_id in line:
+            return f"{path}:{number}: {line.strip()}"
+    return path
+
+
+def _shadowing(node: NodeFacts) -> list[Finding]:
+    findings = []
+    for s in find_shadowing(node.config_files, node.containerd):
+        handlers = [format_path(p) for p in s.lost if p[:2] == ("containerd", "runtimes")]
+        evidence = (
+            _header_line(node, s.shadowing_file, s.plugin_id),
+            f"containerd {node.containerd.series}: {s.describe()}",
+        )
+        command = f"ssh {q(node.name)} containerd config dump | grep -A2 'runtimes\\.'"
+        if s.kind is ShadowKind.TABLE_REPLACED and handlers:
+            findings.append(
+                _error(
+                    node,
+                    "runtime.shadowing",
+                    f"{s.shadowing_file} replaces the whole CRI table of {s.shadowed_file} on "
+                    f"containerd {node.containerd.series}: runtime handlers "
+                    f"{', '.join(h.rsplit('.', 1)[-1] for h in handlers)} are lost",
+                    evidence,
+                    command,
+                )
+            )
+        else:
+            findings.append(
+                Finding(
+                    node.name,
+                    None,
+                    Branch.RUNTIME,
+                    "runtime.shadowing-settings",
+                    f"{s.shadowing_file} hides settings of {s.shadowed_file} "
+                    f"({len(s.lost)} key(s)); no runtime handler is lost",
+                    evidence,
+                    command,
+                    Severity.WARNING,
+                )
+            )
+    return findings
+
+
+def _handlers(node: NodeFacts, cluster: ClusterFacts) -> list[Finding]:
+    toolkit = {
+        h
+        for path in node.config_files.files
+        if path != node.config_files.main_path
+        for h in file_handlers(node, path)
+        if h.startswith("nvidia")
+    }
+    classes = (
+        {OPERATOR_HANDLER}
+        if cluster.runtime_classes is None
+        else set(cluster.runtime_classes.values())
+    )
+    expected = toolkit | (classes & ({OPERATOR_HANDLER} | toolkit))
+    from_dump = bool(node.effective_config)
+    loaded = handlers_in(node.effective_config) if from_dump else modelled_handlers(node) or set()
+    missing = sorted(expected - loaded)
+    if not missing:
+        return []
+    source = "the node's containerd config dump" if from_dump else "the merge model of its files"
+    why = (
+        "no file under /etc/containerd defines them (the toolkit's drop-in is gone)"
+        if not toolkit
+        else "a file defines them, but containerd does not load them"
+    )
+    return [
+        _error(
+            node,
+            "runtime.handler-missing",
+            f"containerd on {node.name} has no runtime handler {', '.join(missing)}: pods with "
+            f"runtimeClassName {missing[0]} (the GPU Operator's operands) cannot start; {why}",
+            (
+                f"handlers loaded ({source}): {', '.join(sorted(loaded)) or 'none'}",
+                f"handlers the toolkit drop-in defines: {', '.join(sorted(toolkit)) or 'none'}",
+                "RuntimeClass handlers: "
+                + (
+                    "not read (the GPU Operator's nvidia assumed)"
+                    if cluster.runtime_classes is None
+                    else ", ".join(sorted(classes)) or "none"
+                ),
+            ),
+            f"ssh {q(node.name)} containerd config dump | grep -c runtimes.nvidia",
+        )
+    ]
+
+
+def _changed_since_start(node: NodeFacts) -> list[Finding]:
+    service = node.service
+    if service is None or service.active_enter_at is None or not node.config_mtimes:
+        return []
+    started = service.active_enter_at
+    changed = [
+        (path, datetime.fromtimestamp(mtime, UTC))
+        for path, mtime in node.config_mtimes.items()
+        if datetime.fromtimestamp(mtime, UTC) > started
+    ]
+    if not changed:
+        return []
+    return [
+        Finding(
+            node.name,
+            None,
+            Branch.RUNTIME,
+            "runtime.files-changed",
+            f"{len(changed)} file(s) under {CONTAINERD_DIR} changed since containerd started on "
+            f"{node.name}: the next restart loads them",
+            (
+                f"containerd started {started.isoformat()}",
+                *(f"{path} changed {when.isoformat()}" for path, when in changed[:_SHOWN]),
+            ),
+            f"ssh {q(node.name)} systemctl show containerd -p ActiveEnterTimestamp; "
+            f"ssh {q(node.name)} ls -l --time-style=full-iso {CONTAINERD_DIR}",
+            Severity.WARNING,
+        )
+    ]
+
+
+def _not_loaded(node: NodeFacts) -> list[Finding]:
+    merged = merge_files(node.config_files, node.containerd)
+    unloaded = [
+        path
+        for path in node.config_files.files
+        if path.endswith(".toml")
+        and path not in merged.load_order
+        and "/certs.d/" not in path
+        and path != node.config_files.main_path
+    ]
+    if not unloaded:
+        return []
+    return [
+        Finding(
+            node.name,
+            None,
+            Branch.RUNTIME,
+            "runtime.dropin-not-loaded",
+            f"containerd {node.containerd.series} on {node.name} does not load "
+            f"{', '.join(unloaded[:_SHOWN])}: no import of {node.config_files.main_path} "
+            "matches it on this version",
+            (f"load order: {', '.join(merged.load_order)}", *merged.warnings),
+            f"ssh {q(node.name)} containerd config dump | grep -A3 imports",
+            Severity.WARNING,
+        )
+    ]
+
+
+def _error(
+    node: NodeFacts, check: str, cause: str, evidence: tuple[str, ...], command: str
+) -> Finding:
+    return Finding(node.name, None, Branch.RUNTIME, check, cause, evidence, command, Severity.ERROR)

@@ -1,0 +1,215 @@
+"""The pod facts diagnose reads: GPU requests and limits, RuntimeClass, where it may run.
+
+Parsed from a pod as the API returns it (recorded facts hold the manifests), or taken from
+the transport's `Pod` when only that was read (`spec_known` is then false: requests,
+limits, RuntimeClass, selectors and tolerations were not read and are not judged).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from rollout.transports.kube import Pod
+
+GPU_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
+
+
+@dataclass(frozen=True)
+class ContainerGpus:
+    """One container's GPU resources: resource name -> quantity text, as written."""
+
+    name: str
+    requests: Mapping[str, str] = field(default_factory=dict)
+    limits: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Toleration:
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+    def tolerates(self, key: str, value: str, effect: str) -> bool:
+        """Kubernetes' rule: an empty key with Exists tolerates everything."""
+        if self.effect and self.effect != effect:
+            return False
+        if not self.key:
+            return self.operator == "Exists"
+        if self.key != key:
+            return False
+        return self.operator == "Exists" or self.value == value
+
+
+@dataclass(frozen=True)
+class PodFacts:
+    namespace: str
+    name: str
+    node_name: str | None = None
+    phase: str = "Pending"
+    spec_known: bool = True
+    runtime_class: str | None = None
+    containers: tuple[ContainerGpus, ...] = ()
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Toleration, ...] = ()
+    # the PodScheduled=False message (`0/4 nodes are available: 4 Insufficient nvidia.com/gpu.`)
+    unschedulable_message: str = ""
+    container_reasons: tuple[str, ...] = ()
+    # whole GPUs asked for (limits, else requests), summed over containers; from the transport
+    gpu_request: int = 0
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def gpu_resources(self) -> dict[str, str]:
+        """Each GPU resource the pod asks for -> the summed quantity text (limits else requests)."""
+        total: dict[str, float] = {}
+        for container in self.containers:
+            for resource, quantity in {**container.requests, **container.limits}.items():
+                total[resource] = total.get(resource, 0.0) + quantity_value(quantity)
+        return {k: _format(v) for k, v in total.items()}
+
+    @property
+    def wants_gpu(self) -> bool:
+        return self.gpu_request > 0 or bool(self.gpu_resources)
+
+    def to_manifest(self) -> dict[str, Any]:
+        """The parts of a pod manifest that parse_pod_manifest reads (for `facts record`)."""
+        spec: dict[str, Any] = {
+            "containers": [
+                {
+                    "name": c.name,
+                    "resources": {
+                        k: dict(v) for k, v in (("requests", c.requests), ("limits", c.limits)) if v
+                    },
+                }
+                for c in self.containers
+            ]
+        }
+        if self.node_name:
+            spec["nodeName"] = self.node_name
+        if self.runtime_class:
+            spec["runtimeClassName"] = self.runtime_class
+        if self.node_selector:
+            spec["nodeSelector"] = dict(self.node_selector)
+        if self.tolerations:
+            spec["tolerations"] = [
+                {k: v for k, v in vars(t).items() if v} for t in self.tolerations
+            ]
+        status: dict[str, Any] = {"phase": self.phase}
+        if self.unschedulable_message:
+            status["conditions"] = [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": self.unschedulable_message,
+                }
+            ]
+        return {
+            "metadata": {"namespace": self.namespace, "name": self.name},
+            "spec": spec,
+            "status": status,
+        }
+
+
+def parse_pod_manifest(obj: Mapping[str, Any]) -> PodFacts:
+    """A pod as the API returns it (or as recorded) -> PodFacts; missing parts are empty."""
+    meta = _mapping(obj.get("metadata"))
+    spec = _mapping(obj.get("spec"))
+    status = _mapping(obj.get("status"))
+    containers = tuple(
+        ContainerGpus(
+            name=str(_mapping(c).get("name", "")),
+            requests=_gpu_map(_mapping(_mapping(c).get("resources")).get("requests")),
+            limits=_gpu_map(_mapping(_mapping(c).get("resources")).get("limits")),
+        )
+        for c in _list(spec.get("containers"))
+    )
+    message = next(
+        (
+            str(_mapping(c).get("message", ""))
+            for c in _list(status.get("conditions"))
+            if _mapping(c).get("type") == "PodScheduled" and _mapping(c).get("status") == "False"
+        ),
+        "",
+    )
+    reasons = tuple(
+        str(_mapping(state).get("reason"))
+        for cs in _list(status.get("containerStatuses"))
+        for state in _mapping(_mapping(cs).get("state")).values()
+        if _mapping(state).get("reason")
+    )
+    pod = PodFacts(
+        namespace=str(meta.get("namespace", "default")),
+        name=str(meta.get("name", "")),
+        node_name=str(spec["nodeName"]) if spec.get("nodeName") else None,
+        phase=str(status.get("phase", "Pending")),
+        runtime_class=str(spec["runtimeClassName"]) if spec.get("runtimeClassName") else None,
+        containers=containers,
+        node_selector={str(k): str(v) for k, v in _mapping(spec.get("nodeSelector")).items()},
+        tolerations=tuple(
+            Toleration(
+                key=str(_mapping(t).get("key", "") or ""),
+                operator=str(_mapping(t).get("operator", "Equal") or "Equal"),
+                value=str(_mapping(t).get("value", "") or ""),
+                effect=str(_mapping(t).get("effect", "") or ""),
+            )
+            for t in _list(spec.get("tolerations"))
+        ),
+        unschedulable_message=message,
+        container_reasons=reasons,
+    )
+    whole = sum(
+        int(quantity_value(v)) for k, v in pod.gpu_resources.items() if k == "nvidia.com/gpu"
+    )
+    return replace(pod, gpu_request=whole)
+
+
+def pod_facts_from(pod: Pod) -> PodFacts:
+    """What the transport's Pod tells: where it runs, its phase, its whole GPUs; no spec."""
+    return PodFacts(
+        namespace=pod.namespace,
+        name=pod.name,
+        node_name=pod.node_name,
+        phase=pod.phase,
+        spec_known=False,
+        unschedulable_message=pod.message if pod.reason == "Unschedulable" else "",
+        container_reasons=pod.container_reasons,
+        gpu_request=pod.gpu_request,
+    )
+
+
+def is_gpu_resource(name: str) -> bool:
+    return name.startswith(GPU_PREFIXES)
+
+
+def quantity_value(text: str) -> float:
+    """A Kubernetes quantity (`1`, `0.5`, `500m`) -> a number; unreadable -> 0."""
+    text = text.strip()
+    try:
+        if text.endswith("m"):
+            return float(text[:-1]) / 1000
+        return float(text)
+    except ValueError:
+        return 0.0
+
+
+def _format(value: float) -> str:
+    return str(int(value)) if value == int(value) else str(value)
+
+
+def _gpu_map(value: Any) -> dict[str, str]:
+    return {str(k): str(v) for k, v in _mapping(value).items() if is_gpu_resource(str(k))}
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
