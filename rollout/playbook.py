@@ -9,10 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from rollout.errors import InputError, SourceLocation
 from rollout.steps import step_kinds
+from rollout.yamlsource import SourceDocument
 
 
 class Phase(enum.Enum):
@@ -49,18 +48,18 @@ def playbooks_dir() -> Path:
 
 def load_playbook(path: Path) -> Playbook:
     """Read and check one playbook file."""
-    location = SourceLocation(str(path))
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise InputError(location, f"cannot read playbook: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        raise InputError(location, f"not valid YAML: {exc}") from exc
+    document = SourceDocument.from_path(path)
+    raw = document.data
     if not isinstance(raw, Mapping):
-        raise InputError(location, "a playbook is a mapping with kind, description and steps")
-    steps = tuple(_parse_step(location, i, item) for i, item in enumerate(raw.get("steps") or []))
+        raise InputError(
+            document.location_of(()), "a playbook is a mapping with kind, description and steps"
+        )
+    steps = tuple(
+        _parse_step(document.location_of(("steps", i)), i, item)
+        for i, item in enumerate(raw.get("steps") or [])
+    )
     if not steps:
-        raise InputError(location, "no steps", field="steps")
+        raise InputError(document.location_of(("steps",)), "no steps", field="steps")
     return Playbook(
         kind=str(raw.get("kind") or path.stem),
         description=str(raw.get("description") or ""),
