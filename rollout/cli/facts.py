@@ -1,0 +1,57 @@
+"""`rollout facts record`: probe a cluster once, write its facts for review elsewhere."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rollout.cli.plan import add_fleet_arguments, connect_fleet
+from rollout.cli.render import show_controls
+from rollout.errors import BadInput, ExitCode
+from rollout.facts.live import gather_diagnosis_facts
+from rollout.facts.recording import record_fleet
+
+HELP = """\
+Probe every node of the inventory over SSH and the cluster through the Kubernetes API, and
+write the facts in the layout `rollout plan --facts` and `rollout diagnose --facts` read:
+DIR/<node>/node.yaml, DIR/<node>/files/etc/containerd/..., DIR/cluster.yaml. Registry
+credentials are redacted before they are written.
+"""
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser("facts", help="record facts for offline plan and diagnose")
+    verbs = parser.add_subparsers(dest="facts_command", metavar="VERB")
+    record = verbs.add_parser(
+        "record",
+        help="probe the cluster and write its facts into DIR",
+        description=HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    record.add_argument("directory", metavar="DIR", type=Path, help="a new, empty directory")
+    add_fleet_arguments(record)
+    record.set_defaults(func=run_record)
+
+
+def run_record(args: argparse.Namespace) -> int:
+    if args.inventory is None:
+        raise BadInput("facts record probes the nodes: pass --inventory FILE (and --kubeconfig)")
+    if args.directory.exists() and not args.directory.is_dir():
+        raise BadInput(f"{args.directory}: exists and is not a directory")
+    with connect_fleet(args) as connection:
+        fleet, unreachable = gather_diagnosis_facts(
+            connection.runners,
+            connection.kube,
+            max_parallel=args.parallel,
+            source=str(args.inventory),
+        )
+    for name, why in unreachable.items():
+        print(f"not recorded: {show_controls(name)}: {show_controls(why)}", file=sys.stderr)
+    written = record_fleet(fleet, args.directory)
+    print(
+        f"recorded {len(fleet.nodes)} node(s), {len(written)} file(s) into "
+        f"{show_controls(str(args.directory))}",
+        file=sys.stderr,
+    )
+    return ExitCode.FAILED if unreachable else ExitCode.OK

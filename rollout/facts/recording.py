@@ -1,0 +1,126 @@
+"""`rollout facts record`: write facts in the layout rollout.facts.recorded reads.
+
+What is written is exactly what `plan --facts` and `diagnose --facts` read back: node.yaml
+(the raw texts of the facts whose parsers recorded facts reuse: `containerd --version`,
+`systemctl show`, the kernel log's Xid lines, `nvidia-smi -L` with its exit code), the
+node's files under files/, and cluster.yaml. Secrets are redacted here, before anything
+reaches the disk (rollout.secrets): registry credentials in the CRI config and hosts.toml
+headers become `<redacted>`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rollout.errors import BadInput
+from rollout.facts.model import FleetFacts, NodeFacts
+from rollout.facts.recorded import CLUSTER_FILE, FILES_DIR, NODE_FILE
+from rollout.facts.service import ServiceState
+from rollout.secrets import redact_toml
+
+
+def record_fleet(fleet: FleetFacts, directory: Path) -> list[Path]:
+    """Write every node's facts and the cluster's into `directory`; the files written."""
+    if directory.exists() and any(directory.iterdir()):
+        raise BadInput(f"{directory}: not empty; record into a new directory")
+    directory.mkdir(parents=True, exist_ok=True)
+    os.chmod(directory, 0o700)
+    written: list[Path] = []
+    for node in fleet.nodes:
+        written += _record_node(node, directory / node.name)
+    written.append(_write(directory / CLUSTER_FILE, _cluster_document(fleet)))
+    return written
+
+
+def node_document(node: NodeFacts) -> dict[str, Any]:
+    """node.yaml of one node: what recorded.NodeRecord reads."""
+    doc: dict[str, Any] = {
+        "name": node.name,
+        "containerd_version": node.containerd.raw,
+        "containerd_config": node.config_files.main_path,
+        "labels": dict(node.labels),
+        "annotations": dict(node.annotations),
+        "unschedulable": node.unschedulable,
+        "ready": node.ready,
+        "gpus": {
+            "count": node.gpus.count,
+            "product": node.gpus.product,
+            "driver_version": node.gpus.driver_version,
+            "uuids": list(node.gpus.uuids),
+        },
+        "capacity": dict(node.capacity),
+        "allocatable": dict(node.allocatable),
+        "taints": list(node.taints),
+        "kernel_log": "".join(f"{x.line}\n" for x in node.xids),
+        "config_mtimes": dict(node.config_mtimes),
+    }
+    if node.service is not None:
+        doc["service"] = service_text(node.service)
+    if node.driver_status is not None:
+        status = node.driver_status
+        doc["nvidia_smi"] = "".join(f"{line}\n" for line in status.output) + (
+            f"rollout-exit={status.exit_code}\n"
+        )
+    return doc
+
+
+def service_text(state: ServiceState) -> str:
+    """`systemctl show` text that parse_service_show reads back as `state`."""
+    since = (
+        state.active_enter_at.strftime("%a %Y-%m-%d %H:%M:%S.%f UTC")
+        if state.active_enter_at
+        else "n/a"
+    )
+    return (
+        f"MainPID={state.main_pid}\nActiveState={state.active_state}\n"
+        f"SubState={state.sub_state}\nNRestarts="
+        f"{'' if state.n_restarts is None else state.n_restarts}\n"
+        f"ActiveEnterTimestamp={since}\nInvocationID={state.invocation_id}\n"
+    )
+
+
+def _record_node(node: NodeFacts, node_dir: Path) -> list[Path]:
+    written = [_write(node_dir / NODE_FILE, node_document(node))]
+    for path, text in node.config_files.files.items():
+        local = node_dir / FILES_DIR / path.lstrip("/")
+        if not local.resolve().is_relative_to((node_dir / FILES_DIR).resolve()):
+            raise BadInput(f"{node.name}: a file path leaves the node's directory: {path!r}")
+        local.parent.mkdir(parents=True, exist_ok=True)
+        body = redact_toml(text) if path.endswith(".toml") else text
+        local.write_text(body, encoding="utf-8")
+        written.append(local)
+    return written
+
+
+def _cluster_document(fleet: FleetFacts) -> dict[str, Any]:
+    cluster = fleet.cluster
+    doc: dict[str, Any] = {
+        "configmaps": {k: dict(v) for k, v in cluster.configmaps.items()},
+        "cluster_policy": _plain(cluster.cluster_policy),
+        "pods": [p.to_manifest() for p in cluster.pods],
+        "pod_events": {k: list(v) for k, v in cluster.pod_events.items()},
+    }
+    if cluster.runtime_classes is not None:
+        doc["runtime_classes"] = dict(cluster.runtime_classes)
+    return doc
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _write(path: Path, document: Mapping[str, Any]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        yaml.safe_dump(dict(document), sort_keys=False, allow_unicode=True), encoding="utf-8"
+    )
+    return path

@@ -1,0 +1,162 @@
+"""`rollout diagnose` and `rollout facts`: exit codes, every output format, --fix, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rollout.cli import main
+from rollout.spec import load_spec
+from tests.unit.diagnose_facts import EXAMPLES, build_facts, load_cases
+
+DEFAULTS, _ = load_cases()
+FINDING_KEYS = {"node", "pod", "branch", "check", "cause", "evidence", "command", "severity"}
+
+
+@pytest.fixture
+def healthy(tmp_path: Path) -> Path:
+    build_facts(tmp_path / "healthy", all_nodes=DEFAULTS["all_nodes"], cluster=DEFAULTS["cluster"])
+    return tmp_path / "healthy"
+
+
+def run(capsys: pytest.CaptureFixture[str], *words: str) -> tuple[int, str, str]:
+    code = main(["diagnose", *words])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("output", ["text", "markdown", "json"])
+def test_healthy_exits_0_in_every_format(
+    healthy: Path, output: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(capsys, "--facts", str(healthy), "--output", output)
+    assert code == 0
+    if output == "json":
+        assert json.loads(out) == {
+            "healthy": True,
+            "nodes": ["gpu-a-1", "gpu-a-2", "gpu-a-3", "gpu-b-1"],
+            "findings": json.loads(out)["findings"],
+        }
+        assert {f["severity"] for f in json.loads(out)["findings"]} <= {"info"}
+    else:
+        assert "healthy" in out
+
+
+@pytest.mark.parametrize("output", ["text", "markdown", "json"])
+def test_broken_node_exits_1_naming_the_cause(
+    output: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(capsys, "--facts", str(EXAMPLES), "--output", output)
+    assert code == 1
+    assert "runtime.shadowing" in out and "gpu-a-3" in out
+    if output == "json":
+        data = json.loads(out)
+        assert data["healthy"] is False
+        assert data["findings"][0]["check"] == "runtime.shadowing"
+        for finding in data["findings"]:
+            assert set(finding) == FINDING_KEYS
+            assert isinstance(finding["evidence"], list)
+            assert finding["severity"] in ("error", "warning", "info")
+            assert finding["branch"] in ("advertising", "runtime", "operator", "pods")
+
+
+def test_healthy_neighbours_exit_0(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "gpu-a-1", "gpu-b-1", "--facts", str(EXAMPLES), "-o", "json")
+    assert code == 0
+    assert json.loads(out)["nodes"] == ["gpu-a-1", "gpu-b-1"]
+
+
+@pytest.mark.parametrize(
+    ("words", "message"),
+    [
+        ([], "where do the facts come from"),
+        (["--facts", "nowhere"], "facts directory not found"),
+        (["gpu-zz", "--facts", str(EXAMPLES)], "no facts for node"),
+        (["--pod", "no-slash", "--facts", str(EXAMPLES)], "NAMESPACE/NAME"),
+        (["--pod", "ml/none", "--facts", str(EXAMPLES)], "no pod ml/none"),
+        (["--facts", str(EXAMPLES), "-i", "inv.yaml"], "pass one"),
+        (["--facts", str(EXAMPLES), "--output", "xml"], "invalid choice"),
+    ],
+)
+def test_bad_input_exits_2(
+    words: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(capsys, *words)
+    assert code == 2
+    assert message in err
+
+
+def test_text_escapes_hostile_values(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    build_facts(
+        tmp_path / "f",
+        all_nodes=DEFAULTS["all_nodes"],
+        node="gpu-a-1",
+        node_yaml={"labels": {"nvidia.com/device-plugin.config": "[bold]x\x1b"}},
+        cluster={
+            "runtime_classes": {"nvidia": "nvidia"},
+            "cluster_policy": {"devicePlugin": {"config": {"name": "ts"}}},
+            "configmaps": {"gpu-operator/ts": {"default": "version: v1\n"}},
+        },
+    )
+    code, out, _ = run(capsys, "--facts", str(tmp_path / "f"), "--color", "never")
+    assert code == 1
+    assert "[bold]x\\x1b" in out and "\x1b" not in out
+
+
+def test_fix_writes_a_plan_that_rollout_plan_loads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fix = tmp_path / "fix.yaml"
+    code, _, err = run(capsys, "--facts", str(EXAMPLES), "--fix", str(fix), "-o", "json")
+    assert code == 1
+    assert "wrote" in err
+    spec = load_spec(fix)
+    assert spec.targets.nodes == ("gpu-a-3",) or list(spec.targets.nodes) == ["gpu-a-3"]
+    assert main(["plan", str(fix), "--facts", str(EXAMPLES)]) == 0
+    out, _ = capsys.readouterr()
+    assert "repair:" in out and "runtime handlers nvidia" in out
+
+
+def test_fix_profile_label_missing_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    facts = tmp_path / "f"
+    build_facts(
+        facts,
+        all_nodes=DEFAULTS["all_nodes"],
+        node="gpu-a-2",
+        node_yaml={
+            "labels": {"nvidia.com/device-plugin.config": "ts-8", "nvidia.com/gpu.replicas": "8"}
+        },
+        cluster={
+            "runtime_classes": {"nvidia": "nvidia"},
+            "cluster_policy": {"devicePlugin": {"config": {"name": "time-slicing-config"}}},
+            "configmaps": {"gpu-operator/time-slicing-config": {"default": "version: v1\n"}},
+        },
+    )
+    fix = tmp_path / "fix.yaml"
+    assert run(capsys, "--facts", str(facts), "--fix", str(fix))[0] == 1
+    change = yaml.safe_load(fix.read_text())["changes"][0]["time-slicing"]
+    assert change["profile"] == "ts-8"
+    assert change["config"]["sharing"]["timeSlicing"]["resources"] == [
+        {"name": "nvidia.com/gpu", "replicas": 8}
+    ]
+    assert main(["plan", str(fix), "--facts", str(facts)]) == 0
+
+
+def test_fix_leaves_what_needs_a_person(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    facts = tmp_path / "f"
+    build_facts(
+        facts,
+        all_nodes=DEFAULTS["all_nodes"],
+        node="gpu-b-1",
+        node_yaml={"labels": {"nvidia.com/gpu-driver-upgrade-state": "upgrade-failed"}},
+        cluster=DEFAULTS["cluster"],
+    )
+    fix = tmp_path / "fix.yaml"
+    code, _, err = run(capsys, "--facts", str(facts), "--fix", str(fix))
+    assert code == 1
+    assert not fix.exists()
+    assert "needs a person: gpu-b-1: operator.upgrade-failed: needs a driver change" in err
+    assert "nothing rollout can repair" in err
