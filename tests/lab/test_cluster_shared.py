@@ -47,6 +47,20 @@ def require_lab_prerequisites() -> None:
         require("the lab cannot run here: " + "; ".join(str(m) for m in missing))
 
 
+def lab_options(
+    lab_dir: Path, containerd: tuple[str, ...], gpus: int, address_prefix: str
+) -> LabOptions:
+    """A test lab: a node per containerd series, on its own addresses and a free API port."""
+    return LabOptions(
+        lab_dir=lab_dir,
+        nodes=len(containerd),
+        containerd=containerd,
+        gpus=gpus,
+        address_prefix=address_prefix,
+        api_port=0,
+    )
+
+
 def shared_lab(request: pytest.FixtureRequest) -> Lab:
     """The session's lab: brought up on first use, taken down at the end of the run."""
     require_lab_prerequisites()
@@ -57,16 +71,10 @@ def shared_lab(request: pytest.FixtureRequest) -> Lab:
         return lab
     base = request.getfixturevalue("tmp_path_factory").mktemp("lab")
     lab_dir = Path(os.environ.get("ROLLOUT_TEST_LAB_DIR") or base / "lab")
-    options = LabOptions(
-        lab_dir=lab_dir,
-        nodes=len(TEST_SERIES),
-        containerd=TEST_SERIES,
-        gpus=TEST_GPUS,
-        address_prefix=TEST_ADDRESS_PREFIX,
-        api_port=0,
-    )
     try:
-        lab = bring_up_lab(options, progress=_progress)
+        lab = bring_up_lab(
+            lab_options(lab_dir, TEST_SERIES, TEST_GPUS, TEST_ADDRESS_PREFIX), progress=_progress
+        )
     except Exception as exc:
         _state["error"] = exc
         raise
@@ -81,15 +89,7 @@ def own_lab(lab_dir: Path, containerd: tuple[str, ...], gpus: int) -> Iterator[L
     missing = find_missing()
     if missing or not controlplane_available():
         require("the lab cannot run here: " + "; ".join(str(m) for m in missing))
-    options = LabOptions(
-        lab_dir=lab_dir,
-        nodes=len(containerd),
-        containerd=containerd,
-        gpus=gpus,
-        address_prefix=OWN_ADDRESS_PREFIX,
-        api_port=0,
-        device_plugin_grace_s=300,
-    )
+    options = lab_options(lab_dir, containerd, gpus, OWN_ADDRESS_PREFIX)
     built = bring_up_lab(options, progress=lambda _: None)
     try:
         yield built
