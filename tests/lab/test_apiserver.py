@@ -15,6 +15,8 @@ from kubernetes import client, watch
 from kubernetes.client import ApiException
 
 from rollout.lab.apiserver import ApiServer, Registry
+from rollout.lab.apiserver.authentication import Authenticator
+from rollout.lab.apiserver.rbac import ANONYMOUS, UserInfo
 from rollout.lab.apiserver.resources import PODS
 from rollout.lab.apiserver.tables import format_age
 
@@ -720,3 +722,169 @@ def test_runtime_class_handler_is_a_dns_label_and_immutable(api: client.ApiClien
         'RuntimeClass.node.k8s.io "nvidia" is invalid: handler: Invalid value: "nvidia-cdi": '
         "field is immutable"
     )
+
+
+# ------------------------------------------------------- authentication, RBAC
+
+RBAC_GROUP = "rbac.authorization.k8s.io"
+
+
+def client_with_token(url: str, token: str) -> client.ApiClient:
+    configuration = client.Configuration(host=url)
+    configuration.api_key = {"authorization": token}
+    configuration.api_key_prefix = {"authorization": "Bearer"}
+    return client.ApiClient(configuration)
+
+
+def bind(api: client.ApiClient, kind: str, role: str, rules: list[dict[str, Any]]) -> None:
+    """Grant the ServiceAccount default/rollout `rules` through a Role or a ClusterRole."""
+    rbac = client.RbacAuthorizationV1Api(api)
+    subject = {"kind": "ServiceAccount", "name": "rollout", "namespace": "default"}
+    ref = {"apiGroup": RBAC_GROUP, "kind": kind, "name": role}
+    if kind == "ClusterRole":
+        rbac.create_cluster_role({"metadata": {"name": role}, "rules": rules})
+        rbac.create_cluster_role_binding(
+            {"metadata": {"name": role}, "roleRef": ref, "subjects": [subject]}
+        )
+    else:
+        rbac.create_namespaced_role("default", {"metadata": {"name": role}, "rules": rules})
+        rbac.create_namespaced_role_binding(
+            "default", {"metadata": {"name": role}, "roleRef": ref, "subjects": [subject]}
+        )
+
+
+def test_the_bootstrap_policy_is_served(api: client.ApiClient) -> None:
+    rbac = client.RbacAuthorizationV1Api(api)
+    admin = rbac.read_cluster_role("cluster-admin")
+    assert admin.rules[0].verbs == ["*"] and admin.rules[1].non_resource_urls == ["*"]
+    binding = rbac.read_cluster_role_binding("cluster-admin")
+    assert [(s.kind, s.name) for s in binding.subjects] == [("Group", "system:masters")]
+
+
+def test_an_unknown_token_is_401(api_url: str) -> None:
+    with (
+        client_with_token(api_url, "not-a-token") as stranger,
+        pytest.raises(ApiException) as refused,
+    ):
+        client.CoreV1Api(stranger).list_node()
+    assert refused.value.status == 401
+    assert status_of(refused.value) == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": "Unauthorized",
+        "reason": "Unauthorized",
+        "code": 401,
+    }
+
+
+def test_anonymous_requests_on_a_real_server_are_forbidden() -> None:
+    with (
+        ApiServer.start(Registry(), authenticator=Authenticator(anonymous=ANONYMOUS)) as server,
+        client.ApiClient(client.Configuration(host=server.url)) as anonymous,
+    ):
+        assert client.VersionApi(anonymous).get_code().git_version.startswith("v1.")
+        with pytest.raises(ApiException) as refused:
+            client.CoreV1Api(anonymous).list_node()
+        assert refused.value.status == 403
+        assert status_of(refused.value)["message"] == (
+            'nodes is forbidden: User "system:anonymous" cannot list resource "nodes" in API '
+            'group "" at the cluster scope'
+        )
+        assert status_of(refused.value)["details"] == {"kind": "nodes"}
+        with pytest.raises(urllib.error.HTTPError) as discovery:
+            get_raw(server.url, "/api")
+        assert json.loads(discovery.value.read())["message"] == (
+            'forbidden: User "system:anonymous" cannot get path "/api"'
+        )
+
+
+def test_a_service_account_token_is_held_to_its_roles(
+    api: client.ApiClient, core: client.CoreV1Api, api_url: str
+) -> None:
+    make_node(core, "n1")
+    make_pod(core, "web-0", {"app": "web"}, node="n1")
+    run_pod(core, "web-0")
+    core.create_namespaced_service_account("default", {"metadata": {"name": "rollout"}})
+    issued = core.create_namespaced_service_account_token(
+        "rollout", "default", {"spec": {"expirationSeconds": 3600}}
+    )
+    user = "system:serviceaccount:default:rollout"
+    with client_with_token(api_url, issued.status.token) as as_rollout:
+        sa_core = client.CoreV1Api(as_rollout)
+        with pytest.raises(ApiException) as refused:
+            sa_core.patch_node("n1", {"spec": {"unschedulable": True}})
+        assert status_of(refused.value)["message"] == (
+            f'nodes "n1" is forbidden: User "{user}" cannot patch resource "nodes" in API '
+            'group "" at the cluster scope'
+        )
+        assert status_of(refused.value)["details"] == {"name": "n1", "kind": "nodes"}
+        bind(
+            api,
+            "ClusterRole",
+            "nodes",
+            [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}],
+        )
+        sa_core.patch_node("n1", {"spec": {"unschedulable": True}})
+        with pytest.raises(ApiException) as listing:
+            sa_core.list_node()
+        assert "cannot list resource" in status_of(listing.value)["message"]
+        with pytest.raises(ApiException) as evicting:
+            evict(sa_core, "web-0")
+        assert status_of(evicting.value)["message"] == (
+            f'pods "web-0" is forbidden: User "{user}" cannot create resource "pods/eviction" '
+            'in API group "" in the namespace "default"'
+        )
+        bind(
+            api,
+            "Role",
+            "evict",
+            [
+                {
+                    "apiGroups": [""],
+                    "resources": ["pods/eviction"],
+                    "verbs": ["create"],
+                    "resourceNames": ["web-0"],
+                }
+            ],
+        )
+        evict(sa_core, "web-0")
+        review = client.AuthorizationV1Api(as_rollout).create_self_subject_access_review(
+            {"spec": {"resourceAttributes": {"verb": "delete", "resource": "nodes"}}}
+        )
+        assert review.status.allowed is False
+        core.delete_namespaced_service_account("rollout", "default")
+        with pytest.raises(ApiException) as gone:
+            sa_core.read_node("n1")
+        assert gone.value.status == 401
+
+
+def test_token_lifetimes_under_ten_minutes_are_invalid(core: client.CoreV1Api) -> None:
+    core.create_namespaced_service_account("default", {"metadata": {"name": "rollout"}})
+    with pytest.raises(ApiException) as invalid:
+        core.create_namespaced_service_account_token(
+            "rollout", "default", {"spec": {"expirationSeconds": 60}}
+        )
+    assert status_of(invalid.value)["message"] == (
+        'TokenRequest.authentication.k8s.io "rollout" is invalid: spec.expirationSeconds: '
+        "Invalid value: 60: may not specify a duration less than 10 minutes"
+    )
+
+
+def test_static_tokens_name_their_user(api: client.ApiClient) -> None:
+    authenticator = Authenticator({"alice-token": UserInfo("alice", ("gpu-admins",))})
+    with (
+        ApiServer.start(Registry(), authenticator=authenticator) as server,
+        client_with_token(server.url, "alice-token") as as_alice,
+    ):
+        review = client.AuthorizationV1Api(as_alice).create_self_subject_access_review(
+            {"spec": {"resourceAttributes": {"verb": "list", "resource": "pods"}}}
+        )
+        assert review.status.allowed is False
+        with pytest.raises(ApiException) as refused:
+            client.CoreV1Api(as_alice).list_namespaced_pod("default")
+        assert status_of(refused.value)["message"] == (
+            'pods is forbidden: User "alice" cannot list resource "pods" in API group "" in '
+            'the namespace "default"'
+        )

@@ -3,8 +3,12 @@ scripts/fetch-kubectl, never whatever kubectl is on PATH."""
 
 from __future__ import annotations
 
+import base64
+import datetime
+import ipaddress
 import json
 import os
+import ssl
 import subprocess
 import threading
 from collections.abc import Callable, Iterator
@@ -13,15 +17,22 @@ from typing import Any
 
 import pytest
 import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from rollout.containerd.binaries import cache_dir
 from rollout.lab.apiserver import ApiServer, Registry
+from rollout.lab.apiserver.authentication import LAB_ADMIN, Authenticator
+from rollout.lab.apiserver.rbac import ANONYMOUS
 from rollout.lab.apiserver.resources import DAEMONSETS, NODES, PODDISRUPTIONBUDGETS, PODS
 from rollout.lab.description import LabDescription
 from rollout.lab.simulation.bootstrap import seed_cluster
 from tests.conftest import require
 
 FETCH_COMMAND = "scripts/fetch-kubectl"
+ADMIN_TOKEN = "lab-admin-token"
 
 Kubectl = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -41,17 +52,26 @@ def registry() -> Registry:
 
 @pytest.fixture()
 def kubectl(registry: Registry, tmp_path: Path) -> Iterator[Kubectl]:
-    """Run kubectl against a fresh emulator through a kubeconfig, as a user would."""
+    """Run kubectl against a fresh emulator through a kubeconfig, as a user would. The server
+    speaks TLS: kubectl sends bearer tokens (`--token`) only over TLS."""
     binary = kubectl_binary()
-    with ApiServer.start(registry) as server:
+    ca_pem, tls = serving_context(tmp_path)
+    # As a real server: credential-less requests are anonymous; the kubeconfig's token is an
+    # administrator's (kubectl would prompt for a password on TLS without a credential).
+    authenticator = Authenticator({ADMIN_TOKEN: LAB_ADMIN}, anonymous=ANONYMOUS)
+    with ApiServer.start(registry, authenticator=authenticator, tls=tls) as server:
         config = tmp_path / "kubeconfig"
+        cluster = {
+            "server": server.url,
+            "certificate-authority-data": base64.b64encode(ca_pem).decode(),
+        }
         config.write_text(
             yaml.safe_dump(
                 {
                     "apiVersion": "v1",
                     "kind": "Config",
-                    "clusters": [{"name": "lab", "cluster": {"server": server.url}}],
-                    "users": [{"name": "lab", "user": {}}],
+                    "clusters": [{"name": "lab", "cluster": cluster}],
+                    "users": [{"name": "lab", "user": {"token": ADMIN_TOKEN}}],
                     "contexts": [
                         {
                             "name": "lab",
@@ -83,6 +103,41 @@ def kubectl(registry: Registry, tmp_path: Path) -> Iterator[Kubectl]:
             return done
 
         yield run
+
+
+def serving_context(tmp_path: Path) -> tuple[bytes, ssl.SSLContext]:
+    """A self-signed certificate for 127.0.0.1 (its PEM, the client's CA) and a server context."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "rollout-lab-apiserver")])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    pem = certificate.public_bytes(serialization.Encoding.PEM)
+    cert_file, key_file = tmp_path / "apiserver.crt", tmp_path / "apiserver.key"
+    cert_file.write_bytes(pem)
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert_file, key_file)
+    return pem, context
 
 
 def table(output: str) -> list[dict[str, str]]:
@@ -481,4 +536,76 @@ def test_auth_can_i(kubectl: Kubectl) -> None:
     assert kubectl("auth", "can-i", "patch", "nodes").stdout == "yes\n"
     assert (
         kubectl("auth", "can-i", "create", "pods/eviction", "-n", "kube-system").stdout == "yes\n"
+    )
+
+
+def test_a_service_account_token_is_held_to_its_rbac_roles(
+    kubectl: Kubectl, registry: Registry
+) -> None:
+    add_node(registry, "gpu-1")
+    kubectl("apply", "-f", "-", stdin=manifest("v1", "ServiceAccount", "rollout"))
+    token = kubectl("create", "token", "rollout").stdout.strip()
+    user = "system:serviceaccount:default:rollout"
+    assert kubectl("--token", token, "auth", "can-i", "list", "nodes", check=False).stdout == (
+        "no\n"
+    )
+    refused = kubectl("--token", token, "get", "nodes", check=False)
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == (
+        f'Error from server (Forbidden): nodes is forbidden: User "{user}" cannot list '
+        'resource "nodes" in API group "" at the cluster scope'
+    )
+    nodes_rule = {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]}
+    kubectl("apply", "-f", "-", stdin=manifest(RBAC, "ClusterRole", "nodes", rules=[nodes_rule]))
+    kubectl("apply", "-f", "-", stdin=binding("ClusterRoleBinding", "ClusterRole", "nodes"))
+    assert table(kubectl("--token", token, "get", "nodes").stdout)[0]["NAME"] == "gpu-1"
+    assert kubectl("--token", token, "cordon", "gpu-1").stdout == "node/gpu-1 cordoned\n"
+    denied = kubectl("--token", token, "delete", "node", "gpu-1", check=False)
+    assert denied.stderr.strip() == (
+        f'Error from server (Forbidden): nodes "gpu-1" is forbidden: User "{user}" cannot '
+        'delete resource "nodes" in API group "" at the cluster scope'
+    )
+    assert kubectl("--token", token, "auth", "can-i", "patch", "nodes").stdout == "yes\n"
+    # TYPE/NAME: `pods/eviction` would ask about a pod named "eviction", as on a real cluster.
+    evict = (
+        "--token",
+        token,
+        "auth",
+        "can-i",
+        "create",
+        "pods",
+        "--subresource=eviction",
+        "-n",
+        "default",
+    )
+    assert kubectl(*evict, check=False).stdout == "no\n"
+    evict_rule = {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]}
+    kubectl("apply", "-f", "-", stdin=manifest(RBAC, "Role", "evict", rules=[evict_rule]))
+    kubectl("apply", "-f", "-", stdin=binding("RoleBinding", "Role", "evict"))
+    assert kubectl(*evict).stdout == "yes\n"
+    named = ("--token", token, "auth", "can-i", "create", "pods/eviction", "-n", "default")
+    assert kubectl(*named, check=False).stdout == "no\n"
+    assert kubectl(*evict[:-1], "kube-system", check=False).stdout == "no\n"
+    kubectl("delete", "serviceaccount", "rollout")
+    gone = kubectl("--token", token, "get", "nodes", check=False)
+    assert "error: You must be logged in to the server (Unauthorized)" in gone.stderr
+
+
+RBAC = "rbac.authorization.k8s.io/v1"
+
+
+def manifest(api_version: str, kind: str, name: str, **fields: Any) -> str:
+    return yaml.safe_dump(
+        {"apiVersion": api_version, "kind": kind, "metadata": {"name": name}, **fields}
+    )
+
+
+def binding(kind: str, role_kind: str, name: str) -> str:
+    """A binding of the ServiceAccount default/rollout to the role `name`."""
+    return manifest(
+        RBAC,
+        kind,
+        name,
+        roleRef={"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": name},
+        subjects=[{"kind": "ServiceAccount", "name": "rollout", "namespace": "default"}],
     )

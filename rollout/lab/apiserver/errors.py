@@ -22,6 +22,7 @@ class StatusReason(StrEnum):
     TOO_MANY_REQUESTS = "TooManyRequests"
     EXPIRED = "Expired"
     FORBIDDEN = "Forbidden"
+    UNAUTHORIZED = "Unauthorized"
     INTERNAL_ERROR = "InternalError"
 
 
@@ -99,10 +100,21 @@ class ApiError(RolloutError):
 
     @classmethod
     def forbidden(cls, resource: GroupResource, name: str, why: str) -> ApiError:
-        """403 as admission plugins and the authorizer word it (apierrors.NewForbidden)."""
-        subject = f'{resource} "{name}"' if name else str(resource)
-        message = f"{subject} is forbidden: {why}"
-        return cls.about(403, StatusReason.FORBIDDEN, resource, name, message)
+        """403 as admission plugins and the authorizer word it (apierrors.NewForbidden):
+        empty detail fields are left out, as Go's omitempty does."""
+        if not resource.resource:
+            message = f"forbidden: {why}"
+        elif name:
+            message = f'{resource} "{name}" is forbidden: {why}'
+        else:
+            message = f"{resource} is forbidden: {why}"
+        details = {key: value for key, value in _details(resource, name).items() if value}
+        return cls(403, StatusReason.FORBIDDEN, message, details=details)
+
+    @classmethod
+    def unauthorized(cls) -> ApiError:
+        """401 for a credential the server does not accept (the body says no more)."""
+        return cls(401, StatusReason.UNAUTHORIZED, "Unauthorized")
 
     @classmethod
     def path_not_found(cls) -> ApiError:

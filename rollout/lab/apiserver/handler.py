@@ -14,7 +14,13 @@ from urllib.parse import parse_qs, urlsplit
 from rollout.lab.apiserver.errors import ApiError
 from rollout.lab.apiserver.openapi import to_openapi_document, to_openapi_root
 from rollout.lab.apiserver.patches import PatchType
-from rollout.lab.apiserver.protobuf import decode_self_subject_access_review, is_protobuf
+from rollout.lab.apiserver.protobuf import (
+    MEDIA_TYPE,
+    decode_self_subject_access_review,
+    decode_token_request,
+    is_protobuf,
+)
+from rollout.lab.apiserver.rbac import ANONYMOUS, RequestAttributes, UserInfo, is_allowed
 from rollout.lab.apiserver.registry import DeleteOptions
 from rollout.lab.apiserver.resources import SELFSUBJECTACCESSREVIEWS, ResourceKind
 from rollout.lab.apiserver.reviews import review_self_access
@@ -62,6 +68,8 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
 
     server: ApiHttpServer
     protocol_version = "HTTP/1.1"
+    # The caller of the request being served.
+    _user: UserInfo = ANONYMOUS
     # The query of a watch that streams Tables, None for one that streams objects.
     _watch_table: dict[str, str] | None = None
 
@@ -97,6 +105,9 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
         try:
             body = self._read_body()
             route = parse_route(url.path, self.server.registry.catalog)
+            self._user = self._authorize(method, url.path, route, query)
+            if body and is_protobuf(self.headers.get("Content-Type") or ""):
+                _check_protobuf_readable(route)
             if (
                 method == "GET"
                 and route.endpoint is Endpoint.RESOURCE
@@ -115,6 +126,25 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
             log.exception("internal error serving %s %s", method, self.path)
             reply = Reply(500, ApiError.internal(str(error)).to_status())
         self._send(reply)
+
+    def _authorize(self, method: str, path: str, route: Route, query: dict[str, str]) -> UserInfo:
+        """Authenticate, then authorize the request (401 or 403 Status as the real server)."""
+        store = self.server.registry.store
+        user = self.server.authenticator.authenticate(self.headers.get("Authorization"), store)
+        if route.endpoint is Endpoint.RESOURCE:
+            attributes = RequestAttributes.for_resource(
+                method,
+                route.require_kind(),
+                route.namespace,
+                route.name,
+                route.subresource,
+                watch=query.get("watch") in ("1", "true", "True"),
+            )
+        else:
+            attributes = RequestAttributes.for_path(method, path)
+        if not is_allowed(store, user, attributes):
+            raise attributes.forbidden(user)
+        return user
 
     def _read_body(self) -> bytes:
         length = int(self.headers.get("Content-Length") or 0)
@@ -158,8 +188,15 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
             if method != "POST" or name is not None:
                 raise ApiError.method_not_allowed()
             if is_protobuf(self.headers.get("Content-Type") or ""):
-                return Reply(201, review_self_access(decode_self_subject_access_review(raw)))
-            return Reply(201, review_self_access(_decode(raw)))
+                body = decode_self_subject_access_review(raw)
+            else:
+                body = _decode(raw)
+            user = self._user
+
+            def decide(attributes: RequestAttributes) -> bool:
+                return is_allowed(registry.store, user, attributes)
+
+            return Reply(201, review_self_access(body, decide))
         table = method == "GET" and wants_table(self.headers.get("Accept") or "")
         if name is None:
             if method == "GET":
@@ -173,6 +210,16 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
                 return Reply(201, registry.create(kind, namespace, _decode(raw), dry_run=dry_run))
             raise ApiError.method_not_allowed()
         sub = route.subresource
+        if sub == "token":
+            if method != "POST":
+                raise ApiError.method_not_allowed()
+            account = registry.get(kind, namespace, name)
+            request: Any
+            if is_protobuf(self.headers.get("Content-Type") or ""):
+                request = decode_token_request(raw)
+            else:
+                request = _decode(raw) if raw.strip() else None
+            return Reply(201, self.server.authenticator.request_token(account, request))
         if sub == "log":
             if method != "GET":
                 raise ApiError.method_not_allowed()
@@ -299,6 +346,14 @@ def _selectors(query: dict[str, str]) -> tuple[LabelSelector, FieldSelector]:
         LabelSelector.from_text(query.get("labelSelector")),
         FieldSelector.from_text(query.get("fieldSelector")),
     )
+
+
+def _check_protobuf_readable(route: Route) -> None:
+    """415 for a protobuf body this server cannot read (it reads JSON, and protobuf only for
+    access reviews and token requests), as the real server answers for custom resources."""
+    if route.kind == SELFSUBJECTACCESSREVIEWS or route.subresource == "token":
+        return
+    raise ApiError.unsupported_media_type(MEDIA_TYPE, ["application/json", "application/yaml"])
 
 
 def _to_table(

@@ -1,6 +1,7 @@
-"""Kubernetes' protobuf encoding, read far enough for the one request kubectl sends only as
-protobuf (`auth can-i`'s SelfSubjectAccessReview): the `k8s\\0` envelope and the
-length-delimited and varint fields inside it. Replies stay JSON, which kubectl also accepts."""
+"""Kubernetes' protobuf encoding, read far enough for two requests kubectl sends only as
+protobuf (`auth can-i`'s SelfSubjectAccessReview, `create token`'s TokenRequest): the `k8s\\0`
+envelope and the length-delimited and varint fields inside it. Replies stay JSON, which
+kubectl also accepts. Other protobuf bodies are refused with 415."""
 
 from __future__ import annotations
 
@@ -32,10 +33,7 @@ def is_protobuf(content_type: str) -> bool:
 
 def decode_self_subject_access_review(raw: bytes) -> dict[str, Any]:
     """A SelfSubjectAccessReview in protobuf as the JSON object it stands for."""
-    if not raw.startswith(_MAGIC):
-        raise ApiError.bad_request("the protobuf body does not start with the k8s envelope")
-    unknown = _fields(raw[len(_MAGIC) :])
-    review = _fields(_bytes(unknown, 2))
+    review = _fields(_bytes(_envelope(raw), 2))
     spec = _fields(_bytes(review, 2))
     body_spec: dict[str, Any] = {}
     if 1 in spec:
@@ -50,6 +48,29 @@ def decode_self_subject_access_review(raw: bytes) -> dict[str, Any]:
         "metadata": {},
         "spec": body_spec,
     }
+
+
+def decode_token_request(raw: bytes) -> dict[str, Any]:
+    """A TokenRequest (authentication.k8s.io/v1) in protobuf as its JSON object."""
+    spec = _fields(_bytes(_fields(_bytes(_envelope(raw), 2)), 2))
+    body_spec: dict[str, Any] = {
+        "audiences": [v.decode() for v in spec.get(1, []) if isinstance(v, bytes)]
+    }
+    lifetime = spec.get(4)
+    if lifetime and isinstance(lifetime[-1], int):
+        body_spec["expirationSeconds"] = lifetime[-1]
+    return {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "metadata": {},
+        "spec": body_spec,
+    }
+
+
+def _envelope(raw: bytes) -> Fields:
+    if not raw.startswith(_MAGIC):
+        raise ApiError.bad_request("the protobuf body does not start with the k8s envelope")
+    return _fields(raw[len(_MAGIC) :])
 
 
 def _strings(fields: Fields, names: Mapping[int, str]) -> dict[str, str]:

@@ -18,6 +18,7 @@ from rollout.lab.apiserver.disruption import budget_selects, check_eviction, com
 from rollout.lab.apiserver.errors import ApiError, StatusCause
 from rollout.lab.apiserver.metadata import format_timestamp, new_name_suffix
 from rollout.lab.apiserver.patches import MERGE_KEYS, PatchType, apply_patch
+from rollout.lab.apiserver.rbac import to_bootstrap_objects
 from rollout.lab.apiserver.resources import (
     NAMESPACES,
     PODDISRUPTIONBUDGETS,
@@ -96,6 +97,8 @@ class Registry:
         self._closed = False
         for name in BUILTIN_NAMESPACES:
             self.ensure_namespace(name)
+        for kind, obj in to_bootstrap_objects():
+            self.create(kind, None, obj)
 
     # ----------------------------------------------------------------- reads
 

@@ -153,6 +153,23 @@ CLUSTERPOLICIES = ResourceKind(
 RUNTIMECLASSES = ResourceKind(
     "node.k8s.io", "v1", "runtimeclasses", "RuntimeClass", "runtimeclass", False
 )
+SERVICEACCOUNTS = ResourceKind(
+    "",
+    "v1",
+    "serviceaccounts",
+    "ServiceAccount",
+    "serviceaccount",
+    True,
+    frozenset({"token"}),
+    ("sa",),
+)
+_RBAC = "rbac.authorization.k8s.io"
+ROLES = ResourceKind(_RBAC, "v1", "roles", "Role", "role", True)
+ROLEBINDINGS = ResourceKind(_RBAC, "v1", "rolebindings", "RoleBinding", "rolebinding", True)
+CLUSTERROLES = ResourceKind(_RBAC, "v1", "clusterroles", "ClusterRole", "clusterrole", False)
+CLUSTERROLEBINDINGS = ResourceKind(
+    _RBAC, "v1", "clusterrolebindings", "ClusterRoleBinding", "clusterrolebinding", False
+)
 # Not stored: a review is created and answered in the same request (kubectl auth can-i).
 SELFSUBJECTACCESSREVIEWS = ResourceKind(
     "authorization.k8s.io",
@@ -175,6 +192,11 @@ ALL_KINDS: tuple[ResourceKind, ...] = (
     LEASES,
     CLUSTERPOLICIES,
     RUNTIMECLASSES,
+    SERVICEACCOUNTS,
+    ROLES,
+    ROLEBINDINGS,
+    CLUSTERROLES,
+    CLUSTERROLEBINDINGS,
     SELFSUBJECTACCESSREVIEWS,
 )
 
@@ -182,6 +204,7 @@ ALL_KINDS: tuple[ResourceKind, ...] = (
 _SPECIAL_SUBRESOURCES: dict[str, tuple[tuple[str, ...], str, str, str]] = {
     "log": (("get",), "Pod", "", ""),
     "eviction": (("create",), "Eviction", "policy", "v1"),
+    "token": (("create",), "TokenRequest", "authentication.k8s.io", "v1"),
 }
 
 

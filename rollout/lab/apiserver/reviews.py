@@ -1,18 +1,18 @@
-"""Access reviews: what `kubectl auth can-i` asks. The lab serves without authorization (its
-kubeconfig carries no credentials), so every request is allowed, and the review says so."""
+"""Access reviews: what `kubectl auth can-i` asks, answered by the same authorizer that
+guards the caller's own requests."""
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 from rollout.lab.apiserver.errors import ApiError, StatusCause
+from rollout.lab.apiserver.rbac import RequestAttributes
 from rollout.lab.apiserver.resources import SELFSUBJECTACCESSREVIEWS
 
-_ALLOWED_REASON = "the lab API server authorizes every request"
 
-
-def review_self_access(body: Any) -> dict[str, Any]:
+def review_self_access(body: Any, decide: Callable[[RequestAttributes], bool]) -> dict[str, Any]:
     """The answered SelfSubjectAccessReview (201), or 422 as the real server words it."""
     if not isinstance(body, dict):
         raise ApiError.bad_request("the request body is not a SelfSubjectAccessReview")
@@ -40,5 +40,19 @@ def review_self_access(body: Any) -> dict[str, Any]:
     review["apiVersion"] = SELFSUBJECTACCESSREVIEWS.api_version
     review["kind"] = SELFSUBJECTACCESSREVIEWS.kind
     review.setdefault("metadata", {}).setdefault("creationTimestamp", None)
-    review["status"] = {"allowed": True, "reason": _ALLOWED_REASON}
+    if resource is not None:
+        attributes = RequestAttributes(
+            verb=str(resource.get("verb") or ""),
+            api_group=str(resource.get("group") or ""),
+            resource=str(resource.get("resource") or ""),
+            subresource=str(resource.get("subresource") or ""),
+            namespace=str(resource.get("namespace") or ""),
+            name=str(resource.get("name") or ""),
+        )
+    else:
+        non_resource = non_resource or {}
+        attributes = RequestAttributes.for_path(
+            str(non_resource.get("verb") or ""), str(non_resource.get("path") or "")
+        )
+    review["status"] = {"allowed": decide(attributes)}
     return review

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import ssl
 import threading
 from http.server import ThreadingHTTPServer
 from typing import Any
 
+from rollout.lab.apiserver.authentication import Authenticator
 from rollout.lab.apiserver.handler import ApiRequestHandler
 from rollout.lab.apiserver.registry import Registry
 
@@ -18,8 +20,11 @@ class ApiHttpServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], registry: Registry) -> None:
+    def __init__(
+        self, address: tuple[str, int], registry: Registry, authenticator: Authenticator
+    ) -> None:
         self.registry = registry
+        self.authenticator = authenticator
         self.stopping = False
         self._connections: set[socket.socket] = set()
         self._connections_lock = threading.Lock()
@@ -47,9 +52,24 @@ class ApiHttpServer(ThreadingHTTPServer):
 class ApiServer:
     """The API server on host:port (port 0: an ephemeral port), serving from a thread."""
 
-    def __init__(self, registry: Registry, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self,
+        registry: Registry,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        authenticator: Authenticator | None = None,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self.registry = registry
-        self._http = ApiHttpServer((host, port), registry)
+        self._http = ApiHttpServer((host, port), registry, authenticator or Authenticator())
+        self._scheme = "http"
+        if tls is not None:
+            # kubectl sends credentials only over TLS; the handshake happens in the handler's
+            # thread on its first read, not in the accept loop.
+            self._http.socket = tls.wrap_socket(
+                self._http.socket, server_side=True, do_handshake_on_connect=False
+            )
+            self._scheme = "https"
         self._thread = threading.Thread(
             target=self._http.serve_forever,
             name="apiserver",
@@ -59,10 +79,17 @@ class ApiServer:
 
     @classmethod
     def start(
-        cls, registry: Registry | None = None, host: str = "127.0.0.1", port: int = 0
+        cls,
+        registry: Registry | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        authenticator: Authenticator | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> ApiServer:
-        """Bind and serve; returns once the socket accepts connections."""
-        server = cls(registry or Registry(), host, port)
+        """Bind and serve (over TLS with a server context); returns once the socket accepts
+        connections. Without an authenticator, credential-less requests act as the lab's
+        administrator."""
+        server = cls(registry or Registry(), host, port, authenticator, tls)
         server._thread.start()
         return server
 
@@ -76,7 +103,7 @@ class ApiServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{self._scheme}://{self.host}:{self.port}"
 
     def __enter__(self) -> ApiServer:
         return self

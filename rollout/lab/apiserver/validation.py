@@ -153,6 +153,13 @@ def _metadata_causes(kind: ResourceKind, metadata: Mapping[str, Any]) -> list[St
                     ),
                 )
             )
+    elif kind.group == "rbac.authorization.k8s.io":
+        # RBAC objects are named like path segments (system:discovery), not like DNS names.
+        if name in (".", ".."):
+            causes.append(_invalid("metadata.name", name, f'may not be "{name}"'))
+        for bad in ("/", "%"):
+            if bad in name:
+                causes.append(_invalid("metadata.name", name, f"may not contain '{bad}'"))
     elif len(name) > 253 or not re.fullmatch(_DNS1123_SUBDOMAIN, name):
         causes.append(
             _invalid(
