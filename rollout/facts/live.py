@@ -136,7 +136,11 @@ OPERATOR_NAMESPACE = "gpu-operator"
 
 
 def probe_node_tolerantly(
-    name: str, runner: CommandRunner, node: Node, main_path: str = DEFAULT_CONTAINERD_CONFIG
+    name: str,
+    runner: CommandRunner,
+    node: Node,
+    pods: Sequence[Pod] = (),
+    main_path: str = DEFAULT_CONTAINERD_CONFIG,
 ) -> NodeFacts:
     """Every node fact diagnose reads; a fact that cannot be read is named in probe_errors.
 
@@ -161,7 +165,7 @@ def probe_node_tolerantly(
         effective_config=optional(ConfigDumpFact(main_path), {}),
     )
     return dataclasses.replace(
-        node_facts_from(name, probe, node),
+        node_facts_from(name, probe, node, pods),
         xids=optional(KernelXidFact(), ()),
         driver_status=optional(DriverStatusFact(), None),
         config_mtimes=optional(ConfigMtimesFact(), {}),
@@ -178,9 +182,11 @@ def gather_diagnosis_facts(
     """The named nodes' facts for diagnose, and the nodes that could not be probed (why)."""
     api_nodes = {n.name: n for n in kube.list_nodes()}
     missing = {name: "not a node of the cluster" for name in runners if name not in api_nodes}
+    pods = kube.list_pods(None)
 
     def probe(runner: CommandRunner) -> NodeFacts:
-        return probe_node_tolerantly(runner.host, runner, api_nodes[runner.host])
+        bound = [p for p in pods if p.node_name == runner.host]
+        return probe_node_tolerantly(runner.host, runner, api_nodes[runner.host], bound)
 
     reachable = [r for name, r in runners.items() if name in api_nodes]
     results = run_on_nodes(reachable, probe, max_parallel=max_parallel)
@@ -189,14 +195,14 @@ def gather_diagnosis_facts(
     return (
         FleetFacts(
             nodes=tuple(sorted(nodes, key=lambda n: n.name)),
-            cluster=gather_diagnosis_cluster(kube),
+            cluster=gather_diagnosis_cluster(kube, pods),
             source=source,
         ),
         {**missing, **failed},
     )
 
 
-def gather_diagnosis_cluster(kube: KubeClient) -> ClusterFacts:
+def gather_diagnosis_cluster(kube: KubeClient, pods: Sequence[Pod]) -> ClusterFacts:
     """The ClusterPolicy, the device-plugin ConfigMap it names, and every pod (no specs)."""
     policies: Sequence[Mapping[str, Any]] = kube.list_cluster_policies()
     policy = dict(policies[0].get("spec") or {}) if policies else {}
@@ -210,5 +216,5 @@ def gather_diagnosis_cluster(kube: KubeClient) -> ClusterFacts:
     return ClusterFacts(
         configmaps=configmaps,
         cluster_policy=policy,
-        pods=tuple(pod_facts_from(p) for p in kube.list_pods(None)),
+        pods=tuple(pod_facts_from(p) for p in pods),
     )

@@ -79,17 +79,20 @@ class PodFacts:
 
     def to_manifest(self) -> dict[str, Any]:
         """The parts of a pod manifest that parse_pod_manifest reads (for `facts record`)."""
-        spec: dict[str, Any] = {
-            "containers": [
-                {
-                    "name": c.name,
-                    "resources": {
-                        k: dict(v) for k, v in (("requests", c.requests), ("limits", c.limits)) if v
-                    },
-                }
-                for c in self.containers
-            ]
-        }
+        containers = [
+            {
+                "name": c.name,
+                "resources": {
+                    k: dict(v) for k, v in (("requests", c.requests), ("limits", c.limits)) if v
+                },
+            }
+            for c in self.containers
+        ]
+        if not self.spec_known and self.gpu_request:
+            # only the whole GPUs were read: keep them as the limit they were read from
+            limits = {"nvidia.com/gpu": str(self.gpu_request)}
+            containers = [{"name": "", "resources": {"limits": limits}}]
+        spec: dict[str, Any] = {"containers": containers}
         if self.node_name:
             spec["nodeName"] = self.node_name
         if self.runtime_class:

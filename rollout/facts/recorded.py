@@ -54,6 +54,7 @@ from rollout.facts.service import ServiceState, parse_service_show
 from rollout.fieldproblems import FieldProblem, describe_value
 from rollout.inputfile import read_text
 from rollout.spec.fieldtypes import Bool, KubeName, SpecModel, Str, check_dns_subdomain
+from rollout.transports.kube import Pod
 from rollout.yamlsource import SourceDocument
 
 NODE_FILE = "node.yaml"
@@ -103,6 +104,8 @@ class NodeRecord(SpecModel):
     service: Str | None = None
     kernel_log: Str = ""
     nvidia_smi: Str | None = None
+    # the pods bound to the node, as manifests the API transport's Pod reads (drain plans them)
+    pods: tuple[Mapping[Str, Any], ...] = ()
     config_mtimes: Mapping[NodePath, Annotated[float, Strict()] | Annotated[int, Strict()]] = Field(
         default_factory=dict
     )
@@ -238,6 +241,7 @@ def load_node_facts(node_dir: Path) -> NodeFacts:
         xids=parse_xids(record.kernel_log),
         driver_status=None if record.nvidia_smi is None else parse_driver_status(record.nvidia_smi),
         config_mtimes={k: float(v) for k, v in record.config_mtimes.items()},
+        pods=_bound_pods(record.pods, name, doc),
     )
     try:
         merge_files(node.config_files, node.containerd)
@@ -361,6 +365,23 @@ def _is_configmap_name(key: str) -> bool:
 
 def _strings(value: Mapping[str, str | None]) -> dict[str, str]:
     return {k: "" if v is None else v for k, v in value.items()}
+
+
+def _bound_pods(
+    manifests: tuple[Mapping[str, Any], ...], node: str, doc: SourceDocument
+) -> tuple[Pod, ...]:
+    pods = []
+    for index, manifest in enumerate(manifests):
+        try:
+            pods.append(Pod.from_json(manifest))
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise NodeFactsError(
+                node,
+                doc.location_of(("pods", index)),
+                f"not a pod manifest (metadata.name, spec, status): {exc}",
+                field="pods",
+            ) from exc
+    return tuple(pods)
 
 
 def _service(text: str | None, node: str, doc: SourceDocument) -> ServiceState | None:

@@ -22,6 +22,7 @@ from rollout.facts.model import FleetFacts, NodeFacts
 from rollout.facts.recorded import CLUSTER_FILE, FILES_DIR, NODE_FILE
 from rollout.facts.service import ServiceState
 from rollout.secrets import redact_toml
+from rollout.transports.kube import Pod
 
 
 def record_fleet(fleet: FleetFacts, directory: Path) -> list[Path]:
@@ -58,6 +59,7 @@ def node_document(node: NodeFacts) -> dict[str, Any]:
         "taints": list(node.taints),
         "kernel_log": "".join(f"{x.line}\n" for x in node.xids),
         "config_mtimes": dict(node.config_mtimes),
+        "pods": [pod_manifest(p) for p in node.pods],
     }
     if node.service is not None:
         doc["service"] = service_text(node.service)
@@ -67,6 +69,45 @@ def node_document(node: NodeFacts) -> dict[str, Any]:
             f"rollout-exit={status.exit_code}\n"
         )
     return doc
+
+
+def pod_manifest(pod: Pod) -> dict[str, Any]:
+    """A manifest the transport's Pod.from_json reads back as `pod`."""
+    metadata: dict[str, Any] = {
+        "namespace": pod.namespace,
+        "name": pod.name,
+        "uid": pod.uid,
+        "resourceVersion": pod.resource_version,
+        "labels": dict(pod.labels),
+        "annotations": dict(pod.annotations),
+        "ownerReferences": [
+            {"kind": o.kind, "name": o.name, "controller": o.controller} for o in pod.owners
+        ],
+    }
+    if pod.deleting:
+        metadata["deletionTimestamp"] = "1970-01-01T00:00:00Z"
+    containers: list[dict[str, Any]] = [{"name": name} for name in pod.containers]
+    if pod.gpu_request:
+        gpus = {"limits": {"nvidia.com/gpu": str(pod.gpu_request)}}
+        if containers:
+            containers[0]["resources"] = gpus
+        else:
+            containers = [{"name": "", "resources": gpus}]
+    spec: dict[str, Any] = {"containers": containers}
+    if pod.node_name:
+        spec["nodeName"] = pod.node_name
+    if pod.uses_empty_dir:
+        spec["volumes"] = [{"name": "scratch", "emptyDir": {}}]
+    status: dict[str, Any] = {
+        "phase": pod.phase,
+        "conditions": [{"type": "Ready", "status": "True" if pod.ready else "False"}],
+        "containerStatuses": [{"state": {"waiting": {"reason": r}}} for r in pod.container_reasons],
+    }
+    if pod.reason:
+        status["reason"] = pod.reason
+    if pod.message:
+        status["message"] = pod.message
+    return {"metadata": metadata, "spec": spec, "status": status}
 
 
 def service_text(state: ServiceState) -> str:

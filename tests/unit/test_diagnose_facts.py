@@ -135,8 +135,31 @@ def test_record_writes_what_recorded_facts_read_back(tmp_path: Path) -> None:
         "kernel_log": "NVRM: Xid (PCI:0000:3b:00): 79, pid=0, off the bus.\n",
         "config_mtimes": {"/etc/containerd/config.toml": 1700000000.5},
         "taints": ["a=b:NoSchedule"],
+        "pods": [
+            {
+                "metadata": {
+                    "namespace": "gpu-operator",
+                    "name": "nvidia-device-plugin-x",
+                    "uid": "u1",
+                    "annotations": {"kubernetes.io/config.mirror": "m"},
+                    "ownerReferences": [{"kind": "DaemonSet", "name": "ds", "controller": True}],
+                },
+                "spec": {
+                    "containers": [{"name": "p", "resources": {"limits": {"nvidia.com/gpu": 1}}}],
+                    "volumes": [{"name": "v", "emptyDir": {}}],
+                },
+                "status": {
+                    "phase": "Running",
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                    "containerStatuses": [{"state": {"waiting": {"reason": "CrashLoopBackOff"}}}],
+                },
+            }
+        ],
     }
     fleet = build_facts(tmp_path / "in", all_nodes=all_nodes, cluster=cluster)
+    (pod,) = fleet.nodes[0].pods
+    assert pod.owners[0].kind == "DaemonSet" and pod.is_mirror and pod.uses_empty_dir
+    assert pod.container_reasons == ("CrashLoopBackOff",) and pod.gpu_request == 1 and pod.ready
     record_fleet(fleet, tmp_path / "out")
     again = load_recorded_facts(tmp_path / "out")
     assert [replace(n, recorded_at="") for n in again.nodes] == [
