@@ -888,3 +888,24 @@ def test_static_tokens_name_their_user(api: client.ApiClient) -> None:
             'pods is forbidden: User "alice" cannot list resource "pods" in API group "" in '
             'the namespace "default"'
         )
+
+
+def test_self_reviews_say_who_the_caller_is_and_what_it_may_do(
+    api: client.ApiClient, core: client.CoreV1Api, api_url: str
+) -> None:
+    core.create_namespaced_service_account("default", {"metadata": {"name": "rollout"}})
+    token = core.create_namespaced_service_account_token("rollout", "default", {}).status.token
+    bind(api, "Role", "reader", [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}])
+    with client_with_token(api_url, token) as as_rollout:
+        who = client.AuthenticationV1Api(as_rollout).create_self_subject_review({})
+        assert who.status.user_info.username == "system:serviceaccount:default:rollout"
+        rules = client.AuthorizationV1Api(as_rollout).create_self_subject_rules_review(
+            {"spec": {"namespace": "default"}}
+        )
+        assert {"list"} in [
+            set(r.verbs) for r in rules.status.resource_rules if r.resources == ["pods"]
+        ]
+        elsewhere = client.AuthorizationV1Api(as_rollout).create_self_subject_rules_review(
+            {"spec": {"namespace": "kube-system"}}
+        )
+        assert not [r for r in elsewhere.status.resource_rules if r.resources == ["pods"]]

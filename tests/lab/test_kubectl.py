@@ -583,6 +583,14 @@ def test_a_service_account_token_is_held_to_its_rbac_roles(
     kubectl("apply", "-f", "-", stdin=manifest(RBAC, "Role", "evict", rules=[evict_rule]))
     kubectl("apply", "-f", "-", stdin=binding("RoleBinding", "Role", "evict"))
     assert kubectl(*evict).stdout == "yes\n"
+    whoami = kubectl("--token", token, "auth", "whoami").stdout
+    assert f"Username    {user}\n" in whoami
+    assert "[system:serviceaccounts system:serviceaccounts:default system:authenticated]" in whoami
+    rules = kubectl("--token", token, "auth", "can-i", "--list", "-n", "default").stdout
+    assert [line.split() for line in rules.splitlines() if line.startswith("pods/eviction")] == [
+        ["pods/eviction", "[]", "[]", "[create]"]
+    ]
+    assert "nodes " in rules
     named = ("--token", token, "auth", "can-i", "create", "pods/eviction", "-n", "default")
     assert kubectl(*named, check=False).stdout == "no\n"
     assert kubectl(*evict[:-1], "kube-system", check=False).stdout == "no\n"

@@ -17,13 +17,26 @@ from rollout.lab.apiserver.patches import PatchType
 from rollout.lab.apiserver.protobuf import (
     MEDIA_TYPE,
     decode_self_subject_access_review,
+    decode_self_subject_rules_review,
     decode_token_request,
     is_protobuf,
 )
-from rollout.lab.apiserver.rbac import ANONYMOUS, RequestAttributes, UserInfo, is_allowed
+from rollout.lab.apiserver.rbac import (
+    ANONYMOUS,
+    RequestAttributes,
+    UserInfo,
+    is_allowed,
+    list_rules,
+)
 from rollout.lab.apiserver.registry import DeleteOptions
-from rollout.lab.apiserver.resources import SELFSUBJECTACCESSREVIEWS, ResourceKind
-from rollout.lab.apiserver.reviews import review_self_access
+from rollout.lab.apiserver.resources import (
+    REVIEW_KINDS,
+    SELFSUBJECTACCESSREVIEWS,
+    SELFSUBJECTREVIEWS,
+    SELFSUBJECTRULESREVIEWS,
+    ResourceKind,
+)
+from rollout.lab.apiserver.reviews import review_self, review_self_access, review_self_rules
 from rollout.lab.apiserver.routes import Endpoint, Route, parse_route
 from rollout.lab.apiserver.selectors import FieldSelector, LabelSelector
 from rollout.lab.apiserver.store import ObjectKey, RevisionExpired, WatchEventType
@@ -197,6 +210,21 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
                 return is_allowed(registry.store, user, attributes)
 
             return Reply(201, review_self_access(body, decide))
+        if kind == SELFSUBJECTRULESREVIEWS:
+            if method != "POST" or name is not None:
+                raise ApiError.method_not_allowed()
+            if is_protobuf(self.headers.get("Content-Type") or ""):
+                body = decode_self_subject_rules_review(raw)
+            else:
+                body = _decode(raw)
+            caller = self._user
+            return Reply(
+                201, review_self_rules(body, lambda ns: list_rules(registry.store, caller, ns))
+            )
+        if kind == SELFSUBJECTREVIEWS:
+            if method != "POST" or name is not None:
+                raise ApiError.method_not_allowed()
+            return Reply(201, review_self(self._user))
         table = method == "GET" and wants_table(self.headers.get("Accept") or "")
         if name is None:
             if method == "GET":
@@ -351,7 +379,7 @@ def _selectors(query: dict[str, str]) -> tuple[LabelSelector, FieldSelector]:
 def _check_protobuf_readable(route: Route) -> None:
     """415 for a protobuf body this server cannot read (it reads JSON, and protobuf only for
     access reviews and token requests), as the real server answers for custom resources."""
-    if route.kind == SELFSUBJECTACCESSREVIEWS or route.subresource == "token":
+    if route.kind in REVIEW_KINDS or route.subresource == "token":
         return
     raise ApiError.unsupported_media_type(MEDIA_TYPE, ["application/json", "application/yaml"])
 

@@ -1,5 +1,5 @@
-"""Kubernetes' protobuf encoding, read far enough for two requests kubectl sends only as
-protobuf (`auth can-i`'s SelfSubjectAccessReview, `create token`'s TokenRequest): the `k8s\\0`
+"""Kubernetes' protobuf encoding, read far enough for the requests kubectl sends only as
+protobuf (`auth can-i`'s self reviews, `create token`'s TokenRequest): the `k8s\\0`
 envelope and the length-delimited and varint fields inside it. Replies stay JSON, which
 kubectl also accepts. Other protobuf bodies are refused with 415."""
 
@@ -47,6 +47,18 @@ def decode_self_subject_access_review(raw: bytes) -> dict[str, Any]:
         "kind": "SelfSubjectAccessReview",
         "metadata": {},
         "spec": body_spec,
+    }
+
+
+def decode_self_subject_rules_review(raw: bytes) -> dict[str, Any]:
+    """A SelfSubjectRulesReview in protobuf (its spec holds only the namespace)."""
+    spec = _fields(_bytes(_fields(_bytes(_envelope(raw), 2)), 2))
+    namespace = _bytes(spec, 1).decode()
+    return {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectRulesReview",
+        "metadata": {},
+        "spec": {"namespace": namespace} if namespace else {},
     }
 
 

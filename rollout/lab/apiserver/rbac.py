@@ -113,6 +113,12 @@ def is_allowed(store: Store, user: UserInfo, attributes: RequestAttributes) -> b
         return any(_rule_allows(rule, attributes) for rule in _rules_for(store, user, attributes))
 
 
+def list_rules(store: Store, user: UserInfo, namespace: str) -> list[Mapping[str, Any]]:
+    """Every rule bound to the user cluster-wide or in `namespace` (what can-i --list shows)."""
+    with store.locked():
+        return list(_rules_for(store, user, RequestAttributes(verb="", namespace=namespace)))
+
+
 def _rules_for(
     store: Store, user: UserInfo, attributes: RequestAttributes
 ) -> Iterable[Mapping[str, Any]]:
@@ -213,7 +219,12 @@ BOOTSTRAP_CLUSTER_ROLES: dict[str, list[dict[str, Any]]] = {
             "apiGroups": ["authorization.k8s.io"],
             "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"],
             "verbs": ["create"],
-        }
+        },
+        {
+            "apiGroups": ["authentication.k8s.io"],
+            "resources": ["selfsubjectreviews"],
+            "verbs": ["create"],
+        },
     ],
 }
 BOOTSTRAP_BINDINGS: dict[str, tuple[str, ...]] = {

@@ -181,6 +181,27 @@ SELFSUBJECTACCESSREVIEWS = ResourceKind(
     verbs=("create",),
 )
 
+SELFSUBJECTRULESREVIEWS = ResourceKind(
+    "authorization.k8s.io",
+    "v1",
+    "selfsubjectrulesreviews",
+    "SelfSubjectRulesReview",
+    "selfsubjectrulesreview",
+    False,
+    verbs=("create",),
+)
+SELFSUBJECTREVIEWS = ResourceKind(
+    "authentication.k8s.io",
+    "v1",
+    "selfsubjectreviews",
+    "SelfSubjectReview",
+    "selfsubjectreview",
+    False,
+    verbs=("create",),
+)
+# Answered in the request that creates them, never stored.
+REVIEW_KINDS = (SELFSUBJECTACCESSREVIEWS, SELFSUBJECTRULESREVIEWS, SELFSUBJECTREVIEWS)
+
 ALL_KINDS: tuple[ResourceKind, ...] = (
     NODES,
     PODS,
@@ -198,6 +219,8 @@ ALL_KINDS: tuple[ResourceKind, ...] = (
     CLUSTERROLES,
     CLUSTERROLEBINDINGS,
     SELFSUBJECTACCESSREVIEWS,
+    SELFSUBJECTRULESREVIEWS,
+    SELFSUBJECTREVIEWS,
 )
 
 # Subresources that are not generic status updates: their verbs and kinds for discovery.

@@ -1,15 +1,19 @@
-"""Access reviews: what `kubectl auth can-i` asks, answered by the same authorizer that
-guards the caller's own requests."""
+"""Self reviews: what `kubectl auth can-i` (one request, or `--list`) and `kubectl auth whoami`
+ask, answered by the same authenticator and authorizer that guard the caller's requests."""
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from rollout.lab.apiserver.errors import ApiError, StatusCause
-from rollout.lab.apiserver.rbac import RequestAttributes
-from rollout.lab.apiserver.resources import SELFSUBJECTACCESSREVIEWS
+from rollout.lab.apiserver.rbac import RequestAttributes, UserInfo
+from rollout.lab.apiserver.resources import (
+    SELFSUBJECTACCESSREVIEWS,
+    SELFSUBJECTREVIEWS,
+    SELFSUBJECTRULESREVIEWS,
+)
 
 
 def review_self_access(body: Any, decide: Callable[[RequestAttributes], bool]) -> dict[str, Any]:
@@ -56,3 +60,48 @@ def review_self_access(body: Any, decide: Callable[[RequestAttributes], bool]) -
         )
     review["status"] = {"allowed": decide(attributes)}
     return review
+
+
+def review_self_rules(body: Any, rules: Callable[[str], list[Mapping[str, Any]]]) -> dict[str, Any]:
+    """The answered SelfSubjectRulesReview: the caller's rules in spec.namespace."""
+    spec = (body.get("spec") if isinstance(body, dict) else None) or {}
+    namespace = str(spec.get("namespace") or "")
+    resource_rules, non_resource_rules = [], []
+    for rule in rules(namespace):
+        if rule.get("nonResourceURLs"):
+            non_resource_rules.append(
+                {"verbs": list(rule.get("verbs") or []), "nonResourceURLs": rule["nonResourceURLs"]}
+            )
+        else:
+            resource_rule = {
+                "verbs": list(rule.get("verbs") or []),
+                "apiGroups": list(rule.get("apiGroups") or []),
+                "resources": list(rule.get("resources") or []),
+            }
+            if rule.get("resourceNames"):
+                resource_rule["resourceNames"] = list(rule["resourceNames"])
+            resource_rules.append(resource_rule)
+    return {
+        "kind": SELFSUBJECTRULESREVIEWS.kind,
+        "apiVersion": SELFSUBJECTRULESREVIEWS.api_version,
+        "metadata": {"creationTimestamp": None},
+        "spec": {"namespace": namespace} if namespace else {},
+        "status": {
+            "resourceRules": resource_rules,
+            "nonResourceRules": non_resource_rules,
+            "incomplete": False,
+        },
+    }
+
+
+def review_self(user: UserInfo) -> dict[str, Any]:
+    """The answered SelfSubjectReview (kubectl auth whoami): who the server thinks you are."""
+    user_info: dict[str, Any] = {"username": user.name, "groups": list(user.groups)}
+    if user.uid:
+        user_info["uid"] = user.uid
+    return {
+        "kind": SELFSUBJECTREVIEWS.kind,
+        "apiVersion": SELFSUBJECTREVIEWS.api_version,
+        "metadata": {"creationTimestamp": None},
+        "status": {"userInfo": user_info},
+    }
