@@ -332,8 +332,35 @@ def test_other_kinds_have_their_columns_or_name_and_age(
     assert budgets[0]["MAX UNAVAILABLE"] == "N/A"
     namespaces = {r["NAME"]: r["STATUS"] for r in table(kubectl("get", "ns").stdout)}
     assert namespaces["default"] == "Active"
-    daemonsets = table(kubectl("get", "ds").stdout)
-    assert set(daemonsets[0]) == {"NAME", "AGE"}
+    registry.mutate(
+        DAEMONSETS,
+        "default",
+        "plugin",
+        lambda ds: ds.update(
+            status={"desiredNumberScheduled": 2, "currentNumberScheduled": 2, "numberReady": 1}
+        ),
+    )
+    daemonsets = table(kubectl("get", "ds", "-o", "wide").stdout)
+    assert {k: v for k, v in daemonsets[0].items() if k != "AGE"} == {
+        "NAME": "plugin",
+        "DESIRED": "2",
+        "CURRENT": "2",
+        "READY": "1",
+        "UP-TO-DATE": "0",
+        "AVAILABLE": "0",
+        "NODE SELECTOR": "<none>",
+        "CONTAINERS": "main",
+        "IMAGES": "busybox:1.36",
+        "SELECTOR": "app=plugin",
+    }
+    roles = table(kubectl("get", "clusterroles").stdout)
+    assert set(roles[0]) == {"NAME", "CREATED AT"}
+    assert "cluster-admin" in [r["NAME"] for r in roles]
+    bindings = table(kubectl("get", "clusterrolebinding", "cluster-admin", "-o", "wide").stdout)
+    assert (bindings[0]["ROLE"], bindings[0]["GROUPS"]) == (
+        "ClusterRole/cluster-admin",
+        "system:masters",
+    )
 
 
 def test_get_watch_prints_rows_in_the_same_columns(kubectl: Kubectl, registry: Registry) -> None:

@@ -1,6 +1,6 @@
-"""Server-side printing: `meta.k8s.io/v1` Table responses, the columns kube-apiserver's own
-printers give nodes, pods, namespaces and ConfigMaps, and NAME/AGE for the other kinds (what
-the real server gives a custom resource without printer columns)."""
+"""Server-side printing: `meta.k8s.io/v1` Table responses with the columns kube-apiserver's own
+printers give the built-in kinds served here, and NAME/AGE for the others (what the real
+server gives a custom resource without printer columns)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,19 @@ from datetime import datetime
 from typing import Any
 
 from rollout.lab.apiserver.resources import (
+    CLUSTERROLEBINDINGS,
+    CLUSTERROLES,
     CONFIGMAPS,
+    DAEMONSETS,
+    LEASES,
     NAMESPACES,
     NODES,
     PODDISRUPTIONBUDGETS,
     PODS,
+    ROLEBINDINGS,
+    ROLES,
     RUNTIMECLASSES,
+    SERVICEACCOUNTS,
     ResourceKind,
 )
 
@@ -284,6 +291,70 @@ def _handler(obj: Mapping[str, Any], _now: float) -> str:
     return str(obj.get("handler") or "")
 
 
+def _status_int(field: str) -> Callable[[Mapping[str, Any], float], int]:
+    def cell(obj: Mapping[str, Any], _now: float) -> int:
+        return int(_status(obj).get(field) or 0)
+
+    return cell
+
+
+def _format_labels(labels: Mapping[str, Any] | None) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted((labels or {}).items())) or "<none>"
+
+
+def _template_spec(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    template: Mapping[str, Any] = _spec(obj).get("template") or {}
+    spec: Mapping[str, Any] = template.get("spec") or {}
+    return spec
+
+
+def _daemonset_node_selector(obj: Mapping[str, Any], _now: float) -> str:
+    return _format_labels(_template_spec(obj).get("nodeSelector"))
+
+
+def _daemonset_containers(field: str) -> Callable[[Mapping[str, Any], float], str]:
+    def cell(obj: Mapping[str, Any], _now: float) -> str:
+        return ",".join(str(c.get(field, "")) for c in _template_spec(obj).get("containers") or [])
+
+    return cell
+
+
+def _daemonset_selector(obj: Mapping[str, Any], _now: float) -> str:
+    selector = _spec(obj).get("selector") or {}
+    return _format_labels(selector.get("matchLabels"))
+
+
+def _lease_holder(obj: Mapping[str, Any], _now: float) -> str:
+    return str(_spec(obj).get("holderIdentity") or "")
+
+
+def _account_secrets(obj: Mapping[str, Any], _now: float) -> int:
+    return len(obj.get("secrets") or [])
+
+
+def _created_at(obj: Mapping[str, Any], _now: float) -> str:
+    return str(_metadata(obj).get("creationTimestamp") or "")
+
+
+def _binding_role(obj: Mapping[str, Any], _now: float) -> str:
+    ref = obj.get("roleRef") or {}
+    return f"{ref.get('kind', '')}/{ref.get('name', '')}"
+
+
+def _binding_subjects(kind: str) -> Callable[[Mapping[str, Any], float], str]:
+    def cell(obj: Mapping[str, Any], _now: float) -> str:
+        names = [
+            f"{s.get('namespace', '')}/{s.get('name', '')}"
+            if kind == "ServiceAccount"
+            else str(s.get("name", ""))
+            for s in obj.get("subjects") or []
+            if s.get("kind") == kind
+        ]
+        return ", ".join(names)
+
+    return cell
+
+
 _NAME = Column(
     "Name",
     "string",
@@ -302,6 +373,20 @@ _AGE = Column(
     _age,
 )
 _DEFAULT_COLUMNS = (_NAME, _AGE)
+_BINDING_COLUMNS = (
+    _NAME,
+    Column("Role", "string", "Role referenced by the binding.", _binding_role),
+    _AGE,
+    Column("Users", "string", "Users in the binding.", _binding_subjects("User"), 1),
+    Column("Groups", "string", "Groups in the binding.", _binding_subjects("Group"), 1),
+    Column(
+        "ServiceAccounts",
+        "string",
+        "ServiceAccounts in the binding.",
+        _binding_subjects("ServiceAccount"),
+        1,
+    ),
+)
 _COLUMNS: dict[str, tuple[Column, ...]] = {
     NODES.resource: (
         _NAME,
@@ -370,6 +455,73 @@ _COLUMNS: dict[str, tuple[Column, ...]] = {
         Column("Handler", "string", "Handler specifies the underlying runtime.", _handler),
         _AGE,
     ),
+    DAEMONSETS.resource: (
+        _NAME,
+        Column(
+            "Desired",
+            "integer",
+            "The desired number of pods.",
+            _status_int("desiredNumberScheduled"),
+        ),
+        Column(
+            "Current",
+            "integer",
+            "The current number of pods.",
+            _status_int("currentNumberScheduled"),
+        ),
+        Column("Ready", "integer", "The number of ready pods.", _status_int("numberReady")),
+        Column(
+            "Up-to-date",
+            "integer",
+            "The number of updated pods.",
+            _status_int("updatedNumberScheduled"),
+        ),
+        Column(
+            "Available", "integer", "The number of available pods.", _status_int("numberAvailable")
+        ),
+        Column(
+            "Node Selector",
+            "string",
+            "The node selector of the pod template.",
+            _daemonset_node_selector,
+        ),
+        _AGE,
+        Column(
+            "Containers",
+            "string",
+            "Names of each container in the template.",
+            _daemonset_containers("name"),
+            1,
+        ),
+        Column(
+            "Images",
+            "string",
+            "Images referenced by each container in the template.",
+            _daemonset_containers("image"),
+            1,
+        ),
+        Column("Selector", "string", "Label selector for pods.", _daemonset_selector, 1),
+    ),
+    LEASES.resource: (
+        _NAME,
+        Column("Holder", "string", "The holder of the lease.", _lease_holder),
+        _AGE,
+    ),
+    SERVICEACCOUNTS.resource: (
+        _NAME,
+        Column("Secrets", "string", "Secrets of the service account.", _account_secrets),
+        _AGE,
+    ),
+    ROLES.resource: (
+        _NAME,
+        Column("Created At", "date", "Time the role was created.", _created_at),
+    ),
+    CLUSTERROLES.resource: (
+        _NAME,
+        Column("Created At", "date", "Time the cluster role was created.", _created_at),
+    ),
+    ROLEBINDINGS.resource: _BINDING_COLUMNS,
+    CLUSTERROLEBINDINGS.resource: _BINDING_COLUMNS,
     CONFIGMAPS.resource: (
         _NAME,
         Column("Data", "integer", "Data contains the configuration data.", _configmap_data),
