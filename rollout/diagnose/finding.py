@@ -37,6 +37,8 @@ SPECIFICITY = (
     "operator.upgrade-failed",
     "operator.profile-label-missing-key",
     "operator.deploy-label-paused",
+    "operator.nvidia-smi-failed",
+    "operator.operand-failing",
     "node.not-ready",
     "advertising.unhealthy-devices",
     "advertising.replicas-mismatch",
@@ -50,6 +52,7 @@ SPECIFICITY = (
     "runtime.files-changed",
     "runtime.dropin-not-loaded",
     "runtime.shadowing-settings",
+    "runtime.restarts",
     "operator.upgrade-in-progress",
     "advertising.resources",
 )

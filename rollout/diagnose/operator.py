@@ -18,6 +18,21 @@ DEPLOY_PREFIX = "nvidia.com/gpu.deploy."
 PAUSED_VALUES = ("false", "paused-for-driver-upgrade")
 # without these operands the node cannot run GPU pods at all
 ESSENTIAL_OPERANDS = ("operands", "driver", "container-toolkit", "device-plugin")
+ESSENTIAL_POD_WORDS = ("driver", "toolkit", "device-plugin")
+OPERATOR_NAMESPACE = "gpu-operator"
+FAILING_REASONS = frozenset(
+    {
+        "CrashLoopBackOff",
+        "Error",
+        "ImagePullBackOff",
+        "ErrImagePull",
+        "CreateContainerError",
+        "CreateContainerConfigError",
+        "RunContainerError",
+        "StartError",
+        "OOMKilled",
+    }
+)
 
 
 def check_operator(node: NodeFacts, cluster: ClusterFacts, now: datetime) -> list[Finding]:
@@ -28,6 +43,36 @@ def check_operator(node: NodeFacts, cluster: ClusterFacts, now: datetime) -> lis
     findings += _deploy_labels(node)
     findings += _profile(node, cluster)
     findings += _driver(node)
+    findings += _operands(node)
+    return findings
+
+
+def _operands(node: NodeFacts) -> list[Finding]:
+    """Operand pods on the node that do not run: the device plugin's first."""
+    findings = []
+    for pod in node.pods:
+        failing = [
+            r for r in pod.container_reasons if r in FAILING_REASONS or r.startswith("Init:")
+        ]
+        operand = pod.namespace == OPERATOR_NAMESPACE or pod.name.startswith("nvidia-")
+        if not operand or pod.ready or pod.deleting or not failing:
+            continue
+        essential = any(word in pod.name for word in ESSENTIAL_POD_WORDS)
+        findings.append(
+            Finding(
+                node.name,
+                f"{pod.namespace}/{pod.name}",
+                Branch.OPERATOR,
+                "operator.operand-failing",
+                f"the GPU Operator's pod {pod.namespace}/{pod.name} on {node.name} does not run "
+                f"({', '.join(failing)})"
+                + ("; without it the node advertises no GPU" if essential else ""),
+                (f"{pod.namespace}/{pod.name}: {pod.phase}, not ready, {', '.join(failing)}",)
+                + ((f"message: {pod.message}",) if pod.message else ()),
+                f"kubectl logs -n {q(pod.namespace)} {q(pod.name)} --all-containers --tail 20",
+                Severity.ERROR if essential else Severity.WARNING,
+            )
+        )
     return findings
 
 

@@ -58,7 +58,30 @@ def check_runtime(node: NodeFacts, cluster: ClusterFacts) -> list[Finding]:
         findings += _handlers(node, cluster)
     findings += _changed_since_start(node)
     findings += _not_loaded(node)
+    findings += _restarts(node)
     return findings
+
+
+def _restarts(node: NodeFacts) -> list[Finding]:
+    """Restarts by systemd and SIGHUPs (a restart too: containerd does not reload on HUP)."""
+    restarts = node.service.n_restarts if node.service else None
+    if not restarts and not node.service_journal:
+        return []
+    hups = sum("SIGHUP" in line for line in node.service_journal)
+    return [
+        Finding(
+            node.name,
+            None,
+            Branch.RUNTIME,
+            "runtime.restarts",
+            f"containerd on {node.name} was restarted by systemd {restarts or 0} time(s) since the "
+            f"unit started; the journal shows {hups} SIGHUP(s) (a SIGHUP restarts containerd, "
+            "it does not reload it)",
+            (f"NRestarts={restarts}", *node.service_journal[-_SHOWN:]),
+            f"ssh {q(node.name)} journalctl -u containerd --no-pager -n 50",
+            Severity.INFO,
+        )
+    ]
 
 
 def _config_error(node: NodeFacts) -> str:

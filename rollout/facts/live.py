@@ -28,7 +28,7 @@ from rollout.facts.gpu import GpuFacts, GpuQueryFact
 from rollout.facts.kernel import KernelXidFact
 from rollout.facts.model import ClusterFacts, FleetFacts, NodeFacts
 from rollout.facts.pods import pod_facts_from
-from rollout.facts.service import ServiceFact, ServiceState
+from rollout.facts.service import ServiceFact, ServiceJournalFact, ServiceState
 from rollout.retry import retry_transient
 from rollout.spec import Spec, TimeSlicingChange
 from rollout.transports.errors import NotFound
@@ -169,6 +169,7 @@ def probe_node_tolerantly(
         xids=optional(KernelXidFact(), ()),
         driver_status=optional(DriverStatusFact(), None),
         config_mtimes=optional(ConfigMtimesFact(), {}),
+        service_journal=optional(ServiceJournalFact(), ()),
         probe_errors=errors,
     )
 

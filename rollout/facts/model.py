@@ -46,6 +46,8 @@ class NodeFacts:
     xids: tuple[XidEvent, ...] = ()
     driver_status: DriverStatus | None = None
     config_mtimes: Mapping[str, float] = field(default_factory=dict)
+    # containerd's journal: restarts, SIGHUPs and failures (rollout.facts.service)
+    service_journal: tuple[str, ...] = ()
     probe_errors: Mapping[str, str] = field(default_factory=dict)
 
     def source_of(self, path: str) -> str:

@@ -50,7 +50,7 @@ from rollout.facts.gpu import GpuFacts
 from rollout.facts.kernel import parse_xids
 from rollout.facts.model import ClusterFacts, FleetFacts, NodeFacts, NodeFactsError
 from rollout.facts.pods import parse_pod_manifest
-from rollout.facts.service import ServiceState, parse_service_show
+from rollout.facts.service import ServiceState, parse_service_journal, parse_service_show
 from rollout.fieldproblems import FieldProblem, describe_value
 from rollout.inputfile import read_text
 from rollout.spec.fieldtypes import Bool, KubeName, SpecModel, Str, check_dns_subdomain
@@ -103,6 +103,7 @@ class NodeRecord(SpecModel):
     taints: tuple[Str, ...] = ()
     service: Str | None = None
     kernel_log: Str = ""
+    service_journal: Str = ""
     nvidia_smi: Str | None = None
     # the pods bound to the node, as manifests the API transport's Pod reads (drain plans them)
     pods: tuple[Mapping[Str, Any], ...] = ()
@@ -242,6 +243,7 @@ def load_node_facts(node_dir: Path) -> NodeFacts:
         driver_status=None if record.nvidia_smi is None else parse_driver_status(record.nvidia_smi),
         config_mtimes={k: float(v) for k, v in record.config_mtimes.items()},
         pods=_bound_pods(record.pods, name, doc),
+        service_journal=parse_service_journal(record.service_journal),
     )
     try:
         merge_files(node.config_files, node.containerd)

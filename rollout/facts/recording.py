@@ -58,6 +58,7 @@ def node_document(node: NodeFacts) -> dict[str, Any]:
         "allocatable": dict(node.allocatable),
         "taints": list(node.taints),
         "kernel_log": "".join(f"{x.line}\n" for x in node.xids),
+        "service_journal": "".join(f"{line}\n" for line in node.service_journal),
         "config_mtimes": dict(node.config_mtimes),
         "pods": [pod_manifest(p) for p in node.pods],
     }

@@ -118,3 +118,33 @@ def parse_systemd_timestamp(text: str) -> datetime | None:
     raise ServiceProbeFailed(
         f"cannot read the systemd timestamp {text!r} (expected `Day YYYY-MM-DD HH:MM:SS UTC`)"
     )
+
+
+# What the journal says when containerd is signalled, restarted by systemd, or fails
+# (FACTS.md: SIGHUP is a restart by systemd, not a reload).
+_JOURNAL_EVENTS = ("Sent signal SIGHUP", "Scheduled restart job", "Started ", "Failed with result")
+MAX_JOURNAL_LINES = 50
+
+
+@dataclass(frozen=True)
+class ServiceJournalFact:
+    """`journalctl -u containerd` -> the lines telling its restarts and signals; optional."""
+
+    unit: str = SERVICE
+    optional: bool = True
+
+    @property
+    def what(self) -> str:
+        return f"read the journal of {self.unit}.service"
+
+    def command(self) -> list[str]:
+        return ["journalctl", "-u", self.unit, "--no-pager", "-q", "-o", "short-iso", "-n", "500"]
+
+    def parse(self, text: str, host: str) -> tuple[str, ...]:
+        return parse_service_journal(text)
+
+
+def parse_service_journal(text: str) -> tuple[str, ...]:
+    """The journal's restart, signal and failure lines, the last MAX_JOURNAL_LINES."""
+    lines = [line.strip() for line in text.splitlines() if any(e in line for e in _JOURNAL_EVENTS)]
+    return tuple(lines[-MAX_JOURNAL_LINES:])
