@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 
 from rollout import __version__
-from rollout.cli.render import show_controls
 from rollout.errors import ExitCode, RolloutError
 
 DESCRIPTION = """\
@@ -34,10 +35,55 @@ Bad input is reported one problem a line, at file:line; see docs/input-contract.
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser, with every subcommand registered."""
-    from rollout.cli import apply, diagnose, facts, lab, plan
+@dataclass(frozen=True)
+class Command:
+    """A subcommand as `rollout --help` lists it, and the module whose `register` builds it."""
 
+    name: str
+    help: str
+    module: str
+    register: str = "add_parser"
+
+
+# Every subcommand, in the order `rollout --help` lists them. Only the module of the command
+# being run is imported: each pulls in its libraries (rich, pydantic, kubernetes, fabric), and
+# `rollout --help` needs none of them. The help texts are the modules' own, checked equal by
+# tests/unit/test_startup.py.
+COMMANDS = (
+    Command("plan", "show what would change (dry run)", "rollout.cli.plan"),
+    Command(
+        "apply",
+        "apply a plan: waves of cordon, drain, write, restart, verify, uncordon",
+        "rollout.cli.apply",
+        "add_parsers",
+    ),
+    Command(
+        "resume",
+        "continue an interrupted or halted run where it stopped",
+        "rollout.cli.apply",
+        "add_parsers",
+    ),
+    Command(
+        "status", "show runs, or one run's nodes and steps", "rollout.cli.apply", "add_parsers"
+    ),
+    Command(
+        "lab",
+        "a local lab cluster (systemd-nspawn nodes, emulated Kubernetes API)",
+        "rollout.cli.lab",
+    ),
+    Command(
+        "diagnose", "find why GPU pods or nodes do not work (read-only)", "rollout.cli.diagnose"
+    ),
+    Command("facts", "record facts for offline plan and diagnose", "rollout.cli.facts"),
+)
+
+
+def build_parser(commands: Collection[str] | None = None) -> argparse.ArgumentParser:
+    """The argument parser: `commands` built in full (None: every one), the rest listed only.
+
+    A listed command has its name and help, enough for `rollout --help` and for argparse to
+    name the valid choices; main() builds in full the command it is about to run.
+    """
     parser = argparse.ArgumentParser(
         prog="rollout",
         description=DESCRIPTION,
@@ -51,12 +97,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="on an internal error, print Python's traceback (for a bug report)",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    plan.add_parser(subparsers)
-    apply.add_parsers(subparsers)
-    lab.add_parser(subparsers)
-    diagnose.add_parser(subparsers)
-    facts.add_parser(subparsers)
+    built = {c.module for c in COMMANDS if commands is None or c.name in commands}
+    for command in COMMANDS:  # in order: a module registers its commands together
+        if command.name in subparsers.choices:
+            continue
+        if command.module in built:
+            getattr(importlib.import_module(command.module), command.register)(subparsers)
+        else:
+            subparsers.add_parser(command.name, help=command.help)
     return parser
+
+
+def command_of(words: Sequence[str]) -> str | None:
+    """The subcommand a command line runs: its first word that is not an option."""
+    return next((word for word in words if not word.startswith("-")), None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -67,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     words = [word for word in words if word != "--debug"]
     # with --detailed-exitcode, 2 means "changes pending": every error is 1
     detailed = "--detailed-exitcode" in words
-    parser = build_parser()
+    parser = build_parser({command_of(words) or ""})
     try:
         args = parser.parse_args(words)
     except SystemExit as exc:  # argparse's usage errors (2), --help and --version (0)
@@ -79,6 +133,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code = int(args.func(args))
     except RolloutError as exc:
+        from rollout.cli.render import show_controls
+
         # messages quote input (paths, names, values): controls print, they do not act
         print(f"error: {show_controls(str(exc))}", file=sys.stderr)
         return ExitCode.FAILED if detailed else exc.exit_code
@@ -86,6 +142,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("aborted", file=sys.stderr)
         return ExitCode.ABORTED
     except Exception as exc:
+        from rollout.cli.render import show_controls
+
         # a bug in rollout, not bad input: say so, and where the details are
         if debug:
             traceback.print_exc(file=sys.stderr)

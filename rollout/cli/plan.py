@@ -5,14 +5,29 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rollout.cli.render import make_console, plan_to_json, plan_to_markdown, print_plan_text
-from rollout.connection import FleetConnection
 from rollout.errors import BadInput, ExitCode
 from rollout.facts import FleetFacts, load_recorded_facts
 from rollout.planner import build_plan
 from rollout.playbook import load_playbooks
 from rollout.spec import Spec, load_spec
+
+if TYPE_CHECKING:
+    from rollout.connection import FleetConnection
+
+
+def __getattr__(name: str) -> object:
+    """FleetConnection, imported on first use: SSH and the Kubernetes client (fabric,
+    paramiko, kubernetes) load only where a fleet is reached, never for `plan --facts`."""
+    if name == "FleetConnection":
+        from rollout.connection import FleetConnection
+
+        globals()[name] = FleetConnection
+        return FleetConnection
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 HELP = """\
 Show what `rollout apply` would do: the waves, each node's steps (or why a step is a
@@ -73,7 +88,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 def connect_fleet(args: argparse.Namespace) -> FleetConnection:
     """The fleet named by the --inventory, --kubeconfig and --context arguments."""
-    return FleetConnection(
+    # looked up on the module (see __getattr__), where a test may put a stand-in
+    connection: type[FleetConnection] = sys.modules[__name__].FleetConnection
+    return connection(
         args.inventory,
         args.kubeconfig,
         args.context,
