@@ -20,7 +20,7 @@ from rollout.diagnose.readings import (
     q,
 )
 from rollout.facts import ClusterFacts, NodeFacts
-from rollout.facts.kernel import XIDS_IGNORED_BY_PLUGIN
+from rollout.facts.kernel import XIDS_IGNORED_BY_PLUGIN, parse_plugin_xids
 
 GRACE_S = 300  # kubelet's endpointStopGracePeriod
 
@@ -64,7 +64,8 @@ def check_advertising(node: NodeFacts, cluster: ClusterFacts) -> list[Finding]:
         return findings
     capacity = amount(node.capacity, expected)
     allocatable = amount(node.allocatable, expected)
-    xids = [x for x in node.xids if x.xid not in XIDS_IGNORED_BY_PLUGIN]
+    plugin_xids = [x for text in node.pod_logs.values() for x in parse_plugin_xids(text)]
+    xids = [x for x in (*node.xids, *plugin_xids) if x.xid not in XIDS_IGNORED_BY_PLUGIN]
     xid_lines = tuple(f"{x.line}  -> Xid {x.xid}: {x.meaning}" for x in xids)
     numbers_line = f"{expected}: capacity {capacity}, allocatable {allocatable}"
     if allocatable < capacity and (allocatable > 0 or xids):

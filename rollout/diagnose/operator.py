@@ -18,6 +18,7 @@ DEPLOY_PREFIX = "nvidia.com/gpu.deploy."
 PAUSED_VALUES = ("false", "paused-for-driver-upgrade")
 # without these operands the node cannot run GPU pods at all
 ESSENTIAL_OPERANDS = ("operands", "driver", "container-toolkit", "device-plugin")
+LOG_LINES_SHOWN = 5
 ESSENTIAL_POD_WORDS = ("driver", "toolkit", "device-plugin")
 OPERATOR_NAMESPACE = "gpu-operator"
 FAILING_REASONS = frozenset(
@@ -58,6 +59,8 @@ def _operands(node: NodeFacts) -> list[Finding]:
         if not operand or pod.ready or pod.deleting or not failing:
             continue
         essential = any(word in pod.name for word in ESSENTIAL_POD_WORDS)
+        key = f"{pod.namespace}/{pod.name}"
+        log_tail = node.pod_logs.get(key, "").splitlines()[-LOG_LINES_SHOWN:]
         findings.append(
             Finding(
                 node.name,
@@ -68,7 +71,8 @@ def _operands(node: NodeFacts) -> list[Finding]:
                 f"({', '.join(failing)})"
                 + ("; without it the node advertises no GPU" if essential else ""),
                 (f"{pod.namespace}/{pod.name}: {pod.phase}, not ready, {', '.join(failing)}",)
-                + ((f"message: {pod.message}",) if pod.message else ()),
+                + ((f"message: {pod.message}",) if pod.message else ())
+                + tuple(f"log: {line}" for line in log_tail),
                 f"kubectl logs -n {q(pod.namespace)} {q(pod.name)} --all-containers --tail 20",
                 Severity.ERROR if essential else Severity.WARNING,
             )

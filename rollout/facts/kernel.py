@@ -64,6 +64,22 @@ class KernelXidFact:
         return parse_xids(text)
 
 
+# k8s-device-plugin: `XidCriticalError: Xid=79 on Device=GPU-..., marking device as unhealthy.`
+_PLUGIN_XID = re.compile(r"XidCriticalError: Xid=(?P<xid>\d+) on Device=(?P<device>[^,;\s]+)")
+
+
+def parse_plugin_xids(text: str) -> tuple[XidEvent, ...]:
+    """The device plugin's log -> the Xids it marked a device unhealthy for, once each."""
+    seen: set[str] = set()
+    events = []
+    for raw in text.splitlines():
+        match = _PLUGIN_XID.search(raw)
+        if match and (line := raw.strip()) not in seen:
+            seen.add(line)
+            events.append(XidEvent(int(match["xid"]), match["device"], line))
+    return tuple(events[-MAX_XID_LINES:])
+
+
 def parse_xids(text: str) -> tuple[XidEvent, ...]:
     """Kernel-log text -> its Xid lines, once each, in order (the last MAX_XID_LINES)."""
     seen: set[str] = set()

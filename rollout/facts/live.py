@@ -191,7 +191,11 @@ def gather_diagnosis_facts(
 
     reachable = [r for name, r in runners.items() if name in api_nodes]
     results = run_on_nodes(reachable, probe, max_parallel=max_parallel)
-    nodes = [r for r in results.values() if isinstance(r, NodeFacts)]
+    nodes = [
+        dataclasses.replace(r, pod_logs=read_operand_logs(kube, r.pods))
+        for r in results.values()
+        if isinstance(r, NodeFacts)
+    ]
     failed = {name: str(r) for name, r in results.items() if not isinstance(r, NodeFacts)}
     return (
         FleetFacts(
@@ -201,6 +205,26 @@ def gather_diagnosis_facts(
         ),
         {**missing, **failed},
     )
+
+
+LOG_TAIL_LINES = 20
+
+
+def read_operand_logs(kube: KubeClient, pods: Sequence[Pod]) -> dict[str, str]:
+    """The log tails of the operator's pods that are not ready; a log that cannot be read
+    (a pod of several containers, a container not started) is left out."""
+    logs: dict[str, str] = {}
+    for pod in pods:
+        operand = pod.namespace == OPERATOR_NAMESPACE or pod.name.startswith("nvidia-")
+        if not operand or pod.ready:
+            continue
+        try:
+            logs[f"{pod.namespace}/{pod.name}"] = kube.read_pod_log(
+                pod.namespace, pod.name, tail_lines=LOG_TAIL_LINES
+            )
+        except RolloutError:
+            continue
+    return logs
 
 
 def gather_diagnosis_cluster(kube: KubeClient, pods: Sequence[Pod]) -> ClusterFacts:

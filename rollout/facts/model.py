@@ -48,6 +48,8 @@ class NodeFacts:
     config_mtimes: Mapping[str, float] = field(default_factory=dict)
     # containerd's journal: restarts, SIGHUPs and failures (rollout.facts.service)
     service_journal: tuple[str, ...] = ()
+    # the log tails of the GPU Operator's pods on the node that are not ready ("ns/name" -> text)
+    pod_logs: Mapping[str, str] = field(default_factory=dict)
     probe_errors: Mapping[str, str] = field(default_factory=dict)
 
     def source_of(self, path: str) -> str:

@@ -104,6 +104,7 @@ class NodeRecord(SpecModel):
     service: Str | None = None
     kernel_log: Str = ""
     service_journal: Str = ""
+    pod_logs: Mapping[Str, Str] = Field(default_factory=dict)
     nvidia_smi: Str | None = None
     # the pods bound to the node, as manifests the API transport's Pod reads (drain plans them)
     pods: tuple[Mapping[Str, Any], ...] = ()
@@ -244,6 +245,7 @@ def load_node_facts(node_dir: Path) -> NodeFacts:
         config_mtimes={k: float(v) for k, v in record.config_mtimes.items()},
         pods=_bound_pods(record.pods, name, doc),
         service_journal=parse_service_journal(record.service_journal),
+        pod_logs=dict(record.pod_logs),
     )
     try:
         merge_files(node.config_files, node.containerd)

@@ -61,6 +61,7 @@ def node_document(node: NodeFacts) -> dict[str, Any]:
         "service_journal": "".join(f"{line}\n" for line in node.service_journal),
         "config_mtimes": dict(node.config_mtimes),
         "pods": [pod_manifest(p) for p in node.pods],
+        "pod_logs": dict(node.pod_logs),
     }
     if node.service is not None:
         doc["service"] = service_text(node.service)
