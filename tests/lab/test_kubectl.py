@@ -504,6 +504,30 @@ def test_logs(kubectl: Kubectl, registry: Registry) -> None:
     assert 'container "main" in pod "pending" is waiting to start' in waiting.stderr
 
 
+def test_logs_follow_until_the_container_ends(kubectl: Kubectl, registry: Registry) -> None:
+    add_node(registry, "gpu-1")
+    add_pod(registry, "smoke", "gpu-1")
+    registry.write_log("default", "smoke", "main", "GPU 0: NVIDIA A100\n")
+
+    def finish(pod: dict[str, Any]) -> None:
+        pod["status"]["containerStatuses"][0]["state"] = {
+            "terminated": {"exitCode": 0, "reason": "Completed"}
+        }
+        pod["status"]["phase"] = "Succeeded"
+
+    def later() -> None:
+        registry.write_log("default", "smoke", "main", "GPU 1: NVIDIA A100\n")
+        registry.mutate(PODS, "default", "smoke", finish)
+
+    timer = threading.Timer(1.0, later)
+    timer.start()
+    try:
+        followed = kubectl("logs", "-f", "smoke", "--request-timeout=10s")
+    finally:
+        timer.cancel()
+    assert followed.stdout == "GPU 0: NVIDIA A100\nGPU 1: NVIDIA A100\n"
+
+
 def test_apply_a_configmap(kubectl: Kubectl, registry: Registry) -> None:
     manifest = yaml.safe_dump(
         {

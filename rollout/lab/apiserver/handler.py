@@ -30,6 +30,7 @@ from rollout.lab.apiserver.rbac import (
 )
 from rollout.lab.apiserver.registry import DeleteOptions
 from rollout.lab.apiserver.resources import (
+    PODS,
     REVIEW_KINDS,
     SELFSUBJECTACCESSREVIEWS,
     SELFSUBJECTREVIEWS,
@@ -59,6 +60,9 @@ SERVER_VERSION = {
     "platform": "linux/amd64",
 }
 _DEFAULT_WATCH_TIMEOUT_S = 1800.0
+_TRUE = ("1", "true", "True")
+# How often a followed log is read again for what was written since.
+_LOG_POLL_S = 0.1
 # How often a quiet watch wakes to notice a stopping server or a passed deadline.
 _WATCH_POLL_S = 0.5
 
@@ -128,6 +132,9 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
                 and query.get("watch") in ("1", "true", "True")
             ):
                 self._serve_watch(route, query)
+                return
+            if method == "GET" and route.subresource == "log" and query.get("follow") in _TRUE:
+                self._follow_log(route, query)
                 return
             reply = self._dispatch(method, route, query, body)
         except ApiError as error:
@@ -346,6 +353,46 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
 
+    def _follow_log(self, route: Route, query: dict[str, str]) -> None:
+        """pods/log?follow=true: the log so far, then what is written, until the container
+        ends, the pod goes, or the client leaves."""
+        registry = self.server.registry
+        namespace, name = str(route.namespace), str(route.name)
+        container = query.get("container")
+        tail = query.get("tailLines")
+        text = registry.read_log(namespace, name, container, int(tail) if tail else None)
+        sent = len(registry.read_log(namespace, name, container, None))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            self._write_text_chunk(text)
+            while not self.server.stopping:
+                pod = registry.find(PODS, namespace, name)
+                if pod is None:
+                    break
+                ended = _container_ended(pod, container)
+                try:
+                    full = registry.read_log(namespace, name, container, None)
+                except ApiError:
+                    break
+                self._write_text_chunk(full[sent:])
+                sent = len(full)
+                if ended:
+                    break
+                time.sleep(_LOG_POLL_S)
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    def _write_text_chunk(self, text: str) -> None:
+        if text:
+            data = text.encode()
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+
     def _write_event(self, event_type: str, kind: ResourceKind, obj: dict[str, Any]) -> None:
         if self._watch_table is not None:
             obj = _to_table(kind, [obj], self._watch_table)
@@ -373,6 +420,17 @@ def _selectors(query: dict[str, str]) -> tuple[LabelSelector, FieldSelector]:
     return (
         LabelSelector.from_text(query.get("labelSelector")),
         FieldSelector.from_text(query.get("fieldSelector")),
+    )
+
+
+def _container_ended(pod: dict[str, Any], container: str | None) -> bool:
+    """Whether the followed container (the pod's only one when unnamed) has terminated."""
+    if container is None:
+        names = [c.get("name") for c in pod.get("spec", {}).get("containers") or []]
+        container = names[0] if names else None
+    return any(
+        s.get("name") == container and "terminated" in (s.get("state") or {})
+        for s in (pod.get("status") or {}).get("containerStatuses") or []
     )
 
 
