@@ -21,6 +21,14 @@ from rollout.lab.cluster import (
     tear_down_lab,
 )
 from rollout.lab.image import SERIES
+from rollout.lab.scenarios import (
+    SCENARIOS,
+    break_lab,
+    choose_node,
+    find_scenario,
+    heal_lab,
+    open_lab,
+)
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -30,7 +38,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="a local lab cluster (systemd-nspawn nodes, emulated Kubernetes API)",
         description="Bring a local lab cluster up, report on it, or take it down.",
     )
-    commands = lab.add_subparsers(dest="lab_command", metavar="{up,down,status}", required=True)
+    commands = lab.add_subparsers(
+        dest="lab_command", metavar="{up,down,status,break,heal}", required=True
+    )
 
     up = commands.add_parser("up", help="build the node image if needed and start the lab")
     _add_lab_dir(up)
@@ -70,6 +80,25 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     _add_lab_dir(status)
     status.set_defaults(func=run_status)
 
+    scenarios = "\n".join(f"  {s.name:<26} {s.summary}" for s in SCENARIOS)
+    breaker = commands.add_parser(
+        "break",
+        help="inject a failure for rehearsal (heal puts the lab back)",
+        description="Inject one failure of the troubleshooting tree into the lab, for real "
+        "(files on the node, containerd restarted, API objects), recording how to undo it.",
+        epilog="scenarios:\n" + scenarios,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_lab_dir(breaker)
+    breaker.add_argument("scenario", metavar="SCENARIO", help="one of the scenarios below")
+    breaker.add_argument("node", metavar="NODE", nargs="?", help="default: the first that suits")
+    breaker.set_defaults(func=run_break)
+
+    heal = commands.add_parser("heal", help="undo what `lab break` did (one node or all)")
+    _add_lab_dir(heal)
+    heal.add_argument("node", metavar="NODE", nargs="?", help="default: every node")
+    heal.set_defaults(func=run_heal)
+
 
 def run_up(args: argparse.Namespace) -> int:
     """Handler of `lab up`."""
@@ -101,6 +130,28 @@ def run_status(args: argparse.Namespace) -> int:
         n.running and n.ssh_ok and n.containerd_state == "active" for n in status.nodes
     )
     return 0 if healthy else 1
+
+
+def run_break(args: argparse.Namespace) -> int:
+    """Handler of `lab break`."""
+    scenario = find_scenario(args.scenario)
+    with open_lab(args.lab_dir) as access:
+        node = choose_node(access.lab, scenario, args.node)
+        break_lab(access, scenario, node)
+    print(f"broke {node.name}: {scenario.name} ({scenario.summary})")
+    print(f"  undo with: rollout lab heal {node.name} --lab-dir {access.lab.lab_dir}")
+    return 0
+
+
+def run_heal(args: argparse.Namespace) -> int:
+    """Handler of `lab heal`."""
+    with open_lab(args.lab_dir) as access:
+        healed = heal_lab(access, args.node)
+    if not healed:
+        print("nothing to heal" + (f" on {args.node}" if args.node else ""))
+    for entry in healed:
+        print(f"healed {entry['node']}: {entry['scenario']}")
+    return 0
 
 
 def format_status(status: LabStatus) -> str:

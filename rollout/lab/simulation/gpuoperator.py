@@ -35,6 +35,8 @@ DRIVER_VERSION_ENV = "DRIVER_VERSION"
 UNHEALTHY_GPUS_ANNOTATION = "lab.rollout/unhealthy-gpus"
 FAIL_UPGRADE_ANNOTATION = "lab.rollout/fail-upgrade"
 NOT_READY_ANNOTATION = "lab.rollout/not-ready"
+# The device plugin pod crash-loops while set; the value is the line its log ends with.
+DEVICE_PLUGIN_CRASH_ANNOTATION = "lab.rollout/device-plugin-crash"
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from rollout.lab.description import GpuDescription, NodeDescription
 from rollout.lab.simulation.events import EventRecorder
 from rollout.lab.simulation.gpuoperator import (
     DEVICE_PLUGIN,
+    DEVICE_PLUGIN_CRASH_ANNOTATION,
     DRIVER,
     NOT_READY_ANNOTATION,
     NVIDIA_HANDLER,
@@ -31,6 +32,7 @@ from rollout.lab.simulation.gpuoperator import (
     driver_version_of,
     owner_daemonset,
 )
+from rollout.lab.simulation.kernellog import read_critical_xids
 from rollout.lab.simulation.pods import (
     GPU_RESOURCE,
     gpu_request,
@@ -89,6 +91,8 @@ class _DeviceManager:
     lost_at_s: float | None = None
     # Pod uid -> the (gpu index, replica) slots allocated to it.
     allocations: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
+    # GPU index -> the critical Xid (from the node's kernel log) that made it unhealthy.
+    xids: dict[int, int] = field(default_factory=dict)
 
 
 def format_gpu_list(gpus: list[GpuDescription]) -> str:
@@ -215,15 +219,32 @@ class Kubelet:
         # their already-running containers.
         if owner_daemonset(pod) is not None:
             crashing = waiting_reason(pod) == "CrashLoopBackOff"
-            if not handler_ok and not crashing:
+            crash = self._plugin_crash(pod)
+            if (not handler_ok or crash) and not crashing:
                 self._write_pod(pod, lambda p: set_crash_loop(p, now))
+                if crash:
+                    self._write_plugin_log(pod, crash)
                 return
-            if handler_ok and crashing:
+            if handler_ok and not crash and crashing:
                 self._write_pod(pod, lambda p: set_running(p, self.node.address, None, now))
                 return
         if runs_nvidia_smi(pod) is not None and now - since >= self.timings.smoke_run_s:
             self._write_pod(pod, lambda p: set_succeeded(p, now))
             self._release(uid)
+
+    def _plugin_crash(self, pod: dict[str, Any]) -> str | None:
+        """The lab's crash knob for this node's device plugin: the line its log ends with."""
+        if owner_daemonset(pod) != DEVICE_PLUGIN.name:
+            return None
+        node = self.registry.find(NODES, None, self.name) or {}
+        annotations = node.get("metadata", {}).get("annotations") or {}
+        return annotations.get(DEVICE_PLUGIN_CRASH_ANNOTATION) or None
+
+    def _write_plugin_log(self, pod: Mapping[str, Any], line: str) -> None:
+        meta = pod["metadata"]
+        self.registry.write_log(
+            meta["namespace"], meta["name"], DEVICE_PLUGIN.container, line + "\n"
+        )
 
     def _write_pod(self, pod: Mapping[str, Any], change: Callable[[dict[str, Any]], None]) -> None:
         self.registry.mutate(PODS, pod["metadata"]["namespace"], pod["metadata"]["name"], change)
@@ -235,6 +256,7 @@ class Kubelet:
         node = self.registry.find(NODES, None, self.name)
         annotations = (node or {}).get("metadata", {}).get("annotations") or {}
         unhealthy = parse_unhealthy(annotations.get(UNHEALTHY_GPUS_ANNOTATION))
+        unhealthy |= set(self._devices.xids)
         return [
             (gpu.index, replica)
             for replica in range(self._devices.profile.replicas)
@@ -293,6 +315,7 @@ class Kubelet:
             ),
             None,
         )
+        self._read_xids(plugin)
         labels = node["metadata"].get("labels") or {}
         if plugin is not None and (
             plugin["metadata"]["uid"] != state.loaded_pod_uid
@@ -313,6 +336,21 @@ class Kubelet:
                 state.lost_at_s = now
             if now - state.lost_at_s >= self.timings.device_plugin_grace_s:
                 state.advertised = False
+
+    def _read_xids(self, plugin: dict[str, Any] | None) -> None:
+        """The plugin's health check: critical Xids in the node's kernel log, each logged
+        once as the real plugin logs it."""
+        xids = read_critical_xids(self.node.root, [g.index for g in self.node.gpus])
+        if plugin is not None:
+            for index, xid in sorted(xids.items()):
+                if self._devices.xids.get(index) != xid:
+                    uuid = next(g.uuid for g in self.node.gpus if g.index == index)
+                    self._write_plugin_log(
+                        plugin,
+                        f"XidCriticalError: Xid={xid} on Device={uuid}; "
+                        "marking device as unhealthy.",
+                    )
+        self._devices.xids = xids
 
     def _load_profile(
         self,
