@@ -34,6 +34,7 @@ SPECIFICITY = (
     "runtime.shadowing",
     "runtime.handler-missing",
     "operator.driver-library-mismatch",
+    "operator.driver-kernel-mismatch",
     "operator.upgrade-failed",
     "operator.profile-label-missing-key",
     "operator.deploy-label-paused",

@@ -44,8 +44,34 @@ def check_operator(node: NodeFacts, cluster: ClusterFacts, now: datetime) -> lis
     findings += _deploy_labels(node)
     findings += _profile(node, cluster)
     findings += _driver(node)
+    findings += _driver_kernel(node)
     findings += _operands(node)
     return findings
+
+
+def _driver_kernel(node: NodeFacts) -> list[Finding]:
+    found = node.driver_kernel
+    if found is None or not found.mismatch:
+        return []
+    return [
+        Finding(
+            node.name,
+            None,
+            Branch.OPERATOR,
+            "operator.driver-kernel-mismatch",
+            f"the nvidia module loaded on {node.name} is {found.loaded}, but the one installed for "
+            f"kernel {found.kernel} is {found.installed}: the driver was upgraded without "
+            "reloading the module; reload it or reboot the node",
+            (
+                f"kernel: {found.kernel}",
+                f"/proc/driver/nvidia/version: {found.loaded}",
+                f"modinfo -F version nvidia: {found.installed}",
+            ),
+            f"ssh {q(node.name)} cat /proc/driver/nvidia/version; "
+            f"ssh {q(node.name)} modinfo -F version nvidia",
+            Severity.ERROR,
+        )
+    ]
 
 
 def _operands(node: NodeFacts) -> list[Finding]:

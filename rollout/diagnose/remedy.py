@@ -36,6 +36,7 @@ MANUAL_REASONS: Mapping[str, str] = {
     "operator.upgrade-failed": "needs a driver change (relabel the node upgrade-required once "
     "the cause is fixed); rollout does not apply driver upgrades yet",
     "operator.driver-library-mismatch": "reload the nvidia kernel module or reboot the node",
+    "operator.driver-kernel-mismatch": "reload the nvidia kernel module or reboot the node",
     "runtime.containerd-down": "read containerd's journal and fix its configuration by hand",
     "runtime.config-invalid": "fix the file named in the evidence by hand",
     "runtime.handler-missing": "restart the NVIDIA container toolkit so it writes its drop-in "

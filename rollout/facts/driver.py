@@ -64,3 +64,69 @@ def parse_driver_status(text: str) -> DriverStatus:
         lines.pop()
     uuids = tuple(m[1] for line in lines if (m := _UUID.search(line)) and "MIG-" not in line)
     return DriverStatus(exit_code, uuids, tuple(lines[-MAX_OUTPUT_LINES:]))
+
+
+_LOADED = re.compile(r"Kernel Module\s+(?:for \S+\s+)?(?P<version>\d+(?:\.\d+)+)")
+_SEPARATOR = "---"
+
+
+@dataclass(frozen=True)
+class DriverKernel:
+    """The running kernel, the nvidia module loaded now, and the one installed for the kernel.
+
+    None where the node does not say (no /proc/driver/nvidia: no module loaded, or loaded from
+    the GPU Operator's driver container, whose module the host's modinfo does not see).
+    """
+
+    kernel: str
+    loaded: str | None = None
+    installed: str | None = None
+
+    @property
+    def mismatch(self) -> bool:
+        return (
+            self.loaded is not None
+            and self.installed is not None
+            and (self.loaded != self.installed)
+        )
+
+
+@dataclass(frozen=True)
+class DriverKernelFact:
+    """`uname -r`, /proc/driver/nvidia/version and `modinfo -F version nvidia` -> DriverKernel."""
+
+    optional: bool = True
+
+    @property
+    def what(self) -> str:
+        return "read the kernel and nvidia module versions"
+
+    def command(self) -> list[str]:
+        return [
+            "sh",
+            "-c",
+            "uname -r; echo ---; cat /proc/driver/nvidia/version 2>/dev/null; echo ---; "
+            "modinfo -F version nvidia 2>/dev/null; true",
+        ]
+
+    def parse(self, text: str, host: str) -> DriverKernel | None:
+        return parse_driver_kernel(text)
+
+
+def parse_driver_kernel(text: str) -> DriverKernel | None:
+    """The fact's three sections -> DriverKernel; None when the output is not that."""
+    parts: list[list[str]] = [[]]
+    for line in text.splitlines():
+        if line.strip() == _SEPARATOR:
+            parts.append([])
+        elif line.strip():
+            parts[-1].append(line.strip())
+    if len(parts) != 3 or not parts[0]:
+        return None
+    loaded = _LOADED.search("\n".join(parts[1]))
+    installed = parts[2][0] if parts[2] else ""
+    return DriverKernel(
+        kernel=parts[0][0],
+        loaded=loaded["version"] if loaded else None,
+        installed=installed or None,
+    )

@@ -22,7 +22,7 @@ from rollout.facts.containerd import (
     ConfigMtimesFact,
     ContainerdVersionFact,
 )
-from rollout.facts.driver import DriverStatusFact
+from rollout.facts.driver import DriverKernelFact, DriverStatusFact
 from rollout.facts.fact import ProbeFailed, read_fact
 from rollout.facts.gpu import GpuFacts, GpuQueryFact
 from rollout.facts.kernel import KernelXidFact
@@ -168,6 +168,7 @@ def probe_node_tolerantly(
         node_facts_from(name, probe, node, pods),
         xids=optional(KernelXidFact(), ()),
         driver_status=optional(DriverStatusFact(), None),
+        driver_kernel=optional(DriverKernelFact(), None),
         config_mtimes=optional(ConfigMtimesFact(), {}),
         service_journal=optional(ServiceJournalFact(), ()),
         probe_errors=errors,

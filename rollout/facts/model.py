@@ -8,7 +8,7 @@ from typing import Any
 
 from rollout.containerd import ConfigFiles, ContainerdConfigError, ContainerdVersion
 from rollout.errors import InputError, SourceLocation
-from rollout.facts.driver import DriverStatus
+from rollout.facts.driver import DriverKernel, DriverStatus
 from rollout.facts.gpu import GpuFacts
 from rollout.facts.kernel import XidEvent
 from rollout.facts.pods import PodFacts
@@ -45,6 +45,9 @@ class NodeFacts:
     # /etc/containerd (seconds since the epoch), and the facts that could not be read.
     xids: tuple[XidEvent, ...] = ()
     driver_status: DriverStatus | None = None
+    # `uname -r`, the nvidia module loaded and the one installed for the kernel (raw text kept
+    # for recording: rollout.facts.driver.parse_driver_kernel reads it)
+    driver_kernel: DriverKernel | None = None
     config_mtimes: Mapping[str, float] = field(default_factory=dict)
     # containerd's journal: restarts, SIGHUPs and failures (rollout.facts.service)
     service_journal: tuple[str, ...] = ()

@@ -44,7 +44,7 @@ from rollout.facts.containerd import (
     MAX_FILE_BYTES,
     ContainerdVersionFact,
 )
-from rollout.facts.driver import parse_driver_status
+from rollout.facts.driver import parse_driver_kernel, parse_driver_status
 from rollout.facts.fact import ProbeFailed
 from rollout.facts.gpu import GpuFacts
 from rollout.facts.kernel import parse_xids
@@ -106,6 +106,7 @@ class NodeRecord(SpecModel):
     service_journal: Str = ""
     pod_logs: Mapping[Str, Str] = Field(default_factory=dict)
     nvidia_smi: Str | None = None
+    driver_kernel: Str | None = None
     # the pods bound to the node, as manifests the API transport's Pod reads (drain plans them)
     pods: tuple[Mapping[Str, Any], ...] = ()
     config_mtimes: Mapping[NodePath, Annotated[float, Strict()] | Annotated[int, Strict()]] = Field(
@@ -246,6 +247,9 @@ def load_node_facts(node_dir: Path) -> NodeFacts:
         pods=_bound_pods(record.pods, name, doc),
         service_journal=parse_service_journal(record.service_journal),
         pod_logs=dict(record.pod_logs),
+        driver_kernel=None
+        if record.driver_kernel is None
+        else parse_driver_kernel(record.driver_kernel),
     )
     try:
         merge_files(node.config_files, node.containerd)

@@ -65,6 +65,18 @@ def node_document(node: NodeFacts) -> dict[str, Any]:
     }
     if node.service is not None:
         doc["service"] = service_text(node.service)
+    if node.driver_kernel is not None:
+        kernel = node.driver_kernel
+        doc["driver_kernel"] = (
+            f"{kernel.kernel}\n---\n"
+            + (
+                f"NVRM version: NVIDIA UNIX Kernel Module  {kernel.loaded}\n"
+                if kernel.loaded
+                else ""
+            )
+            + "---\n"
+            + (f"{kernel.installed}\n" if kernel.installed else "")
+        )
     if node.driver_status is not None:
         status = node.driver_status
         doc["nvidia_smi"] = "".join(f"{line}\n" for line in status.output) + (

@@ -135,6 +135,9 @@ def test_record_writes_what_recorded_facts_read_back(tmp_path: Path) -> None:
         "kernel_log": "NVRM: Xid (PCI:0000:3b:00): 79, pid=0, off the bus.\n",
         "config_mtimes": {"/etc/containerd/config.toml": 1700000000.5},
         "taints": ["a=b:NoSchedule"],
+        "driver_kernel": "6.1.0\n---\nNVRM version: NVIDIA UNIX Kernel Module  535.1\n---\n550.2\n",
+        "service_journal": "x systemd[1]: containerd.service: Sent signal SIGHUP to main\n",
+        "pod_logs": {"gpu-operator/p": "line one\nline two\n"},
         "pods": [
             {
                 "metadata": {
