@@ -8,10 +8,10 @@ the real dump against the prediction and that no runtime handler vanished (invar
 
 Saved data of `containerd.write` (StepContext.save_data), read by the later steps and undo:
 
-- before_dump / after_dump: the normalised effective config before and as predicted after;
+- before_dump / after_dump: the normalised effective config before and as predicted after
+  (registry credentials redacted);
 - handlers_before: the runtime handlers of before_dump;
-- created_dirs: the directories that did not exist before, so undo deletes them (the files
-  that did not exist are the plan's, with no `before`);
+- created_dirs: directories that did not exist before, so undo deletes them;
 - written_at: node-clock time the last file was replaced (absent until then).
 
 The steps read the node through rollout.facts, as the plan did. Transient errors (an SSH
@@ -357,8 +357,7 @@ class ContainerdWrite:
             return  # no file was replaced and no restart could have read one
         timeout_s = float(ctx.spec.policy.verify.containerd_restart_timeout_s)
         restart_service(runner, timeout_s, sleep=ctx.sleep)
-        saved = data.get("before_dump")
-        # a run journalled before dumps were saved redacted compares the same way
+        saved = data.get("before_dump")  # redacted again: an older run saved it in clear
         expected = as_saved(saved) if isinstance(saved, Mapping) else None
         live = read_live_dump(runner, ctx.facts.config_files.main_path)
         if expected is not None and live != expected:
