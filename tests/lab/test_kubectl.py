@@ -8,6 +8,7 @@ import datetime
 import ipaddress
 import json
 import os
+import re
 import ssl
 import subprocess
 import threading
@@ -26,7 +27,7 @@ from rollout.containerd.binaries import cache_dir
 from rollout.lab.apiserver import ApiServer, Registry
 from rollout.lab.apiserver.authentication import LAB_ADMIN, Authenticator
 from rollout.lab.apiserver.rbac import ANONYMOUS
-from rollout.lab.apiserver.resources import DAEMONSETS, NODES, PODDISRUPTIONBUDGETS, PODS
+from rollout.lab.apiserver.resources import DAEMONSETS, EVENTS, NODES, PODDISRUPTIONBUDGETS, PODS
 from rollout.lab.description import LabDescription
 from rollout.lab.simulation.bootstrap import seed_cluster
 from tests.conftest import require
@@ -397,6 +398,38 @@ def test_label_annotate_taint_and_patch_a_node(kubectl: Kubectl, registry: Regis
     node = registry.get(NODES, None, "gpu-1")
     assert node["metadata"]["annotations"]["note"] == "x"
     assert node["spec"]["taints"] == [{"key": "gpu", "value": "true", "effect": "NoSchedule"}]
+
+
+def test_get_events_as_kubectl_prints_them(kubectl: Kubectl, registry: Registry) -> None:
+    registry.create(
+        EVENTS,
+        "default",
+        {
+            "metadata": {"name": "smoke.1"},
+            "involvedObject": {"kind": "Pod", "name": "smoke", "namespace": "default"},
+            "reason": "FailedCreatePodSandBox",
+            "type": "Warning",
+            "message": 'no runtime for "nvidia" is configured',
+            "source": {"component": "kubelet", "host": "gpu-1"},
+            "count": 3,
+            "firstTimestamp": "2020-01-01T00:00:00Z",
+            "lastTimestamp": "2020-01-01T00:00:00Z",
+        },
+    )
+    rows = table(kubectl("get", "events").stdout)
+    assert {k: v for k, v in rows[0].items() if k != "LAST SEEN"} == {
+        "TYPE": "Warning",
+        "REASON": "FailedCreatePodSandBox",
+        "OBJECT": "pod/smoke",
+        "MESSAGE": 'no runtime for "nvidia" is configured',
+    }
+    assert re.fullmatch(r"\d+y(\d+d)?", rows[0]["LAST SEEN"])
+    wide = table(kubectl("get", "events", "-o", "wide").stdout)
+    assert (wide[0]["SOURCE"], wide[0]["COUNT"], wide[0]["NAME"]) == (
+        "kubelet, gpu-1",
+        "3",
+        "smoke.1",
+    )
 
 
 # ------------------------------------------------------------------- describe

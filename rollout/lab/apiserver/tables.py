@@ -15,6 +15,7 @@ from rollout.lab.apiserver.resources import (
     CLUSTERROLES,
     CONFIGMAPS,
     DAEMONSETS,
+    EVENTS,
     LEASES,
     NAMESPACES,
     NODES,
@@ -135,11 +136,15 @@ def _name(obj: Mapping[str, Any], _now: float) -> str:
 
 
 def _age(obj: Mapping[str, Any], now: float) -> str:
-    stamp = _metadata(obj).get("creationTimestamp")
+    return _since(_metadata(obj).get("creationTimestamp"), now)
+
+
+def _since(stamp: Any, now: float) -> str:
+    """translateTimestampSince: the age of an RFC 3339 time, `<unknown>` without one."""
     if not stamp:
         return "<unknown>"
-    created = datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
-    return format_age(now - created)
+    at = datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+    return format_age(now - at)
 
 
 def _status(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -355,6 +360,48 @@ def _binding_subjects(kind: str) -> Callable[[Mapping[str, Any], float], str]:
     return cell
 
 
+def _event_first_seen(obj: Mapping[str, Any], now: float) -> str:
+    return _since(obj.get("firstTimestamp") or obj.get("eventTime"), now)
+
+
+def _event_last_seen(obj: Mapping[str, Any], now: float) -> str:
+    series = obj.get("series") or {}
+    if series.get("lastObservedTime"):
+        return _since(series["lastObservedTime"], now)
+    if obj.get("lastTimestamp"):
+        return _since(obj["lastTimestamp"], now)
+    return _event_first_seen(obj, now)
+
+
+def _event_count(obj: Mapping[str, Any], _now: float) -> int:
+    series = obj.get("series") or {}
+    return int(series.get("count") or obj.get("count") or 1)
+
+
+def _event_object(obj: Mapping[str, Any], _now: float) -> str:
+    involved = obj.get("involvedObject") or {}
+    kind = str(involved.get("kind") or "").lower()
+    return f"{kind}/{involved['name']}" if involved.get("name") else kind
+
+
+def _event_source(obj: Mapping[str, Any], _now: float) -> str:
+    source = obj.get("source") or {}
+    component = source.get("component") or obj.get("reportingComponent") or ""
+    instance = source.get("host") or obj.get("reportingInstance") or ""
+    return f"{component}, {instance}" if instance else str(component)
+
+
+def _event_field(field: str) -> Callable[[Mapping[str, Any], float], str]:
+    def cell(obj: Mapping[str, Any], _now: float) -> str:
+        return str(obj.get(field) or "").strip()
+
+    return cell
+
+
+def _event_subobject(obj: Mapping[str, Any], _now: float) -> str:
+    return str((obj.get("involvedObject") or {}).get("fieldPath") or "")
+
+
 _NAME = Column(
     "Name",
     "string",
@@ -501,6 +548,18 @@ _COLUMNS: dict[str, tuple[Column, ...]] = {
             1,
         ),
         Column("Selector", "string", "Label selector for pods.", _daemonset_selector, 1),
+    ),
+    EVENTS.resource: (
+        Column("Last Seen", "string", "Time since the event was last seen.", _event_last_seen),
+        Column("Type", "string", "The type of the event.", _event_field("type")),
+        Column("Reason", "string", "Why the event happened.", _event_field("reason")),
+        Column("Object", "string", "The object the event is about.", _event_object),
+        Column("Subobject", "string", "The part of the object.", _event_subobject, 1),
+        Column("Source", "string", "The component that reported it.", _event_source, 1),
+        Column("Message", "string", "What happened.", _event_field("message")),
+        Column("First Seen", "string", "Time since it was first seen.", _event_first_seen, 1),
+        Column("Count", "string", "How often it happened.", _event_count, 1),
+        Column("Name", "string", "The event's name.", _name, 1),
     ),
     LEASES.resource: (
         _NAME,
