@@ -8,8 +8,7 @@ the real dump against the prediction and that no runtime handler vanished (invar
 
 Saved data of `containerd.write` (StepContext.save_data), read by the later steps and undo:
 
-- before_dump / after_dump: the normalised effective config before and as predicted after
-  (registry credentials redacted);
+- before_dump / after_dump: the effective config before and as predicted (secrets redacted);
 - handlers_before: the runtime handlers of before_dump;
 - created_dirs: directories that did not exist before, so undo deletes them;
 - written_at: node-clock time the last file was replaced (absent until then).
