@@ -90,12 +90,18 @@ class ContainerdPlans:
         self._lock = threading.Lock()
         self.enabled = True
         self.runs = 0  # engine runs (the misses), for tests and the benchmark
+        # the spec's part of the key, kept for the spec being planned (its repr is costly)
+        self._spec: tuple[Spec, str] | None = None
 
     def plan(self, spec: Spec, node: NodeFacts) -> ContainerdChanges:
         """The node's containerd changes, computed once per distinct input."""
         if not self.enabled:
             return plan_node_containerd(spec, node)
-        key = input_key(spec, node)
+        with self._lock:
+            if self._spec is None or self._spec[0] is not spec:
+                self._spec = (spec, repr(spec.changes))
+            asked = self._spec[1]
+        key = input_key(spec, node, asked)
         with self._lock:
             hit = self._results.get(key)
             if hit is not None:
@@ -119,19 +125,19 @@ class ContainerdPlans:
             self.enabled = before
 
 
-def input_key(spec: Spec, node: NodeFacts) -> bytes:
+def input_key(spec: Spec, node: NodeFacts, asked: str | None = None) -> bytes:
     """A hash of everything plan_node_containerd reads: the version, the files, the changes.
 
     The version's raw `--version` text is in the key, so a note quoting it stays exact; the
     spec's changes are hashed by their repr (every field, in the plan's order), which is
-    what they ask whichever line of which plan file states them.
+    what they ask whichever line of which plan file states them (`asked`, when known).
     """
     digest = hashlib.sha256()
     for part in (
         repr(node.containerd),
         node.config_files.main_path,
         *(f"{path}\0{text}" for path, text in node.config_files.files.items()),
-        repr(spec.changes),
+        repr(spec.changes) if asked is None else asked,
     ):
         encoded = part.encode("utf-8", "surrogatepass")
         digest.update(len(encoded).to_bytes(8, "big"))
