@@ -27,7 +27,17 @@ from rollout.containerd.binaries import cache_dir
 from rollout.lab.apiserver import ApiServer, Registry
 from rollout.lab.apiserver.authentication import LAB_ADMIN, Authenticator
 from rollout.lab.apiserver.rbac import ANONYMOUS
-from rollout.lab.apiserver.resources import DAEMONSETS, EVENTS, NODES, PODDISRUPTIONBUDGETS, PODS
+from rollout.lab.apiserver.resources import (
+    CLUSTERROLES,
+    CONFIGMAPS,
+    DAEMONSETS,
+    EVENTS,
+    NODES,
+    PODDISRUPTIONBUDGETS,
+    PODS,
+    ROLEBINDINGS,
+    ROLES,
+)
 from rollout.lab.description import LabDescription
 from rollout.lab.simulation.bootstrap import seed_cluster
 from tests.conftest import require
@@ -614,6 +624,37 @@ def test_the_seeded_runtime_class_and_admission(kubectl: Kubectl, registry: Regi
     )
     pod["spec"]["runtimeClassName"] = "nvidia"
     assert kubectl("create", "-f", "-", stdin=json.dumps(pod)).stdout == "pod/smoke created\n"
+
+
+def test_imperative_create_generators(kubectl: Kubectl, registry: Registry) -> None:
+    """kubectl sends these as protobuf; the lab reads them into the same objects as JSON."""
+    kubectl("create", "namespace", "gpu-operator-test")
+    kubectl("create", "configmap", "slicing", "--from-literal=any=v1", "-n", "gpu-operator-test")
+    kubectl("create", "serviceaccount", "rollout")
+    kubectl("create", "clusterrole", "nodes", "--verb=get,patch", "--resource=nodes,pods/eviction")
+    kubectl("create", "role", "one", "--verb=get", "--resource=pods", "--resource-name=p1")
+    kubectl("create", "rolebinding", "one", "--role=one", "--serviceaccount=default:rollout")
+    kubectl("create", "clusterrolebinding", "nodes", "--clusterrole=nodes", "--group=ops")
+    configmap = registry.get(CONFIGMAPS, "gpu-operator-test", "slicing")
+    assert configmap["data"] == {"any": "v1"}
+    assert registry.get(CLUSTERROLES, None, "nodes")["rules"] == [
+        {"verbs": ["get", "patch"], "apiGroups": [""], "resources": ["nodes", "pods/eviction"]}
+    ]
+    assert registry.get(ROLES, "default", "one")["rules"][0]["resourceNames"] == ["p1"]
+    binding = registry.get(ROLEBINDINGS, "default", "one")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "rollout", "namespace": "default"}
+    ]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": "one",
+    }
+    token = kubectl("create", "token", "rollout").stdout.strip()
+    assert kubectl("--token", token, "auth", "can-i", "get", "pods/p1").stdout == "yes\n"
+    assert kubectl("--token", token, "auth", "can-i", "get", "pods/p2", check=False).stdout == (
+        "no\n"
+    )
 
 
 def test_auth_can_i(kubectl: Kubectl) -> None:

@@ -16,6 +16,8 @@ from rollout.lab.apiserver.openapi import to_openapi_document, to_openapi_root
 from rollout.lab.apiserver.patches import PatchType
 from rollout.lab.apiserver.protobuf import (
     MEDIA_TYPE,
+    OBJECT_SCHEMAS,
+    decode_object,
     decode_self_subject_access_review,
     decode_self_subject_rules_review,
     decode_token_request,
@@ -242,7 +244,8 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
             if method == "POST":
                 if kind.namespaced and namespace is None:
                     raise ApiError.method_not_allowed()
-                return Reply(201, registry.create(kind, namespace, _decode(raw), dry_run=dry_run))
+                created = registry.create(kind, namespace, self._decode_body(raw), dry_run=dry_run)
+                return Reply(201, created)
             raise ApiError.method_not_allowed()
         sub = route.subresource
         if sub == "token":
@@ -277,7 +280,7 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
             return Reply(200, _to_table(kind, [found], query) if table and sub is None else found)
         if method == "PUT":
             replaced = registry.replace(
-                kind, namespace, name, _decode(raw), subresource=sub, dry_run=dry_run
+                kind, namespace, name, self._decode_body(raw), subresource=sub, dry_run=dry_run
             )
             return Reply(200, replaced)
         if method == "PATCH":
@@ -352,6 +355,12 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
+
+    def _decode_body(self, raw: bytes) -> Any:
+        """A created or replaced object: JSON, or protobuf for the kinds that can be read."""
+        if is_protobuf(self.headers.get("Content-Type") or ""):
+            return decode_object(raw)
+        return _decode(raw)
 
     def _follow_log(self, route: Route, query: dict[str, str]) -> None:
         """pods/log?follow=true: the log so far, then what is written, until the container
@@ -438,6 +447,8 @@ def _check_protobuf_readable(route: Route) -> None:
     """415 for a protobuf body this server cannot read (it reads JSON, and protobuf only for
     access reviews and token requests), as the real server answers for custom resources."""
     if route.kind in REVIEW_KINDS or route.subresource == "token":
+        return
+    if route.kind is not None and route.kind.kind in OBJECT_SCHEMAS and not route.subresource:
         return
     raise ApiError.unsupported_media_type(MEDIA_TYPE, ["application/json", "application/yaml"])
 

@@ -1,10 +1,12 @@
 """Kubernetes' protobuf encoding, read far enough for the requests kubectl sends only as
-protobuf (`auth can-i`'s self reviews, `create token`'s TokenRequest): the `k8s\\0`
-envelope and the length-delimited and varint fields inside it. Replies stay JSON, which
-kubectl also accepts. Other protobuf bodies are refused with 415."""
+protobuf (`auth can-i`'s self reviews, `create token`'s TokenRequest, the objects its
+imperative `create` generators write): the `k8s\\0` envelope and the length-delimited and
+varint fields inside it. Replies stay JSON, which kubectl also accepts. Other protobuf bodies
+are refused with 415."""
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping
 from typing import Any
 
@@ -77,6 +79,125 @@ def decode_token_request(raw: bytes) -> dict[str, Any]:
         "metadata": {},
         "spec": body_spec,
     }
+
+
+# Message schemas (k8s.io/api/*/generated.proto): field number -> (JSON name, type), a type
+# being "string", "int", "bool", "bytes", a nested schema, ("repeated", type) or
+# ("map", value type). Only what kubectl's imperative `create` generators send.
+Schema = Mapping[int, tuple[str, Any]]
+_OWNER_REFERENCE: Schema = {
+    1: ("kind", "string"),
+    3: ("name", "string"),
+    4: ("uid", "string"),
+    5: ("apiVersion", "string"),
+    6: ("controller", "bool"),
+    7: ("blockOwnerDeletion", "bool"),
+}
+_OBJECT_META: Schema = {
+    1: ("name", "string"),
+    2: ("generateName", "string"),
+    3: ("namespace", "string"),
+    5: ("uid", "string"),
+    6: ("resourceVersion", "string"),
+    11: ("labels", ("map", "string")),
+    12: ("annotations", ("map", "string")),
+    13: ("ownerReferences", ("repeated", _OWNER_REFERENCE)),
+    14: ("finalizers", ("repeated", "string")),
+}
+_POLICY_RULE: Schema = {
+    1: ("verbs", ("repeated", "string")),
+    2: ("apiGroups", ("repeated", "string")),
+    3: ("resources", ("repeated", "string")),
+    4: ("resourceNames", ("repeated", "string")),
+    5: ("nonResourceURLs", ("repeated", "string")),
+}
+_SUBJECT: Schema = {
+    1: ("kind", "string"),
+    2: ("apiGroup", "string"),
+    3: ("name", "string"),
+    4: ("namespace", "string"),
+}
+_ROLE_REF: Schema = {1: ("apiGroup", "string"), 2: ("kind", "string"), 3: ("name", "string")}
+_LOCAL_REFERENCE: Schema = {1: ("name", "string")}
+_OBJECT_REFERENCE: Schema = {2: ("namespace", "string"), 3: ("name", "string")}
+_BINDING: Schema = {
+    1: ("metadata", _OBJECT_META),
+    2: ("subjects", ("repeated", _SUBJECT)),
+    3: ("roleRef", _ROLE_REF),
+}
+_ROLE: Schema = {1: ("metadata", _OBJECT_META), 2: ("rules", ("repeated", _POLICY_RULE))}
+OBJECT_SCHEMAS: Mapping[str, Schema] = {
+    "Namespace": {
+        1: ("metadata", _OBJECT_META),
+        2: ("spec", {1: ("finalizers", ("repeated", "string"))}),
+    },
+    "ConfigMap": {
+        1: ("metadata", _OBJECT_META),
+        2: ("data", ("map", "string")),
+        3: ("binaryData", ("map", "bytes")),
+        4: ("immutable", "bool"),
+    },
+    "ServiceAccount": {
+        1: ("metadata", _OBJECT_META),
+        2: ("secrets", ("repeated", _OBJECT_REFERENCE)),
+        3: ("imagePullSecrets", ("repeated", _LOCAL_REFERENCE)),
+        4: ("automountServiceAccountToken", "bool"),
+    },
+    "Role": _ROLE,
+    "ClusterRole": _ROLE,
+    "RoleBinding": _BINDING,
+    "ClusterRoleBinding": _BINDING,
+}
+
+
+def decode_object(raw: bytes) -> dict[str, Any]:
+    """An object of a kind in OBJECT_SCHEMAS, from protobuf to its JSON form; 415 for others."""
+    envelope = _envelope(raw)
+    type_meta = _fields(_bytes(envelope, 1))
+    api_version, kind = _bytes(type_meta, 1).decode(), _bytes(type_meta, 2).decode()
+    schema = OBJECT_SCHEMAS.get(kind)
+    if schema is None:
+        raise ApiError.unsupported_media_type(MEDIA_TYPE, ["application/json", "application/yaml"])
+    obj = _message(_bytes(envelope, 2), schema)
+    return {"apiVersion": api_version, "kind": kind, **obj}
+
+
+def _message(data: bytes, schema: Schema) -> dict[str, Any]:
+    fields = _fields(data)
+    obj: dict[str, Any] = {}
+    for number, (name, kind) in schema.items():
+        values = fields.get(number)
+        if not values:
+            continue
+        if isinstance(kind, tuple) and kind[0] == "repeated":
+            obj[name] = [_value(v, kind[1]) for v in values]
+        elif isinstance(kind, tuple) and kind[0] == "map":
+            entries = [_fields(_as_bytes(v)) for v in values]
+            obj[name] = {
+                _bytes(e, 1).decode(): _value(e.get(2, [b""])[-1], kind[1]) for e in entries
+            }
+        elif (value := _value(values[-1], kind)) != "":
+            # Go writes empty strings out; its JSON (omitempty) leaves them out.
+            obj[name] = value
+    return obj
+
+
+def _value(value: bytes | int, kind: Any) -> Any:
+    if kind == "int":
+        return value
+    if kind == "bool":
+        return bool(value)
+    if kind == "bytes":
+        return base64.b64encode(_as_bytes(value)).decode()
+    if kind == "string":
+        return _as_bytes(value).decode()
+    return _message(_as_bytes(value), kind)
+
+
+def _as_bytes(value: bytes | int) -> bytes:
+    if not isinstance(value, bytes):
+        raise ApiError.bad_request("a protobuf field is not length-delimited")
+    return value
 
 
 def _envelope(raw: bytes) -> Fields:
