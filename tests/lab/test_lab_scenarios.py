@@ -335,3 +335,13 @@ def test_break_refuses_a_2x_node_for_a_1x_scenario_and_unknown_names(lab: Lab) -
     assert lab_cli(lab, "break", "not-ready", "lab-node-99") == 2
     assert not (lab.lab_dir / RECORD_FILE).exists()
     assert lab_cli(lab, "heal") == 0
+
+
+def test_break_and_heal_without_a_lab_say_so(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lab_dir = str(tmp_path / "none")
+    assert main(["lab", "break", "no-such-scenario", "--lab-dir", lab_dir]) == 2
+    assert "unknown scenario 'no-such-scenario'; known: shadowing," in capsys.readouterr().err
+    assert main(["lab", "heal", "--lab-dir", lab_dir]) == 1
+    assert "no lab at" in capsys.readouterr().err
