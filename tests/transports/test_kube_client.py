@@ -16,7 +16,14 @@ import pytest
 import yaml
 
 from rollout.lab.apiserver import ApiServer, Registry
-from rollout.lab.apiserver.resources import CLUSTERPOLICIES, NODES, PODS
+from rollout.lab.apiserver.resources import (
+    CLUSTERPOLICIES,
+    DAEMONSETS,
+    EVENTS,
+    NODES,
+    PODS,
+    RUNTIMECLASSES,
+)
 from rollout.transports.errors import (
     Conflict,
     EvictionBlocked,
@@ -25,7 +32,17 @@ from rollout.transports.errors import (
     KubeUnreachable,
     NotFound,
 )
-from rollout.transports.kube import ConfigMap, EventType, EvictionOutcome, KubeClient, Lease
+from rollout.transports.kube import (
+    ConfigMap,
+    ContainerStatus,
+    EventType,
+    EvictionOutcome,
+    KubeClient,
+    Lease,
+    Pod,
+    RuntimeClass,
+    Toleration,
+)
 
 
 @pytest.fixture()
@@ -221,6 +238,217 @@ def test_pod_gpu_request_reads_limits_then_requests(kube: KubeClient) -> None:
     assert kube.get_pod("default", "gpu").gpu_request == 3
     kube.create_pod("default", pod_manifest("cpu", "n1"))
     assert kube.get_pod("default", "cpu").gpu_request == 0
+
+
+def test_pod_spec_for_diagnose(kube: KubeClient, registry: Registry) -> None:
+    """Requests and limits of every resource, RuntimeClass, where it may run, init statuses."""
+    registry.create(
+        RUNTIMECLASSES,
+        None,
+        {
+            "apiVersion": "node.k8s.io/v1",
+            "kind": "RuntimeClass",
+            "metadata": {"name": "nvidia"},
+            "handler": "nvidia",
+        },
+    )
+    manifest = pod_manifest("train", "")
+    del manifest["spec"]["nodeName"]
+    manifest["spec"].update(
+        {
+            "runtimeClassName": "nvidia",
+            "nodeSelector": {"gpu": "true"},
+            "tolerations": [
+                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                {"operator": "Exists", "tolerationSeconds": 30},
+            ],
+            "initContainers": [{"name": "wait-driver", "image": "busybox:1.36"}],
+        }
+    )
+    manifest["spec"]["containers"][0]["resources"] = {
+        "requests": {"cpu": "500m", "nvidia.com/gpu": "1"},
+        "limits": {"cpu": "1"},
+    }
+    kube.create_pod("default", manifest)
+
+    def stuck(pod: dict[str, Any]) -> None:
+        pod["status"] = {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.",
+                }
+            ],
+            "initContainerStatuses": [
+                {
+                    "name": "wait-driver",
+                    "ready": False,
+                    "restartCount": 4,
+                    "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                }
+            ],
+        }
+
+    registry.mutate(PODS, "default", "train", stuck)
+    (pod,) = kube.list_pods("default")
+    assert pod.runtime_class_name == "nvidia"
+    assert dict(pod.node_selector) == {"gpu": "true"}
+    # after ours, DefaultTolerationSeconds' not-ready and unreachable ones, as a real server
+    assert pod.tolerations[:2] == (
+        Toleration("nvidia.com/gpu", "Exists", "", "NoSchedule"),
+        Toleration("", "Exists", toleration_seconds=30),
+    )
+    (main,) = pod.resources
+    assert (main.name, dict(main.requests), dict(main.limits)) == (
+        "main",
+        {"cpu": "500m", "nvidia.com/gpu": "1"},
+        {"cpu": "1"},
+    )
+    assert pod.gpu_request == 1
+    assert pod.stuck_init_container == ContainerStatus(
+        "wait-driver", state="waiting", reason="CrashLoopBackOff", restart_count=4
+    )
+    assert pod.container_reasons == ("Init:CrashLoopBackOff",)
+    assert pod.scheduling_message.startswith("0/2 nodes are available")
+
+
+def test_runtime_classes(kube: KubeClient, registry: Registry) -> None:
+    assert kube.list_runtime_classes() == []
+    for name in ("nvidia", "nvidia-cdi"):
+        registry.create(
+            RUNTIMECLASSES,
+            None,
+            {
+                "apiVersion": "node.k8s.io/v1",
+                "kind": "RuntimeClass",
+                "metadata": {"name": name},
+                "handler": name,
+            },
+        )
+    assert kube.list_runtime_classes() == [
+        RuntimeClass("nvidia", "nvidia"),
+        RuntimeClass("nvidia-cdi", "nvidia-cdi"),
+    ]
+
+
+def test_events_of_a_pod(kube: KubeClient, registry: Registry) -> None:
+    def event(name: str, pod: str, reason: str, last: str, count: int) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": name, "namespace": "default"},
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": pod,
+                "namespace": "default",
+            },
+            "reason": reason,
+            "message": f"{reason} of {pod}",
+            "type": "Warning",
+            "count": count,
+            "firstTimestamp": last,
+            "lastTimestamp": last,
+        }
+
+    registry.create(
+        EVENTS, "default", event("e2", "train", "FailedScheduling", "2026-11-30T10:05:00Z", 3)
+    )
+    registry.create(
+        EVENTS, "default", event("e1", "train", "FailedCreate", "2026-11-30T10:00:00Z", 1)
+    )
+    registry.create(EVENTS, "default", event("e3", "other", "BackOff", "2026-11-30T10:01:00Z", 1))
+    kube.create_event("default", "n1", "RolloutCordoned", "cordoned")
+    found = kube.list_events(
+        "default", field_selector="involvedObject.kind=Pod,involvedObject.name=train"
+    )
+    assert [(e.reason, e.count, e.event_type, e.involved_name) for e in found] == [
+        ("FailedCreate", 1, "Warning", "train"),
+        ("FailedScheduling", 3, "Warning", "train"),
+    ]
+    assert found[1].last_seen == datetime(2026, 11, 30, 10, 5, tzinfo=UTC)
+    assert len(kube.list_events(None)) == 4
+
+
+def test_daemonsets_desired_and_ready(kube: KubeClient, registry: Registry) -> None:
+    registry.ensure_namespace("gpu-operator")
+    for name in ("nvidia-device-plugin-daemonset", "nvidia-driver-daemonset"):
+        registry.create(
+            DAEMONSETS,
+            "gpu-operator",
+            {
+                "apiVersion": "apps/v1",
+                "kind": "DaemonSet",
+                "metadata": {"name": name, "labels": {"app": name}},
+                "spec": {
+                    "selector": {"matchLabels": {"app": name}},
+                    "template": {
+                        "metadata": {"labels": {"app": name}},
+                        "spec": {"containers": [{"name": "main", "image": "x"}]},
+                    },
+                },
+            },
+        )
+
+    def report(pod: dict[str, Any]) -> None:
+        pod["status"].update(
+            {
+                "desiredNumberScheduled": 2,
+                "currentNumberScheduled": 2,
+                "numberReady": 1,
+                "numberAvailable": 1,
+                "updatedNumberScheduled": 2,
+            }
+        )
+
+    registry.mutate(DAEMONSETS, "gpu-operator", "nvidia-driver-daemonset", report)
+    (driver,) = kube.list_daemonsets("gpu-operator", label_selector="app=nvidia-driver-daemonset")
+    assert (driver.name, driver.desired, driver.current, driver.ready, driver.available) == (
+        "nvidia-driver-daemonset",
+        2,
+        2,
+        1,
+        1,
+    )
+    assert dict(driver.match_labels) == {"app": "nvidia-driver-daemonset"}
+    assert {d.name: d.desired for d in kube.list_daemonsets(None)} == {
+        "nvidia-device-plugin-daemonset": 0,
+        "nvidia-driver-daemonset": 2,
+    }
+    assert kube.list_daemonsets("default") == []
+
+
+def test_pod_from_json_tolerates_partial_statuses() -> None:
+    """Init containers done, one starting after it, one never reported: only a fault counts."""
+    pod = Pod.from_json(
+        {
+            "metadata": {"name": "p"},
+            "status": {
+                "initContainerStatuses": [
+                    {"name": "a", "state": {"terminated": {"reason": "Completed", "exitCode": 0}}},
+                    {"name": "b", "state": {"waiting": {"reason": "PodInitializing"}}},
+                    {"name": "c"},
+                ]
+            },
+        }
+    )
+    assert pod.container_reasons == ()
+    assert pod.stuck_init_container is not None and pod.stuck_init_container.name == "b"
+    failed = Pod.from_json(
+        {
+            "metadata": {"name": "p"},
+            "status": {
+                "initContainerStatuses": [
+                    {"name": "a", "state": {"terminated": {"reason": "Error", "exitCode": 1}}}
+                ]
+            },
+        }
+    )
+    assert failed.container_reasons == ("Init:Error",)
+    assert failed.runtime_class_name is None and failed.resources == ()
 
 
 def test_an_invalid_pod_is_invalid(kube: KubeClient) -> None:

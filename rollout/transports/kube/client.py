@@ -1,22 +1,21 @@
 """The Kubernetes API through the official client: the operations rollout needs, nothing more.
 
-Every request reads the raw JSON (`_preload_content=False`) instead of the client's models:
-rollout needs a few fields of each object, and the JSON is what the server said, with no
-model (de)serialisation in between to disagree with it.
+Every request reads the raw JSON (`calls.JsonCalls`) instead of the client's models.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client as k8s
 
 from rollout.closeable import Closeable
-from rollout.transports.errors import KubeError, NotFound
+from rollout.transports.errors import NotFound
 from rollout.transports.kube.apierrors import translate_api_errors
+from rollout.transports.kube.calls import JsonCalls, plain
+from rollout.transports.kube.cluster_state import DaemonSet, Event, RuntimeClass
 from rollout.transports.kube.config import load_in_cluster, load_kubeconfig, url_configuration
 from rollout.transports.kube.objects import (
     ConfigMap,
@@ -48,9 +47,12 @@ class KubeClient(Closeable):
     ) -> None:
         self._api = api
         self._timeout = request_timeout_s
+        self._calls = JsonCalls(request_timeout_s)
         self._core = k8s.CoreV1Api(api)
         self._policy = k8s.PolicyV1Api(api)
         self._coordination = k8s.CoordinationV1Api(api)
+        self._apps = k8s.AppsV1Api(api)
+        self._node = k8s.NodeV1Api(api)
         self._custom = k8s.CustomObjectsApi(api)
 
     @classmethod
@@ -76,52 +78,19 @@ class KubeClient(Closeable):
         """The API server's URL."""
         return str(self._api.configuration.host)
 
-    # ------------------------------------------------------------------ plumbing
-
-    def _request(self, verb: str, obj: str, call: Callable[..., Any], *args: Any, **kw: Any) -> Any:
-        """Call one client method and return the decoded JSON body."""
-        with translate_api_errors(verb, obj):
-            response = call(*args, _preload_content=False, _request_timeout=self._timeout, **kw)
-            data = response.data
-        if not data:
-            return {}
-        try:
-            return json.loads(data)
-        except ValueError as exc:
-            raise KubeError(
-                verb,
-                obj,
-                reason="unreadable response",
-                message=data[:200].decode("utf-8", "replace"),
-            ) from exc
-
-    # The client's namespaced calls take (name, namespace[, body]) to read or replace and
-    # (namespace, body) to create; these three keep that order, and the label, in one place.
-
-    def _read_namespaced(
-        self, kind: str, call: Callable[..., Any], namespace: str, name: str
-    ) -> Any:
-        return self._request("get", f"{kind} {namespace}/{name}", call, name, namespace)
-
-    def _create_namespaced(
-        self, kind: str, call: Callable[..., Any], namespace: str, name: str, body: Any
-    ) -> Any:
-        return self._request("create", f"{kind} {namespace}/{name}", call, namespace, body)
-
-    def _replace_namespaced(
-        self, kind: str, call: Callable[..., Any], namespace: str, name: str, body: Any
-    ) -> Any:
-        return self._request("replace", f"{kind} {namespace}/{name}", call, name, namespace, body)
-
     # ------------------------------------------------------------------ nodes
 
     def get_node(self, name: str) -> Node:
-        return Node.from_json(self._request("get", f"node {name}", self._core.read_node, name))
+        return Node.from_json(
+            self._calls.request("get", f"node {name}", self._core.read_node, name)
+        )
 
     def list_nodes(self, label_selector: str | None = None) -> list[Node]:
         """Nodes, optionally only those matching a label selector (`a=b,c in (d)`)."""
         what = f"nodes ({label_selector})" if label_selector else "nodes"
-        data = self._request("list", what, self._core.list_node, label_selector=label_selector)
+        data = self._calls.request(
+            "list", what, self._core.list_node, label_selector=label_selector
+        )
         return [Node.from_json(i) for i in data.get("items") or []]
 
     def patch_node_labels(self, name: str, labels: Mapping[str, str | None]) -> Node:
@@ -144,7 +113,7 @@ class KubeClient(Closeable):
         return self.get_node(name).capacity
 
     def _patch_node(self, name: str, patch: dict[str, Any]) -> Node:
-        data = self._request(
+        data = self._calls.request(
             "patch", f"node {name}", self._core.patch_node, name, patch, _content_type=MERGE_PATCH
         )
         return Node.from_json(data)
@@ -158,18 +127,19 @@ class KubeClient(Closeable):
         field_selector: str | None = None,
     ) -> list[Pod]:
         """Pods of one namespace (None: all), filtered as by kubectl's -l and --field-selector."""
-        selectors = ", ".join(s for s in (label_selector, field_selector) if s)
-        what = f"pods in {namespace or 'all namespaces'}" + (f" ({selectors})" if selectors else "")
-        kw = {"label_selector": label_selector, "field_selector": field_selector}
-        if namespace is None:
-            data = self._request("list", what, self._core.list_pod_for_all_namespaces, **kw)
-        else:
-            data = self._request("list", what, self._core.list_namespaced_pod, namespace, **kw)
-        return [Pod.from_json(i) for i in data.get("items") or []]
+        items = self._calls.list_in(
+            "pods",
+            namespace,
+            self._core.list_namespaced_pod,
+            self._core.list_pod_for_all_namespaces,
+            label_selector,
+            field_selector,
+        )
+        return [Pod.from_json(i) for i in items]
 
     def get_pod(self, namespace: str, name: str) -> Pod:
         return Pod.from_json(
-            self._read_namespaced("pod", self._core.read_namespaced_pod, namespace, name)
+            self._calls.read_namespaced("pod", self._core.read_namespaced_pod, namespace, name)
         )
 
     def create_pod(self, namespace: str, manifest: Mapping[str, Any]) -> Pod:
@@ -180,8 +150,8 @@ class KubeClient(Closeable):
         """
         meta = manifest.get("metadata") or {}
         name = meta.get("name") or f"{meta.get('generateName', '')}*"
-        data = self._create_namespaced(
-            "pod", self._core.create_namespaced_pod, namespace, name, _plain(manifest)
+        data = self._calls.create_namespaced(
+            "pod", self._core.create_namespaced_pod, namespace, name, plain(manifest)
         )
         return Pod.from_json(data)
 
@@ -195,7 +165,7 @@ class KubeClient(Closeable):
     ) -> bool:
         """Delete a pod; False when it was already gone and missing_ok (else NotFound)."""
         try:
-            self._request(
+            self._calls.request(
                 "delete",
                 f"pod {namespace}/{name}",
                 self._core.delete_namespaced_pod,
@@ -245,7 +215,7 @@ class KubeClient(Closeable):
         if grace_period_s is not None:
             body["deleteOptions"] = {"gracePeriodSeconds": grace_period_s}
         try:
-            self._request(
+            self._calls.request(
                 "evict",
                 f"pod {namespace}/{name}",
                 self._core.create_namespaced_pod_eviction,
@@ -258,29 +228,44 @@ class KubeClient(Closeable):
         return EvictionOutcome.EVICTED
 
     def list_pdbs(self, namespace: str | None = None) -> list[PodDisruptionBudget]:
-        what = f"poddisruptionbudgets in {namespace or 'all namespaces'}"
-        if namespace is None:
-            data = self._request(
-                "list", what, self._policy.list_pod_disruption_budget_for_all_namespaces
-            )
-        else:
-            data = self._request(
-                "list", what, self._policy.list_namespaced_pod_disruption_budget, namespace
-            )
-        return [PodDisruptionBudget.from_json(i) for i in data.get("items") or []]
+        items = self._calls.list_in(
+            "poddisruptionbudgets",
+            namespace,
+            self._policy.list_namespaced_pod_disruption_budget,
+            self._policy.list_pod_disruption_budget_for_all_namespaces,
+        )
+        return [PodDisruptionBudget.from_json(i) for i in items]
+
+    def list_daemonsets(
+        self, namespace: str | None = None, label_selector: str | None = None
+    ) -> list[DaemonSet]:
+        """DaemonSets of one namespace (None: all), with their desired and ready counts."""
+        items = self._calls.list_in(
+            "daemonsets",
+            namespace,
+            self._apps.list_namespaced_daemon_set,
+            self._apps.list_daemon_set_for_all_namespaces,
+            label_selector,
+        )
+        return [DaemonSet.from_json(i) for i in items]
+
+    def list_runtime_classes(self) -> list[RuntimeClass]:
+        """The cluster's RuntimeClasses (node.k8s.io/v1)."""
+        data = self._calls.request("list", "runtimeclasses", self._node.list_runtime_class)
+        return [RuntimeClass.from_json(i) for i in data.get("items") or []]
 
     # ------------------------------------------------------------------ configmaps
 
     def get_configmap(self, namespace: str, name: str) -> ConfigMap:
         return ConfigMap.from_json(
-            self._read_namespaced(
+            self._calls.read_namespaced(
                 "configmap", self._core.read_namespaced_config_map, namespace, name
             )
         )
 
     def create_configmap(self, configmap: ConfigMap) -> ConfigMap:
         """Create it; Conflict when it exists already."""
-        data = self._create_namespaced(
+        data = self._calls.create_namespaced(
             "configmap",
             self._core.create_namespaced_config_map,
             configmap.namespace,
@@ -291,7 +276,7 @@ class KubeClient(Closeable):
 
     def replace_configmap(self, configmap: ConfigMap) -> ConfigMap:
         """Replace it; Conflict when it changed since `configmap` was read."""
-        data = self._replace_namespaced(
+        data = self._calls.replace_namespaced(
             "configmap",
             self._core.replace_namespaced_config_map,
             configmap.namespace,
@@ -304,13 +289,13 @@ class KubeClient(Closeable):
 
     def list_cluster_policies(self) -> list[dict[str, Any]]:
         """The GPU Operator's ClusterPolicies (there is normally one), as JSON."""
-        data = self._request(
+        data = self._calls.request(
             "list", "clusterpolicies", self._custom.list_cluster_custom_object, *CLUSTER_POLICY
         )
         return list(data.get("items") or [])
 
     def get_cluster_policy(self, name: str) -> dict[str, Any]:
-        result: dict[str, Any] = self._request(
+        result: dict[str, Any] = self._calls.request(
             "get",
             f"clusterpolicy {name}",
             self._custom.get_cluster_custom_object,
@@ -321,13 +306,13 @@ class KubeClient(Closeable):
 
     def patch_cluster_policy(self, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
         """A JSON merge patch (custom resources take no strategic merge); None deletes."""
-        result: dict[str, Any] = self._request(
+        result: dict[str, Any] = self._calls.request(
             "patch",
             f"clusterpolicy {name}",
             self._custom.patch_cluster_custom_object,
             *CLUSTER_POLICY,
             name,
-            _plain(patch),
+            plain(patch),
             _content_type=MERGE_PATCH,
         )
         return result
@@ -359,7 +344,7 @@ class KubeClient(Closeable):
             "lastTimestamp": now,
             "count": 1,
         }
-        data = self._request(
+        data = self._calls.request(
             "create",
             f"event for node {node} in {namespace}",
             self._core.create_namespaced_event,
@@ -368,11 +353,27 @@ class KubeClient(Closeable):
         )
         return str((data.get("metadata") or {}).get("name", ""))
 
+    def list_events(
+        self, namespace: str | None = None, field_selector: str | None = None
+    ) -> list[Event]:
+        """Events of one namespace (None: all), oldest first, filtered as by --field-selector
+        (`involvedObject.kind=Pod,involvedObject.name=train-1`)."""
+        items = self._calls.list_in(
+            "events",
+            namespace,
+            self._core.list_namespaced_event,
+            self._core.list_event_for_all_namespaces,
+            None,
+            field_selector,
+        )
+        never = datetime.min.replace(tzinfo=UTC)
+        return sorted((Event.from_json(i) for i in items), key=lambda e: e.last_seen or never)
+
     # ------------------------------------------------------------------ leases
 
     def get_lease(self, namespace: str, name: str) -> Lease:
         return Lease.from_json(
-            self._read_namespaced(
+            self._calls.read_namespaced(
                 "lease", self._coordination.read_namespaced_lease, namespace, name
             )
         )
@@ -381,7 +382,7 @@ class KubeClient(Closeable):
         """Create it; Conflict when someone else created it first."""
         body = lease.to_json()
         body["metadata"].pop("resourceVersion", None)
-        data = self._create_namespaced(
+        data = self._calls.create_namespaced(
             "lease", self._coordination.create_namespaced_lease, lease.namespace, lease.name, body
         )
         return Lease.from_json(data)
@@ -390,7 +391,7 @@ class KubeClient(Closeable):
         """Replace it; Conflict when it changed since `lease` was read (someone else holds it)."""
         if not lease.resource_version:
             raise ValueError("replace_lease needs the resource_version of the lease as read")
-        data = self._replace_namespaced(
+        data = self._calls.replace_namespaced(
             "lease",
             self._coordination.replace_namespaced_lease,
             lease.namespace,
@@ -398,12 +399,3 @@ class KubeClient(Closeable):
             lease.to_json(),
         )
         return Lease.from_json(data)
-
-
-def _plain(value: Any) -> Any:
-    """Mappings (MappingProxyType included) as dicts, for the client's body validation."""
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value

@@ -16,11 +16,11 @@ from typing import Any
 StrMap = Mapping[str, str]
 
 
-def _frozen_map(value: Mapping[str, Any] | None) -> StrMap:
+def frozen_map(value: Mapping[str, Any] | None) -> StrMap:
     return types.MappingProxyType({str(k): str(v) for k, v in (value or {}).items()})
 
 
-def _empty_map() -> StrMap:
+def empty_map() -> StrMap:
     return types.MappingProxyType({})
 
 
@@ -55,14 +55,14 @@ class Node:
     name: str
     uid: str
     resource_version: str
-    labels: StrMap = field(default_factory=_empty_map)
-    annotations: StrMap = field(default_factory=_empty_map)
+    labels: StrMap = field(default_factory=empty_map)
+    annotations: StrMap = field(default_factory=empty_map)
     unschedulable: bool = False
     taints: tuple[Taint, ...] = ()
     # condition type -> status ("True", "False", "Unknown")
-    conditions: StrMap = field(default_factory=_empty_map)
-    capacity: StrMap = field(default_factory=_empty_map)
-    allocatable: StrMap = field(default_factory=_empty_map)
+    conditions: StrMap = field(default_factory=empty_map)
+    capacity: StrMap = field(default_factory=empty_map)
+    allocatable: StrMap = field(default_factory=empty_map)
     kubelet_version: str = ""
     container_runtime_version: str = ""
 
@@ -72,24 +72,24 @@ class Node:
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> Node:
-        meta, spec, status = _parts(obj)
+        meta, spec, status = object_parts(obj)
         info = status.get("nodeInfo") or {}
         return cls(
             name=meta["name"],
             uid=meta.get("uid", ""),
             resource_version=meta.get("resourceVersion", ""),
-            labels=_frozen_map(meta.get("labels")),
-            annotations=_frozen_map(meta.get("annotations")),
+            labels=frozen_map(meta.get("labels")),
+            annotations=frozen_map(meta.get("annotations")),
             unschedulable=bool(spec.get("unschedulable", False)),
             taints=tuple(
                 Taint(key=t["key"], effect=t.get("effect", ""), value=t.get("value"))
                 for t in spec.get("taints") or []
             ),
-            conditions=_frozen_map(
+            conditions=frozen_map(
                 {c["type"]: c.get("status", "Unknown") for c in status.get("conditions") or []}
             ),
-            capacity=_frozen_map(status.get("capacity")),
-            allocatable=_frozen_map(status.get("allocatable")),
+            capacity=frozen_map(status.get("capacity")),
+            allocatable=frozen_map(status.get("allocatable")),
             kubelet_version=info.get("kubeletVersion", ""),
             container_runtime_version=info.get("containerRuntimeVersion", ""),
         )
@@ -103,8 +103,86 @@ class OwnerRef:
 
 
 @dataclass(frozen=True)
+class Toleration:
+    """A pod's toleration as written; an empty key with Exists tolerates every taint."""
+
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+    toleration_seconds: int | None = None
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> Toleration:
+        seconds = obj.get("tolerationSeconds")
+        return cls(
+            key=str(obj.get("key") or ""),
+            operator=str(obj.get("operator") or "Equal"),
+            value=str(obj.get("value") or ""),
+            effect=str(obj.get("effect") or ""),
+            toleration_seconds=int(seconds) if seconds is not None else None,
+        )
+
+
+@dataclass(frozen=True)
+class ContainerResources:
+    """One container's requests and limits: resource name -> quantity text, as written."""
+
+    name: str
+    requests: StrMap = field(default_factory=empty_map)
+    limits: StrMap = field(default_factory=empty_map)
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> ContainerResources:
+        resources = obj.get("resources") or {}
+        return cls(
+            name=str(obj.get("name", "")),
+            requests=frozen_map(resources.get("requests")),
+            limits=frozen_map(resources.get("limits")),
+        )
+
+
+@dataclass(frozen=True)
+class ContainerStatus:
+    """Where one container is: its state (waiting, running, terminated) and that state's reason."""
+
+    name: str
+    ready: bool = False
+    state: str = "waiting"
+    reason: str = ""
+    exit_code: int | None = None
+    restart_count: int = 0
+
+    @property
+    def completed(self) -> bool:
+        """Exited 0: for an init container, done."""
+        return self.state == "terminated" and self.exit_code == 0
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> ContainerStatus:
+        states = obj.get("state") or {}
+        # one key is set; none (a status written before the kubelet's first report) is waiting
+        state, detail = next(
+            ((k, v) for k, v in states.items() if isinstance(v, Mapping)), ("waiting", {})
+        )
+        code = detail.get("exitCode")
+        return cls(
+            name=str(obj.get("name", "")),
+            ready=bool(obj.get("ready", False)),
+            state=str(state),
+            reason=str(detail.get("reason") or ""),
+            exit_code=int(code) if code is not None else None,
+            restart_count=int(obj.get("restartCount") or 0),
+        )
+
+
+# init containers wait so while an earlier one runs: not a fault
+_INIT_WAITING = frozenset({"PodInitializing"})
+
+
+@dataclass(frozen=True)
 class Pod:
-    """What rollout reads of a Pod: enough to drain a node and judge a smoke pod."""
+    """What rollout reads of a Pod: enough to drain a node, judge a smoke pod, diagnose one."""
 
     namespace: str
     name: str
@@ -112,8 +190,8 @@ class Pod:
     resource_version: str
     node_name: str | None = None
     phase: str = "Pending"
-    labels: StrMap = field(default_factory=_empty_map)
-    annotations: StrMap = field(default_factory=_empty_map)
+    labels: StrMap = field(default_factory=empty_map)
+    annotations: StrMap = field(default_factory=empty_map)
     owners: tuple[OwnerRef, ...] = ()
     containers: tuple[str, ...] = ()
     ready: bool = False
@@ -125,6 +203,19 @@ class Pod:
     message: str = ""
     # nvidia.com/gpu the pod's containers ask for (limits, else requests), summed
     gpu_request: int = 0
+    # the spec diagnose judges: every container's requests and limits, where the pod may run
+    resources: tuple[ContainerResources, ...] = ()
+    runtime_class_name: str | None = None
+    node_selector: StrMap = field(default_factory=empty_map)
+    tolerations: tuple[Toleration, ...] = ()
+    init_statuses: tuple[ContainerStatus, ...] = ()
+    # the PodScheduled=False condition's message (`0/4 nodes are available: ...`)
+    scheduling_message: str = ""
+
+    @property
+    def stuck_init_container(self) -> ContainerStatus | None:
+        """The first init container that has not completed (they run in order), if any."""
+        return next((s for s in self.init_statuses if not s.completed), None)
 
     @property
     def controller(self) -> OwnerRef | None:
@@ -137,12 +228,29 @@ class Pod:
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> Pod:
-        meta, spec, status = _parts(obj)
+        meta, spec, status = object_parts(obj)
         reasons: list[str] = []
         for container_status in status.get("containerStatuses") or []:
             for state in (container_status.get("state") or {}).values():
                 if isinstance(state, Mapping) and state.get("reason"):
                     reasons.append(str(state["reason"]))
+        init_statuses = tuple(
+            ContainerStatus.from_json(s) for s in status.get("initContainerStatuses") or []
+        )
+        # as kubectl shows them (Init:CrashLoopBackOff), so a stuck init container is a reason
+        reasons += [
+            f"Init:{s.reason}"
+            for s in init_statuses
+            if s.reason and not s.completed and s.reason not in _INIT_WAITING
+        ]
+        scheduling = next(
+            (
+                str(c.get("message") or "")
+                for c in status.get("conditions") or []
+                if c.get("type") == "PodScheduled" and c.get("status") == "False"
+            ),
+            "",
+        )
         return cls(
             namespace=meta.get("namespace", ""),
             name=meta["name"],
@@ -150,8 +258,8 @@ class Pod:
             resource_version=meta.get("resourceVersion", ""),
             node_name=spec.get("nodeName"),
             phase=status.get("phase", "Pending"),
-            labels=_frozen_map(meta.get("labels")),
-            annotations=_frozen_map(meta.get("annotations")),
+            labels=frozen_map(meta.get("labels")),
+            annotations=frozen_map(meta.get("annotations")),
             owners=tuple(
                 OwnerRef(kind=o["kind"], name=o["name"], controller=bool(o.get("controller")))
                 for o in meta.get("ownerReferences") or []
@@ -167,6 +275,12 @@ class Pod:
             reason=status.get("reason", ""),
             message=status.get("message", ""),
             gpu_request=sum(_gpu_request(c) for c in spec.get("containers") or []),
+            resources=tuple(ContainerResources.from_json(c) for c in spec.get("containers") or []),
+            runtime_class_name=spec.get("runtimeClassName") or None,
+            node_selector=frozen_map(spec.get("nodeSelector")),
+            tolerations=tuple(Toleration.from_json(t) for t in spec.get("tolerations") or []),
+            init_statuses=init_statuses,
+            scheduling_message=scheduling,
         )
 
 
@@ -191,11 +305,11 @@ class PodDisruptionBudget:
     current_healthy: int
     desired_healthy: int
     expected_pods: int
-    match_labels: StrMap = field(default_factory=_empty_map)
+    match_labels: StrMap = field(default_factory=empty_map)
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> PodDisruptionBudget:
-        meta, spec, status = _parts(obj)
+        meta, spec, status = object_parts(obj)
         return cls(
             namespace=meta.get("namespace", ""),
             name=meta["name"],
@@ -203,7 +317,7 @@ class PodDisruptionBudget:
             current_healthy=int(status.get("currentHealthy", 0)),
             desired_healthy=int(status.get("desiredHealthy", 0)),
             expected_pods=int(status.get("expectedPods", 0)),
-            match_labels=_frozen_map((spec.get("selector") or {}).get("matchLabels")),
+            match_labels=frozen_map((spec.get("selector") or {}).get("matchLabels")),
         )
 
 
@@ -213,16 +327,16 @@ class ConfigMap:
 
     namespace: str
     name: str
-    data: StrMap = field(default_factory=_empty_map)
-    labels: StrMap = field(default_factory=_empty_map)
-    annotations: StrMap = field(default_factory=_empty_map)
+    data: StrMap = field(default_factory=empty_map)
+    labels: StrMap = field(default_factory=empty_map)
+    annotations: StrMap = field(default_factory=empty_map)
     resource_version: str | None = None
 
     def with_data(self, data: Mapping[str, str]) -> ConfigMap:
         return ConfigMap(
             self.namespace,
             self.name,
-            _frozen_map(data),
+            frozen_map(data),
             self.labels,
             self.annotations,
             self.resource_version,
@@ -244,9 +358,9 @@ class ConfigMap:
         return cls(
             namespace=meta.get("namespace", ""),
             name=meta["name"],
-            data=_frozen_map(obj.get("data")),
-            labels=_frozen_map(meta.get("labels")),
-            annotations=_frozen_map(meta.get("annotations")),
+            data=frozen_map(obj.get("data")),
+            labels=frozen_map(meta.get("labels")),
+            annotations=frozen_map(meta.get("annotations")),
             resource_version=meta.get("resourceVersion"),
         )
 
@@ -262,7 +376,7 @@ class Lease:
     acquire_time: datetime | None = None
     renew_time: datetime | None = None
     lease_transitions: int = 0
-    labels: StrMap = field(default_factory=_empty_map)
+    labels: StrMap = field(default_factory=empty_map)
     resource_version: str | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -289,7 +403,7 @@ class Lease:
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> Lease:
-        meta, spec, _ = _parts(obj)
+        meta, spec, _ = object_parts(obj)
         duration = spec.get("leaseDurationSeconds")
         return cls(
             namespace=meta.get("namespace", ""),
@@ -299,7 +413,7 @@ class Lease:
             acquire_time=parse_time(spec.get("acquireTime")),
             renew_time=parse_time(spec.get("renewTime")),
             lease_transitions=int(spec.get("leaseTransitions") or 0),
-            labels=_frozen_map(meta.get("labels")),
+            labels=frozen_map(meta.get("labels")),
             resource_version=meta.get("resourceVersion"),
         )
 
@@ -317,5 +431,5 @@ class EvictionOutcome(Enum):
     GONE = "gone"
 
 
-def _parts(obj: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+def object_parts(obj: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     return obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
