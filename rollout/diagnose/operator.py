@@ -87,6 +87,16 @@ def _operands(node: NodeFacts) -> list[Finding]:
         essential = any(word in pod.name for word in ESSENTIAL_POD_WORDS)
         key = f"{pod.namespace}/{pod.name}"
         log_tail = node.pod_logs.get(key, "").splitlines()[-LOG_LINES_SHOWN:]
+        stuck = pod.stuck_init_container
+        init = (
+            (
+                f"init container {stuck.name}: {stuck.state}"
+                + (f" ({stuck.reason})" if stuck.reason else "")
+                + (f", {stuck.restart_count} restart(s)" if stuck.restart_count else ""),
+            )
+            if stuck
+            else ()
+        )
         findings.append(
             Finding(
                 node.name,
@@ -97,9 +107,12 @@ def _operands(node: NodeFacts) -> list[Finding]:
                 f"({', '.join(failing)})"
                 + ("; without it the node advertises no GPU" if essential else ""),
                 (f"{pod.namespace}/{pod.name}: {pod.phase}, not ready, {', '.join(failing)}",)
+                + init
                 + ((f"message: {pod.message}",) if pod.message else ())
                 + tuple(f"log: {line}" for line in log_tail),
-                f"kubectl logs -n {q(pod.namespace)} {q(pod.name)} --all-containers --tail 20",
+                f"kubectl logs -n {q(pod.namespace)} {q(pod.name)}"
+                + (f" -c {q(stuck.name)}" if stuck else " --all-containers")
+                + " --tail 20",
                 Severity.ERROR if essential else Severity.WARNING,
             )
         )

@@ -27,13 +27,13 @@ from rollout.facts.fact import ProbeFailed, read_fact
 from rollout.facts.gpu import GpuFacts, GpuQueryFact
 from rollout.facts.kernel import KernelXidFact
 from rollout.facts.model import ClusterFacts, FleetFacts, NodeFacts
-from rollout.facts.pods import pod_facts_from
+from rollout.facts.pods import PodFacts, pod_facts_from
 from rollout.facts.service import ServiceFact, ServiceJournalFact, ServiceState
 from rollout.retry import retry_transient
 from rollout.spec import Spec, TimeSlicingChange
-from rollout.transports.errors import NotFound
+from rollout.transports.errors import Forbidden, NotFound
 from rollout.transports.fanout import run_on_nodes
-from rollout.transports.kube import KubeClient, Node, Pod
+from rollout.transports.kube import Event, KubeClient, Node, Pod
 
 
 @dataclass(frozen=True)
@@ -229,7 +229,8 @@ def read_operand_logs(kube: KubeClient, pods: Sequence[Pod]) -> dict[str, str]:
 
 
 def gather_diagnosis_cluster(kube: KubeClient, pods: Sequence[Pod]) -> ClusterFacts:
-    """The ClusterPolicy, the device-plugin ConfigMap it names, and every pod (no specs)."""
+    """The ClusterPolicy, the device-plugin ConfigMap it names, the RuntimeClasses, every pod
+    with its spec, and the events of the GPU pods waiting for a node."""
     policies: Sequence[Mapping[str, Any]] = kube.list_cluster_policies()
     policy = dict(policies[0].get("spec") or {}) if policies else {}
     configmaps: dict[str, Mapping[str, str]] = {}
@@ -239,8 +240,44 @@ def gather_diagnosis_cluster(kube: KubeClient, pods: Sequence[Pod]) -> ClusterFa
             configmaps[f"{OPERATOR_NAMESPACE}/{name}"] = dict(
                 kube.get_configmap(OPERATOR_NAMESPACE, name).data
             )
+    facts = tuple(pod_facts_from(p) for p in pods)
     return ClusterFacts(
         configmaps=configmaps,
         cluster_policy=policy,
-        pods=tuple(pod_facts_from(p) for p in pods),
+        runtime_classes=read_runtime_classes(kube),
+        pods=facts,
+        pod_events=read_pending_pod_events(kube, facts),
     )
+
+
+def read_runtime_classes(kube: KubeClient) -> dict[str, str] | None:
+    """RuntimeClass name -> handler; None (not judged) where the API will not list them."""
+    try:
+        return {c.name: c.handler for c in kube.list_runtime_classes()}
+    except (Forbidden, NotFound):  # no RBAC for node.k8s.io, or no such API group
+        return None
+
+
+def read_pending_pod_events(
+    kube: KubeClient, pods: Sequence[PodFacts]
+) -> dict[str, tuple[str, ...]]:
+    """The events of each GPU pod that waits for a node ("namespace/name" -> lines, oldest
+    first), the scheduler's FailedScheduling among them; pods that cannot be read say nothing."""
+    events: dict[str, tuple[str, ...]] = {}
+    for pod in pods:
+        if not (pod.wants_gpu and pod.phase == "Pending" and not pod.node_name):
+            continue
+        selector = f"involvedObject.kind=Pod,involvedObject.name={pod.name}"
+        try:
+            found = kube.list_events(pod.namespace, field_selector=selector)
+        except Forbidden:
+            continue
+        if found:
+            events[pod.key] = tuple(event_line(e) for e in found)
+    return events
+
+
+def event_line(event: Event) -> str:
+    """An event as `kubectl describe` lists it: type, reason, message, how often."""
+    times = f" (x{event.count})" if event.count > 1 else ""
+    return f"{event.event_type} {event.reason}: {event.message}{times}"

@@ -1,8 +1,9 @@
 """The pod facts diagnose reads: GPU requests and limits, RuntimeClass, where it may run.
 
 Parsed from a pod as the API returns it (recorded facts hold the manifests), or taken from
-the transport's `Pod` when only that was read (`spec_known` is then false: requests,
-limits, RuntimeClass, selectors and tolerations were not read and are not judged).
+the transport's `Pod` (live facts), which reads the same parts of the spec. `spec_known` is
+false only for facts recorded before the transport read the spec: requests, limits,
+RuntimeClass, selectors and tolerations were then not read and are not judged.
 """
 
 from __future__ import annotations
@@ -174,14 +175,24 @@ def parse_pod_manifest(obj: Mapping[str, Any]) -> PodFacts:
 
 
 def pod_facts_from(pod: Pod) -> PodFacts:
-    """What the transport's Pod tells: where it runs, its phase, its whole GPUs; no spec."""
+    """What the transport's Pod tells, as parse_pod_manifest reads the same pod's manifest."""
     return PodFacts(
         namespace=pod.namespace,
         name=pod.name,
         node_name=pod.node_name,
         phase=pod.phase,
-        spec_known=False,
-        unschedulable_message=pod.message if pod.reason == "Unschedulable" else "",
+        runtime_class=pod.runtime_class_name,
+        containers=tuple(
+            ContainerGpus(name=c.name, requests=_gpu_map(c.requests), limits=_gpu_map(c.limits))
+            for c in pod.resources
+        ),
+        node_selector=dict(pod.node_selector),
+        tolerations=tuple(
+            Toleration(key=t.key, operator=t.operator, value=t.value, effect=t.effect)
+            for t in pod.tolerations
+        ),
+        unschedulable_message=pod.scheduling_message
+        or (pod.message if pod.reason == "Unschedulable" else ""),
         container_reasons=pod.container_reasons,
         gpu_request=pod.gpu_request,
     )

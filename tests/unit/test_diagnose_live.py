@@ -1,16 +1,22 @@
 """The live seam of diagnose: one node probed through a scripted runner, facts that fail to
-read named instead of fatal, and the findings they lead to."""
+read named instead of fatal, and the findings they lead to; the cluster read through a fake
+kube that answers with API JSON, so the pod checks judge what the transport translated."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pytest
 
 from rollout.commands import DEFAULT_TIMEOUT_S, CommandResult
 from rollout.diagnose import diagnose
+from rollout.diagnose.finding import Finding
 from rollout.facts import ClusterFacts, FleetFacts
-from rollout.facts.live import probe_node_tolerantly
-from rollout.transports.kube import Node
+from rollout.facts.live import gather_diagnosis_facts, probe_node_tolerantly
+from rollout.transports.errors import Forbidden, NotFound
+from rollout.transports.kube import ConfigMap, Event, Node, Pod, RuntimeClass, Taint
 from tests.unit.diagnose_facts import EXAMPLES, NOW
 
 MAIN = (EXAMPLES / "gpu-a-2/files/etc/containerd/config.toml").read_text()
@@ -102,3 +108,212 @@ def test_no_nvidia_smi_and_no_log_reader_say_nothing() -> None:
     checks = {f.check for f in diagnose(FleetFacts((node,), ClusterFacts(), "live"), NOW).findings}
     assert "operator.nvidia-smi-failed" not in checks
     assert "operator.driver-library-mismatch" not in checks
+
+
+# ---------------------------------------------------------------- the cluster, live
+
+RUNNING = {
+    **BASE,
+    "systemctl show containerd": (
+        0,
+        "MainPID=9\nActiveState=active\nSubState=running\nNRestarts=0\n"
+        "ActiveEnterTimestamp=Mon 2026-11-30 10:00:00 UTC\n",
+    ),
+}
+SCHEDULER = "0/1 nodes are available: 1 node(s) had untolerated taint {nvidia.com/gpu: present}."
+
+
+def pod_json(
+    name: str,
+    resources: Mapping[str, Any],
+    *,
+    namespace: str = "ml",
+    node: str | None = None,
+    phase: str = "Pending",
+    spec: Mapping[str, Any] | None = None,
+    status: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A pod as the API server returns it."""
+    body: dict[str, Any] = {
+        "containers": [{"name": "main", "image": "cuda", "resources": dict(resources)}],
+        **(spec or {}),
+    }
+    if node:
+        body["nodeName"] = node
+    return {
+        "metadata": {"namespace": namespace, "name": name, "uid": name, "resourceVersion": "1"},
+        "spec": body,
+        "status": {"phase": phase, **(status or {})},
+    }
+
+
+@dataclass
+class FakeKube:
+    """The reads diagnose makes, answered from API JSON through the transport's objects."""
+
+    node: Node = NODE
+    pods: Sequence[Mapping[str, Any]] = ()
+    runtime_classes: Sequence[RuntimeClass] | Exception = (RuntimeClass("nvidia", "nvidia"),)
+    events: Sequence[Event] = ()
+    event_selectors: list[tuple[str | None, str | None]] = field(default_factory=list)
+
+    def list_nodes(self, label_selector: str | None = None) -> list[Node]:
+        return [self.node]
+
+    def list_pods(self, namespace: str | None = None, **_: str | None) -> list[Pod]:
+        return [Pod.from_json(p) for p in self.pods]
+
+    def read_pod_log(self, namespace: str, name: str, **_: Any) -> str:
+        return "waiting for the driver\n"
+
+    def list_cluster_policies(self) -> list[dict[str, Any]]:
+        return [{"spec": {}}]
+
+    def get_configmap(self, namespace: str, name: str) -> ConfigMap:
+        raise NotFound("get", f"configmap {namespace}/{name}")
+
+    def list_runtime_classes(self) -> list[RuntimeClass]:
+        if isinstance(self.runtime_classes, Exception):
+            raise self.runtime_classes
+        return list(self.runtime_classes)
+
+    def list_events(
+        self, namespace: str | None = None, field_selector: str | None = None
+    ) -> list[Event]:
+        self.event_selectors.append((namespace, field_selector))
+        return [
+            e
+            for e in self.events
+            if e.namespace == namespace
+            and f"involvedObject.name={e.involved_name}" in str(field_selector)
+        ]
+
+
+def diagnose_live(kube: FakeKube) -> list[Finding]:
+    runner = ScriptedRunner(RUNNING)
+    fleet, unreachable = gather_diagnosis_facts({"gpu-a-2": runner}, kube)  # type: ignore[arg-type]
+    assert unreachable == {}
+    return list(diagnose(fleet, NOW).findings)
+
+
+def only(findings: list[Finding], check: str) -> Finding:
+    (found,) = [f for f in findings if f.check == check]
+    return found
+
+
+def test_requests_without_limits_fires_live() -> None:
+    kube = FakeKube(
+        pods=[
+            pod_json("bad-1", {"requests": {"nvidia.com/gpu": "1", "cpu": "1"}}),
+            pod_json(
+                "good-1", {"limits": {"nvidia.com/gpu": "1"}}, node="gpu-a-2", phase="Running"
+            ),
+        ]
+    )
+    finding = only(diagnose_live(kube), "pods.requests-without-limits")
+    assert finding.pod == "ml/bad-1"
+    assert finding.evidence == ("main: requests nvidia.com/gpu=1, limits: none",)
+
+
+def test_runtimeclass_missing_fires_live_for_the_cluster_and_for_a_pod() -> None:
+    kube = FakeKube(
+        pods=[
+            pod_json(
+                "legacy",
+                {"limits": {"nvidia.com/gpu": "1"}},
+                node="gpu-a-2",
+                phase="Running",
+                spec={"runtimeClassName": "nvidia-legacy"},
+            )
+        ],
+        runtime_classes=(RuntimeClass("kata", "kata"),),
+    )
+    found = [f for f in diagnose_live(kube) if f.check == "pods.runtimeclass-missing"]
+    assert {f.pod for f in found} == {None, "ml/legacy"}
+    assert all("RuntimeClasses: kata" in f.evidence for f in found)
+
+
+@pytest.mark.parametrize("refusal", [Forbidden("list", "runtimeclasses"), NotFound("list", "x")])
+def test_runtime_classes_the_api_will_not_list_are_not_judged(refusal: Exception) -> None:
+    kube = FakeKube(
+        pods=[pod_json("p", {}, node="gpu-a-2", spec={"runtimeClassName": "gone"})],
+        runtime_classes=refusal,
+    )
+    assert "pods.runtimeclass-missing" not in {f.check for f in diagnose_live(kube)}
+
+
+def test_a_taint_no_pod_tolerates_is_no_gpu_node_fits_with_the_pod_events() -> None:
+    kube = FakeKube(
+        node=replace(NODE, taints=(Taint("nvidia.com/gpu", "NoSchedule", "present"),)),
+        pods=[
+            pod_json(
+                "train",
+                {"limits": {"nvidia.com/gpu": "1"}},
+                status={
+                    "conditions": [
+                        {
+                            "type": "PodScheduled",
+                            "status": "False",
+                            "reason": "Unschedulable",
+                            "message": SCHEDULER,
+                        }
+                    ]
+                },
+            ),
+            pod_json("cpu-only", {}),
+        ],
+        events=(
+            Event("ml", "e1", "Pod", "train", "FailedScheduling", SCHEDULER, "Warning", 3),
+            Event("ml", "e2", "Pod", "other", "FailedScheduling", "not ours", "Warning"),
+        ),
+    )
+    finding = only(diagnose_live(kube), "pods.no-gpu-node-fits")
+    assert finding.pod == "ml/train"
+    assert finding.evidence[:2] == (
+        f"scheduler: {SCHEDULER}",
+        f"event: Warning FailedScheduling: {SCHEDULER} (x3)",
+    )
+    assert "excluded: taint nvidia.com/gpu=present:NoSchedule not tolerated" in finding.evidence[2]
+    # events are read for the GPU pods waiting for a node only
+    assert kube.event_selectors == [("ml", "involvedObject.kind=Pod,involvedObject.name=train")]
+
+
+def test_a_pod_tolerating_the_taint_is_pending_not_excluded() -> None:
+    toleration = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    kube = FakeKube(
+        node=replace(NODE, taints=(Taint("nvidia.com/gpu", "NoSchedule", "present"),)),
+        pods=[
+            pod_json(
+                "train", {"limits": {"nvidia.com/gpu": "1"}}, spec={"tolerations": [toleration]}
+            )
+        ],
+    )
+    checks = {f.check for f in diagnose_live(kube)}
+    assert "pods.pending" in checks and "pods.no-gpu-node-fits" not in checks
+
+
+def test_an_operand_stuck_in_an_init_container_names_it() -> None:
+    driver = pod_json(
+        "nvidia-driver-daemonset-x7",
+        {},
+        namespace="gpu-operator",
+        node="gpu-a-2",
+        status={
+            "initContainerStatuses": [
+                {
+                    "name": "k8s-driver-manager",
+                    "ready": False,
+                    "restartCount": 6,
+                    "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                },
+                {"name": "nvidia-driver-init", "state": {"waiting": {"reason": "PodInitializing"}}},
+            ]
+        },
+    )
+    finding = only(diagnose_live(FakeKube(pods=[driver])), "operator.operand-failing")
+    assert finding.evidence[:2] == (
+        "gpu-operator/nvidia-driver-daemonset-x7: Pending, not ready, Init:CrashLoopBackOff",
+        "init container k8s-driver-manager: waiting (CrashLoopBackOff), 6 restart(s)",
+    )
+    assert "log: waiting for the driver" in finding.evidence
+    assert finding.command.endswith("-c k8s-driver-manager --tail 20")
