@@ -237,10 +237,13 @@ def rbac_hint(verb: str, obj: str) -> str:
         scope, flag = f" in namespace {after_in[0]}", f" -n {after_in[0]}"
     else:
         scope, flag = "", ""
+    # kubectl reads `pods/eviction` as the pod named "eviction": a subresource is a flag
+    base, _, sub = resource.partition("/")
+    check = f"{base} --subresource={sub}" if sub else base
     return (
         f"grant the user or service account `{rbac_verb}` on `{resource}`{scope} "
         f"(a Role or ClusterRole rule and its binding); "
-        f"`kubectl auth can-i {rbac_verb} {resource}{flag}` checks it"
+        f"`kubectl auth can-i {rbac_verb} {check}{flag}` checks it"
     )
 
 

@@ -187,20 +187,22 @@ def forbidden(verb: str, obj: str) -> str:
     ("verb", "obj", "can_i"),
     [
         ("patch", "node lab-node-1", "patch nodes"),
-        ("evict", "pod default/web-1", "create pods/eviction -n default"),
+        ("evict", "pod default/web-1", "create pods --subresource=eviction -n default"),
         (
             "replace",
             "lease kube-system/rollout",
             "update leases.coordination.k8s.io -n kube-system",
         ),
         ("list", "pods in all namespaces (spec.nodeName=n1)", "list pods --all-namespaces"),
-        ("read log of", "pod ns/smoke", "get pods/log -n ns"),
+        ("read log of", "pod ns/smoke", "get pods --subresource=log -n ns"),
         ("create", "event for node n1 in default", "create events -n default"),
     ],
 )
 def test_forbidden_says_what_to_grant(verb: str, obj: str, can_i: str) -> None:
     text = forbidden(verb, obj)
-    rbac_verb, resource = can_i.split()[:2]
+    rbac_verb, resource, *rest = can_i.split()
+    if rest and rest[0].startswith("--subresource="):
+        resource += "/" + rest[0].split("=", 1)[1]
     assert f"hint: grant the user or service account `{rbac_verb}` on `{resource}`" in text
     assert f"`kubectl auth can-i {can_i}` checks it" in text
     assert "rollout schedule" not in text
