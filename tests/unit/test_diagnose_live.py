@@ -14,9 +14,15 @@ from rollout.commands import DEFAULT_TIMEOUT_S, CommandResult
 from rollout.diagnose import diagnose
 from rollout.diagnose.finding import Finding
 from rollout.facts import ClusterFacts, FleetFacts
-from rollout.facts.live import gather_diagnosis_facts, probe_node_tolerantly
+from rollout.facts.live import (
+    gather_diagnosis_cluster,
+    gather_diagnosis_facts,
+    probe_node_tolerantly,
+)
+from rollout.lab.apiserver import ApiServer, Registry
+from rollout.lab.apiserver.resources import EVENTS, PODS, RUNTIMECLASSES
 from rollout.transports.errors import Forbidden, NotFound
-from rollout.transports.kube import ConfigMap, Event, Node, Pod, RuntimeClass, Taint
+from rollout.transports.kube import ConfigMap, Event, KubeClient, Node, Pod, RuntimeClass, Taint
 from tests.unit.diagnose_facts import EXAMPLES, NOW
 
 MAIN = (EXAMPLES / "gpu-a-2/files/etc/containerd/config.toml").read_text()
@@ -317,3 +323,39 @@ def test_an_operand_stuck_in_an_init_container_names_it() -> None:
     )
     assert "log: waiting for the driver" in finding.evidence
     assert finding.command.endswith("-c k8s-driver-manager --tail 20")
+
+
+def test_the_pod_checks_read_through_the_official_client() -> None:
+    """The same reads against the API emulator in-process: what the server sends is judged."""
+    registry = Registry()
+    registry.ensure_namespace("ml")
+    klass = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "handler": "legacy"}
+    registry.create(RUNTIMECLASSES, None, {**klass, "metadata": {"name": "legacy"}})
+    spec = {"runtimeClassName": "legacy"}
+    registry.create(PODS, "ml", pod_json("legacy", {"limits": {"nvidia.com/gpu": "1"}}, spec=spec))
+    registry.delete(RUNTIMECLASSES, None, "legacy")  # gone under a pod that names it
+    registry.create(PODS, "ml", pod_json("bad-1", {"requests": {"nvidia.com/gpu": "1"}}))
+    registry.create(
+        EVENTS,
+        "ml",
+        {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": "bad-1.1", "namespace": "ml"},
+            "involvedObject": {"kind": "Pod", "name": "bad-1", "namespace": "ml"},
+            "reason": "FailedScheduling",
+            "message": SCHEDULER,
+            "type": "Warning",
+            "count": 2,
+        },
+    )
+    with ApiServer.start(registry) as server, KubeClient.from_url(server.url) as kube:
+        cluster = gather_diagnosis_cluster(kube, kube.list_pods(None))
+    assert cluster.runtime_classes == {}
+    assert cluster.pod_events == {"ml/bad-1": (f"Warning FailedScheduling: {SCHEDULER} (x2)",)}
+    found = {(f.check, f.pod) for f in diagnose(FleetFacts((), cluster, "live"), NOW).findings}
+    assert {
+        ("pods.requests-without-limits", "ml/bad-1"),
+        ("pods.runtimeclass-missing", "ml/legacy"),
+        ("pods.runtimeclass-missing", None),
+    } <= found
