@@ -5,6 +5,10 @@ The lab directory holds everything one lab is, so `down` can leave nothing behin
     .rollout-lab          marker (and lock) written by `up`; `down` deletes only marked dirs
     lab.json              the contract with the control plane (api, nodes, roots)
     kubeconfig            http://127.0.0.1:<port>, context rollout-lab, no credentials
+                          (the lab's administrator)
+    kubeconfig-rollout    the same server, with the token of rollout's least-privilege
+                          ServiceAccount (docs/permissions.md; valid while the control
+                          plane that issued it runs)
     inventory.yaml        rollout's inventory of the nodes
     id_ed25519(.pub)      the key the nodes accept for root
     known_hosts           each node's own host key
@@ -25,6 +29,8 @@ import os
 import shutil
 import socket
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -61,6 +67,7 @@ from rollout.lab.nodes import (
     wait_node_ready,
 )
 from rollout.lab.prerequisites import require_prerequisites
+from rollout.lab.simulation.bootstrap import read_rbac_manifest
 from rollout.transports.local import LocalRunner
 
 DEFAULT_LAB_DIR = Path("/var/lib/rollout/lab")
@@ -80,6 +87,9 @@ PORT_ATTEMPTS = 3
 
 MARKER = ".rollout-lab"
 KUBECONFIG = "kubeconfig"
+ROLLOUT_KUBECONFIG = "kubeconfig-rollout"
+# The control plane forgets its tokens when it stops, so a long lifetime only covers the lab.
+ROLLOUT_TOKEN_LIFETIME_S = 365 * 24 * 3600
 INVENTORY = "inventory.yaml"
 KEY_FILE = "id_ed25519"
 KNOWN_HOSTS = "known_hosts"
@@ -118,6 +128,11 @@ class Lab:
     @property
     def kubeconfig(self) -> Path:
         return self.lab_dir / KUBECONFIG
+
+    @property
+    def rollout_kubeconfig(self) -> Path:
+        """The least-privilege kubeconfig (rollout's ServiceAccount, docs/permissions.md)."""
+        return self.lab_dir / ROLLOUT_KUBECONFIG
 
     @property
     def inventory(self) -> Path:
@@ -319,6 +334,7 @@ def _start_lab(lab: Lab, image: NodeImage, options: LabOptions, progress: Progre
     for _ in range(PORT_ATTEMPTS):
         try:
             launch_controlplane(lab.lab_dir, lab.api_url, progress)
+            _write_rollout_kubeconfig(lab)
             return lab
         except ApiPortTaken:
             if options.api_port:
@@ -391,6 +407,7 @@ def format_usage(lab: Lab) -> str:
             f"  nodes:      {nodes}",
             f"  api:        {lab.api_url}",
             f"  export KUBECONFIG={lab.kubeconfig}",
+            f"  least privilege (docs/permissions.md): {lab.rollout_kubeconfig}",
             f"  inventory:  {lab.inventory}",
             f"  ssh:        {ssh}",
             f"  stop it:    rollout lab down --lab-dir {lab.lab_dir}",
@@ -475,6 +492,50 @@ def _write_kubeconfig(lab: Lab) -> None:
         "current-context": CONTEXT,
     }
     (lab.lab_dir / KUBECONFIG).write_text(yaml.safe_dump(kubeconfig, sort_keys=False))
+
+
+def _write_rollout_kubeconfig(lab: Lab) -> None:
+    """Ask the API for a token of rollout's ServiceAccount (TokenRequest, as `kubectl create
+    token` does) and write a kubeconfig with it. Plain http: the official Python client
+    sends the bearer token over http too (client-go, and so kubectl, does not)."""
+    account = next(o for o in read_rbac_manifest() if o["kind"] == "ServiceAccount")
+    namespace, name = account["metadata"]["namespace"], account["metadata"]["name"]
+    body = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {"expirationSeconds": ROLLOUT_TOKEN_LIFETIME_S},
+    }
+    url = f"{lab.api_url}/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token"
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "Accept": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10.0) as response:
+            token = str(json.load(response)["status"]["token"])
+    except (urllib.error.URLError, OSError, ValueError, KeyError) as error:
+        raise LabFailed(f"no token for ServiceAccount {namespace}/{name}: {error}") from error
+    user = f"{CONTEXT}-{name}"
+    kubeconfig = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": CONTEXT, "cluster": {"server": lab.api_url}}],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [
+            {
+                "name": CONTEXT,
+                "context": {"cluster": CONTEXT, "user": user, "namespace": "default"},
+            }
+        ],
+        "current-context": CONTEXT,
+    }
+    path = lab.lab_dir / ROLLOUT_KUBECONFIG
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(yaml.safe_dump(kubeconfig, sort_keys=False))
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

@@ -4,11 +4,20 @@ from __future__ import annotations
 
 import platform
 import uuid
+from importlib import resources
 from typing import Any
+
+import yaml
 
 from rollout.lab.apiserver.errors import ApiError
 from rollout.lab.apiserver.registry import Registry
-from rollout.lab.apiserver.resources import CLUSTERPOLICIES, DAEMONSETS, NODES, RUNTIMECLASSES
+from rollout.lab.apiserver.resources import (
+    ALL_KINDS,
+    CLUSTERPOLICIES,
+    DAEMONSETS,
+    NODES,
+    RUNTIMECLASSES,
+)
 from rollout.lab.description import LabDescription, NodeDescription
 from rollout.lab.simulation.gpuoperator import (
     DEPLOY_COMPONENTS,
@@ -31,6 +40,8 @@ NODE_CAPACITY = {
     "hugepages-2Mi": "0",
 }
 NODE_ALLOCATABLE = {**NODE_CAPACITY, "memory": "32750864Ki", "ephemeral-storage": "94580335255"}
+# rollout's least-privilege ServiceAccount, ClusterRole, Roles and bindings (docs/permissions.md)
+RBAC_MANIFEST = "rbac.yaml"
 
 
 def seed_cluster(registry: Registry, lab: LabDescription) -> None:
@@ -47,6 +58,24 @@ def seed_cluster(registry: Registry, lab: LabDescription) -> None:
     # The operator's RuntimeClass (ClusterPolicy operator.runtimeClass): pods naming it pass
     # admission; the handler is resolved by each node's containerd.
     _create_quietly(registry, RUNTIMECLASSES, None, to_runtime_class(NVIDIA_HANDLER))
+    seed_rollout_access(registry)
+
+
+def read_rbac_manifest() -> list[dict[str, Any]]:
+    """The objects of the manifest docs/permissions.md documents, as `kubectl apply` reads it."""
+    text = resources.files("rollout.lab").joinpath("data", RBAC_MANIFEST).read_text()
+    return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+def seed_rollout_access(registry: Registry) -> None:
+    """Create the manifest's objects (and their namespaces), as a user applying it would."""
+    kinds = {(k.api_version, k.kind): k for k in ALL_KINDS}
+    for obj in read_rbac_manifest():
+        kind = kinds[(obj["apiVersion"], obj["kind"])]
+        namespace = obj["metadata"].get("namespace") if kind.namespaced else None
+        if namespace:
+            registry.ensure_namespace(namespace)
+        _create_quietly(registry, kind, namespace, obj)
 
 
 def to_runtime_class(handler: str) -> dict[str, Any]:
