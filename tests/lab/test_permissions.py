@@ -20,15 +20,14 @@ from rollout.lab.simulation.bootstrap import read_rbac_manifest
 from rollout.steps.nodemarks import LEFT_CORDONED_ANNOTATION
 from rollout.transports.kube import KubeClient
 from rollout.transports.kube.config import load_kubeconfig
-from tests.examples import PLAN, edited_plan
+from tests.examples import PLAN, REPO, edited_plan
 from tests.lab.labapi import wait_for
 from tests.lab.test_cluster_shared import own_lab
-
-pytestmark = pytest.mark.lab
 
 ROLE = next(o for o in read_rbac_manifest() if o["kind"] == "ClusterRole")
 ACCOUNT = next(o for o in read_rbac_manifest() if o["kind"] == "ServiceAccount")
 MERGE_PATCH = "application/merge-patch+json"
+DOC = REPO / "docs" / "permissions.md"
 
 
 @pytest.fixture(scope="module")
@@ -108,6 +107,14 @@ def place_workload(admin: KubeClient, lab: Lab) -> list[str]:
     return names
 
 
+def test_the_documented_manifest_is_the_shipped_one() -> None:
+    """docs/permissions.md shows the manifest the lab applies, object for object."""
+    text = DOC.read_text()
+    block = text.split("```yaml\n", 1)[1].split("```", 1)[0]
+    assert [d for d in yaml.safe_load_all(block) if d] == read_rbac_manifest()
+
+
+@pytest.mark.lab
 def test_rollout_kubeconfig_is_the_service_account(lab: Lab) -> None:
     config = yaml.safe_load(lab.rollout_kubeconfig.read_text())
     (user,) = config["users"]
@@ -123,6 +130,7 @@ def test_rollout_kubeconfig_is_the_service_account(lab: Lab) -> None:
         assert whoami(api) == f"system:serviceaccount:{meta['namespace']}:{meta['name']}"
 
 
+@pytest.mark.lab
 def test_apply_under_least_privilege(
     lab: Lab, admin: KubeClient, rbac: client.RbacAuthorizationV1Api, tmp_path: Path
 ) -> None:
@@ -135,6 +143,7 @@ def test_apply_under_least_privilege(
     assert not left & set(pods)
 
 
+@pytest.mark.lab
 def test_one_verb_less_fails_naming_it_and_leaves_no_silent_cordon(
     lab: Lab,
     admin: KubeClient,
