@@ -13,7 +13,6 @@ numbers depend on the machine and on what else runs on it.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import platform
