@@ -54,10 +54,6 @@ REPAIRABLE = ("shadowing", "profile-label-missing-key")
 WARNINGS = frozenset({"slots-used"})
 # What diagnose does not do yet on the live lab, though its check exists (measured on the lab).
 GAPS: dict[str, str] = {
-    "requests-without-limits": "pods.requests-without-limits does not fire live: live facts "
-    "read pods without their spec (rollout/facts/pods.py pod_facts_from, spec_known=False)",
-    "runtimeclass-missing": "pods.runtimeclass-missing does not fire live: live facts read pods "
-    "without their spec (pod_facts_from) and diagnose reports healthy",
     "plugin-crash-loop": "advertising.not-registered does not name the device plugin pod's "
     "CrashLoopBackOff in its evidence (only capacity/allocatable and 'no Xid')",
 }

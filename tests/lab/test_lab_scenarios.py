@@ -224,8 +224,14 @@ def observe_slots_used(lab: Lab, kube: KubeClient, node: NodeSpec) -> None:
     assert allocatable(kube, node.name) == str(TEST_GPUS)
 
 
+def settle_scheduled(kube: KubeClient, name: str) -> None:
+    """Diagnose reads the pod per node: wait until the scheduler has bound it."""
+    settle(f"pod {name} to be bound", lambda: bool(kube.get_pod(POD_NAMESPACE, name).node_name))
+
+
 def observe_no_limits(lab: Lab, kube: KubeClient, node: NodeSpec) -> None:
     name = f"{POD_PREFIX}-no-limits-{node.name}"
+    settle_scheduled(kube, name)
     pod = api_get(lab, f"/api/v1/namespaces/{POD_NAMESPACE}/pods/{name}")
     resources = pod["spec"]["containers"][0]["resources"]
     assert resources["requests"] == {GPU: "1"}
@@ -235,6 +241,7 @@ def observe_no_limits(lab: Lab, kube: KubeClient, node: NodeSpec) -> None:
 def observe_runtimeclass(lab: Lab, kube: KubeClient, node: NodeSpec) -> None:
     assert MISSING_RUNTIME_CLASS not in runtime_classes(lab)
     name = f"{POD_PREFIX}-runtimeclass-{node.name}"
+    settle_scheduled(kube, name)
     pod = kube.get_pod(POD_NAMESPACE, name)
     assert pod.phase == "Pending"
     raw = api_get(lab, f"/api/v1/namespaces/{POD_NAMESPACE}/pods/{name}")
