@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rollout.secrets import redact_toml_pair
+from rollout.secrets import parse_path, redact_change, redact_diff, redact_toml_pair
 
 
 @dataclass(frozen=True)
@@ -35,21 +36,26 @@ class FileChange:
 
     def unified_diff(self) -> str:
         """The change as a unified diff, for people: secrets show as changed, never their value."""
-        shown = self.redacted()
-        before = (shown.before or "").splitlines(keepends=True)
-        after = (shown.after or "").splitlines(keepends=True)
-        lines = difflib.unified_diff(
-            before,
-            after,
-            fromfile="/dev/null" if self.before is None else f"a{self.path}",
-            tofile="/dev/null" if self.after is None else f"b{self.path}",
-        )
-        return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+        return diff_file_texts(self.path, self.before, self.after)
 
     def redacted(self) -> FileChange:
         """This change as output shows it: every secret value replaced (rollout.secrets)."""
         before, after = redact_toml_pair(self.before, self.after)
         return dataclasses.replace(self, before=before, after=after)
+
+
+# Copies of a node share their file texts: each distinct (path, before, after) is diffed once.
+@functools.lru_cache(maxsize=4096)
+def diff_file_texts(path: str, before: str | None, after: str | None) -> str:
+    """A file change as a redacted unified diff (FileChange.unified_diff)."""
+    shown_before, shown_after = redact_toml_pair(before, after)
+    lines = difflib.unified_diff(
+        (shown_before or "").splitlines(keepends=True),
+        (shown_after or "").splitlines(keepends=True),
+        fromfile="/dev/null" if before is None else f"a{path}",
+        tofile="/dev/null" if after is None else f"b{path}",
+    )
+    return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
 
 
 @dataclass(frozen=True)
@@ -160,6 +166,38 @@ class Plan:
         return any(n.changes for n in self.nodes) or any(
             c.action is not None for c in self.cluster_changes
         )
+
+
+def redact_plan(plan: Plan) -> Plan:
+    """The plan as output shows it: file texts, effective changes and diffs without secrets."""
+    # copies of a node share their change tuples (the planner's memo): redact each once; the
+    # memo keeps every key alive, so no id is reused while it lives
+    memo: dict[int, tuple[object, tuple[Any, ...]]] = {}
+
+    def shared(key: tuple[Any, ...], redact: Callable[[Any], Any]) -> tuple[Any, ...]:
+        if id(key) not in memo:
+            memo[id(key)] = (key, tuple(redact(change) for change in key))
+        return memo[id(key)][1]
+
+    nodes = {
+        id(node): dataclasses.replace(
+            node,
+            files=shared(node.files, FileChange.redacted),
+            effective_changes=shared(node.effective_changes, _redact_effective),
+            effective_diff=redact_diff(node.effective_diff),
+        )
+        for node in plan.nodes
+    }
+    waves = tuple(
+        dataclasses.replace(wave, nodes=tuple(nodes[id(n)] for n in wave.nodes))
+        for wave in plan.waves
+    )
+    return dataclasses.replace(plan, waves=waves)
+
+
+def _redact_effective(change: EffectiveChange) -> EffectiveChange:
+    before, after = redact_change(parse_path(change.path), change.before, change.after)
+    return dataclasses.replace(change, before=before, after=after)
 
 
 def plan_to_data(plan: Plan) -> dict[str, Any]:

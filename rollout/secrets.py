@@ -9,6 +9,7 @@ the functions here first (invariant 9).
 
 from __future__ import annotations
 
+import functools
 import re
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -79,6 +80,9 @@ def redact_toml(text: str) -> str:
     return _redact_lines(text, {})[0]
 
 
+# Fleets repeat a few file texts over thousands of nodes: redact each distinct text once.
+# Texts are keys (their hashes are cached by str); results are immutable.
+@functools.lru_cache(maxsize=4096)
 def redact_toml_pair(before: str | None, after: str | None) -> tuple[str | None, str | None]:
     """Both versions of a TOML file, secrets replaced; a secret that differs between them
     shows as `<redacted: changed>` in `after`, so a diff says it changed and nothing more."""
@@ -90,6 +94,7 @@ def redact_toml_pair(before: str | None, after: str | None) -> tuple[str | None,
     return redacted_before, _redact_lines(after, seen, compare=True)[0]
 
 
+@functools.lru_cache(maxsize=4096)
 def redact_diff(diff: str) -> str:
     """A unified diff of TOML texts, secrets replaced (`-` lines `<redacted>`, `+` lines
     `<redacted: changed>`). Where a hunk starts below its table header, keys named like

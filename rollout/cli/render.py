@@ -5,7 +5,7 @@ Part of the CLI layer, the only one that imports rich: everything else hands it 
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import html
 import json
 import re
@@ -20,8 +20,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from rollout.executor import RunReport
-from rollout.plan import EffectiveChange, NodePlan, Plan, plan_to_data
-from rollout.secrets import parse_path, redact_change, redact_diff
+from rollout.plan import NodePlan, Plan, plan_to_data, redact_plan
 
 SCHEMA_VERSION = 1
 MAX_EFFECTIVE_LINES = 12
@@ -43,31 +42,6 @@ def safe(value: object) -> str:
     return escape(show_controls(str(value)))
 
 
-def redact_plan(plan: Plan) -> Plan:
-    """The plan as output shows it: file texts, effective changes and diffs without secrets."""
-    return dataclasses.replace(
-        plan,
-        waves=tuple(
-            dataclasses.replace(wave, nodes=tuple(_redact_node(node) for node in wave.nodes))
-            for wave in plan.waves
-        ),
-    )
-
-
-def _redact_node(node: NodePlan) -> NodePlan:
-    return dataclasses.replace(
-        node,
-        files=tuple(change.redacted() for change in node.files),
-        effective_changes=tuple(_redact_effective(change) for change in node.effective_changes),
-        effective_diff=redact_diff(node.effective_diff),
-    )
-
-
-def _redact_effective(change: EffectiveChange) -> EffectiveChange:
-    before, after = redact_change(parse_path(change.path), change.before, change.after)
-    return dataclasses.replace(change, before=before, after=after)
-
-
 def make_console(stream: IO[str] | None = None, color: bool | None = None) -> Console:
     """A console that colours only a terminal, unless told otherwise."""
     return Console(
@@ -83,14 +57,14 @@ def make_console(stream: IO[str] | None = None, color: bool | None = None) -> Co
 
 def print_plan_text(plan: Plan, console: Console) -> None:
     """The plan as a reviewer reads it on a terminal."""
-    plan = redact_plan(plan)
+    plan, out = redact_plan(plan), _Lines()
     total = len(plan.nodes)
     changing = sum(1 for n in plan.nodes if n.changes)
-    console.print(
+    out.print(
         f"[bold]Plan {safe(plan.name)}[/bold]: {safe(', '.join(plan.changes))} on {total} "
         f"node(s) in {len(plan.waves)} wave(s); facts from {safe(plan.facts_source)}"
     )
-    console.print(
+    out.print(
         f"  max unavailable {plan.max_unavailable}"
         + (
             f"; already unavailable: {safe(', '.join(plan.already_unavailable))}"
@@ -99,88 +73,111 @@ def print_plan_text(plan: Plan, console: Console) -> None:
         )
     )
     for warning in plan.warnings:
-        console.print(f"[yellow]warning:[/yellow] {safe(warning)}")
+        out.print(f"[yellow]warning:[/yellow] {safe(warning)}")
     if plan.cluster_changes:
-        console.print("\n[bold]Before wave 1 (cluster-wide)[/bold]")
+        out.print("\n[bold]Before wave 1 (cluster-wide)[/bold]")
         for change in plan.cluster_changes:
             if change.action is None:
-                console.print(
+                out.print(
                     f"  = {safe(change.kind)} {safe(change.target)}: "
                     f"{safe(change.noop_reason or '')}"
                 )
             else:
-                console.print(
+                out.print(
                     f"  [cyan]~[/cyan] {safe(change.kind)} {safe(change.target)}: "
                     f"{safe(change.action)}"
                 )
-                _print_diff(console, change.diff, indent="      ")
+                _print_diff(out, change.diff, indent="      ")
     for wave in plan.waves:
         names = ", ".join(n.name for n in wave.nodes)
-        console.print(f"\n[bold]Wave {wave.index}[/bold]: {safe(names)}")
+        out.print(f"\n[bold]Wave {wave.index}[/bold]: {safe(names)}")
         for node in wave.nodes:
-            _print_node(console, node)
-    console.print()
+            _print_node(out, node)
+            out.flush_to(console)
+    out.print()
     if plan.has_changes:
         files = sum(len(n.files) for n in plan.nodes)
         repaired = sum(1 for n in plan.nodes if n.repairs)
-        console.print(
+        out.print(
             f"[bold]Summary[/bold]: {changing} of {total} node(s) change, {files} file write(s)"
             + (f", {repaired} node(s) with shadowed config repaired" if repaired else "")
             + "."
         )
     else:
-        console.print(
+        out.print(
             "[bold green]No changes.[/bold green] Every targeted node already matches the plan."
         )
+    out.flush_to(console)
 
 
-def _print_node(console: Console, node: NodePlan) -> None:
+class _Lines:
+    """Markup lines printed together: rich's cost is per call, so one call per node."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def print(self, text: str = "") -> None:
+        self.lines.append(text)
+
+    def flush_to(self, console: Console) -> None:
+        if self.lines:
+            console.print("\n".join(self.lines))
+            self.lines.clear()
+
+
+def _print_node(out: _Lines, node: NodePlan) -> None:
     marker = "[cyan]~[/cyan]" if node.changes else "[green]=[/green]"
     state = " (cordoned or NotReady: counts against max unavailable)" if node.unavailable else ""
-    console.print(
+    out.print(
         f"\n  {marker} [bold]{safe(node.name)}[/bold]  "
         f"containerd {safe(node.containerd_version)}{state}"
     )
     if node.status:
-        console.print(f"    [dim]{safe(node.status)}[/dim]")
+        out.print(f"    [dim]{safe(node.status)}[/dim]")
     for text in node.shadowing:
-        console.print(f"    [red]shadowed:[/red] {safe(text)}")
+        out.print(f"    [red]shadowed:[/red] {safe(text)}")
     for text in node.repairs:
-        console.print(f"    [yellow]repair:[/yellow] {safe(text)}")
+        out.print(f"    [yellow]repair:[/yellow] {safe(text)}")
     for step in node.steps:
         kind = safe(f"{step.kind:<20}")
         if step.action is not None:
-            console.print(f"    [cyan]{kind}[/cyan] {safe(step.action)}")
+            out.print(f"    [cyan]{kind}[/cyan] {safe(step.action)}")
         else:
-            console.print(f"    [dim]{kind} no-op: {safe(step.noop_reason or '')}[/dim]")
+            out.print(f"    [dim]{kind} no-op: {safe(step.noop_reason or '')}[/dim]")
     for label in node.labels:
-        console.print(
+        out.print(
             f"    label {safe(label.key)}: {safe(repr(label.before))} -> {safe(repr(label.after))}"
         )
     for warning in node.warnings:
-        console.print(f"    [yellow]warning:[/yellow] {safe(warning)}")
+        out.print(f"    [yellow]warning:[/yellow] {safe(warning)}")
     for change in node.files:
-        console.print(
-            f"    [bold]{change.action} {safe(change.path)}[/bold]  ({safe(change.reason)})"
-        )
-        _print_diff(console, change.unified_diff(), indent="      ")
+        out.print(f"    [bold]{change.action} {safe(change.path)}[/bold]  ({safe(change.reason)})")
+        _print_diff(out, change.unified_diff(), indent="      ")
     if node.effective_changes:
-        console.print(
+        out.print(
             "    [bold]effective containerd config[/bold] (what containerd will load; "
             f"defaults from {safe(node.defaults_source or 'the files alone')}):"
         )
         for eff in node.effective_changes[:MAX_EFFECTIVE_LINES]:
             tag = "" if eff.intended else "  [yellow](repair)[/yellow]"
-            console.print(
+            out.print(
                 f"      {safe(eff.path)}: {safe(_short(eff.before))} -> "
                 f"{safe(_short(eff.after))}{tag}"
             )
         hidden = len(node.effective_changes) - MAX_EFFECTIVE_LINES
         if hidden > 0:
-            console.print(f"      ... and {hidden} more (--output json or markdown shows all)")
+            out.print(f"      ... and {hidden} more (--output json or markdown shows all)")
 
 
-def _print_diff(console: Console, diff: str, indent: str) -> None:
+def _print_diff(out: _Lines, diff: str, indent: str) -> None:
+    if diff:
+        out.print(_diff_markup(diff, indent))
+
+
+@functools.lru_cache(maxsize=1024)
+def _diff_markup(diff: str, indent: str) -> str:
+    """A diff's lines as markup, built once per distinct diff (copies of a node share theirs)."""
+    out = []
     for line in diff.splitlines():
         style = (
             "bold"
@@ -194,7 +191,8 @@ def _print_diff(console: Console, diff: str, indent: str) -> None:
             else None
         )
         text = safe(line)
-        console.print(f"{indent}[{style}]{text}[/{style}]" if style else f"{indent}{text}")
+        out.append(f"{indent}[{style}]{text}[/{style}]" if style else f"{indent}{text}")
+    return "\n".join(out)
 
 
 def _short(value: Any) -> str:
