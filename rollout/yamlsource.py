@@ -1,3 +1,4 @@
+# long module: one job, YAML text to plain data located value by value (libyaml or PyYAML)
 """YAML source documents: loaded with the line and column of every key and value.
 
 A `SourceDocument` holds plain Python data (dicts, lists, scalars) as PyYAML's safe loader
@@ -116,6 +117,9 @@ class _Loader(yaml.SafeLoader):
 
     def __init__(self, text: str, source: str, max_values: int) -> None:
         super().__init__(text)
+        self.limit(source, max_values)
+
+    def limit(self, source: str, max_values: int) -> None:
         self.source = source
         self.depth = 0
         self.values = 0
@@ -147,6 +151,31 @@ class _Loader(yaml.SafeLoader):
 
 _Loader.yaml_implicit_resolvers = _without_sexagesimal(yaml.SafeLoader.yaml_implicit_resolvers)
 
+try:  # libyaml, when PyYAML was built with it
+    from yaml.cyaml import CParser as _CParser  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - the wheels ship it
+    _CParser = None  # type: ignore[assignment,misc]
+
+
+class _FastLoader(_Loader, _CParser):
+    """_Loader reading its events from libyaml (several times faster): the same composer,
+    resolvers, limits and constructor in Python, only the scanner and parser in C. Used for
+    documents it reads without complaint; any refusal is read again by _Loader, so every
+    error reads as it always has."""
+
+    def __init__(self, text: str, source: str, max_values: int) -> None:
+        _CParser.__init__(self, text)
+        yaml.composer.Composer.__init__(self)
+        yaml.constructor.SafeConstructor.__init__(self)
+        yaml.resolver.Resolver.__init__(self)
+        self.limit(source, max_values)
+
+    if _CParser is not None:
+        check_event = _CParser.check_event
+        peek_event = _CParser.peek_event
+        get_event = _CParser.get_event
+        dispose = _CParser.dispose
+
 
 def _position(mark: yaml.Mark | None) -> Position:
     if mark is None:
@@ -171,7 +200,16 @@ class SourceDocument:
         """Parse one YAML document; InputError for syntax errors, duplicate keys, emptiness,
         control characters and documents over the depth or expansion limits."""
         check_characters(text, path)
-        loader = _Loader(text, path, max_values)
+        if _CParser is not None:
+            try:
+                return cls._compose(_FastLoader(text, path, max_values), path, max_values)
+            except (InputError, InputErrors, RecursionError, yaml.YAMLError):
+                pass  # read again by PyYAML's own parser, which words the refusal
+        return cls._compose(_Loader(text, path, max_values), path, max_values)
+
+    @classmethod
+    def _compose(cls, loader: _Loader, path: str, max_values: int) -> SourceDocument:
+        """Compose, check and build one document with `loader`."""
         try:
             node = loader.get_single_node()
             if node is None:
