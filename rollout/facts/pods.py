@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rollout.transports.kube import Pod
+if TYPE_CHECKING:  # the kube transport loads kubernetes (0.3 s): facts need it only for pods
+    from rollout.transports.kube import Pod
 
 GPU_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
 

@@ -33,7 +33,7 @@ import posixpath
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import AfterValidator, Field, Strict
 
@@ -54,7 +54,6 @@ from rollout.facts.service import ServiceState, parse_service_journal, parse_ser
 from rollout.fieldproblems import FieldProblem, describe_value
 from rollout.inputfile import read_text
 from rollout.spec.fieldtypes import Bool, KubeName, SpecModel, Str, check_dns_subdomain
-from rollout.transports.kube import Pod
 from rollout.yamlsource import SourceDocument
 
 NODE_FILE = "node.yaml"
@@ -63,6 +62,9 @@ FILES_DIR = "files"
 # Control characters have no place in a node-side path; a newline in one would forge lines
 # of rollout's own output.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+if TYPE_CHECKING:  # the kube transport loads kubernetes (0.3 s): facts need it only for pods
+    from rollout.transports.kube import Pod
 
 
 def _check_node_path(value: str) -> str:
@@ -378,6 +380,10 @@ def _strings(value: Mapping[str, str | None]) -> dict[str, str]:
 def _bound_pods(
     manifests: tuple[Mapping[str, Any], ...], node: str, doc: SourceDocument
 ) -> tuple[Pod, ...]:
+    if not manifests:
+        return ()
+    from rollout.transports.kube import Pod  # kubernetes loads only for facts with pods
+
     pods = []
     for index, manifest in enumerate(manifests):
         try:
