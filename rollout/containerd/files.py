@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-import threading
 import tomllib
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +13,7 @@ from typing import Any
 
 from rollout.containerd.errors import ConfigParseError
 from rollout.errors import BadInput
+from rollout.memo import BoundedCache
 
 DEFAULT_MAIN_PATH = "/etc/containerd/config.toml"
 # tomllib ends its messages with "(at line 3, column 7)"
@@ -71,8 +70,7 @@ class ConfigFiles:
 # Distinct file texts whose parse is kept: a fleet has a few distinct files, and the engine
 # reads each file of a node several times (load order, merge, shadowing, synthesis).
 PARSED_TEXTS = 1024
-_parsed: OrderedDict[str, dict[str, Any]] = OrderedDict()
-_parsed_lock = threading.Lock()
+_parsed: BoundedCache[str, dict[str, Any]] = BoundedCache(PARSED_TEXTS)
 
 
 def parse_toml(path: str, text: str) -> dict[str, Any]:
@@ -81,17 +79,7 @@ def parse_toml(path: str, text: str) -> dict[str, Any]:
     Parsed once per distinct text: the result is shared, and callers only read it (the merge
     model copies what it keeps). A syntax error is not kept, so it always names `path`.
     """
-    with _parsed_lock:
-        doc = _parsed.get(text)
-        if doc is not None:
-            _parsed.move_to_end(text)
-            return doc
-    doc = _parse_toml(path, text)
-    with _parsed_lock:
-        _parsed[text] = doc
-        while len(_parsed) > PARSED_TEXTS:
-            _parsed.popitem(last=False)
-    return doc
+    return _parsed.get_or_compute(text, lambda: _parse_toml(path, text))
 
 
 def _parse_toml(path: str, text: str) -> dict[str, Any]:

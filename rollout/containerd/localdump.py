@@ -9,7 +9,6 @@ a fleet of nodes with the same files costs one dump, and so does asking twice.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from rollout.containerd.defaults import (
 from rollout.containerd.files import ConfigFiles
 from rollout.containerd.staging import dump_configs
 from rollout.containerd.version import ContainerdVersion
+from rollout.memo import BoundedCache
 from rollout.transports.local import LocalRunner
 
 CACHE_ENTRIES = 512
@@ -46,7 +46,7 @@ class LocalContainerd:
         self._runner: CommandRunner = runner if runner is not None else LocalRunner()
         self._locate = locate
         self._fallback: DefaultsSource = fallback if fallback is not None else RecordedDefaults()
-        self._dumps: OrderedDict[_Key, dict[str, Any]] = OrderedDict()
+        self._dumps: BoundedCache[_Key, dict[str, Any]] = BoundedCache(CACHE_ENTRIES)
         self._labels: dict[str, str] = {}
         self._lock = threading.Lock()
         self.dumps_run = 0  # how many real dumps this source ran (the cache's misses)
@@ -62,16 +62,12 @@ class LocalContainerd:
 
     def _dump(self, binary: str, files: ConfigFiles) -> dict[str, Any]:
         key: _Key = (binary, files.main_path, tuple(files.files.items()))
-        with self._lock:
-            if key in self._dumps:
-                self._dumps.move_to_end(key)
-                return self._dumps[key]
+        return self._dumps.get_or_compute(key, lambda: self._run_dump(binary, files))
+
+    def _run_dump(self, binary: str, files: ConfigFiles) -> dict[str, Any]:
         tree = dump_configs(self._runner, binary, [files])[0]
         with self._lock:
             self.dumps_run += 1
-            self._dumps[key] = tree
-            while len(self._dumps) > CACHE_ENTRIES:
-                self._dumps.popitem(last=False)
         return tree
 
     def _label(self, binary: str) -> str:

@@ -31,8 +31,6 @@ from __future__ import annotations
 import copy
 import fnmatch
 import posixpath
-import threading
-from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -44,6 +42,7 @@ from rollout.containerd.files import ConfigFiles, parse_toml
 from rollout.containerd.localdump import standard_defaults
 from rollout.containerd.migration import migrate_cri_tables, prune_v2_cri_table
 from rollout.containerd.version import ContainerdVersion, MergeMode, read_config_version
+from rollout.memo import BoundedCache
 
 SCALAR_KEYS = ("version", "root", "state", "temp", "plugin_dir", "oom_score")
 LIST_KEYS = ("imports", "required_plugins", "disabled_plugins")
@@ -182,8 +181,7 @@ def with_defaults(
 # then planned, and a fleet repeats a few node configurations many times.
 MERGED_CONFIGS = 256
 _MergeKey = tuple[ContainerdVersion, str, tuple[tuple[str, str], ...]]
-_merged: OrderedDict[_MergeKey, EffectiveConfig] = OrderedDict()
-_merged_lock = threading.Lock()
+_merged: BoundedCache[_MergeKey, EffectiveConfig] = BoundedCache(MERGED_CONFIGS)
 
 
 def merge_files(files: ConfigFiles, version: ContainerdVersion) -> EffectiveConfig:
@@ -193,17 +191,7 @@ def merge_files(files: ConfigFiles, version: ContainerdVersion) -> EffectiveConf
     callers only read (errors are not kept: they are raised again, naming the file).
     """
     key: _MergeKey = (version, files.main_path, tuple(files.files.items()))
-    with _merged_lock:
-        hit = _merged.get(key)
-        if hit is not None:
-            _merged.move_to_end(key)
-            return hit
-    result = _merge_files(files, version)
-    with _merged_lock:
-        _merged[key] = result
-        while len(_merged) > MERGED_CONFIGS:
-            _merged.popitem(last=False)
-    return result
+    return _merged.get_or_compute(key, lambda: _merge_files(files, version))
 
 
 def _merge_files(files: ConfigFiles, version: ContainerdVersion) -> EffectiveConfig:

@@ -11,7 +11,6 @@ import contextlib
 import hashlib
 import posixpath
 import threading
-from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +19,7 @@ from rollout import containerd as engine
 from rollout.containerd.hosts import merge_hosts_toml
 from rollout.errors import BadInput, InputError, InputErrors, RolloutError
 from rollout.facts import NodeFacts
+from rollout.memo import BoundedCache
 from rollout.plan import EffectiveChange, FileChange
 from rollout.spec import ContainerdChange, RegistryChange, Spec
 from rollout.spec.changes.containerd import DEFAULT_RUNTIME_KEY
@@ -85,8 +85,7 @@ class ContainerdPlans:
     """
 
     def __init__(self, entries: int = 256) -> None:
-        self._entries = entries
-        self._results: OrderedDict[bytes, ContainerdChanges] = OrderedDict()
+        self._results: BoundedCache[bytes, ContainerdChanges] = BoundedCache(entries)
         self._lock = threading.Lock()
         self.enabled = True
         self.runs = 0  # engine runs (the misses), for tests and the benchmark
@@ -101,18 +100,14 @@ class ContainerdPlans:
             if self._spec is None or self._spec[0] is not spec:
                 self._spec = (spec, repr(spec.changes))
             asked = self._spec[1]
-        key = input_key(spec, node, asked)
-        with self._lock:
-            hit = self._results.get(key)
-            if hit is not None:
-                self._results.move_to_end(key)
-                return hit
+        return self._results.get_or_compute(
+            input_key(spec, node, asked), lambda: self._run(spec, node)
+        )
+
+    def _run(self, spec: Spec, node: NodeFacts) -> ContainerdChanges:
         result = plan_node_containerd(spec, node)
         with self._lock:
             self.runs += 1
-            self._results[key] = result
-            while len(self._results) > self._entries:
-                self._results.popitem(last=False)
         return result
 
     @contextlib.contextmanager

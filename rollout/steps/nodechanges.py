@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import abc
 import enum
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import ClassVar
 
 from rollout.facts import ClusterFacts, NodeFacts
+from rollout.memo import BoundedCache
 from rollout.plan import ClusterChange, StepPlan
 from rollout.spec import Spec
 from rollout.steps.containerd_changes import ContainerdChanges, plan_containerd
@@ -53,9 +53,8 @@ class NodeChanges:
         return any(c.action is not None for c in self.cluster)
 
 
-_cache: OrderedDict[tuple[int, int, int], tuple[Spec, NodeFacts, ClusterFacts, NodeChanges]] = (
-    OrderedDict()
-)
+_Kept = tuple[Spec, NodeFacts, ClusterFacts, NodeChanges]
+_cache: BoundedCache[tuple[int, int, int], _Kept] = BoundedCache(_CACHE_SIZE)
 
 
 def node_changes(facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> NodeChanges:
@@ -64,16 +63,13 @@ def node_changes(facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> NodeCha
     hit = _cache.get(key)
     # the cached inputs are kept alive, so an id cannot be reused while its entry exists
     if hit is not None and hit[0] is spec and hit[1] is facts and hit[2] is cluster:
-        _cache.move_to_end(key)
         return hit[3]
     result = NodeChanges(
         containerd=plan_containerd(spec, facts),
         profile=plan_profile(spec, facts, cluster),
         cluster=tuple(plan_cluster_changes(spec, cluster)),
     )
-    _cache[key] = (spec, facts, cluster, result)
-    if len(_cache) > _CACHE_SIZE:
-        _cache.popitem(last=False)
+    _cache.put(key, (spec, facts, cluster, result))
     return result
 
 
