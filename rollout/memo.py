@@ -49,3 +49,24 @@ class BoundedCache(Generic[K, V]):
 
     def __len__(self) -> int:
         return len(self._values)
+
+
+class IdentityMemo(Generic[V]):
+    """Values keyed by the identity of their inputs (objects that are not hashable).
+
+    The inputs are kept with the value, so an id cannot be reused while its entry exists.
+    """
+
+    def __init__(self, entries: int) -> None:
+        self._cache: BoundedCache[tuple[int, ...], tuple[tuple[object, ...], V]] = BoundedCache(
+            entries
+        )
+
+    def get_or_compute(self, inputs: tuple[object, ...], compute: Callable[[], V]) -> V:
+        key = tuple(id(x) for x in inputs)
+        hit = self._cache.get(key)
+        if hit is not None and all(a is b for a, b in zip(hit[0], inputs, strict=True)):
+            return hit[1]
+        value = compute()
+        self._cache.put(key, (inputs, value))
+        return value

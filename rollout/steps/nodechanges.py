@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from rollout.facts import ClusterFacts, NodeFacts
-from rollout.memo import BoundedCache
+from rollout.memo import IdentityMemo
 from rollout.plan import ClusterChange, StepPlan
 from rollout.spec import Spec
 from rollout.steps.containerd_changes import ContainerdChanges, plan_containerd
@@ -53,24 +53,19 @@ class NodeChanges:
         return any(c.action is not None for c in self.cluster)
 
 
-_Kept = tuple[Spec, NodeFacts, ClusterFacts, NodeChanges]
-_cache: BoundedCache[tuple[int, int, int], _Kept] = BoundedCache(_CACHE_SIZE)
+_memo: IdentityMemo[NodeChanges] = IdentityMemo(_CACHE_SIZE)
 
 
 def node_changes(facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> NodeChanges:
     """What the spec changes on this node; the same objects give the same (cached) answer."""
-    key = (id(spec), id(facts), id(cluster))
-    hit = _cache.get(key)
-    # the cached inputs are kept alive, so an id cannot be reused while its entry exists
-    if hit is not None and hit[0] is spec and hit[1] is facts and hit[2] is cluster:
-        return hit[3]
-    result = NodeChanges(
-        containerd=plan_containerd(spec, facts),
-        profile=plan_profile(spec, facts, cluster),
-        cluster=tuple(plan_cluster_changes(spec, cluster)),
+    return _memo.get_or_compute(
+        (spec, facts, cluster),
+        lambda: NodeChanges(
+            containerd=plan_containerd(spec, facts),
+            profile=plan_profile(spec, facts, cluster),
+            cluster=tuple(plan_cluster_changes(spec, cluster)),
+        ),
     )
-    _cache.put(key, (spec, facts, cluster, result))
-    return result
 
 
 class Reach(enum.Enum):

@@ -25,6 +25,7 @@ import yaml
 
 from rollout.errors import InputError
 from rollout.facts import ClusterFacts, NodeFacts
+from rollout.memo import IdentityMemo
 from rollout.plan import ClusterChange, FileChange, LabelChange
 from rollout.spec import Spec, TimeSlicingChange
 
@@ -182,8 +183,17 @@ def refuse(spec: Spec, change: TimeSlicingChange, message: str, hint: str) -> In
     return InputError(spec.location_of("changes", index, "time-slicing"), message, hint=hint)
 
 
+# One publication per (spec, cluster) pair: every node's plan reads it, and so does the
+# plan's cluster part.
+_publications: IdentityMemo[Publication | None] = IdentityMemo(8)
+
+
 def plan_publication(spec: Spec, cluster: ClusterFacts) -> Publication | None:
     """What the ConfigMap and the ClusterPolicy must hold so only labelled nodes change."""
+    return _publications.get_or_compute((spec, cluster), lambda: _plan_publication(spec, cluster))
+
+
+def _plan_publication(spec: Spec, cluster: ClusterFacts) -> Publication | None:
     change = time_slicing_change(spec)
     if change is None:
         return None

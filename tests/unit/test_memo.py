@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rollout.memo import BoundedCache
+from rollout.memo import BoundedCache, IdentityMemo
 
 
 def test_least_recently_used_leaves_first() -> None:
@@ -36,3 +36,17 @@ def test_computed_once_and_errors_not_kept() -> None:
         with pytest.raises(ValueError):
             cache.get_or_compute("broken", fail)
     assert cache.get("broken") is None
+
+
+def test_identity_memo_answers_only_the_same_objects() -> None:
+    memo: IdentityMemo[int] = IdentityMemo(4)
+    first, second = {"a": 1}, {"a": 1}  # equal, unhashable, distinct
+    calls: list[int] = []
+
+    def compute() -> int:
+        calls.append(1)
+        return len(calls)
+
+    assert memo.get_or_compute((first,), compute) == 1
+    assert memo.get_or_compute((first,), compute) == 1
+    assert memo.get_or_compute((second,), compute) == 2
