@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TypeVar
 
 import pytest
@@ -47,3 +48,17 @@ def wait_for(
         value = probe()
     assert value, f"timed out after {timeout_s:g}s waiting for {what} (last: {value!r})"
     return value
+
+
+def fleet_args(lab: Lab, kubeconfig: Path | None = None) -> list[str]:
+    """The lab's inventory, kubeconfig (the admin one unless given) and context, as CLI options."""
+    return [
+        *("--inventory", str(lab.inventory)),
+        *("--kubeconfig", str(kubeconfig or lab.kubeconfig)),
+        *("--context", CONTEXT),
+    ]
+
+
+def apply_args(lab: Lab, plan: Path, state: Path, kubeconfig: Path | None = None) -> list[str]:
+    """`rollout apply PLAN --yes` against the lab, journalling under `state`."""
+    return ["apply", str(plan), *fleet_args(lab, kubeconfig), "--state-dir", str(state), "--yes"]

@@ -24,6 +24,7 @@ from rollout.run import list_runs, read_run
 from rollout.transports.errors import NotFound
 from rollout.transports.kube import ConfigMap, KubeClient
 from tests.examples import PLAN
+from tests.lab.labapi import apply_args
 from tests.lab.test_cluster_shared import own_lab, ssh_check
 from tests.planning import time_slicing_plan
 
@@ -43,22 +44,6 @@ def lab(tmp_path: Path) -> Iterator[Lab]:
 def kube(lab: Lab) -> Iterator[KubeClient]:
     with KubeClient.from_kubeconfig(str(lab.kubeconfig), context=CONTEXT) as client:
         yield client
-
-
-def apply_args(lab: Lab, plan: Path, state: Path) -> list[str]:
-    return [
-        "apply",
-        str(plan),
-        "--inventory",
-        str(lab.inventory),
-        "--kubeconfig",
-        str(lab.kubeconfig),
-        "--context",
-        CONTEXT,
-        "--state-dir",
-        str(state),
-        "--yes",
-    ]
 
 
 def dump_of(lab: Lab, name: str) -> dict[str, Any]:

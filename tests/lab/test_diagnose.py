@@ -29,7 +29,7 @@ from rollout.lab.scenarios import (
     XID,
 )
 from rollout.transports.kube import KubeClient
-from tests.lab.labapi import api_lab
+from tests.lab.labapi import api_lab, apply_args
 from tests.lab.test_lab_scenarios import NODE_OF, OBSERVE, all_advertise, settle
 
 DIAGNOSE_SOURCES = Path(__file__).resolve().parents[2] / "rollout" / "diagnose"
@@ -175,21 +175,7 @@ def test_fix_plan_applied_makes_the_lab_healthy(
     assert code == 1
     assert_blames_only(report, node.name, *EXPECTED[scenario])
     assert plan.is_file()
-    applied = main(
-        [
-            "apply",
-            str(plan),
-            "--inventory",
-            str(lab.inventory),
-            "--kubeconfig",
-            str(lab.kubeconfig),
-            "--context",
-            CONTEXT,
-            "--state-dir",
-            str(tmp_path / "state"),
-            "--yes",
-        ]
-    )
+    applied = main(apply_args(lab, plan, tmp_path / "state"))
     assert applied == 0, capsys.readouterr()
     settle("every node to advertise its GPUs after the fix", lambda: all_advertise(lab, kube))
     code, report = diagnose(lab, capsys)

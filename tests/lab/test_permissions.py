@@ -21,7 +21,7 @@ from rollout.steps.nodemarks import LEFT_CORDONED_ANNOTATION
 from rollout.transports.kube import KubeClient
 from rollout.transports.kube.config import load_kubeconfig
 from tests.examples import PLAN, REPO, edited_plan
-from tests.lab.labapi import wait_for
+from tests.lab.labapi import apply_args, wait_for
 from tests.lab.test_cluster_shared import own_lab
 
 ROLE = next(o for o in read_rbac_manifest() if o["kind"] == "ClusterRole")
@@ -65,22 +65,6 @@ def whoami(api: client.ApiClient) -> str:
         review, _preload_content=False
     )
     return str(json.loads(response.data)["status"]["userInfo"]["username"])
-
-
-def apply_args(lab: Lab, plan: Path, state: Path) -> list[str]:
-    return [
-        "apply",
-        str(plan),
-        "--inventory",
-        str(lab.inventory),
-        "--kubeconfig",
-        str(lab.rollout_kubeconfig),
-        "--context",
-        CONTEXT,
-        "--state-dir",
-        str(state),
-        "--yes",
-    ]
 
 
 def place_workload(admin: KubeClient, lab: Lab) -> list[str]:
@@ -135,7 +119,7 @@ def test_apply_under_least_privilege(
     lab: Lab, admin: KubeClient, rbac: client.RbacAuthorizationV1Api, tmp_path: Path
 ) -> None:
     pods = place_workload(admin, lab)
-    assert main(apply_args(lab, PLAN, tmp_path / "state")) == 0
+    assert main(apply_args(lab, PLAN, tmp_path / "state", lab.rollout_kubeconfig)) == 0
     for node in lab.nodes:
         assert not admin.get_node(node.name).unschedulable, node.name
     # every drain evicted its node's pod (pods/eviction, as the ServiceAccount)
@@ -160,7 +144,7 @@ def test_one_verb_less_fails_naming_it_and_leaves_no_silent_cordon(
     # a mirror the nodes do not have yet, so every node has work (and a drain) to do
     plan = edited_plan(tmp_path, "mirror.registry.internal:5000", "mirror2.registry.internal:5000")
     capsys.readouterr()
-    assert main(apply_args(lab, plan, tmp_path / "state")) == 1
+    assert main(apply_args(lab, plan, tmp_path / "state", lab.rollout_kubeconfig)) == 1
     out = capsys.readouterr()
     said = out.out + out.err
     assert "`create` on `pods/eviction`" in said, said

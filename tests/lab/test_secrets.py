@@ -16,8 +16,9 @@ import tomli_w
 from kubernetes import client
 
 from rollout.cli import main
-from rollout.lab.cluster import CONTEXT, Lab
+from rollout.lab.cluster import Lab
 from rollout.run import list_runs, read_run
+from tests.lab.labapi import apply_args, fleet_args
 from tests.lab.test_cluster_shared import own_lab, ssh_check
 
 pytestmark = pytest.mark.lab
@@ -77,14 +78,6 @@ def put_secrets_on_the_node(lab: Lab) -> None:
     assert PASSWORD in dump, "the credentials are in effect before rollout runs"
 
 
-def fleet_args(lab: Lab) -> list[str]:
-    return [
-        *("--inventory", str(lab.inventory)),
-        *("--kubeconfig", str(lab.kubeconfig)),
-        *("--context", CONTEXT),
-    ]
-
-
 def assert_no_secret(where: str, text: str) -> None:
     for secret in SECRETS:
         assert secret not in text, f"{where} shows {secret!r}"
@@ -115,7 +108,7 @@ def test_credentials_never_show_and_the_mirror_header_survives(
         assert_no_secret(f"plan --output {output}", captured.out + captured.err)
         assert "<redacted" in captured.out, f"plan --output {output} shows the secrets' place"
 
-    code = main(["apply", str(PLAN), *fleet_args(lab), "--state-dir", str(state), "--yes"])
+    code = main(apply_args(lab, PLAN, state))
     captured = capsys.readouterr()
     assert code == 0, captured.out + captured.err
     assert_no_secret("apply", captured.out + captured.err)
