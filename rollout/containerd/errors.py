@@ -71,6 +71,12 @@ class SettingTypeError(ContainerdConfigError, BadInput):
     exit_code = ExitCode.BAD_INPUT
 
 
+class ConfigRejected(ContainerdConfigError, BadInput):
+    """containerd itself refuses to load the files (its own `config dump` fails on them)."""
+
+    exit_code = ExitCode.BAD_INPUT
+
+
 class SynthesisError(ContainerdConfigError):
     """No set of file writes rollout knows makes the effective config equal to the intent."""
 

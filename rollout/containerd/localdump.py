@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from rollout.commands import CommandRunner, check
+from rollout.commands import CommandFailed, CommandRunner, check
 from rollout.containerd.binaries import BinariesMissing, find_containerd
 from rollout.containerd.defaults import (
     Defaults,
@@ -23,6 +23,7 @@ from rollout.containerd.defaults import (
     probe_files,
     runtime_entry_of,
 )
+from rollout.containerd.errors import ConfigRejected
 from rollout.containerd.files import ConfigFiles
 from rollout.containerd.staging import dump_configs
 from rollout.containerd.version import ContainerdVersion
@@ -65,7 +66,17 @@ class LocalContainerd:
         return self._dumps.get_or_compute(key, lambda: self._run_dump(binary, files))
 
     def _run_dump(self, binary: str, files: ConfigFiles) -> dict[str, Any]:
-        tree = dump_configs(self._runner, binary, [files])[0]
+        try:
+            tree = dump_configs(self._runner, binary, [files])[0]
+        except CommandFailed as exc:
+            # the node's files, not rollout, are at fault: say so in containerd's own words
+            # (its last line), without the staging paths of this machine
+            said = exc.result.tail().strip().splitlines()[-1:] or ["(no message)"]
+            words = said[0].lstrip("| ").strip()
+            raise ConfigRejected(
+                f"{files.main_path}: {self._label(binary)} refuses to load these files: {words}",
+                path=files.main_path,
+            ) from exc
         with self._lock:
             self.dumps_run += 1
         return tree

@@ -26,6 +26,7 @@ from rollout.containerd import (
 )
 from tests.conftest import containerd_binary
 from tests.containerd.nodes import MAIN, recorded_node
+from tests.examples import PLAN as EXAMPLE_PLAN
 
 ROOT = Path(__file__).resolve().parents[2]
 FACTS = ROOT / "examples" / "facts"
@@ -165,3 +166,20 @@ def test_plan_of_a_default_alone_is_a_noop(
     assert node["files"] == [] and node["effective_changes"] == []
     assert main(["plan", str(plan), "--facts", str(facts), "--detailed-exitcode"]) == 0
     assert "No changes." in capsys.readouterr().out
+
+
+def test_node_files_containerd_refuses_are_bad_input_named_by_node(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A node file containerd itself cannot load (a string where it wants an integer) is bad
+    input: exit 2, the node and its file named, containerd's own words, no local paths."""
+    containerd_binary("1.7")
+    facts = tmp_path / "facts"
+    shutil.copytree(FACTS, facts)
+    config = facts / "gpu-a-2" / "files" / "etc" / "containerd" / "config.toml"
+    config.write_text('oom_score = "high"\n' + config.read_text())
+    assert main(["plan", str(EXAMPLE_PLAN), "--facts", str(facts)]) == 2
+    err = capsys.readouterr().err
+    assert "gpu-a-2" in err and "/etc/containerd/config.toml" in err
+    assert "refuses to load these files" in err and "high(string)" in err
+    assert "Traceback" not in err and "/tmp/" not in err and "rollout-dump" not in err
