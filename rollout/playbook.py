@@ -1,4 +1,5 @@
-"""Playbooks: the built-in step sequences in playbooks/, one YAML file per change kind."""
+"""Playbooks: the built-in step sequences shipped in rollout/playbooks/, one YAML file per change
+kind (inside the package, so a wheel install has them too)."""
 
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ def playbooks_dir() -> Path:
     override = os.environ.get("ROLLOUT_PLAYBOOKS")
     if override:
         return Path(override)
-    return Path(__file__).resolve().parent.parent / "playbooks"
+    return Path(__file__).resolve().parent / "playbooks"
 
 
 def load_playbook(path: Path) -> Playbook:
@@ -75,7 +76,8 @@ def load_playbooks(directory: Path | None = None) -> dict[str, Playbook]:
         raise InputError(
             SourceLocation(str(directory)),
             "playbook directory not found",
-            hint="run rollout from a checkout, or set ROLLOUT_PLAYBOOKS to the playbooks/ folder",
+            hint="reinstall rollout (its playbooks ship in the package), or set"
+            " ROLLOUT_PLAYBOOKS to a folder of playbooks",
         )
     books = [load_playbook(p) for p in sorted(directory.glob("*.yaml"))]
     return {book.kind: book for book in books}
