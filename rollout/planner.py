@@ -45,7 +45,7 @@ def build_plan(
         waves.append(Wave(index=index, nodes=tuple(node_plans[start : start + size])))
         start += size
     warnings: list[str] = []
-    if any(isinstance(c, TimeSlicingChange) for c in spec.changes):
+    if any(isinstance(c, TimeSlicingChange) and c.config.sharing for c in spec.changes):
         warnings.append(SHARED_MEMORY_WARNING)
     targeted = {n.name for n in targets}
     return Plan(

@@ -4,8 +4,8 @@
   planner's repair rewrites the shadowing file to carry the whole table, so the lost
   handlers come back, and `rollout plan` shows exactly that;
 - a device-plugin profile label naming a missing key: a time-slicing change that puts the
-  key into the ConfigMap, with the replicas the node last ran (GFD's label) or the only
-  sharing profile the ConfigMap holds.
+  key into the ConfigMap, with the replicas the node last ran (GFD's label; 1 gives a profile
+  without sharing) or the only sharing profile the ConfigMap holds.
 
 Everything else needs a person, and says why. A plan carries one target list for all its
 changes, so one plan repairs one kind: the other kind is left for the next `--fix`.
@@ -176,26 +176,27 @@ def _profile_repair(
         for f in fs
     ]
     namespace, _, name = configmap.partition("/")
+    config: dict[str, Any] = {"version": "v1"}
+    if replicas > 1:
+        resources = [{"name": "nvidia.com/gpu", "replicas": replicas}]
+        config["sharing"] = {"timeSlicing": {"resources": resources}}
     change = {
         "time-slicing": {
             "configmap": {"namespace": namespace, "name": name},
             "profile": key,
-            "config": {
-                "version": "v1",
-                "sharing": {
-                    "timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": replicas}]}
-                },
-            },
+            "config": config,
         }
     }
     nodes = sorted({f.node for f in ok if f.node})
-    return _plan(nodes, change, f"put the missing profile {key!r} into {configmap}"), ok, left
+    what = "" if replicas > 1 else " (no sharing, as the node last ran)"
+    return _plan(nodes, change, f"put the missing profile {key!r} into {configmap}{what}"), ok, left
 
 
 def _replicas_for(node: NodeFacts, data: Mapping[str, str]) -> int | None:
-    """The replicas the node last ran (GFD), else those of the only sharing profile."""
+    """The replicas the node last ran (GFD's label; 1 is no sharing), else those of the only
+    sharing profile; None when neither tells."""
     label = node.labels.get(GPU_REPLICAS_LABEL, "")
-    if label.isdigit() and 2 <= int(label) <= 64:
+    if label.isdigit() and 1 <= int(label) <= 64:
         return int(label)
     found = set()
     for text in data.values():

@@ -59,7 +59,7 @@ def expect_gpus(spec: Spec, facts: NodeFacts) -> GpuExpectation:
     change = time_slicing_change(spec)
     if change is not None:
         replicas = change.replicas_for(GPU_RESOURCE)
-        renamed = change.config.sharing.time_slicing.rename_by_default and replicas > 1
+        renamed = change.rename_by_default and replicas > 1
     else:
         replicas, renamed = current_replicas(facts), False
     return GpuExpectation(

@@ -238,7 +238,8 @@ class ConfigMapUpdateStep:
         if not did:
             return StepResult.noop(f"key {change.profile!r} already holds this profile")
         # Said once, when the profile is published: slices share one GPU's memory.
-        ctx.progress(f"{ctx.node}: time-slicing x{replicas}: WARNING: {SHARED_MEMORY_WARNING}")
+        if change.config.sharing:
+            ctx.progress(f"{ctx.node}: time-slicing x{replicas}: WARNING: {SHARED_MEMORY_WARNING}")
         return StepResult.done("; ".join(did))
 
     @staticmethod

@@ -55,10 +55,7 @@ REPAIRABLE = ("shadowing", "profile-label-missing-key")
 WARNINGS = frozenset({"slots-used"})
 # What diagnose does not do yet on the live lab, though its check exists (measured on the lab).
 GAPS: dict[str, str] = {}
-FIX_GAPS: dict[str, str] = {
-    "profile-label-missing-key": "diagnose --fix writes no plan for "
-    "operator.profile-label-missing-key",
-}
+FIX_GAPS: dict[str, str] = {}
 
 
 def check_implemented(check: str) -> bool:

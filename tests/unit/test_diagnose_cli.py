@@ -145,6 +145,42 @@ def test_fix_profile_label_missing_key(tmp_path: Path, capsys: pytest.CaptureFix
     assert main(["plan", str(fix), "--facts", str(facts)]) == 0
 
 
+def test_fix_gives_an_unshared_node_a_profile_without_sharing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    facts = tmp_path / "f"
+    build_facts(
+        facts,
+        all_nodes=DEFAULTS["all_nodes"],
+        node="gpu-a-2",
+        node_yaml={
+            "labels": {"nvidia.com/device-plugin.config": "typo", "nvidia.com/gpu.replicas": "1"}
+        },
+        cluster={
+            "runtime_classes": {"nvidia": "nvidia"},
+            "cluster_policy": {"devicePlugin": {"config": {"name": "time-slicing-config"}}},
+            "configmaps": {
+                "gpu-operator/time-slicing-config": {
+                    "default": "version: v1\n",
+                    "ts-4": "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+                    "    - name: nvidia.com/gpu\n      replicas: 4\n",
+                }
+            },
+        },
+    )
+    fix = tmp_path / "fix.yaml"
+    assert run(capsys, "--facts", str(facts), "--fix", str(fix))[0] == 1
+    change = yaml.safe_load(fix.read_text())["changes"][0]["time-slicing"]
+    assert change["profile"] == "typo"
+    assert change["config"] == {"version": "v1"}
+    assert main(["plan", str(fix), "--facts", str(facts)]) == 0
+    out, _ = capsys.readouterr()
+    assert "add key 'typo'" in out
+    assert "restart" in out  # the label already names the key: the device plugin restarts
+    # no shared-memory warning for a profile that shares nothing
+    assert "does not divide it" not in out
+
+
 def test_fix_leaves_what_needs_a_person(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     facts = tmp_path / "f"
     build_facts(

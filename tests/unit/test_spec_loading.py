@@ -199,6 +199,20 @@ def test_operator_driver_and_time_slicing_defaults() -> None:
     assert window is not None and window.days == (Weekday.FRI, Weekday.SAT)
 
 
+def test_time_slicing_profile_without_sharing_shares_nothing() -> None:
+    spec = parse_spec(
+        MINIMAL.replace(
+            "  - containerd: {settings: {enable_cdi: true}}",
+            "  - time-slicing: {profile: whole, config: {version: v1}}",
+        ),
+        "p",
+    )
+    (change,) = spec.changes_of(TimeSlicingChange)
+    assert change.config_document() == {"version": "v1"}
+    assert change.replicas_for("nvidia.com/gpu") == 1
+    assert change.rename_by_default is False
+
+
 def test_host_driver_default_package() -> None:
     spec = parse_spec(
         MINIMAL.replace(

@@ -89,10 +89,14 @@ class Sharing(SpecModel):
 
 
 class DevicePluginConfig(SpecModel):
-    """A device-plugin config as the GPU Operator's ConfigMap holds it under one profile key."""
+    """A device-plugin config as the GPU Operator's ConfigMap holds it under one profile key.
+
+    Without `sharing` the profile shares nothing (`version: v1` alone): what moves nodes back
+    to whole GPUs, and what a node without any config runs.
+    """
 
     version: Literal["v1"] = "v1"
-    sharing: Sharing
+    sharing: Sharing | None = None
 
 
 class TimeSlicingChange(SpecModel):
@@ -106,11 +110,18 @@ class TimeSlicingChange(SpecModel):
 
     def replicas_for(self, resource: str) -> int:
         """How many slices each device of `resource` becomes: 1 when it is not shared."""
-        for shared in self.config.sharing.time_slicing.resources:
+        sharing = self.config.sharing
+        for shared in sharing.time_slicing.resources if sharing else ():
             if shared.name == resource:
                 return shared.replicas
         return 1
 
+    @property
+    def rename_by_default(self) -> bool:
+        """Whether shared GPUs move to nvidia.com/gpu.shared (never without sharing)."""
+        sharing = self.config.sharing
+        return sharing is not None and sharing.time_slicing.rename_by_default
+
     def config_document(self) -> dict[str, Any]:
         """The config as the device plugin reads it (camelCase keys), for the ConfigMap."""
-        return self.config.model_dump(mode="json", by_alias=True)
+        return self.config.model_dump(mode="json", by_alias=True, exclude_none=True)
