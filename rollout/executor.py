@@ -4,23 +4,44 @@ Every decision is journalled before it is acted on, so a run killed at any insta
 from the journal: finished steps are skipped, a step in flight is applied again (steps are
 idempotent and re-check fresh state first), and a node already finished is not touched.
 
-Nodes of a wave run one after another; the wave boundary is where a run re-reads the cluster
-before going on. Before each node the executor checks, in order: the lease is still ours,
-no node carries a halt label (invariant 5), the maintenance window is open, and taking one
-more node down stays within max_unavailable counting nodes already cordoned or NotReady
-(invariant 4).
+The nodes of one wave run concurrently, one thread each; the wave boundary is where a run
+waits for every node of the wave and re-reads the cluster before going on. Only the
+scheduling thread starts nodes. Before it starts any, it checks, in order: the lease is
+still ours, no node carries a halt label (invariant 5), the maintenance window is open, and
+each node it starts that is taken down fits within max_unavailable (invariant 4), counting
+the targets the API shows cordoned or NotReady *and* every node of this run still in flight
+(one that is not cordoned yet, or already uncordoned but not finished, holds its slot too).
+Nodes no step takes down need no slot; at most `max_parallel` nodes run at once.
+
+When a node fails, it is rolled back in its own thread (policy.on_failure: rollback) or
+left as it is (halt). Once the failure budget is exceeded, or a halt label or a closed
+window is found, no further node starts; nodes already in flight then finish, rolling
+themselves back if they fail (rollback), or stop before their next step (halt) and are left
+for `rollout resume`. A lost lease stops every node before its next step whatever the
+policy: another run may own the cluster. The halt record is journalled once every node
+thread has returned.
+
+Journal records of concurrent nodes interleave; each record names its node and the fold
+keeps per-node state, so any interleaving folds to the same per-node state (the journal
+serialises appends). Steps that change a cluster-wide object (`CLUSTER_WIDE_STEPS`) run
+one node at a time, so the first node makes the change and the others find it made.
+Mandatory waits (containerd's RestartSec, device-plugin registration, the smoke pod)
+overlap across a wave's nodes because each node waits in its own thread.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import queue
+import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
 
 from rollout.errors import RolloutError
-from rollout.plan import NodePlan, Plan
+from rollout.plan import NodePlan, Plan, StepPlan
 from rollout.retry import DEFAULT_POLICY, RetryPolicy, call_with_policy
 from rollout.run import (
     Journal,
@@ -69,7 +90,11 @@ class LeaseCheck(Protocol):
 
 
 class Progress(Protocol):
-    """Where the executor reports what it does (plain lines, a live table, JSON)."""
+    """Where the executor reports what it does (plain lines, a live table, JSON).
+
+    Called from every node's thread; the executor serialises the calls, so an
+    implementation needs no lock of its own.
+    """
 
     def node_started(self, wave: int, node: str) -> None: ...
 
@@ -87,6 +112,13 @@ FAILED_OUTCOMES = frozenset(
     {NodeOutcome.FAILED, NodeOutcome.ROLLED_BACK, NodeOutcome.LEFT_CORDONED}
 )
 
+# Steps that change an object shared by every node (the time-slicing ConfigMap and the
+# ClusterPolicy): one node at a time, so concurrent nodes do not race on it.
+CLUSTER_WIDE_STEPS = frozenset({"configmap.update"})
+
+# Threads for the nodes of one wave: nodes taken down are bounded by max_unavailable first.
+MAX_PARALLEL = 32
+
 
 @dataclass(frozen=True)
 class RunReport:
@@ -96,6 +128,48 @@ class RunReport:
 
 
 ContextFactory = Callable[[NodePlan], StepContext]
+
+
+class _SerialProgress:
+    """A Progress that lets one thread at a time into the one it wraps."""
+
+    def __init__(self, inner: Progress) -> None:
+        self._inner = inner
+        self._lock = threading.Lock()
+
+    def node_started(self, wave: int, node: str) -> None:
+        with self._lock:
+            self._inner.node_started(wave, node)
+
+    def step_started(self, node: str, step: str) -> None:
+        with self._lock:
+            self._inner.step_started(node, step)
+
+    def step_finished(self, node: str, step: str, outcome: str, detail: str) -> None:
+        with self._lock:
+            self._inner.step_finished(node, step, outcome, detail)
+
+    def node_finished(self, node: str, outcome: str, reason: str) -> None:
+        with self._lock:
+            self._inner.node_finished(node, outcome, reason)
+
+    def halted(self, reason: str) -> None:
+        with self._lock:
+            self._inner.halted(reason)
+
+
+@dataclass(frozen=True)
+class _Done:
+    """What a node's thread hands back: its outcome (None: stopped before a step) or an error."""
+
+    node: NodePlan
+    outcome: NodeOutcome | None
+    error: BaseException | None = None
+
+
+def takes_down(node: NodePlan) -> bool:
+    """Whether the node is made unavailable (cordoned) by its steps: it needs a budget slot."""
+    return any(s.kind == "cordon" and s.changes for s in node.steps)
 
 
 @dataclass(eq=False)
@@ -112,43 +186,142 @@ class Executor:
     lease: LeaseCheck | None = None
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     retry: RetryPolicy = DEFAULT_POLICY
+    max_parallel: int = MAX_PARALLEL
+    _stop: threading.Event = field(default_factory=threading.Event, init=False)
+    _stop_reason: str = field(default="", init=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+    _cluster_wide: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     def __post_init__(self) -> None:
         missing = sorted({s.kind for n in self.plan.nodes for s in n.steps} - self.steps.keys())
         if missing:
             raise RolloutError(f"no implementation for step(s): {', '.join(missing)}")
+        if self.max_parallel < 1:
+            raise ValueError(f"max_parallel must be at least 1, got {self.max_parallel}")
         self._targets = {n.name for n in self.plan.nodes}
+        self._serial = _SerialProgress(self.progress)
 
     def run(self) -> RunReport:
         """Every pending node, wave by wave, until done or halted."""
         state = self.journal.replay()
         failures = sum(1 for n in self.plan.nodes if state.node(n.name).outcome in FAILED_OUTCOMES)
         for wave in self.plan.waves:
-            for node in wave.nodes:
-                if self.journal.replay().node(node.name).outcome is not None:
-                    continue  # finished in this run, before an interruption
-                try:
-                    self._check_before_node(node)
-                except Halt as halt:
-                    return self._halt(str(halt))
-                self.progress.node_started(wave.index, node.name)
-                if self._run_node(node) in FAILED_OUTCOMES:
-                    failures += 1
-                    if failures > self.spec.policy.failure_budget:
-                        return self._halt(
-                            f"{node.name} failed; {failures} failed node(s) exceed the "
-                            f"failure budget of {self.spec.policy.failure_budget}"
-                        )
+            state = self.journal.replay()
+            # nodes finished in this run before an interruption are not touched again
+            pending = [n for n in wave.nodes if state.node(n.name).outcome is None]
+            failures, halt = self._run_wave(wave.index, pending, failures)
+            if halt:
+                return self._halt(halt)
         outcome = RunOutcome.FAILED if failures else RunOutcome.SUCCEEDED
         self.journal.append(RunFinished(outcome))
         return self._report(outcome, "")
 
-    def _check_before_node(self, node: NodePlan) -> None:
-        if self.lease is not None:
-            try:
-                self.lease.check()
-            except RolloutError as exc:
-                raise Halt(str(exc)) from exc
+    # --- scheduling (the calling thread only) --------------------------------------------
+
+    def _run_wave(self, wave: int, pending: list[NodePlan], failures: int) -> tuple[int, str]:
+        """Run a wave's nodes concurrently; (failures so far, halt reason or "")."""
+        results: queue.Queue[_Done] = queue.Queue()
+        running: dict[str, NodePlan] = {}
+        waiting = list(pending)
+        halt = ""
+        error: BaseException | None = None
+        try:
+            while waiting or running:
+                if not halt and error is None and waiting:
+                    try:
+                        for node in self._startable(waiting, running):
+                            waiting.remove(node)
+                            running[node.name] = node
+                            self._serial.node_started(wave, node.name)
+                            threading.Thread(
+                                target=self._node_thread,
+                                args=(node, results),
+                                name=f"rollout-node-{node.name}",
+                                daemon=True,
+                            ).start()
+                    except Halt as exc:
+                        halt = str(exc)
+                        self._halting(halt)
+                if not running:
+                    break
+                done = results.get()
+                del running[done.node.name]
+                if done.error is not None:
+                    error = error or done.error
+                    self._stopping("an error stopped the run")
+                    continue
+                if done.outcome in FAILED_OUTCOMES:
+                    failures += 1
+                    budget = self.spec.policy.failure_budget
+                    if failures > budget and not halt:
+                        halt = (
+                            f"{done.node.name} failed; {failures} failed node(s) exceed the "
+                            f"failure budget of {budget}"
+                        )
+                        self._halting(halt)
+                if done.outcome is None and not halt:
+                    halt = self._stop_reason or "stopped"
+        except BaseException:
+            # Ctrl-C or a bug here: every node stops before its next step; wait for them so
+            # that what each one did is journalled, then let the exception go on.
+            self._stopping("interrupted")
+            while running:
+                del running[results.get().node.name]
+            raise
+        if error is not None:
+            raise error
+        if not halt and self._stop.is_set():
+            halt = self._stop_reason  # e.g. the lease was lost during the wave's last step
+        return failures, halt
+
+    def _halting(self, reason: str) -> None:
+        """No node starts any more; under the halt policy the running ones stop too."""
+        if self.spec.policy.on_failure is OnFailure.HALT:
+            self._stopping(reason)
+
+    def _stopping(self, reason: str) -> None:
+        with self._lock:
+            if not self._stop.is_set():
+                self._stop_reason = reason
+                self._stop.set()
+
+    def _startable(
+        self, waiting: Sequence[NodePlan], running: Mapping[str, NodePlan]
+    ) -> list[NodePlan]:
+        """The next nodes, in plan order, that may start now; Halt when none may ever."""
+        self._check_run()
+        slots = self.max_parallel - len(running)
+        if slots <= 0:
+            return []
+        if not any(takes_down(n) for n in waiting[:slots]):
+            return list(waiting[:slots])
+        in_flight = {name for name, n in running.items() if takes_down(n)}
+        down_by_api = {
+            n.name
+            for n in self.cluster.list_nodes()
+            if n.name in self._targets and (n.unschedulable or not n.ready)
+        }
+        budget = self.plan.max_unavailable
+        chosen: list[NodePlan] = []
+        for node in waiting[:slots]:
+            if takes_down(node):
+                down = (down_by_api | in_flight) - {node.name}
+                if len(down) + 1 > budget:
+                    if running or chosen:
+                        break  # a node of this run holds a slot: start this one when it frees
+                    raise Halt(
+                        f"taking {node.name} down would make {len(down) + 1} node(s) "
+                        f"unavailable, over max_unavailable {budget} (already unavailable: "
+                        f"{', '.join(sorted(down))})"
+                    )
+                in_flight.add(node.name)
+            chosen.append(node)
+        return chosen
+
+    def _check_run(self) -> None:
+        if self._stop.is_set():
+            raise Halt(self._stop_reason)
+        self._check_lease()
         halting: list[str] = []
         for label in self.spec.policy.effective_halt_labels:
             for found in self.cluster.list_nodes(f"{label.key}={label.value}"):
@@ -161,82 +334,99 @@ class Executor:
                 f"outside the maintenance window ({window.start:%H:%M}-{window.end:%H:%M} "
                 f"{window.timezone}); resume the run inside it"
             )
-        if not any(s.kind == "cordon" and s.changes for s in node.steps):
-            return  # the node is not taken down: no budget needed
-        down = sorted(
-            n.name
-            for n in self.cluster.list_nodes()
-            if n.name in self._targets and n.name != node.name and (n.unschedulable or not n.ready)
-        )
-        budget = self.plan.max_unavailable
-        if len(down) + 1 > budget:
-            raise Halt(
-                f"taking {node.name} down would make {len(down) + 1} node(s) unavailable, "
-                f"over max_unavailable {budget} (already unavailable: {', '.join(down)})"
-            )
 
-    def _run_node(self, node: NodePlan) -> NodeOutcome:
+    def _check_lease(self) -> None:
+        if self.lease is None:
+            return
+        try:
+            self.lease.check()
+        except RolloutError as exc:
+            # another run may own the cluster now: every node stops before its next step
+            self._stopping(str(exc))
+            raise Halt(str(exc)) from exc
+
+    # --- one node (its own thread) -------------------------------------------------------
+
+    def _node_thread(self, node: NodePlan, results: queue.Queue[_Done]) -> None:
+        try:
+            results.put(_Done(node, self._run_node(node)))
+        except BaseException as exc:  # handed to the scheduling thread, which raises it
+            results.put(_Done(node, None, exc))
+
+    def _run_node(self, node: NodePlan) -> NodeOutcome | None:
+        """The node's pending steps; its outcome, or None when stopped before a step."""
         ctx = self.make_context(node)
-        state = self.journal.replay()
         for index, planned in enumerate(node.steps):
             ref = StepRef(index, planned.kind)
+            state = self.journal.replay()
             if state.is_step_done(node.name, ref):
                 continue
+            if self._stop.is_set():
+                return None  # left as it is, for `rollout resume`
+            try:
+                self._check_lease()
+            except Halt:
+                return None
             attempt = state.next_attempt(node.name, ref)
             self.journal.append(StepStarted(node.name, index, planned.kind, attempt))
-            self.progress.step_started(node.name, planned.kind)
+            self._serial.step_started(node.name, planned.kind)
             try:
-                if planned.action is None:
-                    result = StepResult.noop(planned.noop_reason or "nothing to do")
-                else:
-                    # steps are idempotent, so a transient error (API or SSH hiccup) retries
-                    # the whole step under the one retry policy
-                    apply = functools.partial(self.steps[planned.kind].apply, ctx)
-                    result = call_with_policy(apply, self.retry, sleep=ctx.sleep)
+                with self._cluster_wide if planned.kind in CLUSTER_WIDE_STEPS else _NO_LOCK:
+                    result = self._apply(planned, ctx)
             except RolloutError as exc:
                 self.journal.append(
                     StepFinished(
                         node.name, index, planned.kind, attempt, StepOutcome.FAILED, str(exc)
                     )
                 )
-                self.progress.step_finished(node.name, planned.kind, "failed", str(exc))
+                self._serial.step_finished(node.name, planned.kind, "failed", str(exc))
                 return self._fail_node(node, ctx, str(exc))
             outcome = StepOutcome.DONE if result.kind is StepResultKind.DONE else StepOutcome.NOOP
             self.journal.append(
                 StepFinished(node.name, index, planned.kind, attempt, outcome, result.detail)
             )
-            self.progress.step_finished(node.name, planned.kind, outcome.value, result.detail)
-            state = self.journal.replay()
+            self._serial.step_finished(node.name, planned.kind, outcome.value, result.detail)
         return self._finish(node.name, NodeOutcome.SUCCEEDED, "")
+
+    def _apply(self, planned: StepPlan, ctx: StepContext) -> StepResult:
+        if planned.action is None:
+            return StepResult.noop(planned.noop_reason or "nothing to do")
+        # steps are idempotent, so a transient error (API or SSH hiccup) retries the whole
+        # step under the one retry policy
+        apply = functools.partial(self.steps[planned.kind].apply, ctx)
+        return call_with_policy(apply, self.retry, sleep=ctx.sleep)
 
     def _fail_node(self, node: NodePlan, ctx: StepContext, reason: str) -> NodeOutcome:
         if self.spec.policy.on_failure is not OnFailure.ROLLBACK:
             return self._finish(
                 node.name, NodeOutcome.FAILED, f"{reason} (policy: halt, no rollback)"
             )
-        done = [c for c in self.journal.replay().node(node.name).completed]
+        done = list(self.journal.replay().node(node.name).completed)
         for completed in reversed(done):
             if completed.outcome is not StepOutcome.DONE:
                 continue
             undo = functools.partial(self.steps[completed.kind].undo, ctx)
             try:
-                call_with_policy(undo, self.retry, sleep=ctx.sleep)
+                with self._cluster_wide if completed.kind in CLUSTER_WIDE_STEPS else _NO_LOCK:
+                    call_with_policy(undo, self.retry, sleep=ctx.sleep)
             except RolloutError as exc:
                 left = f"{reason}; rollback failed at {completed.kind}: {exc}"
                 mark_left_cordoned(ctx, left)
                 return self._finish(node.name, NodeOutcome.LEFT_CORDONED, left)
             self.journal.append(StepUndone(node.name, completed.index, completed.kind))
-            self.progress.step_finished(node.name, completed.kind, "undone", "")
+            self._serial.step_finished(node.name, completed.kind, "undone", "")
         return self._finish(node.name, NodeOutcome.ROLLED_BACK, reason)
 
     def _finish(self, node: str, outcome: NodeOutcome, reason: str) -> NodeOutcome:
         self.journal.append(NodeFinished(node, outcome, reason))
-        self.progress.node_finished(node, outcome.value, reason)
+        self._serial.node_finished(node, outcome.value, reason)
         return outcome
+
+    # --- the end -------------------------------------------------------------------------
 
     def _halt(self, reason: str) -> RunReport:
         self.journal.append(RunHalted(reason))
-        self.progress.halted(reason)
+        self._serial.halted(reason)
         return self._report(RunOutcome.HALTED, reason)
 
     def _report(self, outcome: RunOutcome, reason: str) -> RunReport:
@@ -249,3 +439,6 @@ class Executor:
                 ns.outcome_reason,
             )
         return RunReport(outcome, reason, nodes)
+
+
+_NO_LOCK = contextlib.nullcontext()

@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import socket
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -185,6 +186,9 @@ class Journal(Closeable):
         self._notes = read.notes
         self._fold = fold
         self._broken: str | None = None
+        # The nodes of a wave append from their own threads: one record at a time, so
+        # sequence numbers, the fold and the file's lines stay in one order.
+        self._lock = threading.RLock()
 
     @property
     def path(self) -> Path:
@@ -286,8 +290,12 @@ class Journal(Closeable):
         )
 
     def append(self, record: Record) -> Entry:
-        """Write one record and fsync it; when this returns, the record survives a crash."""
-        return self._append(record, self._clock())
+        """Write one record and fsync it; when this returns, the record survives a crash.
+
+        Safe from several threads: appends are serialised, each gets the next sequence number.
+        """
+        with self._lock:
+            return self._append(record, self._clock())
 
     def _append(self, record: Record, at: datetime) -> Entry:
         if self._journal_fd is None:
@@ -316,13 +324,15 @@ class Journal(Closeable):
         return entry
 
     def entries(self) -> tuple[Entry, ...]:
-        return tuple(self._entries)
+        with self._lock:
+            return tuple(self._entries)
 
     def replay(self) -> RunState:
         """The run's state from every record so far."""
-        if self._broken is not None:
-            raise JournalWriteFailed(f"journal of run {self.run_id} is unusable: reopen it")
-        return self._fold.freeze(self._notes)
+        with self._lock:
+            if self._broken is not None:
+                raise JournalWriteFailed(f"journal of run {self.run_id} is unusable: reopen it")
+            return self._fold.freeze(self._notes)
 
     def read_plan_json(self) -> str:
         """plan.json as written at the start, checked against the digest in run-started."""
