@@ -2,12 +2,15 @@
 
 A node shares the host's network namespace; its sshd listens on its own loopback address
 (127.0.1.N needs no `ip addr add`: Linux routes all of 127.0.0.0/8 to lo). nspawn runs
-without machined (`--register=no`), as a background process whose pid is kept
-in the node directory: stopping is SIGTERM to that pid, which nspawn turns into an orderly
-poweroff of the container (SIGRTMIN+3 to its systemd), then the overlay is unmounted.
+without machined (`--register=no`), as a background process whose pid is kept in the node
+directory, under a supervisor (rollout.lab.nodeprocess) that boots it again after a reboot:
+stopping is SIGTERM to the supervisor, which passes it to nspawn, which turns it into an
+orderly poweroff of the container (SIGRTMIN+3 to its systemd); then the overlay is unmounted.
 
 Node directory (<lab-dir>/nodes/<name>/): upper/ and work/ (the overlay's writable side),
-merged/ (the node's root filesystem as the host sees it), console.log, nspawn.pid.
+merged/ (the node's root filesystem as the host sees it), console.log, nspawn.pid (the
+nspawn of the current boot) and supervisor.pid (rollout.lab.nodeprocess, which boots the
+node again when it reboots: nspawn's exit status 133, as systemd-nspawn@.service does).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import tomllib
 import uuid
@@ -35,6 +39,7 @@ from rollout.containerd.toolkit import render_toolkit_dropin
 from rollout.errors import RolloutError
 from rollout.lab.description import LabNode
 from rollout.lab.image import DRIVER_VERSION_FILE, NodeImage
+from rollout.lab.nodeprocess import NSPAWN_PID_FILE, SUPERVISOR_PID_FILE
 from rollout.transports.local import LocalRunner
 
 CONTAINERD_CONFIG = "/etc/containerd/config.toml"
@@ -45,6 +50,10 @@ GPUS_FILE = "/etc/rollout-lab/gpus.json"
 UNIT_DROP_IN = "/etc/systemd/system/containerd.service.d/50-rollout-lab.conf"
 READY_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 30.0
+START_TIMEOUT_S = 10.0
+# How long a reboot may leave a node without an nspawn before the next boot starts.
+REBOOT_GAP_S = 5.0
+NODE_PROCESS_MODULE = "rollout.lab.nodeprocess"
 POLL_S = 0.25
 
 
@@ -89,7 +98,11 @@ class NodeDirs:
 
     @property
     def pid_file(self) -> Path:
-        return self.directory / "nspawn.pid"
+        return self.directory / NSPAWN_PID_FILE
+
+    @property
+    def supervisor_pid_file(self) -> Path:
+        return self.directory / SUPERVISOR_PID_FILE
 
     def host_path(self, node_path: str) -> Path:
         """A path inside the node, as seen from the host."""
@@ -231,7 +244,11 @@ def write_containerd_config(spec: NodeSpec, dirs: NodeDirs) -> None:
 
 
 def start_node(spec: NodeSpec, dirs: NodeDirs) -> int:
-    """Boot the node in the background; return the pid of its systemd-nspawn."""
+    """Boot the node in the background; return the pid of its systemd-nspawn.
+
+    nspawn runs under rollout.lab.nodeprocess, which boots it again when the node reboots
+    (nspawn's exit status 133) and records each boot's nspawn pid in nspawn.pid.
+    """
     argv = [
         "systemd-nspawn",
         "--quiet",
@@ -257,18 +274,32 @@ def start_node(spec: NodeSpec, dirs: NodeDirs) -> int:
     if _unified_cgroup_mount() is not None:
         # Nodes run on cgroup v2, as current GPU nodes do, even on a hybrid host.
         env["SYSTEMD_NSPAWN_UNIFIED_HIERARCHY"] = "1"
+    dirs.pid_file.unlink(missing_ok=True)
+    dirs.supervisor_pid_file.unlink(missing_ok=True)
+    supervisor = [sys.executable, "-m", NODE_PROCESS_MODULE, f"--node-dir={dirs.directory}"]
+    supervisor += [f"--cgroup={c}" for c in cgroups]
     with dirs.console_log.open("ab") as log:
         process = subprocess.Popen(
-            argv,
+            [*supervisor, "--", *argv],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,
-            preexec_fn=(lambda: _join_cgroups(cgroups)) if cgroups else None,
         )
-    dirs.pid_file.write_text(f"{process.pid}\n")
-    return process.pid
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        pid = read_node_pid(spec, dirs)
+        if pid is not None:
+            return pid
+        if process.poll() is not None:
+            break
+        time.sleep(0.05)
+    process.poll()
+    raise NodeFailed(
+        f"{spec.name}: systemd-nspawn did not start (supervisor exit {process.returncode})\n"
+        f"{_console_tail(dirs)}"
+    )
 
 
 def create_node_cgroups(spec: NodeSpec) -> tuple[Path, ...]:
@@ -301,12 +332,6 @@ def node_cgroup_dirs(spec: NodeSpec) -> tuple[Path, ...]:
     if named is not None and "name=systemd" in own:
         dirs.append(named / own["name=systemd"].lstrip("/") / f"rollout-lab-{spec.machine}")
     return tuple(dirs)
-
-
-def _join_cgroups(cgroups: Sequence[Path]) -> None:
-    # Runs in the child between fork and exec: "0" is the writing process itself.
-    for directory in cgroups:
-        (directory / "cgroup.procs").write_text("0\n")
 
 
 def _rmdir_cgroup(directory: Path, spec: NodeSpec) -> None:
@@ -408,10 +433,27 @@ def read_node_pid(spec: NodeSpec, dirs: NodeDirs) -> int | None:
     """The pid of this node's running systemd-nspawn, or None when it does not run.
 
     The recorded pid counts only while it is still an nspawn of this very machine, so a pid
-    reused by another process is never signalled.
+    reused by another process is never signalled. While the node reboots (its nspawn exited
+    133 and the supervisor starts the next one) this waits for the next boot's pid.
     """
+    deadline = time.monotonic() + REBOOT_GAP_S
+    while True:
+        pid = _recorded_pid(dirs.pid_file, spec, b"systemd-nspawn")
+        if pid is not None:
+            return pid
+        if read_supervisor_pid(spec, dirs) is None or time.monotonic() > deadline:
+            return None
+        time.sleep(0.05)
+
+
+def read_supervisor_pid(spec: NodeSpec, dirs: NodeDirs) -> int | None:
+    """The pid of the process that reboots this node's nspawn (rollout.lab.nodeprocess)."""
+    return _recorded_pid(dirs.supervisor_pid_file, spec, NODE_PROCESS_MODULE.encode())
+
+
+def _recorded_pid(pid_file: Path, spec: NodeSpec, program: bytes) -> int | None:
     try:
-        pid = int(dirs.pid_file.read_text().strip())
+        pid = int(pid_file.read_text().strip())
     except (OSError, ValueError):
         return None
     if not process_alive(pid):
@@ -420,7 +462,7 @@ def read_node_pid(spec: NodeSpec, dirs: NodeDirs) -> int | None:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return None
-    if b"systemd-nspawn" not in Path(cmdline[0].decode()).name.encode():
+    if program not in Path(cmdline[0].decode()).name.encode() and program not in cmdline:
         return None
     if f"--machine={spec.machine}".encode() not in cmdline:
         return None
@@ -428,15 +470,28 @@ def read_node_pid(spec: NodeSpec, dirs: NodeDirs) -> int | None:
 
 
 def stop_node(spec: NodeSpec, dirs: NodeDirs, timeout_s: float = STOP_TIMEOUT_S) -> None:
-    """Power the node off (SIGTERM to nspawn: an orderly shutdown), then unmount its root."""
-    pid = read_node_pid(spec, dirs)
-    if pid is not None:
-        os.kill(pid, signal.SIGTERM)
-        if not _wait_exit(pid, timeout_s):
-            os.kill(pid, signal.SIGKILL)
-            if not _wait_exit(pid, 10.0):
-                raise NodeFailed(f"{spec.name}: systemd-nspawn {pid} survived SIGKILL")
+    """Power the node off for good (SIGTERM: an orderly shutdown), then unmount its root.
+
+    SIGTERM goes to the node's supervisor, which passes it to nspawn and boots nothing
+    again; nspawn turns it into an orderly poweroff of the container.
+    """
+    supervisor = read_supervisor_pid(spec, dirs)
+    pid = _recorded_pid(dirs.pid_file, spec, b"systemd-nspawn")
+    first = supervisor if supervisor is not None else pid
+    if first is not None:
+        os.kill(first, signal.SIGTERM)
+        if not _wait_exit(first, timeout_s):
+            for victim in (pid, supervisor):
+                if victim is not None and process_alive(victim):
+                    os.kill(victim, signal.SIGKILL)
+            if not _wait_exit(first, 10.0):
+                raise NodeFailed(f"{spec.name}: process {first} survived SIGKILL")
+    if pid is not None and not _wait_exit(pid, 10.0):
+        os.kill(pid, signal.SIGKILL)
+        if not _wait_exit(pid, 10.0):
+            raise NodeFailed(f"{spec.name}: systemd-nspawn {pid} survived SIGKILL")
     dirs.pid_file.unlink(missing_ok=True)
+    dirs.supervisor_pid_file.unlink(missing_ok=True)
     remove_node_cgroups(spec)
     unmount_root(dirs.root, spec.name)
 
