@@ -40,6 +40,8 @@ SPECIFICITY = (
     "operator.deploy-label-paused",
     "operator.nvidia-smi-failed",
     "operator.operand-failing",
+    "operator.operand-excluded",
+    "operator.operand-missing",
     "node.not-ready",
     "advertising.unhealthy-devices",
     "advertising.replicas-mismatch",

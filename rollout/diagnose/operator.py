@@ -46,6 +46,70 @@ def check_operator(node: NodeFacts, cluster: ClusterFacts, now: datetime) -> lis
     findings += _driver(node)
     findings += _driver_kernel(node)
     findings += _operands(node)
+    findings += _daemonsets(node, cluster)
+    return findings
+
+
+def _daemonsets(node: NodeFacts, cluster: ClusterFacts) -> list[Finding]:
+    """Operand DaemonSets whose pod should be on the node, or is kept off it by a taint.
+
+    A nodeSelector that does not match is the operator's own choice (deploy labels, which
+    `_deploy_labels` reports); a taint the DaemonSet does not tolerate is not, and neither is
+    a DaemonSet that should run here and has no pod on the node.
+    """
+    findings = []
+    present = {
+        (p.namespace, p.controller.name)
+        for p in node.pods
+        if p.controller is not None and p.controller.kind == "DaemonSet"
+    }
+    for ds in cluster.daemonsets or ():
+        if ds.namespace != OPERATOR_NAMESPACE or (ds.namespace, ds.name) in present:
+            continue
+        why = ds.excluded_by(node.labels, node.taints)
+        if why.startswith("nodeSelector"):
+            continue
+        essential = any(word in ds.name for word in ESSENTIAL_POD_WORDS)
+        consequence = "; without it the node advertises no GPU" if essential else ""
+        counts = f"DaemonSet {ds.key}: desired {ds.desired}, ready {ds.ready} over the cluster"
+        selector = ", ".join(f"{k}={v}" for k, v in sorted(ds.node_selector.items()))
+        matched = f"its nodeSelector ({selector or 'none'}) matches {node.name}"
+        if why:
+            check = "operator.operand-excluded"
+            cause = (
+                f"{node.name}'s {why.removesuffix(' not tolerated')} keeps the GPU Operator's "
+                f"DaemonSet {ds.key} off the node{consequence}"
+            )
+            evidence: tuple[str, ...] = (matched, why, counts)
+            command = (
+                f"kubectl get node {q(node.name)} -o jsonpath='{{.spec.taints}}'; "
+                f"kubectl get daemonset -n {q(ds.namespace)} {q(ds.name)} "
+                "-o jsonpath='{.spec.template.spec.tolerations}'"
+            )
+        else:
+            check = "operator.operand-missing"
+            cause = (
+                f"the GPU Operator's DaemonSet {ds.key} should run a pod on {node.name} and has "
+                f"none there{consequence}"
+            )
+            evidence = (matched, "no pod of it is bound to the node", counts)
+            command = (
+                f"kubectl get pods -n {q(ds.namespace)} -o wide "
+                f"--field-selector spec.nodeName={q(node.name)}; "
+                f"kubectl describe daemonset -n {q(ds.namespace)} {q(ds.name)}"
+            )
+        findings.append(
+            Finding(
+                node.name,
+                None,
+                Branch.OPERATOR,
+                check,
+                cause,
+                evidence,
+                command,
+                Severity.ERROR if essential else Severity.WARNING,
+            )
+        )
     return findings
 
 

@@ -44,6 +44,9 @@ MANUAL_REASONS: Mapping[str, str] = {
     "node.not-ready": "read the kubelet's journal on the node",
     "node.unreachable": "reach the node over SSH first",
     "operator.deploy-label-paused": "set the label back to true once the maintenance is over",
+    "operator.operand-excluded": "remove the taint from the node, or add its toleration to the "
+    "ClusterPolicy (daemonsets.tolerations)",
+    "operator.operand-missing": "read the DaemonSet's events: kubectl describe daemonset",
     "pods.requests-without-limits": "change the pod's manifest: set limits",
     "pods.fractional-request": "change the pod's manifest: whole GPUs",
     "pods.runtimeclass-missing": "create the RuntimeClass or fix the pod's runtimeClassName",

@@ -27,7 +27,8 @@ from rollout.facts.fact import ProbeFailed, read_fact
 from rollout.facts.gpu import GpuFacts, GpuQueryFact
 from rollout.facts.kernel import KernelXidFact
 from rollout.facts.model import ClusterFacts, FleetFacts, NodeFacts
-from rollout.facts.pods import PodFacts, pod_facts_from
+from rollout.facts.daemonsets import DaemonSetFacts
+from rollout.facts.pods import PodFacts, Toleration, pod_facts_from
 from rollout.facts.service import ServiceFact, ServiceJournalFact, ServiceState
 from rollout.retry import retry_transient
 from rollout.spec import Spec, TimeSlicingChange
@@ -247,6 +248,29 @@ def gather_diagnosis_cluster(kube: KubeClient, pods: Sequence[Pod]) -> ClusterFa
         runtime_classes=read_runtime_classes(kube),
         pods=facts,
         pod_events=read_pending_pod_events(kube, facts),
+        daemonsets=read_operand_daemonsets(kube),
+    )
+
+
+def read_operand_daemonsets(kube: KubeClient) -> tuple[DaemonSetFacts, ...] | None:
+    """The GPU Operator's DaemonSets; None (not judged) where the API will not list them."""
+    try:
+        found = kube.list_daemonsets(OPERATOR_NAMESPACE)
+    except (Forbidden, NotFound):  # no RBAC for apps/daemonsets in the operator's namespace
+        return None
+    return tuple(
+        DaemonSetFacts(
+            namespace=d.namespace,
+            name=d.name,
+            node_selector=dict(d.node_selector),
+            tolerations=tuple(
+                Toleration(key=t.key, operator=t.operator, value=t.value, effect=t.effect)
+                for t in d.tolerations
+            ),
+            desired=d.desired,
+            ready=d.ready,
+        )
+        for d in found
     )
 
 

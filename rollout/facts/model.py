@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from rollout.containerd import ConfigFiles, ContainerdConfigError, ContainerdVersion
 from rollout.errors import InputError, SourceLocation
+from rollout.facts.daemonsets import DaemonSetFacts
 from rollout.facts.driver import DriverKernel, DriverStatus
 from rollout.facts.gpu import GpuFacts
 from rollout.facts.kernel import XidEvent
@@ -112,6 +113,8 @@ class ClusterFacts:
     runtime_classes: Mapping[str, str] | None = None
     pods: tuple[PodFacts, ...] = ()
     pod_events: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # the GPU Operator's DaemonSets (None: not known): where each operand's pods should run
+    daemonsets: tuple[DaemonSetFacts, ...] | None = None
 
 
 @dataclass(frozen=True)

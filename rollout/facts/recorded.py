@@ -44,6 +44,7 @@ from rollout.facts.containerd import (
     MAX_FILE_BYTES,
     ContainerdVersionFact,
 )
+from rollout.facts.daemonsets import DaemonSetFacts
 from rollout.facts.driver import parse_driver_kernel, parse_driver_status
 from rollout.facts.fact import ProbeFailed
 from rollout.facts.gpu import GpuFacts
@@ -125,6 +126,8 @@ class ClusterRecord(SpecModel):
     runtime_classes: Mapping[Str, Str] | None = None
     pods: tuple[Mapping[Str, Any], ...] = ()
     pod_events: Mapping[Str, tuple[Str, ...]] = Field(default_factory=dict)
+    # the GPU Operator's DaemonSets as manifests (rollout.facts.daemonsets); absent: not known
+    daemonsets: tuple[Mapping[Str, Any], ...] | None = None
 
 
 NODE_KEYS = frozenset(f.alias or n for n, f in NodeRecord.model_fields.items())
@@ -351,6 +354,9 @@ def load_cluster_facts(path: Path) -> ClusterFacts:
         runtime_classes=None if record.runtime_classes is None else dict(record.runtime_classes),
         pods=tuple(parse_pod_manifest(p) for p in record.pods),
         pod_events=dict(record.pod_events),
+        daemonsets=None
+        if record.daemonsets is None
+        else tuple(DaemonSetFacts.from_manifest(d) for d in record.daemonsets),
     )
 
 

@@ -162,6 +162,8 @@ def _cluster_document(fleet: FleetFacts) -> dict[str, Any]:
     }
     if cluster.runtime_classes is not None:
         doc["runtime_classes"] = dict(cluster.runtime_classes)
+    if cluster.daemonsets is not None:
+        doc["daemonsets"] = [d.to_manifest() for d in cluster.daemonsets]
     return doc
 
 

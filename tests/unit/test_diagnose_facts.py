@@ -119,6 +119,20 @@ def test_service_text_round_trips() -> None:
 def test_record_writes_what_recorded_facts_read_back(tmp_path: Path) -> None:
     cluster = {
         "runtime_classes": {"nvidia": "nvidia"},
+        "daemonsets": [
+            {
+                "metadata": {"namespace": "gpu-operator", "name": "ds"},
+                "spec": {
+                    "template": {
+                        "spec": {
+                            "nodeSelector": {"nvidia.com/gpu.deploy.device-plugin": "true"},
+                            "tolerations": [{"operator": "Exists"}, {"key": "k", "value": "v"}],
+                        }
+                    }
+                },
+                "status": {"desiredNumberScheduled": 3, "numberReady": 2},
+            }
+        ],
         "pods": [
             {
                 "metadata": {"namespace": "ml", "name": "a"},
@@ -169,6 +183,10 @@ def test_record_writes_what_recorded_facts_read_back(tmp_path: Path) -> None:
         replace(n, recorded_at="") for n in fleet.nodes
     ]
     assert again.cluster == fleet.cluster
+    (daemonset,) = again.cluster.daemonsets or ()
+    assert (daemonset.desired, daemonset.ready, len(daemonset.tolerations)) == (3, 2, 2)
+    labels = {"nvidia.com/gpu.deploy.device-plugin": "true"}
+    assert daemonset.excluded_by(labels, ("x:NoExecute",)) == ""  # tolerated by Exists
 
 
 def test_record_redacts_secrets_and_refuses_a_used_directory(tmp_path: Path) -> None:

@@ -20,9 +20,18 @@ from rollout.facts.live import (
     probe_node_tolerantly,
 )
 from rollout.lab.apiserver import ApiServer, Registry
-from rollout.lab.apiserver.resources import EVENTS, PODS, RUNTIMECLASSES
+from rollout.lab.apiserver.resources import DAEMONSETS, EVENTS, PODS, RUNTIMECLASSES
 from rollout.transports.errors import Forbidden, NotFound
-from rollout.transports.kube import ConfigMap, Event, KubeClient, Node, Pod, RuntimeClass, Taint
+from rollout.transports.kube import (
+    ConfigMap,
+    DaemonSet,
+    Event,
+    KubeClient,
+    Node,
+    Pod,
+    RuntimeClass,
+    Taint,
+)
 from tests.unit.diagnose_facts import EXAMPLES, NOW
 
 MAIN = (EXAMPLES / "gpu-a-2/files/etc/containerd/config.toml").read_text()
@@ -177,6 +186,9 @@ class FakeKube:
 
     def get_configmap(self, namespace: str, name: str) -> ConfigMap:
         raise NotFound("get", f"configmap {namespace}/{name}")
+
+    def list_daemonsets(self, namespace: str | None = None) -> list[DaemonSet]:
+        return []
 
     def list_runtime_classes(self) -> list[RuntimeClass]:
         if isinstance(self.runtime_classes, Exception):
@@ -349,8 +361,32 @@ def test_the_pod_checks_read_through_the_official_client() -> None:
             "count": 2,
         },
     )
+    registry.ensure_namespace("gpu-operator")
+    template = {
+        "metadata": {"labels": {"app": "plugin"}},
+        "spec": {
+            "nodeSelector": {"nvidia.com/gpu.deploy.device-plugin": "true"},
+            "tolerations": [
+                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+            ],
+            "containers": [{"name": "plugin", "image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.0"}],
+        },
+    }
+    registry.create(
+        DAEMONSETS,
+        "gpu-operator",
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": "nvidia-device-plugin-daemonset", "namespace": "gpu-operator"},
+            "spec": {"selector": {"matchLabels": {"app": "plugin"}}, "template": template},
+        },
+    )
     with ApiServer.start(registry) as server, KubeClient.from_url(server.url) as kube:
         cluster = gather_diagnosis_cluster(kube, kube.list_pods(None))
+    (daemonset,) = cluster.daemonsets or ()
+    assert daemonset.node_selector == {"nvidia.com/gpu.deploy.device-plugin": "true"}
+    assert daemonset.tolerations[0].tolerates("nvidia.com/gpu", "", "NoSchedule")
     assert cluster.runtime_classes == {}
     assert cluster.pod_events == {"ml/bad-1": (f"Warning FailedScheduling: {SCHEDULER} (x2)",)}
     found = {(f.check, f.pod) for f in diagnose(FleetFacts((), cluster, "live"), NOW).findings}

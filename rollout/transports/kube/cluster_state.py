@@ -9,7 +9,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from rollout.transports.kube.objects import StrMap, empty_map, frozen_map, object_parts, parse_time
+from rollout.transports.kube.objects import (
+    StrMap,
+    Toleration,
+    empty_map,
+    frozen_map,
+    object_parts,
+    parse_time,
+)
 
 
 @dataclass(frozen=True)
@@ -77,10 +84,14 @@ class DaemonSet:
     updated: int = 0
     misscheduled: int = 0
     match_labels: StrMap = field(default_factory=empty_map)
+    # where its pods go: the pod template's nodeSelector and tolerations
+    node_selector: StrMap = field(default_factory=empty_map)
+    tolerations: tuple[Toleration, ...] = ()
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> DaemonSet:
         meta, spec, status = object_parts(obj)
+        template = (spec.get("template") or {}).get("spec") or {}
         return cls(
             namespace=meta.get("namespace", ""),
             name=meta["name"],
@@ -92,4 +103,6 @@ class DaemonSet:
             updated=int(status.get("updatedNumberScheduled") or 0),
             misscheduled=int(status.get("numberMisscheduled") or 0),
             match_labels=frozen_map((spec.get("selector") or {}).get("matchLabels")),
+            node_selector=frozen_map(template.get("nodeSelector")),
+            tolerations=tuple(Toleration.from_json(t) for t in template.get("tolerations") or []),
         )
