@@ -75,6 +75,11 @@ COMMANDS = (
         "diagnose", "find why GPU pods or nodes do not work (read-only)", "rollout.cli.diagnose"
     ),
     Command("facts", "record facts for offline plan and diagnose", "rollout.cli.facts"),
+    Command(
+        "schedule",
+        "Kubernetes manifests (CronJob, least-privilege RBAC) for scheduled waves",
+        "rollout.cli.schedule",
+    ),
 )
 
 

@@ -1,0 +1,146 @@
+"""`rollout schedule PLAN`: the manifests of a scheduled rollout, for `kubectl apply -f -`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rollout.errors import BadInput, ExitCode
+from rollout.inputfile import read_text
+from rollout.playbook import load_playbooks
+from rollout.spec import parse_spec
+
+HELP = """\
+Print the Kubernetes objects that run PLAN on a schedule, inside the cluster: a CronJob
+whose pod runs `rollout apply --yes`, a few nodes or waves per maintenance window, until
+every node is done. Pipe it to `kubectl apply -f -`.
+
+The objects, all named rollout-<plan name>:
+  Namespace (unless --skip-namespace, or the namespace is a built-in one)
+  ServiceAccount, and a ClusterRole, Roles and their bindings holding exactly the verbs on
+    exactly the resources the plan's steps use (docs/permissions.md lists them per kind)
+  ConfigMap with the plan, and the inventory when the steps reach nodes over SSH (its
+    key_file and known_hosts point at the mounted SSH Secret)
+  CronJob: concurrencyPolicy Forbid, startingDeadlineSeconds, timeZone, backoffLimit 0,
+    activeDeadlineSeconds bounded by the window, the pinned --image, resources, a
+    non-root user and a read-only root file system
+
+The SSH key is never generated or embedded: create the Secret yourself (the YAML output's
+first lines say how). The schedule defaults to the opening of the plan's
+policy.maintenance_window, in the window's time zone.
+"""
+
+EPILOG = """\
+examples:
+  rollout schedule plan.yaml -i inv.yaml --image REPO/rollout@sha256:DIGEST | kubectl apply -f -
+  rollout schedule plan.yaml -i inventory.yaml --image IMAGE --cron "0 22 * * fri" --suspend
+  rollout schedule plan.yaml -i inventory.yaml --image IMAGE --output json
+
+docs/schedule.md: the image (Containerfile), the Secret, and how runs continue window after
+window.
+"""
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "schedule",
+        help="Kubernetes manifests (CronJob, least-privilege RBAC) for scheduled waves",
+        description=HELP,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("plan_file", metavar="PLAN", type=Path, help="the plan.yaml")
+    parser.add_argument(
+        "--inventory",
+        "-i",
+        metavar="FILE",
+        type=Path,
+        help="the nodes to reach over SSH (rollout YAML, Ansible INI or YAML); stored in the"
+        " ConfigMap with key_file and known_hosts pointing at the SSH Secret",
+    )
+    parser.add_argument(
+        "--image",
+        required=True,
+        help="the rollout image, pinned by digest (REPOSITORY@sha256:...); see docs/schedule.md",
+    )
+    parser.add_argument(
+        "--namespace",
+        "-n",
+        default="rollout",
+        help="where the ServiceAccount, ConfigMap and CronJob live (default: rollout)",
+    )
+    parser.add_argument(
+        "--skip-namespace",
+        action="store_true",
+        help="emit no Namespace object (the namespace exists already)",
+    )
+    parser.add_argument(
+        "--cron",
+        metavar="SCHEDULE",
+        help="when runs start, five cron fields read in the window's time zone (default: the"
+        " opening of the plan's maintenance window)",
+    )
+    parser.add_argument(
+        "--suspend", action="store_true", help="create the CronJob suspended (spec.suspend)"
+    )
+    parser.add_argument(
+        "--ssh-secret",
+        metavar="NAME",
+        help="the Secret with keys ssh-privatekey and known_hosts (default: rollout-<plan>-ssh)",
+    )
+    parser.add_argument(
+        "--active-deadline",
+        metavar="SECONDS",
+        type=_seconds,
+        help="a Job's time limit (default: the window's length plus one node's worst case;"
+        " 4 hours without a window)",
+    )
+    parser.add_argument(
+        "--output", "-o", choices=("yaml", "json"), default="yaml", help="yaml (default) or json"
+    )
+    parser.set_defaults(func=run_schedule)
+
+
+def _seconds(text: str) -> int:
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected whole seconds, found {text[:40]!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1 second, found {value}")
+    return value
+
+
+def run_schedule(args: argparse.Namespace) -> int:
+    from rollout.inventory import load_inventory
+    from rollout.schedule.manifests import ScheduleOptions, build_schedule
+
+    # the text goes into the ConfigMap as written: comments and all
+    plan_text = read_text(args.plan_file)
+    spec = parse_spec(plan_text, str(args.plan_file))
+    inventory = load_inventory(args.inventory) if args.inventory is not None else None
+    options = ScheduleOptions(
+        image=args.image,
+        namespace=args.namespace,
+        create_namespace=not args.skip_namespace,
+        cron=args.cron,
+        suspend=args.suspend,
+        ssh_secret=args.ssh_secret,
+        active_deadline_s=args.active_deadline,
+    )
+    if inventory is not None and not inventory.hosts:
+        raise BadInput(f"{args.inventory}: the inventory names no node")
+    schedule = build_schedule(spec, plan_text, load_playbooks(), options, inventory)
+    if args.output == "json":
+        sys.stdout.write(json.dumps(schedule.to_list(), indent=2) + "\n")
+        if schedule.ssh_secret is not None:
+            print(
+                f"note: create the Secret {schedule.ssh_secret} (keys ssh-privatekey,"
+                f" known_hosts) in namespace {args.namespace}; rollout does not",
+                file=sys.stderr,
+            )
+    else:
+        sys.stdout.write(schedule.to_yaml())
+    return ExitCode.OK
