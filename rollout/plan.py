@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import types
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -102,6 +103,18 @@ class LabelChange:
 
 
 @dataclass(frozen=True)
+class DriverChange:
+    """A node's driver change as a reviewer reads it: from -> to, its kernel, whether it
+    reboots (`yes`, `no`, or the condition under which it does)."""
+
+    mode: str
+    before: str
+    after: str
+    kernel: str = ""
+    reboot: str = ""
+
+
+@dataclass(frozen=True)
 class NodePlan:
     """What happens on one node, and what the node looks like now."""
 
@@ -120,6 +133,7 @@ class NodePlan:
     unavailable: bool = False
     # live facts only: containerd service state, GPUs allocatable/capacity, taints
     status: str = ""
+    driver: DriverChange | None = None
 
     @property
     def changes(self) -> bool:
@@ -236,6 +250,8 @@ def _convert(hint: Any, value: Any) -> Any:
     if origin is tuple:
         (item, *_) = typing.get_args(hint)
         return tuple(_convert(item, v) for v in value)
+    if origin in (typing.Union, types.UnionType):  # `X | None` of a dataclass X
+        hint = next((a for a in typing.get_args(hint) if dataclasses.is_dataclass(a)), hint)
     if isinstance(hint, type) and dataclasses.is_dataclass(hint) and isinstance(value, Mapping):
         return _from_data(hint, value)
     return value

@@ -17,6 +17,7 @@ from rollout.playbook import Playbook, PlaybookStep, compose_steps
 from rollout.spec import ContainerdChange, RegistryChange, Spec, TimeSlicingChange
 from rollout.steps import step_planners
 from rollout.steps.base import StepPlanner
+from rollout.steps.driver import driver_change
 from rollout.steps.nodechanges import node_changes
 from rollout.steps.profile_changes import SHARED_MEMORY_WARNING, plan_cluster_changes
 
@@ -128,6 +129,7 @@ def plan_node(
         warnings=tuple(warnings),
         status=describe_status(node),
         unavailable=not node.available,
+        driver=driver_change(spec, node),
     )
 
 

@@ -1,3 +1,4 @@
+# long module: one job, a Plan for people and machines: text, markdown, JSON, run progress
 """Rendering for people and machines: plans as text (rich), markdown and JSON.
 
 Part of the CLI layer, the only one that imports rich: everything else hands it plain data.
@@ -20,7 +21,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from rollout.executor import RunReport
-from rollout.plan import NodePlan, Plan, plan_to_data, redact_plan
+from rollout.plan import DriverChange, NodePlan, Plan, plan_to_data, redact_plan
 
 SCHEMA_VERSION = 1
 MAX_EFFECTIVE_LINES = 12
@@ -134,6 +135,8 @@ def _print_node(out: _Lines, node: NodePlan) -> None:
     )
     if node.status:
         out.print(f"    [dim]{safe(node.status)}[/dim]")
+    if node.driver is not None:
+        out.print(f"    [bold]driver[/bold] {safe(describe_driver(node.driver))}")
     for text in node.shadowing:
         out.print(f"    [red]shadowed:[/red] {safe(text)}")
     for text in node.repairs:
@@ -167,6 +170,14 @@ def _print_node(out: _Lines, node: NodePlan) -> None:
         hidden = len(node.effective_changes) - MAX_EFFECTIVE_LINES
         if hidden > 0:
             out.print(f"      ... and {hidden} more (--output json or markdown shows all)")
+
+
+def describe_driver(change: DriverChange) -> str:
+    """`535.183.01 -> 550.127.05 (host mode), kernel 6.1.0-18-amd64, reboots: yes`."""
+    return (
+        f"{change.before} -> {change.after} ({change.mode} mode), "
+        f"kernel {change.kernel or '(unknown)'}, reboots: {change.reboot or 'no'}"
+    )
 
 
 def _print_diff(out: _Lines, diff: str, indent: str) -> None:
@@ -243,12 +254,27 @@ def plan_to_markdown(plan: Plan) -> str:
                 f"| {md_text(steps)} | {len(node.files)} |"
             )
     out.append("")
+    drivers = [(w.index, n) for w in plan.waves for n in w.nodes if n.driver is not None]
+    if drivers:
+        out.append("| wave | node | driver | kernel | reboots |")
+        out.append("|---|---|---|---|---|")
+        for index, node in drivers:
+            assert node.driver is not None
+            moves = node.driver
+            out.append(
+                f"| {index} | {md_text(node.name)} | "
+                f"{md_text(f'{moves.before} → {moves.after} ({moves.mode})')} | "
+                f"{md_text(moves.kernel or '(unknown)')} | {md_text(moves.reboot or 'no')} |"
+            )
+        out.append("")
     for node in changing:
         out.append(f"<details><summary><b>{md_text(node.name)}</b></summary>\n")
         for text in node.shadowing:
             out.append(f"- :warning: shadowed: {md_text(text)}")
         for text in node.repairs:
             out.append(f"- repair: {md_text(text)}")
+        for text in node.warnings:
+            out.append(f"- :warning: {md_text(text)}")
         for write in node.files:
             out.append(f"\n{md_code(f'{write.action} {write.path}')} ({md_text(write.reason)})\n")
             out.append(md_fence(write.unified_diff(), "diff"))

@@ -23,6 +23,7 @@ from rollout.facts.containerd import (
     ContainerdVersionFact,
 )
 from rollout.facts.driver import DriverKernelFact, DriverStatusFact
+from rollout.facts.driver_host_live import with_driver_hosts
 from rollout.facts.fact import ProbeFailed, read_fact
 from rollout.facts.gpu import GpuFacts, GpuQueryFact
 from rollout.facts.kernel import KernelXidFact
@@ -123,6 +124,7 @@ def gather_fleet_facts(
         assert isinstance(result, NodeProbe)
         bound = kube.list_pods(None, field_selector=f"spec.nodeName={name}")
         nodes.append(node_facts_from(name, result, kube.get_node(name), bound))
+    nodes = with_driver_hosts(spec, runners, nodes, max_parallel)  # mode: host drivers only
     return FleetFacts(
         nodes=tuple(sorted(nodes, key=lambda n: n.name)),
         cluster=gather_cluster_facts(spec, kube),

@@ -10,6 +10,7 @@ from rollout.containerd import ConfigFiles, ContainerdConfigError, ContainerdVer
 from rollout.errors import InputError, SourceLocation
 from rollout.facts.daemonsets import DaemonSetFacts
 from rollout.facts.driver import DriverKernel, DriverStatus
+from rollout.facts.driver_host import DriverHost
 from rollout.facts.gpu import GpuFacts
 from rollout.facts.kernel import XidEvent
 from rollout.facts.pods import PodFacts
@@ -52,6 +53,8 @@ class NodeFacts:
     # for recording: rollout.facts.driver.parse_driver_kernel reads it)
     driver_kernel: DriverKernel | None = None
     config_mtimes: Mapping[str, float] = field(default_factory=dict)
+    # a `mode: host` driver upgrade's facts: nvidia-smi, packages, apt, Secure Boot, modules
+    driver_host: DriverHost | None = None
     # containerd's journal: restarts, SIGHUPs and failures (rollout.facts.service)
     service_journal: tuple[str, ...] = ()
     # the log tails of the GPU Operator's pods on the node that are not ready ("ns/name" -> text)

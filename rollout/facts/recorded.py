@@ -46,6 +46,7 @@ from rollout.facts.containerd import (
 )
 from rollout.facts.daemonsets import DaemonSetFacts
 from rollout.facts.driver import parse_driver_kernel, parse_driver_status
+from rollout.facts.driver_host import driver_host_from_raw
 from rollout.facts.fact import ProbeFailed
 from rollout.facts.gpu import GpuFacts
 from rollout.facts.kernel import parse_xids
@@ -89,6 +90,19 @@ class GpuRecord(SpecModel):
     uuids: tuple[Str, ...] = ()
 
 
+class DriverHostRecord(SpecModel):
+    """`driver_host:` of node.yaml: each host driver fact's raw output (driver_host.RAW_KEYS)."""
+
+    nvidia_smi: Str = ""
+    kernel: Str = ""
+    packages: Str = ""
+    held: Str = ""
+    apt: Str = ""
+    secure_boot: Str = ""
+    clients: Str = ""
+    lsmod: Str = ""
+
+
 class NodeRecord(SpecModel):
     """node.yaml: what `rollout facts record` writes of one node."""
 
@@ -110,6 +124,7 @@ class NodeRecord(SpecModel):
     pod_logs: Mapping[Str, Str] = Field(default_factory=dict)
     nvidia_smi: Str | None = None
     driver_kernel: Str | None = None
+    driver_host: DriverHostRecord | None = None
     # the pods bound to the node, as manifests the API transport's Pod reads (drain plans them)
     pods: tuple[Mapping[Str, Any], ...] = ()
     config_mtimes: Mapping[NodePath, Annotated[float, Strict()] | Annotated[int, Strict()]] = Field(
@@ -128,6 +143,7 @@ class ClusterRecord(SpecModel):
     pod_events: Mapping[Str, tuple[Str, ...]] = Field(default_factory=dict)
     # the GPU Operator's DaemonSets as manifests (rollout.facts.daemonsets); absent: not known
     daemonsets: tuple[Mapping[Str, Any], ...] | None = None
+    failed_creates: Mapping[Str, tuple[Str, ...]] = Field(default_factory=dict)
 
 
 NODE_KEYS = frozenset(f.alias or n for n, f in NodeRecord.model_fields.items())
@@ -255,6 +271,9 @@ def load_node_facts(node_dir: Path) -> NodeFacts:
         driver_kernel=None
         if record.driver_kernel is None
         else parse_driver_kernel(record.driver_kernel),
+        driver_host=None
+        if record.driver_host is None
+        else driver_host_from_raw(record.driver_host.model_dump()),
     )
     try:
         merge_files(node.config_files, node.containerd)
@@ -357,6 +376,7 @@ def load_cluster_facts(path: Path) -> ClusterFacts:
         daemonsets=None
         if record.daemonsets is None
         else tuple(DaemonSetFacts.from_manifest(d) for d in record.daemonsets),
+        failed_creates=dict(record.failed_creates),
     )
 
 

@@ -77,6 +77,8 @@ def node_document(node: NodeFacts) -> dict[str, Any]:
             + "---\n"
             + (f"{kernel.installed}\n" if kernel.installed else "")
         )
+    if node.driver_host is not None:
+        doc["driver_host"] = dict(node.driver_host.raw)
     if node.driver_status is not None:
         status = node.driver_status
         doc["nvidia_smi"] = "".join(f"{line}\n" for line in status.output) + (
@@ -164,6 +166,8 @@ def _cluster_document(fleet: FleetFacts) -> dict[str, Any]:
         doc["runtime_classes"] = dict(cluster.runtime_classes)
     if cluster.daemonsets is not None:
         doc["daemonsets"] = [d.to_manifest() for d in cluster.daemonsets]
+    if cluster.failed_creates:
+        doc["failed_creates"] = {k: list(v) for k, v in cluster.failed_creates.items()}
     return doc
 
 

@@ -153,6 +153,39 @@ class VerifyPolicy(SpecModel):
     containerd_restart_timeout_s: Annotated[Int, Field(ge=1, le=MAX_RESTART_TIMEOUT_S)] = 60
 
 
+class DriverReload(Enum):
+    """How a host-installed driver's new kernel module gets loaded after the packages change."""
+
+    REBOOT = "reboot"
+    MODULES = "modules"
+
+
+MAX_REBOOT_TIMEOUT_S = 3_600
+
+
+class DriverPolicy(SpecModel):
+    """How a `mode: host` driver upgrade loads the new driver (docs/drivers.md)."""
+
+    # reboot: the new module loads at boot; modules: stop the GPU clients, unload the nvidia
+    # modules in dependency order, load them again
+    reload: DriverReload = DriverReload.REBOOT
+    # reload: modules only: a module still in use after the operands left falls back to a
+    # reboot instead of failing the node
+    reboot_if_busy: Bool = False
+    reboot_timeout_s: Annotated[Int, Field(ge=30, le=MAX_REBOOT_TIMEOUT_S)] = 600
+    operands_timeout_s: Annotated[Int, Field(ge=1, le=MAX_VERIFY_TIMEOUT_S)] = 300
+
+    @model_validator(mode="after")
+    def _check_fallback(self) -> DriverPolicy:
+        if self.reboot_if_busy and self.reload is DriverReload.REBOOT:
+            raise FieldProblem(
+                "`reboot_if_busy` applies only to reload: modules (reload: reboot always reboots)",
+                hint="set reload: modules, or remove reboot_if_busy",
+                at=("reboot_if_busy",),
+            )
+        return self
+
+
 _CLOCK = re.compile(r"^([01]?[0-9]|2[0-3]):([0-5][0-9])$")
 
 
@@ -257,6 +290,7 @@ class Policy(SpecModel):
     on_failure: OnFailure = OnFailure.ROLLBACK
     drain: DrainPolicy = DrainPolicy()
     verify: VerifyPolicy = VerifyPolicy()
+    driver: DriverPolicy = DriverPolicy()
     maintenance_window: MaintenanceWindow | None = None
 
     def wave_sizes(self, total_nodes: int) -> list[int]:

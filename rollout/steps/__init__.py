@@ -21,6 +21,8 @@ def step_planners() -> dict[str, StepPlanner]:
         cordon,
         drain,
         driver,
+        driver_host_steps,
+        driver_operands,
         gpu_smoke,
         gpu_wait,
         preflight,
@@ -29,8 +31,9 @@ def step_planners() -> dict[str, StepPlanner]:
     )
 
     return steps_in(
-        preflight, containerd, systemd, cordon, drain, timeslicing, gpu_wait, gpu_smoke, driver
-    )
+        preflight, containerd, systemd, cordon, drain, timeslicing, gpu_wait, gpu_smoke, driver,
+        driver_operands, driver_host_steps,
+    )  # fmt: skip
 
 
 def builtin_steps() -> dict[str, Step]:

@@ -1,8 +1,13 @@
-"""Step `driver.install`: planned today, not yet applied.
+"""Step `driver.install`: move the node's GPU driver to the plan's version.
 
-The plan shows which nodes a driver upgrade would touch and from which version; apply
-refuses a plan that holds an acting `driver.install` before anything changes, because the
-executor only runs step kinds that implement `apply` (see rollout.steps.builtin_steps).
+One step kind, two modes, each in its own module so they evolve apart:
+
+- `mode: host` (ClusterPolicy driver.enabled=false): apt installs and holds the pinned
+  packages (rollout.steps.driver_host_steps); the steps around it pause the operands,
+  unload or reboot, verify and resume (docs/drivers.md).
+- `mode: operator`: the GPU Operator's driver container is upgraded through its own upgrade
+  controller; planned here (from -> to), not yet applied: apply refuses the node before
+  anything on it changes.
 """
 
 from __future__ import annotations
@@ -10,8 +15,22 @@ from __future__ import annotations
 from typing import ClassVar
 
 from rollout.facts import ClusterFacts, NodeFacts
-from rollout.plan import StepPlan
-from rollout.spec import DriverUpgradeChange, Spec
+from rollout.plan import DriverChange, StepPlan
+from rollout.spec import DriverMode, DriverUpgradeChange, Spec
+from rollout.steps.base import StepContext, StepFailed, StepResult
+from rollout.steps.driver_host import plan_host_driver
+from rollout.steps.driver_host_steps import install_packages, plan_install, undo_install
+
+
+def plan_operator(change: DriverUpgradeChange, facts: NodeFacts) -> StepPlan:
+    """driver.install's plan in operator mode."""
+    current = facts.gpus.driver_version
+    if current == change.version:
+        return StepPlan.skipping(DriverInstall.kind, f"driver {current} already installed")
+    return StepPlan.acting(
+        DriverInstall.kind,
+        f"upgrade the driver {current or '(unknown)'} -> {change.version} (operator mode)",
+    )
 
 
 class DriverInstall:
@@ -23,11 +42,38 @@ class DriverInstall:
         change = next(iter(spec.changes_of(DriverUpgradeChange)), None)
         if change is None:
             return StepPlan.skipping(self.kind, "no driver change")
-        current = facts.gpus.driver_version
-        if current == change.version:
-            return StepPlan.skipping(self.kind, f"driver {current} already installed")
-        return StepPlan.acting(
-            self.kind,
-            f"upgrade the driver {current or '(unknown)'} -> {change.version} "
-            f"({change.mode.value} mode)",
+        if change.mode is DriverMode.HOST:
+            return plan_install(facts, spec)
+        return plan_operator(change, facts)
+
+    def apply(self, ctx: StepContext) -> StepResult:
+        change = next(iter(ctx.spec.changes_of(DriverUpgradeChange)), None)
+        if change is None:
+            return StepResult.noop("no driver change")
+        if change.mode is DriverMode.HOST:
+            return install_packages(ctx)
+        raise StepFailed(
+            ctx.node, self.kind, "operator mode is planned but not applied by this rollout yet"
         )
+
+    def undo(self, ctx: StepContext) -> None:
+        change = next(iter(ctx.spec.changes_of(DriverUpgradeChange)), None)
+        if change is not None and change.mode is DriverMode.HOST:
+            undo_install(ctx)
+
+
+def driver_change(spec: Spec, facts: NodeFacts) -> DriverChange | None:
+    """The node's driver change for the plan output (None: no driver change there)."""
+    change = next(iter(spec.changes_of(DriverUpgradeChange)), None)
+    if change is None:
+        return None
+    if change.mode is DriverMode.HOST:
+        planned = plan_host_driver(spec, facts)
+        if planned is None or not planned.pending:
+            return None
+        return DriverChange("host", planned.current, planned.target, planned.kernel, planned.reboot)
+    current = facts.gpus.driver_version
+    if current == change.version:
+        return None
+    kernel = facts.driver_kernel.kernel if facts.driver_kernel else ""
+    return DriverChange("operator", current or "(unknown)", change.version, kernel, "no")

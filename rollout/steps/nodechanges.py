@@ -18,6 +18,7 @@ from rollout.memo import IdentityMemo
 from rollout.plan import ClusterChange, StepPlan
 from rollout.spec import Spec
 from rollout.steps.containerd_changes import ContainerdChanges, plan_containerd
+from rollout.steps.driver_host import host_driver_pending
 from rollout.steps.profile_changes import ProfileChange, plan_cluster_changes, plan_profile
 
 # Planning one node reads every step; the cache keeps the answer for the node being planned
@@ -32,6 +33,8 @@ class NodeChanges:
     containerd: ContainerdChanges
     profile: ProfileChange
     cluster: tuple[ClusterChange, ...]
+    # a host-mode driver upgrade has work on the node (rollout.steps.driver_host)
+    driver_host: bool = False
 
     @property
     def restarts_containerd(self) -> bool:
@@ -40,12 +43,12 @@ class NodeChanges:
     @property
     def disruptive(self) -> bool:
         """Whether workloads must leave the node first (cordon and drain)."""
-        return self.restarts_containerd
+        return self.restarts_containerd or self.driver_host
 
     @property
     def touches_node(self) -> bool:
         """Whether anything on the node itself changes (files, label, device plugin)."""
-        return self.restarts_containerd or self.profile.changes_node
+        return self.restarts_containerd or self.profile.changes_node or self.driver_host
 
     @property
     def cluster_pending(self) -> bool:
@@ -64,6 +67,7 @@ def node_changes(facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> NodeCha
             containerd=plan_containerd(spec, facts),
             profile=plan_profile(spec, facts, cluster),
             cluster=tuple(plan_cluster_changes(spec, cluster)),
+            driver_host=host_driver_pending(spec, facts),
         ),
     )
 

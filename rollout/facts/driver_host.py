@@ -1,0 +1,350 @@
+"""Host-installed driver facts: what a `mode: host` driver upgrade reads of a node.
+
+One Fact per command (command + pure parser), read alike by `rollout plan` (live, or from
+recorded raw texts) and by the driver steps' drift checks:
+
+- `DriverVersionFact`: `nvidia-smi --query-gpu=driver_version` with its exit code, so a
+  "Driver/library version mismatch" or a driver that is not loaded is a state, not an error;
+- `InstalledPackagesFact`: `dpkg-query -W` of the driver packages (version, dpkg status);
+- `HeldPackagesFact`: `apt-mark showhold`;
+- `AptVersionsFact`: `apt-cache madison`: every version the node's apt sources offer;
+- `SecureBootFact`: `mokutil --sb-state` where mokutil exists;
+- rollout.facts.driver_modules: `GpuClientsFact` (`systemctl show` of nvidia-persistenced
+  and nvidia-fabricmanager), `LoadedModulesFact` (`lsmod`: the nvidia modules, their users
+  and reference counts), `BootIdFact` (the proof that a reboot happened).
+
+The running kernel is `DriverKernelFact` (rollout.facts.driver), read once for both.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from rollout.commands import CommandRunner, check
+from rollout.facts.driver import MISMATCH, DriverKernelFact
+from rollout.facts.driver_modules import (
+    GpuClientsFact,
+    LoadedModule,
+    LoadedModulesFact,
+    UnitState,
+    parse_lsmod,
+    parse_unit_states,
+)
+from rollout.facts.fact import Fact
+
+_EXIT = re.compile(r"^rollout-exit=(\d+)$")
+_VERSION = re.compile(r"^\d+(?:\.\d+)+$")
+NO_MOKUTIL = "rollout-no-mokutil"
+MAX_OUTPUT_LINES = 20
+
+
+def _split_exit(text: str) -> tuple[list[str], int]:
+    lines = [line.rstrip() for line in text.splitlines() if line.strip()]
+    if lines and (match := _EXIT.match(lines[-1].strip())):
+        return lines[:-1], int(match[1])
+    return lines, 127
+
+
+# ------------------------------------------------------------------ nvidia-smi's version
+
+
+@dataclass(frozen=True)
+class DriverVersion:
+    """What nvidia-smi says of the driver: its version, or why it cannot say."""
+
+    exit_code: int
+    version: str | None = None
+    output: tuple[str, ...] = ()
+
+    @property
+    def mismatch(self) -> bool:
+        """The library (packages) and the loaded kernel module differ."""
+        return any(MISMATCH in line for line in self.output)
+
+    @property
+    def loaded(self) -> bool:
+        """A driver answers (a mismatch means one is loaded, only not the installed one)."""
+        return self.version is not None or self.mismatch
+
+    def describe(self) -> str:
+        if self.version is not None:
+            return f"nvidia-smi reports {self.version}"
+        if self.mismatch:
+            return "nvidia-smi: Failed to initialize NVML: Driver/library version mismatch"
+        if self.exit_code == 127:
+            return "nvidia-smi is not installed"
+        last = self.output[-1] if self.output else "(no output)"
+        return f"nvidia-smi exited {self.exit_code}: {last}"
+
+
+@dataclass(frozen=True)
+class DriverVersionFact:
+    """`nvidia-smi --query-gpu=driver_version` and its exit code -> DriverVersion."""
+
+    optional: bool = True
+
+    @property
+    def what(self) -> str:
+        return "read the driver version with nvidia-smi"
+
+    def command(self) -> list[str]:
+        return [
+            "sh",
+            "-c",
+            "nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>&1; "
+            'echo "rollout-exit=$?"',
+        ]
+
+    def parse(self, text: str, host: str) -> DriverVersion:
+        return parse_driver_version(text)
+
+
+def parse_driver_version(text: str) -> DriverVersion:
+    """The fact's output (one version line per GPU, then `rollout-exit=N`) -> DriverVersion."""
+    lines, code = _split_exit(text)
+    versions = {line.strip() for line in lines if _VERSION.match(line.strip())}
+    version = versions.pop() if code == 0 and len(versions) == 1 else None
+    return DriverVersion(code, version, tuple(lines[-MAX_OUTPUT_LINES:]))
+
+
+# ------------------------------------------------------------------ packages
+
+
+@dataclass(frozen=True)
+class InstalledPackage:
+    """One package as dpkg knows it: its version and dpkg's status abbreviation (`ii`)."""
+
+    name: str
+    version: str
+    status: str
+
+    @property
+    def installed(self) -> bool:
+        """Fully installed (`ii`); `iF`/`iU` are half-configured or unpacked."""
+        return self.status[:2] == "ii"
+
+    @property
+    def present(self) -> bool:
+        """Some version's files are on the node (installed, unpacked or half-configured)."""
+        return bool(self.version) and self.status[1:2] in {"i", "U", "F", "W", "t"}
+
+
+@dataclass(frozen=True)
+class InstalledPackagesFact:
+    """`dpkg-query -W` of the named packages -> name -> InstalledPackage (absent: unknown)."""
+
+    packages: tuple[str, ...]
+    optional: bool = True
+
+    @property
+    def what(self) -> str:
+        return "read the installed driver packages"
+
+    def command(self) -> list[str]:
+        query = "dpkg-query -W -f='${binary:Package}\\t${Version}\\t${db:Status-Abbrev}\\n'"
+        return ["sh", "-c", f'{query} "$@" 2>/dev/null; true', "sh", *self.packages]
+
+    def parse(self, text: str, host: str) -> dict[str, InstalledPackage]:
+        return parse_installed_packages(text)
+
+
+def parse_installed_packages(text: str) -> dict[str, InstalledPackage]:
+    """`dpkg-query -W -f='${binary:Package}\\t${Version}\\t${db:Status-Abbrev}\\n'` lines."""
+    found: dict[str, InstalledPackage] = {}
+    for line in text.splitlines():
+        parts = line.split("\t")
+        if len(parts) != 3 or not parts[0].strip():
+            continue
+        name = parts[0].strip().split(":")[0]  # binary:Package may carry `:amd64`
+        found[name] = InstalledPackage(name, parts[1].strip(), parts[2].strip())
+    return found
+
+
+@dataclass(frozen=True)
+class HeldPackagesFact:
+    """`apt-mark showhold` -> the held package names."""
+
+    optional: bool = True
+
+    @property
+    def what(self) -> str:
+        return "read the held packages"
+
+    def command(self) -> list[str]:
+        return ["apt-mark", "showhold"]
+
+    def parse(self, text: str, host: str) -> tuple[str, ...]:
+        return parse_held_packages(text)
+
+
+def parse_held_packages(text: str) -> tuple[str, ...]:
+    """One name per line (`:arch` dropped), sorted."""
+    return tuple(sorted({w.split(":")[0] for w in text.split() if not w.startswith("W:")}))
+
+
+@dataclass(frozen=True)
+class AptVersion:
+    """One version of a package the node's apt sources offer, and where from."""
+
+    version: str
+    source: str
+
+    @property
+    def upstream(self) -> str:
+        """The Debian version without epoch and revision: 1:550.127.05-1~deb12u1 -> 550.127.05."""
+        version = self.version.split(":", 1)[-1]
+        return version.rsplit("-", 1)[0] if "-" in version else version
+
+
+@dataclass(frozen=True)
+class AptVersionsFact:
+    """`apt-cache madison` of the named packages -> name -> the versions offered."""
+
+    packages: tuple[str, ...]
+    optional: bool = True
+
+    @property
+    def what(self) -> str:
+        return "read the versions the apt sources offer"
+
+    def command(self) -> list[str]:
+        return ["sh", "-c", 'apt-cache madison "$@" 2>&1; true', "sh", *self.packages]
+
+    def parse(self, text: str, host: str) -> dict[str, tuple[AptVersion, ...]]:
+        return parse_madison(text)
+
+
+def parse_madison(text: str) -> dict[str, tuple[AptVersion, ...]]:
+    """`apt-cache madison` lines (`name | version | source`) -> name -> versions, in order.
+
+    Source lines (`Sources`) are left out: only binary packages install.
+    """
+    found: dict[str, list[AptVersion]] = {}
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split("|")]
+        if len(parts) != 3 or not parts[0] or not parts[1] or parts[2].endswith(" Sources"):
+            continue
+        versions = found.setdefault(parts[0], [])
+        offered = AptVersion(parts[1], parts[2])
+        if offered not in versions:
+            versions.append(offered)
+    return {name: tuple(versions) for name, versions in found.items()}
+
+
+def matching_version(offered: tuple[AptVersion, ...], driver: str) -> AptVersion | None:
+    """The first offered version whose upstream part is the driver version."""
+    return next((v for v in offered if v.upstream == driver), None)
+
+
+# ------------------------------------------------------------------ Secure Boot
+
+
+@dataclass(frozen=True)
+class SecureBootFact:
+    """`mokutil --sb-state` -> True / False; None where mokutil is missing or cannot say."""
+
+    optional: bool = True
+
+    @property
+    def what(self) -> str:
+        return "read the Secure Boot state"
+
+    def command(self) -> list[str]:
+        return [
+            "sh",
+            "-c",
+            f"command -v mokutil >/dev/null 2>&1 || {{ echo {NO_MOKUTIL}; exit 0; }}; "
+            "mokutil --sb-state 2>&1; true",
+        ]
+
+    def parse(self, text: str, host: str) -> bool | None:
+        return parse_secure_boot(text)
+
+
+def parse_secure_boot(text: str) -> bool | None:
+    """`SecureBoot enabled` -> True, `SecureBoot disabled` -> False, anything else None."""
+    for line in text.splitlines():
+        words = line.strip().split()
+        if len(words) == 2 and words[0] == "SecureBoot":
+            return {"enabled": True, "disabled": False}.get(words[1])
+    return None
+
+
+# ------------------------------------------------------------------ together
+
+
+@dataclass(frozen=True)
+class DriverHost:
+    """Everything a host-mode driver upgrade reads of one node before it starts.
+
+    `raw` keeps each command's output by record key, so `rollout facts record` writes what
+    the parsers read back (rollout.facts.recorded: `driver_host:` of node.yaml).
+    """
+
+    driver: DriverVersion
+    kernel: str
+    packages: Mapping[str, InstalledPackage]
+    held: tuple[str, ...]
+    offered: Mapping[str, tuple[AptVersion, ...]]
+    secure_boot: bool | None
+    clients: tuple[UnitState, ...]
+    modules: tuple[LoadedModule, ...]
+    raw: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+
+RAW_KEYS = ("nvidia_smi", "kernel", "packages", "held", "apt", "secure_boot", "clients", "lsmod")
+
+
+def driver_host_from_raw(raw: Mapping[str, str]) -> DriverHost:
+    """The facts from the raw outputs, key by key (RAW_KEYS); a missing key reads as empty."""
+
+    def text(key: str) -> str:
+        return raw.get(key) or ""
+
+    return DriverHost(
+        driver=parse_driver_version(text("nvidia_smi")),
+        kernel=text("kernel").strip().splitlines()[0] if text("kernel").strip() else "",
+        packages=parse_installed_packages(text("packages")),
+        held=parse_held_packages(text("held")),
+        offered=parse_madison(text("apt")),
+        secure_boot=parse_secure_boot(text("secure_boot")),
+        clients=parse_unit_states(text("clients")),
+        modules=parse_lsmod(text("lsmod")),
+        raw={k: v for k, v in raw.items() if k in RAW_KEYS},
+    )
+
+
+def signed_module_package(driver: str, kernel: str) -> str:
+    """The distribution-signed module package of a driver branch for a kernel (Ubuntu's
+    linux-modules-nvidia-<branch>-<kernel release>)."""
+    return f"linux-modules-nvidia-{driver.split('.')[0]}-{kernel}"
+
+
+def read_raw(runner: CommandRunner, fact: Fact[object]) -> str:
+    """A fact's command output as its parser reads it (read_fact without the parse)."""
+    result = runner.run(fact.command())
+    if not result.ok and fact.optional:
+        return ""
+    return check(result, fact.what).stdout
+
+
+def read_driver_host(runner: CommandRunner, packages: tuple[str, ...], version: str) -> DriverHost:
+    """Every host driver fact of one node, for a plan that installs `packages` at `version`.
+
+    The signed module package of the running kernel is asked of apt alongside the packages.
+    """
+    raw = {
+        "nvidia_smi": read_raw(runner, DriverVersionFact()),
+        "kernel": read_raw(runner, DriverKernelFact()),
+        "packages": read_raw(runner, InstalledPackagesFact(packages)),
+        "held": read_raw(runner, HeldPackagesFact()),
+        "secure_boot": read_raw(runner, SecureBootFact()),
+        "clients": read_raw(runner, GpuClientsFact()),
+        "lsmod": read_raw(runner, LoadedModulesFact()),
+    }
+    kernel = raw["kernel"].strip().splitlines()[0] if raw["kernel"].strip() else ""
+    asked = packages + ((signed_module_package(version, kernel),) if kernel else ())
+    raw["apt"] = read_raw(runner, AptVersionsFact(asked))
+    return driver_host_from_raw(raw)

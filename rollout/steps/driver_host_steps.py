@@ -1,0 +1,409 @@
+"""The node side of a host-mode driver upgrade: stop and unload, install, reload, verify.
+
+- `driver.unload`: stop nvidia-persistenced and nvidia-fabricmanager where they run; with
+  `policy.driver.reload: modules` unload the nvidia modules, users first, after a reference
+  count check (a module still held fails the node, or plans a reboot where
+  `reboot_if_busy` allows it); with `reload: reboot` the modules stay loaded until the boot.
+  Saved: `stopped` (units it stopped), `unloaded` (modules, in unload order), `reboot`.
+- `driver.install` (rollout.steps.driver) calls `install_packages`: apt-get install of each
+  package at the pinned version, downgrades allowed, then apt-mark hold. Saved before apt
+  runs: `previous` (each package's version, None when absent) and `held_before`. A failed
+  install puts the previous versions back itself before it fails the node (the executor
+  undoes only completed steps); its undo does the same after a later failure.
+- `driver.reload`: modprobe the modules again, or reboot and prove it (a new boot_id, SSH,
+  containerd active, the node Ready), then start the units it stopped.
+- `driver.verify`: nvidia-smi reports the plan's version, with no library mismatch.
+
+Undo order follows from the executor undoing completed steps in reverse: driver.resume's
+undo pauses the operands again, driver.install's reinstalls and holds the previous
+versions, driver.unload's makes the loaded module match the installed packages again
+(reload or reboot) and restarts the units, driver.pause's puts the labels back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar
+
+from rollout.errors import RolloutError
+from rollout.facts import ClusterFacts, NodeFacts, read_fact
+from rollout.facts.driver_host import read_driver_host
+from rollout.facts.driver_modules import BootIdFact
+from rollout.plan import StepPlan
+from rollout.spec import Spec
+from rollout.spec.policy import DriverReload
+from rollout.steps.base import StepContext, StepFailed, StepResult
+from rollout.steps.driver_host import (
+    DriverNotInstallable,
+    HostDriverPlan,
+    RebootDecision,
+    host_change,
+    plan_host_driver,
+)
+from rollout.steps.driver_node import (
+    DriverNodeError,
+    ModulesBusy,
+    apt_install,
+    apt_mark,
+    apt_remove,
+    check_versions,
+    load_modules,
+    read_boot_id,
+    read_clients,
+    read_driver,
+    read_packages,
+    request_reboot,
+    start_units,
+    stop_units,
+    unload_modules,
+    wait_for_reboot,
+)
+from rollout.steps.nodemarks import report_step
+from rollout.transports.errors import TransientError
+
+UNLOAD_STEP = "driver.unload"
+INSTALL_STEP = "driver.install"
+RELOAD_STEP = "driver.reload"
+
+
+def _plan_host(kind: str, facts: NodeFacts, spec: Spec) -> HostDriverPlan | StepPlan:
+    planned = plan_host_driver(spec, facts)
+    if planned is None:
+        return StepPlan.skipping(kind, "no host-mode driver change")
+    if not planned.pending:
+        return StepPlan.skipping(kind, planned.reason)
+    return planned
+
+
+def _guard(ctx: StepContext, kind: str, body: Any) -> StepResult:
+    """Run a step body: node errors fail the step, transient ones go to the retry policy."""
+
+    def run(ctx: StepContext) -> StepResult:
+        try:
+            result: StepResult = body(ctx)
+        except (StepFailed, TransientError):
+            raise
+        except RolloutError as exc:
+            raise StepFailed(ctx.node, kind, str(exc)) from exc
+        return result
+
+    return report_step(ctx, kind, run)
+
+
+def reboot_node(ctx: StepContext, kind: str, key: str) -> str:
+    """Reboot once per (step, key), prove it and wait for the node; resumable: the boot_id
+    before is saved first, and a resumed run that finds a new one only waits."""
+    data = ctx.load_data(kind)
+    record = dict(data.get(key) or {})
+    if record.get("boot_after"):
+        return f"rebooted before (boot_id {str(record['boot_after'])[:8]})"
+    if "boot_before" not in record:
+        record["boot_before"] = read_fact(ctx.runner, BootIdFact())
+        ctx.save_data(kind, {**data, key: record})
+    before = str(record["boot_before"])
+    if read_boot_id(ctx.runner) == before:
+        request_reboot(ctx.runner)  # again on a resumed run: harmless while going down
+    ctx.progress(f"{ctx.node}: {kind}: rebooting (systemctl reboot)")
+    rebooted = wait_for_reboot(
+        ctx.runner,
+        before,
+        float(ctx.spec.policy.driver.reboot_timeout_s),
+        lambda: ctx.kube.get_node(ctx.node).ready,
+        ctx.sleep,
+    )
+    ctx.save_data(kind, {**ctx.load_data(kind), key: {**record, "boot_after": rebooted.boot_after}})
+    return rebooted.describe()
+
+
+# ------------------------------------------------------------------ driver.unload
+
+
+class DriverUnload:
+    """Stop the GPU clients; unload the nvidia modules, or leave them for the reboot."""
+
+    kind: ClassVar[str] = UNLOAD_STEP
+
+    def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
+        planned = _plan_host(self.kind, facts, spec)
+        if isinstance(planned, StepPlan):
+            return planned
+        host = facts.driver_host
+        running = [u.unit for u in host.clients if u.active] if host else []
+        stop = f"stop {', '.join(running)}; " if running else ""
+        if spec.policy.driver.reload is DriverReload.REBOOT:
+            return StepPlan.acting(self.kind, f"{stop}the modules stay loaded until the reboot")
+        fallback = (
+            "a module in use plans a reboot instead"
+            if spec.policy.driver.reboot_if_busy
+            else "a module in use fails the node"
+        )
+        return StepPlan.acting(
+            self.kind, f"{stop}unload the nvidia modules, users first ({fallback})"
+        )
+
+    def apply(self, ctx: StepContext) -> StepResult:
+        return _guard(ctx, self.kind, self._apply)
+
+    def _apply(self, ctx: StepContext) -> StepResult:
+        data = ctx.load_data(self.kind)
+        if "stopped" not in data:
+            running = [u.unit for u in read_clients(ctx.runner) if u.exists and u.active]
+            data = {"stopped": running, "unloaded": [], "reboot": False}
+            ctx.save_data(self.kind, data)  # before stopping: undo starts them again
+        stopped = list(data["stopped"])
+        stop_units(ctx.runner, stopped)
+        said = f"stopped {', '.join(stopped)}; " if stopped else ""
+        policy = ctx.spec.policy.driver
+        if policy.reload is DriverReload.REBOOT or data.get("reboot"):
+            ctx.save_data(self.kind, {**data, "reboot": True})
+            return StepResult.done(f"{said}the modules stay loaded until the reboot")
+        try:
+            unloaded = unload_modules(ctx.runner)
+        except ModulesBusy as exc:
+            if not policy.reboot_if_busy:
+                raise StepFailed(
+                    ctx.node,
+                    self.kind,
+                    f"{exc}; policy.driver.reboot_if_busy is false, so the node fails "
+                    "rather than reboots",
+                ) from exc
+            ctx.save_data(self.kind, {**data, "reboot": True, "busy": str(exc)})
+            return StepResult.done(f"{said}{exc}: rebooting instead (reboot_if_busy)")
+        # a resumed attempt finds them already unloaded: keep the first attempt's list
+        order = unloaded or list(data.get("unloaded", []))
+        ctx.save_data(self.kind, {**data, "unloaded": order})
+        return StepResult.done(f"{said}unloaded {', '.join(order) or 'nothing (none loaded)'}")
+
+    def undo(self, ctx: StepContext) -> None:
+        """The loaded driver matches the installed packages again (modprobe, a reload or a
+        reboot), then the stopped units start."""
+        data = ctx.load_data(self.kind)
+        if not data:
+            return
+        try:
+            self._undo(ctx, data)
+        except (StepFailed, TransientError):
+            raise
+        except RolloutError as exc:
+            raise StepFailed(ctx.node, self.kind, f"undo: {exc}") from exc
+
+    def _undo(self, ctx: StepContext, data: dict[str, Any]) -> None:
+        driver = read_driver(ctx.runner)
+        policy = ctx.spec.policy.driver
+        if driver.mismatch:
+            modules = policy.reload is DriverReload.MODULES and not data.get("reboot")
+            try:
+                if not modules:
+                    raise ModulesBusy([])
+                load_modules(ctx.runner, unload_modules(ctx.runner))
+            except ModulesBusy:
+                if policy.reload is DriverReload.MODULES and not policy.reboot_if_busy:
+                    raise
+                ctx.progress(
+                    f"{ctx.node}: {self.kind}: undo: {reboot_node(ctx, self.kind, 'undo_reboot')}"
+                )
+        elif not driver.loaded and data.get("unloaded"):
+            load_modules(ctx.runner, list(data["unloaded"]))
+        start_units(ctx.runner, list(data.get("stopped", [])))
+        after = read_driver(ctx.runner)
+        if after.version is None:
+            raise DriverNodeError(f"after putting the driver back: {after.describe()}")
+
+
+# ------------------------------------------------------------------ driver.install (host)
+
+
+def plan_install(facts: NodeFacts, spec: Spec) -> StepPlan:
+    """driver.install's plan in host mode."""
+    planned = _plan_host(INSTALL_STEP, facts, spec)
+    if isinstance(planned, StepPlan):
+        return planned
+    return StepPlan.acting(
+        INSTALL_STEP,
+        f"apt-get install {' '.join(planned.pins)} (driver {planned.current} -> "
+        f"{planned.target}, kernel {planned.kernel}), then apt-mark hold",
+        warnings=planned.warnings,
+    )
+
+
+def install_packages(ctx: StepContext) -> StepResult:
+    """driver.install's apply in host mode."""
+    return _guard(ctx, INSTALL_STEP, _install)
+
+
+def _install(ctx: StepContext) -> StepResult:
+    change = host_change(ctx.spec)
+    assert change is not None
+    names = change.apt_packages
+    fresh = read_driver_host(ctx.runner, names, change.version)
+    try:
+        planned = plan_host_driver(ctx.spec, dataclasses.replace(ctx.facts, driver_host=fresh))
+    except DriverNotInstallable as exc:
+        raise StepFailed(ctx.node, INSTALL_STEP, exc.message) from exc
+    assert planned is not None
+    wanted = dict(planned.installs)
+    data = ctx.load_data(INSTALL_STEP)
+    if "previous" not in data:
+        data = {
+            "previous": {
+                n: (p.version if (p := fresh.packages.get(n)) and p.present else None)
+                for n in names
+            },
+            "held_before": [n for n in names if n in fresh.held],
+            "target": wanted,
+        }
+        ctx.save_data(INSTALL_STEP, data)  # before apt runs: undo and a resume read it
+    if all(
+        (p := fresh.packages.get(n)) is not None and p.installed and p.version == v
+        for n, v in wanted.items()
+    ) and set(names) <= set(fresh.held):
+        return StepResult.noop(f"{', '.join(planned.pins)} already installed and held")
+    result = apt_install(ctx.runner, planned.pins)
+    if not result.ok:
+        failure = DriverNodeError(
+            f"`apt-get install {' '.join(planned.pins)}` exited {result.exit_code}:\n"
+            + "\n".join(
+                f"    {line}" for line in (result.stdout + result.stderr).strip().splitlines()[-12:]
+            )
+        )
+        try:
+            restored = restore_previous(ctx, data)
+        except RolloutError as exc:
+            raise StepFailed(
+                ctx.node,
+                INSTALL_STEP,
+                f"{failure}\n  and putting the previous versions back failed too: {exc}",
+            ) from exc
+        raise StepFailed(ctx.node, INSTALL_STEP, f"{failure}\n  rolled back: {restored}")
+    apt_mark(ctx.runner, "hold", names)
+    check_versions(ctx.runner, wanted, "after apt-get install")
+    previous = ", ".join(f"{n} {v or '(absent)'}" for n, v in data["previous"].items())
+    return StepResult.done(f"installed and held {' '.join(planned.pins)} (was: {previous})")
+
+
+def restore_previous(ctx: StepContext, data: dict[str, Any]) -> str:
+    """Reinstall and hold the versions driver.install found; remove what it added."""
+    previous: dict[str, str | None] = dict(data.get("previous") or {})
+    pins = [f"{n}={v}" for n, v in previous.items() if v is not None]
+    if pins:
+        result = apt_install(ctx.runner, pins)
+        if not result.ok:
+            raise DriverNodeError(
+                f"`apt-get install {' '.join(pins)}` exited {result.exit_code}: "
+                + " / ".join(result.stdout.strip().splitlines()[-4:])
+            )
+    apt_remove(ctx.runner, [n for n, v in previous.items() if v is None])
+    apt_mark(ctx.runner, "hold", [n for n, v in previous.items() if v is not None])
+    check_versions(ctx.runner, previous, "after putting the previous versions back")
+    return "reinstalled and held " + (" ".join(pins) or "nothing (none was installed)")
+
+
+def undo_install(ctx: StepContext) -> None:
+    """driver.install's undo in host mode: the previous versions back, held."""
+    data = ctx.load_data(INSTALL_STEP)
+    if "previous" not in data:
+        return  # saved before apt ran: nothing was installed
+    try:
+        now = read_packages(ctx.runner, list(data["previous"]))
+        if all(
+            (p := now.get(n)) is not None and p.installed and p.version == v
+            for n, v in data["previous"].items()
+            if v is not None
+        ) and not any(
+            v is None and n in now and now[n].present for n, v in data["previous"].items()
+        ):
+            apt_mark(ctx.runner, "hold", [n for n, v in data["previous"].items() if v])
+            return
+        ctx.progress(f"{ctx.node}: {INSTALL_STEP}: undo: {restore_previous(ctx, data)}")
+    except (StepFailed, TransientError):
+        raise
+    except RolloutError as exc:
+        raise StepFailed(ctx.node, INSTALL_STEP, f"undo: {exc}") from exc
+
+
+# ------------------------------------------------------------------ driver.reload
+
+
+class DriverReloadStep:
+    """Load the new driver: modprobe the unloaded modules, or reboot the node."""
+
+    kind: ClassVar[str] = RELOAD_STEP
+
+    def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
+        planned = _plan_host(self.kind, facts, spec)
+        if isinstance(planned, StepPlan):
+            return planned
+        if planned.reboot == RebootDecision.YES:
+            action = (
+                "reboot (systemctl reboot); wait for a new boot_id, SSH, containerd and the "
+                "node Ready"
+            )
+        elif planned.reboot == RebootDecision.IF_BUSY:
+            action = "modprobe the new modules; reboot instead where a module stayed in use"
+        else:
+            action = "modprobe the new modules (no reboot)"
+        return StepPlan.acting(self.kind, action + "; start the stopped GPU clients")
+
+    def apply(self, ctx: StepContext) -> StepResult:
+        return _guard(ctx, self.kind, self._apply)
+
+    def _apply(self, ctx: StepContext) -> StepResult:
+        unload = ctx.load_data(UNLOAD_STEP)
+        stopped = list(unload.get("stopped", []))
+        if unload.get("reboot"):
+            did = reboot_node(ctx, self.kind, "reboot")
+        else:
+            driver = read_driver(ctx.runner)
+            if driver.loaded and not driver.mismatch:
+                did = f"the driver is loaded ({driver.describe()})"
+            else:
+                modules = list(unload.get("unloaded", [])) or ["nvidia"]
+                load_modules(ctx.runner, modules)
+                did = f"loaded {', '.join(reversed(modules))}"
+        start_units(ctx.runner, stopped)
+        also = f"; started {', '.join(stopped)}" if stopped else ""
+        return StepResult.done(did + also)
+
+    def undo(self, ctx: StepContext) -> None:
+        """Nothing by itself: driver.unload's undo reloads (or reboots into) the driver
+        that driver.install's undo put back."""
+
+
+# ------------------------------------------------------------------ driver.verify
+
+
+class DriverVerify:
+    """nvidia-smi on the node reports the plan's version, with no library mismatch."""
+
+    kind: ClassVar[str] = "driver.verify"
+
+    def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
+        planned = _plan_host(self.kind, facts, spec)
+        if isinstance(planned, StepPlan):
+            return planned
+        return StepPlan.acting(
+            self.kind, f"nvidia-smi reports {planned.target}, no Driver/library version mismatch"
+        )
+
+    def apply(self, ctx: StepContext) -> StepResult:
+        return _guard(ctx, self.kind, self._apply)
+
+    def _apply(self, ctx: StepContext) -> StepResult:
+        change = host_change(ctx.spec)
+        assert change is not None
+        driver = read_driver(ctx.runner)
+        if driver.mismatch:
+            raise StepFailed(
+                ctx.node,
+                self.kind,
+                f"{driver.describe()}: the old kernel module is still loaded; reload the "
+                "modules or reboot the node",
+            )
+        if driver.version != change.version:
+            raise StepFailed(
+                ctx.node, self.kind, f"expected driver {change.version}; {driver.describe()}"
+            )
+        return StepResult.done(driver.describe())
+
+    def undo(self, ctx: StepContext) -> None:
+        """A check changes nothing."""
