@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from rollout.errors import BadInput
 from rollout.lab.cluster import (
     DEFAULT_ADDRESS_PREFIX,
     DEFAULT_API_PORT,
@@ -19,6 +20,13 @@ from rollout.lab.cluster import (
     format_usage,
     read_lab_status,
     tear_down_lab,
+)
+from rollout.lab.faults import (
+    SPEC_HELP,
+    parse_fault_spec,
+    read_fault_log,
+    read_settings,
+    write_settings,
 )
 from rollout.lab.image import SERIES
 from rollout.lab.scenarios import (
@@ -39,7 +47,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         description="Bring a local lab cluster up, report on it, or take it down.",
     )
     commands = lab.add_subparsers(
-        dest="lab_command", metavar="{up,down,status,break,heal}", required=True
+        dest="lab_command", metavar="{up,down,status,break,heal,faults}", required=True
     )
 
     up = commands.add_parser("up", help="build the node image if needed and start the lab")
@@ -70,6 +78,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         action="store_false",
         help="start the nodes only",
     )
+    _add_fault_arguments(up)
     up.set_defaults(func=run_up)
 
     down = commands.add_parser("down", help="stop everything and delete the lab directory")
@@ -99,6 +108,24 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     heal.add_argument("node", metavar="NODE", nargs="?", help="default: every node")
     heal.set_defaults(func=run_heal)
 
+    faults = commands.add_parser(
+        "faults",
+        help="inject API and SSH faults into a running lab (or show what is injected)",
+        description="Fault the lab on purpose, reproducibly: the API server answers 500, 503, "
+        "429 with Retry-After, 409 on updates, resets connections, answers after the "
+        "client's timeout or cuts watches; SSH sessions are cut mid-command, sshd refuses "
+        "connections for a while, links are slow. Without SPEC: show the settings and the "
+        "faults injected so far. Every fault is logged with its time and request in "
+        "LAB_DIR/faults.log.",
+        epilog="examples:\n  rollout lab faults api=0.2,ssh=0.1 --seed 7\n"
+        "  rollout lab faults api-write=once,kinds=503\n  rollout lab faults off",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_lab_dir(faults)
+    faults.add_argument("spec", metavar="SPEC", nargs="?", help=SPEC_HELP)
+    faults.add_argument("--seed", type=int, default=0, help="the faults' seed (0)")
+    faults.set_defaults(func=run_faults)
+
 
 def run_up(args: argparse.Namespace) -> int:
     """Handler of `lab up`."""
@@ -111,9 +138,38 @@ def run_up(args: argparse.Namespace) -> int:
         api_port=args.api_port,
         controlplane=args.controlplane,
     )
+    settings = parse_fault_spec(args.faults, args.seed) if args.faults else None
     lab = bring_up_lab(options, progress=_progress)
+    if settings is not None:
+        write_settings(lab.lab_dir, settings)
+        _progress(f"lab: injecting faults: {settings.describe()}")
     print(format_usage(lab))
     return 0
+
+
+def run_faults(args: argparse.Namespace) -> int:
+    """Handler of `lab faults`: set the running lab's faults, or show them."""
+    lab_dir: Path = args.lab_dir
+    if not (lab_dir / "lab.json").exists():
+        raise BadInput(f"no lab at {lab_dir}; run `rollout lab up --lab-dir {lab_dir}` first")
+    if args.spec is not None:
+        settings = parse_fault_spec(args.spec, args.seed)
+        write_settings(lab_dir, settings)
+        print(f"faults: {settings.describe()}")
+        return 0
+    print(f"faults: {read_settings(lab_dir).describe()}")
+    injected = read_fault_log(lab_dir)
+    print(f"injected so far: {len(injected)} (log: {lab_dir / 'faults.log'})")
+    for fault in injected[-10:]:
+        print(f"  #{fault.id} {fault.at:%H:%M:%S.%f} {fault.where} {fault.fault}: {fault.request}")
+    return 0
+
+
+def _add_fault_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--faults", metavar="SPEC", default=None, help="inject faults once up: " + SPEC_HELP
+    )
+    parser.add_argument("--seed", type=int, default=0, help="the faults' seed (0)")
 
 
 def run_down(args: argparse.Namespace) -> int:

@@ -19,6 +19,7 @@ from pathlib import Path
 from types import FrameType
 
 from rollout.errors import ExitCode, RolloutError
+from rollout.lab.apiserver.faults import ApiFaultInjector
 from rollout.lab.apiserver.registry import Registry
 from rollout.lab.apiserver.server import ApiServer
 from rollout.lab.controlplane_process import LOG_FILE, PID_FILE
@@ -109,6 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("cannot serve: %s", error)
         print(f"cannot serve the lab API: {error}", file=sys.stderr)
         return ExitCode.FAILED
+    plane.server.inject_faults(ApiFaultInjector(lab_dir))  # the lab's faults.json, if any
     stopping = threading.Event()
 
     def request_stop(signum: int, frame: FrameType | None) -> None:

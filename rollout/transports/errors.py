@@ -146,6 +146,8 @@ class KubeError(RolloutError):
     """A Kubernetes API request failed; says which request, the status and the server's word."""
 
     hint: str | None = None
+    # The server's Retry-After header, in seconds (0: none); a retry waits at least this long.
+    retry_after_s: float = 0.0
 
     def __init__(
         self,
@@ -253,6 +255,11 @@ class NotFound(KubeError):
 
 class Conflict(KubeError):
     """409: the object exists already, or changed since it was read (stale resourceVersion)."""
+
+
+class ChangedByAnother(Conflict):
+    """A replace that failed (or whose answer was lost) on an object another writer changed
+    since it was read: rollout must read it again and decide again, never retry blindly."""
 
 
 class Invalid(KubeError):

@@ -1,3 +1,4 @@
+# long module: one job, the SSH session to a node: connect, pin host keys, run, translate errors
 """Run commands on nodes over SSH (fabric for config and gateways, paramiko for the session).
 
 One connection per node, opened on first use and reused for every command. Host keys are
@@ -30,6 +31,7 @@ import paramiko
 from rollout.closeable import Closeable
 from rollout.commands import DEFAULT_TIMEOUT_S, CommandResult, CommandTimeout
 from rollout.inventory import Host
+from rollout.retry import REQUEST_POLICY, call_with_policy
 from rollout.transports.errors import (
     HostKeyMismatch,
     HostKeyUnknown,
@@ -46,6 +48,7 @@ from rollout.transports.hostkeys import (
     load_known_hosts,
     pinned_keys,
 )
+from rollout.transports.idempotence import Idempotence, classify_command
 from rollout.transports.sshchannel import exchange
 
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
@@ -200,10 +203,25 @@ class SshRunner(Closeable):
     ) -> CommandResult:
         """Run argv on the node; the result even for a non-zero exit.
 
-        Raises CommandTimeout when the command ran past timeout_s (it is killed on the node),
-        and an SshError when the node could not be reached or the session failed.
+        A command that only reads (rollout.transports.idempotence) is run again, on a new
+        connection, when the connection drops; any other raises the SshConnectError for its
+        step to re-check the node and decide. Raises CommandTimeout when the command ran past
+        timeout_s (it is killed on the node), and an SshError when the node could not be
+        reached or the session failed.
         """
         argv = tuple(argv)
+        if classify_command(argv) is not Idempotence.IDEMPOTENT:
+            return self._run_once(argv, stdin, timeout_s)
+        return call_with_policy(
+            lambda: self._run_once(argv, stdin, timeout_s),
+            REQUEST_POLICY,
+            operation=f"{self.host}: {shlex.join(argv)[:60]}",
+            retry_on=lambda error: isinstance(error, SshConnectError),
+        )
+
+    def _run_once(
+        self, argv: tuple[str, ...], stdin: bytes | None, timeout_s: float
+    ) -> CommandResult:
         command = self.command_line(argv, timeout_s)
         with self._lock, self._translate_errors():
             transport = self._open_transport()

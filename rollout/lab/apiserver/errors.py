@@ -24,6 +24,7 @@ class StatusReason(StrEnum):
     FORBIDDEN = "Forbidden"
     UNAUTHORIZED = "Unauthorized"
     INTERNAL_ERROR = "InternalError"
+    SERVICE_UNAVAILABLE = "ServiceUnavailable"
 
 
 @dataclass(frozen=True)

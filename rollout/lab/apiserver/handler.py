@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import socket
+import struct
 import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
-from rollout.lab.apiserver.errors import ApiError
+from rollout.lab.apiserver.errors import ApiError, StatusReason
+from rollout.lab.apiserver.faults import ChosenFault
 from rollout.lab.apiserver.openapi import to_openapi_document, to_openapi_root
 from rollout.lab.apiserver.patches import PatchType
 from rollout.lab.apiserver.protobuf import (
@@ -44,6 +47,7 @@ from rollout.lab.apiserver.routes import Endpoint, Route, parse_route
 from rollout.lab.apiserver.selectors import FieldSelector, LabelSelector
 from rollout.lab.apiserver.store import ObjectKey, RevisionExpired, WatchEventType
 from rollout.lab.apiserver.tables import to_table, wants_table
+from rollout.lab.faults import ApiFault
 
 if TYPE_CHECKING:
     from rollout.lab.apiserver.server import ApiHttpServer
@@ -91,6 +95,8 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
     _user: UserInfo = ANONYMOUS
     # The query of a watch that streams Tables, None for one that streams objects.
     _watch_table: dict[str, str] | None = None
+    # A watch the lab's faults cut after its first events.
+    _cut_watch: bool = False
 
     def setup(self) -> None:
         super().setup()
@@ -119,6 +125,7 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
     # ---------------------------------------------------------------- dispatch
 
     def _handle(self, method: str) -> None:
+        self._cut_watch = False
         url = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
         try:
@@ -127,18 +134,25 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
             self._user = self._authorize(method, url.path, route, query)
             if body and is_protobuf(self.headers.get("Content-Type") or ""):
                 _check_protobuf_readable(route)
-            if (
+            watch = (
                 method == "GET"
                 and route.endpoint is Endpoint.RESOURCE
                 and route.name is None
                 and query.get("watch") in ("1", "true", "True")
-            ):
+            )
+            fault = self._choose_fault(method, route, watch)
+            if fault is not None and self._inject_before(fault):
+                return
+            if watch:
                 self._serve_watch(route, query)
                 return
             if method == "GET" and route.subresource == "log" and query.get("follow") in _TRUE:
                 self._follow_log(route, query)
                 return
             reply = self._dispatch(method, route, query, body)
+            if fault is not None and fault.kind is ApiFault.SLOW:
+                # done, but answered after the client stopped waiting
+                time.sleep(fault.settings.slow_s)
         except ApiError as error:
             reply = Reply(error.code, error.to_status())
             if error.retry_after_s:
@@ -148,6 +162,47 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
             log.exception("internal error serving %s %s", method, self.path)
             reply = Reply(500, ApiError.internal(str(error)).to_status())
         self._send(reply)
+
+    # ------------------------------------------------------------------ faults
+
+    def _choose_fault(self, method: str, route: Route, watch: bool) -> ChosenFault | None:
+        """The lab's fault for this request, if any; only resource requests are faulted."""
+        injector = self.server.faults
+        if injector is None or route.endpoint is not Endpoint.RESOURCE:
+            return None
+        return injector.choose(method, self.path, watch=watch)
+
+    def _inject_before(self, fault: ChosenFault) -> bool:
+        """Fail the request before serving it; False for faults that act later (slow, cut)."""
+        match fault.kind:
+            case ApiFault.SLOW:
+                return False
+            case ApiFault.WATCH_CUT:
+                self._cut_watch = True
+                return False
+            case ApiFault.RESET:
+                self.close_connection = True
+                with contextlib.suppress(OSError):
+                    # an RST rather than a FIN: the client reads "connection reset by peer"
+                    self.connection.setsockopt(
+                        socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                    )
+                    self.connection.close()
+                return True
+            case ApiFault.THROTTLED:
+                raise ApiError(
+                    429,
+                    StatusReason.TOO_MANY_REQUESTS,
+                    fault.message,
+                    details={"retryAfterSeconds": fault.settings.retry_after_s},
+                    retry_after_s=fault.settings.retry_after_s,
+                )
+            case ApiFault.UNAVAILABLE:
+                raise ApiError(503, StatusReason.SERVICE_UNAVAILABLE, fault.message)
+            case ApiFault.CONFLICT:
+                raise ApiError(409, StatusReason.CONFLICT, fault.message)
+            case _:
+                raise ApiError(500, StatusReason.INTERNAL_ERROR, fault.message)
 
     def _authorize(self, method: str, path: str, route: Route, query: dict[str, str]) -> UserInfo:
         """Authenticate, then authorize the request (401 or 403 Status as the real server)."""
@@ -336,6 +391,10 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
                     error = ApiError.expired(str(expired)).to_status()
                     self._write_chunk({"type": "ERROR", "object": error})
                     break
+                if self._cut_watch:
+                    # the stream ends mid-way, with no terminating chunk: a cut connection
+                    self.close_connection = True
+                    return
                 for event in events:
                     selected = labels.matches(
                         event.obj["metadata"].get("labels")

@@ -10,6 +10,7 @@ from http.server import ThreadingHTTPServer
 from typing import Any
 
 from rollout.lab.apiserver.authentication import Authenticator
+from rollout.lab.apiserver.faults import ApiFaultInjector
 from rollout.lab.apiserver.handler import ApiRequestHandler
 from rollout.lab.apiserver.registry import Registry
 
@@ -26,6 +27,8 @@ class ApiHttpServer(ThreadingHTTPServer):
         self.registry = registry
         self.authenticator = authenticator
         self.stopping = False
+        # the lab's fault hook (None: every request served as asked)
+        self.faults: ApiFaultInjector | None = None
         self._connections: set[socket.socket] = set()
         self._connections_lock = threading.Lock()
         super().__init__(address, ApiRequestHandler)
@@ -92,6 +95,10 @@ class ApiServer:
         server = cls(registry or Registry(), host, port, authenticator, tls)
         server._thread.start()
         return server
+
+    def inject_faults(self, injector: ApiFaultInjector | None) -> None:
+        """Fault requests as `injector` decides (None: serve every request as asked)."""
+        self._http.faults = injector
 
     @property
     def host(self) -> str:

@@ -59,13 +59,27 @@ def error_from_api_exception(exc: ApiException, verb: str, obj: str) -> KubeErro
     parsed = _parse_status(body)
     http_reason = str(exc.reason or "")
     message = (body or "") if parsed is None else str(parsed.get("message") or "")
-    if status == 429:
-        budget = _blocking_budget(parsed)
-        if budget is not None:
-            return EvictionBlocked(
-                verb, obj, status=status, reason=http_reason, message=message, pdb=budget or None
-            )
-    return kube_error_class(status)(verb, obj, status=status, reason=http_reason, message=message)
+    error: KubeError
+    budget = _blocking_budget(parsed) if status == 429 else None
+    if status == 429 and budget is not None:
+        error = EvictionBlocked(
+            verb, obj, status=status, reason=http_reason, message=message, pdb=budget or None
+        )
+    else:
+        error = kube_error_class(status)(
+            verb, obj, status=status, reason=http_reason, message=message
+        )
+    error.retry_after_s = _retry_after_s(exc.headers)
+    return error
+
+
+def _retry_after_s(headers: Any) -> float:
+    """Retry-After in seconds (the API server sends seconds, never an HTTP date); 0 if none."""
+    value = headers.get("Retry-After") if headers is not None else None
+    try:
+        return max(0.0, float(value)) if value is not None else 0.0
+    except (TypeError, ValueError):
+        return 0.0
 
 
 def _parse_status(body: str | None) -> dict[str, Any] | None:

@@ -3,26 +3,103 @@
 Every request reads the raw JSON (`_preload_content=False`) instead of the client's models:
 rollout needs a few fields of each object, and the JSON is what the server said, with no
 model (de)serialisation in between to disagree with it. Errors are translated here, once.
+
+Requests are retried here by their class (rollout.transports.idempotence): an idempotent one
+(a read, a merge patch) under the request policy; a checked one (create, replace, evict,
+delete) through `guarded`, which re-reads fresh state before each retry and stops when the
+effect is already there.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
-from rollout.transports.errors import KubeError
+from rollout.retry import REQUEST_POLICY, RetryPolicy, call_with_policy, is_transient
+from rollout.transports.errors import Conflict, KubeError
+from rollout.transports.idempotence import Idempotence, classify_request
 from rollout.transports.kube.apierrors import translate_api_errors
+
+T = TypeVar("T")
+
+
+def retryable_blindly(verb: str) -> Callable[[BaseException], bool]:
+    """What an idempotent request retries: transient errors, and for a patch a 409 too (a
+    merge patch carries no resourceVersion, so a conflict is the server's own, not a lost
+    race)."""
+
+    def retryable(error: BaseException) -> bool:
+        return is_transient(error) or (verb == "patch" and isinstance(error, Conflict))
+
+    return retryable
 
 
 class JsonCalls:
     """Client methods called for their JSON, each labelled (verb, object) for its errors."""
 
-    def __init__(self, request_timeout_s: tuple[float, float]) -> None:
+    def __init__(
+        self,
+        request_timeout_s: tuple[float, float],
+        policy: RetryPolicy = REQUEST_POLICY,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self._timeout = request_timeout_s
+        self.policy = policy
+        self.sleep = sleep
 
     def request(self, verb: str, obj: str, call: Callable[..., Any], *args: Any, **kw: Any) -> Any:
-        """Call one client method and return the decoded JSON body."""
+        """Call one client method and return the decoded JSON body; an idempotent request
+        is retried on transient errors, any other is made once (see `guarded`)."""
+        if classify_request(verb) is not Idempotence.IDEMPOTENT:
+            return self.request_once(verb, obj, call, *args, **kw)
+        return call_with_policy(
+            lambda: self.request_once(verb, obj, call, *args, **kw),
+            self.policy,
+            sleep=self.sleep,
+            operation=f"{verb} {obj}",
+            retry_on=retryable_blindly(verb),
+        )
+
+    def retried(self, verb: str, obj: str, op: Callable[[], T]) -> T:
+        """Any idempotent operation (a log read) under the request policy."""
+        return call_with_policy(
+            op, self.policy, sleep=self.sleep, operation=f"{verb} {obj}", retry_on=is_transient
+        )
+
+    def guarded(
+        self,
+        verb: str,
+        obj: str,
+        act: Callable[[], T],
+        recheck: Callable[[BaseException], T | None],
+        retry_on: Callable[[BaseException], bool] = is_transient,
+    ) -> T:
+        """A request that must not be done twice: made once; after a failure `retry_on`
+        accepts, `recheck(error)` reads fresh state first and returns the result when the
+        effect is already there (the lost answer), or None to make the request again."""
+        failed: list[BaseException] = []
+
+        def attempt() -> T:
+            if failed:
+                found = recheck(failed[-1])
+                if found is not None:
+                    return found
+            try:
+                return act()
+            except Exception as error:
+                failed.append(error)
+                raise
+
+        return call_with_policy(
+            attempt, self.policy, sleep=self.sleep, operation=f"{verb} {obj}", retry_on=retry_on
+        )
+
+    def request_once(
+        self, verb: str, obj: str, call: Callable[..., Any], *args: Any, **kw: Any
+    ) -> Any:
+        """Call one client method once and return the decoded JSON body."""
         with translate_api_errors(verb, obj):
             response = call(*args, _preload_content=False, _request_timeout=self._timeout, **kw)
             data = response.data

@@ -1,3 +1,4 @@
+# long module: one job, every Kubernetes operation rollout makes, each with its retry or re-check
 """The Kubernetes API through the official client: the operations rollout needs, nothing more.
 
 Every request reads the raw JSON (`calls.JsonCalls`) instead of the client's models.
@@ -5,14 +6,18 @@ Every request reads the raw JSON (`calls.JsonCalls`) instead of the client's mod
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+import os
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from kubernetes import client as k8s
 
 from rollout.closeable import Closeable
-from rollout.transports.errors import NotFound
+from rollout.errors import BadInput
+from rollout.retry import is_transient
+from rollout.transports.errors import ChangedByAnother, Conflict, NotFound
 from rollout.transports.kube.apierrors import translate_api_errors
 from rollout.transports.kube.calls import JsonCalls, plain
 from rollout.transports.kube.cluster_state import DaemonSet, Event, RuntimeClass
@@ -31,9 +36,51 @@ from rollout.transports.kube.objects import (
 
 # (connect, read): a hung API server fails a request instead of hanging the run.
 DEFAULT_REQUEST_TIMEOUT_S = (5.0, 30.0)
+# Overrides the read timeout, in seconds (the lab's chaos tests answer late on purpose).
+REQUEST_TIMEOUT_ENV = "ROLLOUT_API_TIMEOUT_S"
 MERGE_PATCH = "application/merge-patch+json"
 CLUSTER_POLICY = ("nvidia.com", "v1", "clusterpolicies")
 EVENT_SOURCE = "rollout"
+
+
+T = TypeVar("T")
+
+
+class Versioned(Protocol):
+    @property
+    def resource_version(self) -> str | None: ...
+
+
+V = TypeVar("V", bound=Versioned)
+
+
+def default_request_timeout_s() -> tuple[float, float]:
+    """(connect, read) timeouts: the defaults, or the read timeout of $ROLLOUT_API_TIMEOUT_S."""
+    text = os.environ.get(REQUEST_TIMEOUT_ENV)
+    if text is None:
+        return DEFAULT_REQUEST_TIMEOUT_S
+    try:
+        read_s = float(text)
+    except ValueError:
+        read_s = 0.0
+    if read_s <= 0:
+        raise BadInput(f"${REQUEST_TIMEOUT_ENV}={text!r}: give the API read timeout in seconds")
+    return (min(DEFAULT_REQUEST_TIMEOUT_S[0], read_s), read_s)
+
+
+def _same_configmap(found: ConfigMap, ours: ConfigMap) -> bool:
+    mine = (ours.data, ours.labels, ours.annotations)
+    return (found.data, found.labels, found.annotations) == mine
+
+
+def _same_lease(found: Lease, ours: Lease) -> bool:
+    return dataclasses.replace(found, resource_version=None) == dataclasses.replace(
+        ours, resource_version=None
+    )
+
+
+def _budget_refusal(error: BaseException) -> bool:
+    return type(error).__name__ == "EvictionBlocked"
 
 
 class KubeClient(Closeable):
@@ -43,8 +90,9 @@ class KubeClient(Closeable):
         self,
         api: k8s.ApiClient,
         *,
-        request_timeout_s: tuple[float, float] = DEFAULT_REQUEST_TIMEOUT_S,
+        request_timeout_s: tuple[float, float] | None = None,
     ) -> None:
+        request_timeout_s = request_timeout_s or default_request_timeout_s()
         self._api = api
         self._timeout = request_timeout_s
         self._calls = JsonCalls(request_timeout_s)
@@ -149,11 +197,27 @@ class KubeClient(Closeable):
         models, and a mismatch is Invalid before anything is sent.
         """
         meta = manifest.get("metadata") or {}
-        name = meta.get("name") or f"{meta.get('generateName', '')}*"
-        data = self._calls.create_namespaced(
-            "pod", self._core.create_namespaced_pod, namespace, name, plain(manifest)
-        )
-        return Pod.from_json(data)
+        name = meta.get("name")
+        shown = name or f"{meta.get('generateName', '')}*"
+        labels = dict(meta.get("labels") or {})
+
+        def act() -> Pod:
+            return Pod.from_json(
+                self._calls.create_namespaced(
+                    "pod", self._core.create_namespaced_pod, namespace, shown, plain(manifest)
+                )
+            )
+
+        def recheck(error: BaseException) -> Pod | None:
+            # created although the answer was lost: the pod is there, with our labels
+            found = self._find(lambda: self.get_pod(namespace, str(name)))
+            if found is not None and all(found.labels.get(k) == v for k, v in labels.items()):
+                return found
+            return None
+
+        if not name:
+            return act()  # a generated name cannot be looked for: never retried
+        return self._calls.guarded("create", f"pod {namespace}/{name}", act, recheck)
 
     def delete_pod(
         self,
@@ -164,20 +228,28 @@ class KubeClient(Closeable):
         missing_ok: bool = False,
     ) -> bool:
         """Delete a pod; False when it was already gone and missing_ok (else NotFound)."""
-        try:
-            self._calls.request(
-                "delete",
-                f"pod {namespace}/{name}",
-                self._core.delete_namespaced_pod,
-                name,
-                namespace,
-                grace_period_seconds=grace_period_s,
-            )
-        except NotFound:
-            if missing_ok:
-                return False
-            raise
-        return True
+        what = f"pod {namespace}/{name}"
+        tries: list[int] = []
+
+        def act() -> bool:
+            tries.append(1)
+            try:
+                self._calls.request_once(
+                    "delete",
+                    what,
+                    self._core.delete_namespaced_pod,
+                    name,
+                    namespace,
+                    grace_period_seconds=grace_period_s,
+                )
+            except NotFound:
+                if missing_ok or len(tries) > 1:
+                    # after a lost answer, gone is what the first try asked for
+                    return len(tries) > 1
+                raise
+            return True
+
+        return self._calls.guarded("delete", what, act, lambda error: None)
 
     def read_pod_log(
         self,
@@ -187,18 +259,23 @@ class KubeClient(Closeable):
         tail_lines: int | None = None,
     ) -> str:
         """The pod's log (the only container's, unless `container` names one)."""
-        with translate_api_errors("read log of", f"pod {namespace}/{name}"):
-            # typed as str, but with _preload_content=False it is the raw response
-            response: Any = self._core.read_namespaced_pod_log(
-                name,
-                namespace,
-                container=container,
-                tail_lines=tail_lines,
-                _preload_content=False,
-                _request_timeout=self._timeout,
-            )
-            data: bytes = response.data
-        return data.decode("utf-8", "replace")
+        what = f"pod {namespace}/{name}"
+
+        def read() -> str:
+            with translate_api_errors("read log of", what):
+                # typed as str, but with _preload_content=False it is the raw response
+                response: Any = self._core.read_namespaced_pod_log(
+                    name,
+                    namespace,
+                    container=container,
+                    tail_lines=tail_lines,
+                    _preload_content=False,
+                    _request_timeout=self._timeout,
+                )
+                data: bytes = response.data
+            return data.decode("utf-8", "replace")
+
+        return self._calls.retried("read log of", what, read)
 
     def evict_pod(
         self, namespace: str, name: str, grace_period_s: int | None = None
@@ -214,18 +291,34 @@ class KubeClient(Closeable):
         }
         if grace_period_s is not None:
             body["deleteOptions"] = {"gracePeriodSeconds": grace_period_s}
-        try:
-            self._calls.request(
-                "evict",
-                f"pod {namespace}/{name}",
-                self._core.create_namespaced_pod_eviction,
-                name,
-                namespace,
-                body,
-            )
-        except NotFound:
-            return EvictionOutcome.GONE
-        return EvictionOutcome.EVICTED
+        what = f"pod {namespace}/{name}"
+        before: list[Pod] = []
+
+        def act() -> EvictionOutcome:
+            try:
+                if not before:
+                    found = self._find(lambda: self.get_pod(namespace, name))
+                    if found is None:
+                        return EvictionOutcome.GONE
+                    before.append(found)
+                self._calls.request_once(
+                    "evict", what, self._core.create_namespaced_pod_eviction, name, namespace, body
+                )
+            except NotFound:
+                return EvictionOutcome.GONE
+            return EvictionOutcome.EVICTED
+
+        def recheck(error: BaseException) -> EvictionOutcome | None:
+            # evicted although the answer was lost: the pod is terminating, gone or replaced
+            now = self._find(lambda: self.get_pod(namespace, name))
+            if now is None or now.deleting or (before and now.uid != before[0].uid):
+                return EvictionOutcome.EVICTED
+            return None
+
+        # a 429 from a budget (EvictionBlocked) is the drain's to wait for, on its schedule
+        return self._calls.guarded(
+            "evict", what, act, recheck, lambda e: is_transient(e) and not _budget_refusal(e)
+        )
 
     def list_pdbs(self, namespace: str | None = None) -> list[PodDisruptionBudget]:
         items = self._calls.list_in(
@@ -265,25 +358,56 @@ class KubeClient(Closeable):
 
     def create_configmap(self, configmap: ConfigMap) -> ConfigMap:
         """Create it; Conflict when it exists already."""
-        data = self._calls.create_namespaced(
-            "configmap",
-            self._core.create_namespaced_config_map,
-            configmap.namespace,
-            configmap.name,
-            configmap.to_json(),
-        )
-        return ConfigMap.from_json(data)
+
+        def act() -> ConfigMap:
+            return ConfigMap.from_json(
+                self._calls.create_namespaced(
+                    "configmap",
+                    self._core.create_namespaced_config_map,
+                    configmap.namespace,
+                    configmap.name,
+                    configmap.to_json(),
+                )
+            )
+
+        def recheck(error: BaseException) -> ConfigMap | None:
+            found = self._find(lambda: self.get_configmap(configmap.namespace, configmap.name))
+            if found is None:
+                return None
+            if _same_configmap(found, configmap):
+                return found
+            raise ChangedByAnother(
+                "create",
+                f"configmap {configmap.namespace}/{configmap.name}",
+                status=409,
+                reason="Conflict",
+                message="created by another writer meanwhile",
+            ) from error
+
+        what = f"configmap {configmap.namespace}/{configmap.name}"
+        return self._calls.guarded("create", what, act, recheck)
 
     def replace_configmap(self, configmap: ConfigMap) -> ConfigMap:
         """Replace it; Conflict when it changed since `configmap` was read."""
-        data = self._calls.replace_namespaced(
-            "configmap",
-            self._core.replace_namespaced_config_map,
-            configmap.namespace,
-            configmap.name,
-            configmap.to_json(),
+
+        def act() -> ConfigMap:
+            return ConfigMap.from_json(
+                self._calls.replace_namespaced(
+                    "configmap",
+                    self._core.replace_namespaced_config_map,
+                    configmap.namespace,
+                    configmap.name,
+                    configmap.to_json(),
+                )
+            )
+
+        return self._replace_checked(
+            f"configmap {configmap.namespace}/{configmap.name}",
+            configmap.resource_version,
+            act,
+            lambda: self.get_configmap(configmap.namespace, configmap.name),
+            lambda fresh: _same_configmap(fresh, configmap),
         )
-        return ConfigMap.from_json(data)
 
     # ------------------------------------------------------------------ ClusterPolicy
 
@@ -344,14 +468,27 @@ class KubeClient(Closeable):
             "lastTimestamp": now,
             "count": 1,
         }
-        data = self._calls.request(
-            "create",
-            f"event for node {node} in {namespace}",
-            self._core.create_namespaced_event,
-            namespace,
-            body,
-        )
-        return str((data.get("metadata") or {}).get("name", ""))
+        what = f"event for node {node} in {namespace}"
+
+        def act() -> str:
+            data = self._calls.request_once(
+                "create", what, self._core.create_namespaced_event, namespace, body
+            )
+            return str((data.get("metadata") or {}).get("name", ""))
+
+        def recheck(error: BaseException) -> str | None:
+            # the same reason, message and time on the same node: our event, answer lost
+            selector = f"involvedObject.kind=Node,involvedObject.name={node}"
+            for event in self.list_events(namespace, field_selector=selector):
+                if (
+                    event.reason == reason
+                    and event.message == message
+                    and (event.last_seen is not None and format_time(event.last_seen) == now)
+                ):
+                    return event.name
+            return None
+
+        return self._calls.guarded("create", what, act, recheck)
 
     def list_events(
         self, namespace: str | None = None, field_selector: str | None = None
@@ -382,20 +519,90 @@ class KubeClient(Closeable):
         """Create it; Conflict when someone else created it first."""
         body = lease.to_json()
         body["metadata"].pop("resourceVersion", None)
-        data = self._calls.create_namespaced(
-            "lease", self._coordination.create_namespaced_lease, lease.namespace, lease.name, body
-        )
-        return Lease.from_json(data)
+        what = f"lease {lease.namespace}/{lease.name}"
+
+        def act() -> Lease:
+            data = self._calls.create_namespaced(
+                "lease",
+                self._coordination.create_namespaced_lease,
+                lease.namespace,
+                lease.name,
+                body,
+            )
+            return Lease.from_json(data)
+
+        def recheck(error: BaseException) -> Lease | None:
+            found = self._find(lambda: self.get_lease(lease.namespace, lease.name))
+            if found is None:
+                return None
+            if _same_lease(found, lease):
+                return found
+            raise ChangedByAnother(
+                "create", what, status=409, reason="Conflict", message="created by another run"
+            ) from error
+
+        return self._calls.guarded("create", what, act, recheck)
 
     def replace_lease(self, lease: Lease) -> Lease:
         """Replace it; Conflict when it changed since `lease` was read (someone else holds it)."""
         if not lease.resource_version:
             raise ValueError("replace_lease needs the resource_version of the lease as read")
-        data = self._calls.replace_namespaced(
-            "lease",
-            self._coordination.replace_namespaced_lease,
-            lease.namespace,
-            lease.name,
-            lease.to_json(),
+
+        def act() -> Lease:
+            data = self._calls.replace_namespaced(
+                "lease",
+                self._coordination.replace_namespaced_lease,
+                lease.namespace,
+                lease.name,
+                lease.to_json(),
+            )
+            return Lease.from_json(data)
+
+        return self._replace_checked(
+            f"lease {lease.namespace}/{lease.name}",
+            lease.resource_version,
+            act,
+            lambda: self.get_lease(lease.namespace, lease.name),
+            lambda fresh: _same_lease(fresh, lease),
         )
-        return Lease.from_json(data)
+
+    # ------------------------------------------------------------------ re-checks
+
+    def _find(self, read: Callable[[], T]) -> T | None:
+        """`read()`, or None when the object does not exist."""
+        try:
+            return read()
+        except NotFound:
+            return None
+
+    def _replace_checked(
+        self,
+        what: str,
+        resource_version: str | None,
+        act: Callable[[], V],
+        read: Callable[[], V],
+        same: Callable[[V], bool],
+    ) -> V:
+        """A replace guarded by resource_version, made again only after a fresh read shows
+        that nothing landed: our content there means it did (the answer was lost); the same
+        resourceVersion means nobody wrote (a 409 then was not another writer's); anything
+        else is another writer's change, ChangedByAnother."""
+
+        def recheck(error: BaseException) -> V | None:
+            fresh = self._find(read)
+            if fresh is not None and same(fresh):
+                return fresh
+            if fresh is not None and fresh.resource_version == resource_version:
+                return None
+            raise ChangedByAnother(
+                "replace",
+                what,
+                status=409,
+                reason="Conflict",
+                message=f"changed by another writer since it was read ({error})",
+            ) from error
+
+        def retryable(error: BaseException) -> bool:
+            return is_transient(error) or type(error) is Conflict
+
+        return self._calls.guarded("replace", what, act, recheck, retryable)
