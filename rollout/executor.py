@@ -58,7 +58,6 @@ from rollout.run import (
 )
 from rollout.spec import OnFailure, Spec
 from rollout.steps.base import Step, StepContext, StepResult, StepResultKind
-from rollout.steps.nodemarks import mark_left_cordoned
 
 
 class Halt(RolloutError):
@@ -410,6 +409,10 @@ class Executor:
                 with self._cluster_wide if completed.kind in CLUSTER_WIDE_STEPS else _NO_LOCK:
                     call_with_policy(undo, self.retry, sleep=ctx.sleep)
             except RolloutError as exc:
+                # imported here: it brings the kubernetes client, which `rollout plan`
+                # (importing this module through the renderer) must not pay for
+                from rollout.steps.nodemarks import mark_left_cordoned
+
                 left = f"{reason}; rollback failed at {completed.kind}: {exc}"
                 mark_left_cordoned(ctx, left)
                 return self._finish(node.name, NodeOutcome.LEFT_CORDONED, left)

@@ -12,7 +12,7 @@ import enum
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from rollout.commands import CommandRunner
 from rollout.errors import RolloutError
@@ -20,7 +20,11 @@ from rollout.facts import ClusterFacts, NodeFacts
 from rollout.plan import NodePlan, StepPlan
 from rollout.run import Journal
 from rollout.spec import Spec
-from rollout.transports.kube import KubeClient
+
+if TYPE_CHECKING:
+    # typing only: `rollout plan --facts` plans with the steps and never talks to a cluster,
+    # so it must not pay for importing the kubernetes client
+    from rollout.transports.kube import KubeClient
 
 
 class StepResultKind(enum.Enum):

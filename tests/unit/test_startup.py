@@ -45,9 +45,9 @@ def test_help_imports_none_of_the_heavy_libraries(argv: list[str]) -> None:
     assert imported_after(argv) == set()
 
 
-def test_plan_from_recorded_facts_reaches_for_no_ssh() -> None:
+def test_plan_from_recorded_facts_reaches_for_no_ssh_and_no_cluster() -> None:
     imported = imported_after(["plan", str(PLAN), "--facts", str(FACTS)])
-    assert imported.isdisjoint({"fabric", "invoke", "paramiko"})
+    assert imported.isdisjoint({"fabric", "invoke", "paramiko", "kubernetes"})
     assert "rich" in imported  # it does render
 
 

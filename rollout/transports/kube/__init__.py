@@ -7,10 +7,9 @@ client model objects, and translates ApiException and urllib3 errors in one plac
 `config` finds the cluster as kubectl does; `client` holds the operations.
 """
 
-from rollout.transports.kube.apierrors import error_from_api_exception, translate_api_errors
-from rollout.transports.kube.client import KubeClient
+from typing import TYPE_CHECKING, Any
+
 from rollout.transports.kube.cluster_state import DaemonSet, Event, RuntimeClass
-from rollout.transports.kube.config import DEFAULT_KUBECONFIG, KUBECONFIG_ENV
 from rollout.transports.kube.objects import (
     ConfigMap,
     ContainerResources,
@@ -56,3 +55,30 @@ __all__ = [
     "parse_time",
     "translate_api_errors",
 ]
+
+if TYPE_CHECKING:
+    from rollout.transports.kube.apierrors import error_from_api_exception, translate_api_errors
+    from rollout.transports.kube.client import KubeClient
+    from rollout.transports.kube.config import DEFAULT_KUBECONFIG, KUBECONFIG_ENV
+
+# The names that need the kubernetes client load it on first use: the steps and facts
+# import this package's plain objects (Pod, Node, ...), and `rollout plan --facts`, which
+# never talks to a cluster, must not pay for importing kubernetes.
+_LAZY = {
+    "KubeClient": "rollout.transports.kube.client",
+    "error_from_api_exception": "rollout.transports.kube.apierrors",
+    "translate_api_errors": "rollout.transports.kube.apierrors",
+    "DEFAULT_KUBECONFIG": "rollout.transports.kube.config",
+    "KUBECONFIG_ENV": "rollout.transports.kube.config",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
