@@ -170,6 +170,30 @@ CLUSTERROLES = ResourceKind(_RBAC, "v1", "clusterroles", "ClusterRole", "cluster
 CLUSTERROLEBINDINGS = ResourceKind(
     _RBAC, "v1", "clusterrolebindings", "ClusterRoleBinding", "clusterrolebinding", False
 )
+# Scheduled rollouts (rollout schedule): validated and defaulted in apiserver/batch.py, run by
+# the lab's CronJob controller (simulation/cronjobs.py).
+CRONJOBS = ResourceKind(
+    "batch",
+    "v1",
+    "cronjobs",
+    "CronJob",
+    "cronjob",
+    True,
+    frozenset({"status"}),
+    ("cj",),
+    tracks_generation=True,
+)
+JOBS = ResourceKind(
+    "batch",
+    "v1",
+    "jobs",
+    "Job",
+    "job",
+    True,
+    frozenset({"status"}),
+    selectable_fields=("status.successful",),
+    tracks_generation=True,
+)
 # Not stored: a review is created and answered in the same request (kubectl auth can-i).
 SELFSUBJECTACCESSREVIEWS = ResourceKind(
     "authorization.k8s.io",
@@ -218,6 +242,8 @@ ALL_KINDS: tuple[ResourceKind, ...] = (
     ROLEBINDINGS,
     CLUSTERROLES,
     CLUSTERROLEBINDINGS,
+    CRONJOBS,
+    JOBS,
     SELFSUBJECTACCESSREVIEWS,
     SELFSUBJECTRULESREVIEWS,
     SELFSUBJECTREVIEWS,

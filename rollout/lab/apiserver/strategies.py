@@ -9,9 +9,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from rollout.lab.apiserver.batch import default_batch
 from rollout.lab.apiserver.metadata import format_timestamp, new_uid
 from rollout.lab.apiserver.resources import (
+    CRONJOBS,
     DAEMONSETS,
+    JOBS,
     NAMESPACES,
     NODES,
     PODDISRUPTIONBUDGETS,
@@ -82,6 +85,8 @@ def prepare_for_create(kind: ResourceKind, obj: dict[str, Any], now_s: float) ->
             "disruptionsAllowed": 0,
             "expectedPods": 0,
         }
+    elif kind in (CRONJOBS, JOBS):
+        default_batch(kind, obj)
     elif kind.has_status and kind != NODES:
         # Nodes register with their status (the kubelet does); everything else starts empty.
         obj.pop("status", None)

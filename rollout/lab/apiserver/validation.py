@@ -6,6 +6,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from rollout.lab.apiserver.batch import batch_causes
 from rollout.lab.apiserver.errors import ApiError, StatusCause
 from rollout.lab.apiserver.resources import (
     CONFIGMAPS,
@@ -124,6 +125,8 @@ def validate_object(
         causes += _pdb_causes(spec)
     elif kind == RUNTIMECLASSES:
         causes += _runtime_class_causes(obj.get("handler"), (old or {}).get("handler"), old)
+    elif kind.group == "batch":
+        causes += batch_causes(kind, obj)
     if causes:
         raise ApiError.invalid(kind.kind, kind.group, name, causes)
 
