@@ -1,8 +1,24 @@
-"""The GPU Operator's driver upgrade controller (k8s-operator-libs state machine), simplified.
+"""The GPU Operator's driver upgrade controller (k8s-operator-libs' state machine), as FACTS.md
+"Operator-managed driver upgrades" describes it.
 
-The driver DaemonSet follows ClusterPolicy spec.driver.version (clusterpolicy.py); its OnDelete
-strategy leaves old driver pods until this controller restarts them node by node, walking the
-nvidia.com/gpu-driver-upgrade-state label through the real states.
+- The driver DaemonSet is OnDelete: a version change restarts nothing by itself. A node is out
+  of date when its driver pod's `controller-revision-hash` differs from the DaemonSet's newest
+  revision (here: the hash the DaemonSet controller gives pods of the current template); it
+  then goes to `upgrade-required`, as it does when annotated upgrade-requested.
+- Each reconcile builds one snapshot and moves each node at most one state, in the real order
+  (done/unknown, required, cordon, wait-for-jobs, pod-deletion, drain, pod-restart, failed,
+  validation, uncordon).
+- The skip label is read only when a node leaves `upgrade-required`; the requested annotation
+  is removed there too.
+- Slots: maxParallelUpgrades minus nodes in progress (0: unlimited), capped by maxUnavailable
+  (a percentage of the managed nodes, rounded up) minus cordoned or NotReady nodes. A node
+  already cordoned proceeds when no slot is free. Order is the API's list order.
+- It reconciles when a node's state or skip label changes, when the ClusterPolicy changes, and
+  every `resync_s` (the operator's 2 minutes; the lab shortens it); annotations are not watched.
+- Pod deletion and drain evict (PodDisruptionBudgets answer 429) and give up after their
+  timeout with `upgrade-failed`; a driver container restarted more than 10 times fails the
+  node too; `upgrade-failed` clears itself once the driver pod is in sync and Ready.
+- autoUpgrade=false strips every state label.
 """
 
 from __future__ import annotations
@@ -17,29 +33,38 @@ from typing import Any
 from rollout.lab.apiserver.disruption import scale_int_or_percent
 from rollout.lab.apiserver.errors import ApiError
 from rollout.lab.apiserver.registry import Registry
-from rollout.lab.apiserver.resources import NODES, PODS
+from rollout.lab.apiserver.resources import DAEMONSETS, NODES, PODS
 from rollout.lab.apiserver.selectors import LabelSelector
+from rollout.lab.simulation.daemonsets import REVISION_HASH_LABEL, _template_hash
 from rollout.lab.simulation.gpuoperator import (
+    DEPLOY_OPERANDS_LABEL,
     DRIVER,
-    FAIL_UPGRADE_ANNOTATION,
+    OPERATOR_NAMESPACE,
     UPGRADE_DRAIN_SKIP_LABEL,
     UPGRADE_INITIAL_UNSCHEDULABLE_ANNOTATION,
     UPGRADE_REQUESTED_ANNOTATION,
     UPGRADE_SKIP_LABEL,
     UPGRADE_STATE_LABEL,
     VALIDATOR,
-    driver_version_of,
     owner_daemonset,
 )
 from rollout.lab.simulation.nodelifecycle import is_node_ready
-from rollout.lab.simulation.pods import gpu_request, is_deleting, is_ready, is_terminal
+from rollout.lab.simulation.pods import is_deleting, is_ready, is_terminal, pod_requests
 
 log = logging.getLogger("rollout.lab.simulation")
 
+# When a node entered a waiting state, as k8s-operator-libs records it (unix seconds).
+VALIDATION_START_ANNOTATION = "nvidia.com/gpu-driver-upgrade-validation-start-time"
+WAIT_START_ANNOTATION = "nvidia.com/gpu-driver-upgrade-wait-for-pod-completion-start-time"
+POD_DELETION_START_ANNOTATION = "lab.rollout/driver-upgrade-pod-deletion-start-time"
+# A driver container restarted more than this often is failing (isDriverPodFailing).
+MAX_DRIVER_RESTARTS = 10
+
 
 class UpgradeState(StrEnum):
-    """Values of nvidia.com/gpu-driver-upgrade-state this controller sets."""
+    """Values of nvidia.com/gpu-driver-upgrade-state."""
 
+    UNKNOWN = ""
     DONE = "upgrade-done"
     REQUIRED = "upgrade-required"
     CORDON = "cordon-required"
@@ -52,223 +77,447 @@ class UpgradeState(StrEnum):
     FAILED = "upgrade-failed"
 
 
-IN_PROGRESS = frozenset(
-    {
-        UpgradeState.CORDON,
-        UpgradeState.WAIT_FOR_JOBS,
-        UpgradeState.POD_DELETION,
-        UpgradeState.DRAIN,
-        UpgradeState.POD_RESTART,
-        UpgradeState.VALIDATION,
-        UpgradeState.UNCORDON,
-    }
-)
+# Not in progress: the rest (upgrade-failed included) take a parallel slot.
+IDLE_STATES = frozenset({UpgradeState.UNKNOWN, UpgradeState.DONE, UpgradeState.REQUIRED})
 
 
 @dataclass(frozen=True)
 class UpgradeTimings:
-    """`dwell_s`: least time a node stays in a state; `validation_timeout_s`: then failed."""
+    """`dwell_s`: least time between two reconciles; `validation_timeout_s`: then failed;
+    `resync_s`: the periodic reconcile (the operator's is 120 s)."""
 
     dwell_s: float = 1.0
     validation_timeout_s: float = 600.0
+    resync_s: float = 120.0
 
 
 @dataclass(frozen=True)
 class UpgradePolicy:
-    """ClusterPolicy spec.driver.upgradePolicy, as far as the lab honours it."""
+    """ClusterPolicy spec.driver.upgradePolicy, with the CRD's defaults."""
 
     auto_upgrade: bool
     max_parallel: int
     max_unavailable: int | str
-    drain_enabled: bool
-    drain_selector: LabelSelector
-    wait_selector: LabelSelector | None
+    force: bool = False
+    delete_empty_dir: bool = False
+    pod_deletion_timeout_s: float = 300.0
+    drain_enabled: bool = False
+    drain_selector: LabelSelector = field(default_factory=lambda: LabelSelector.from_text(None))
+    drain_timeout_s: float = 300.0
+    wait_selector: LabelSelector | None = None
+    wait_timeout_s: float = 0.0
 
     @classmethod
     def from_spec(cls, spec: Mapping[str, Any]) -> UpgradePolicy:
+        deletion = spec.get("podDeletion") or {}
         drain = spec.get("drain") or {}
-        wait = (spec.get("waitForCompletion") or {}).get("podSelector")
+        wait = spec.get("waitForCompletion") or {}
         return cls(
             auto_upgrade=bool(spec.get("autoUpgrade", False)),
             max_parallel=int(spec.get("maxParallelUpgrades", 1)),
             max_unavailable=spec.get("maxUnavailable", "25%"),
+            force=bool(deletion.get("force", False)),
+            delete_empty_dir=bool(deletion.get("deleteEmptyDir", False)),
+            pod_deletion_timeout_s=float(deletion.get("timeoutSeconds", 300)),
             drain_enabled=bool(drain.get("enable", False)),
             drain_selector=LabelSelector.from_text(drain.get("podSelector")),
-            wait_selector=LabelSelector.from_text(wait) if wait else None,
+            drain_timeout_s=float(drain.get("timeoutSeconds", 300)),
+            wait_selector=(
+                LabelSelector.from_text(wait["podSelector"]) if wait.get("podSelector") else None
+            ),
+            wait_timeout_s=float(wait.get("timeoutSeconds", 0)),
         )
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """One managed node in a reconcile's snapshot: the node, its driver pod, its pods."""
+
+    node: Mapping[str, Any]
+    driver_pod: Mapping[str, Any]
+    pods: tuple[Mapping[str, Any], ...]
+
+    @property
+    def name(self) -> str:
+        return str(self.node["metadata"]["name"])
+
+    @property
+    def labels(self) -> Mapping[str, str]:
+        return self.node["metadata"].get("labels") or {}
+
+    @property
+    def annotations(self) -> Mapping[str, str]:
+        return self.node["metadata"].get("annotations") or {}
+
+    @property
+    def state(self) -> UpgradeState:
+        value = self.labels.get(UPGRADE_STATE_LABEL, "")
+        try:
+            return UpgradeState(value)
+        except ValueError:
+            return UpgradeState.UNKNOWN
+
+    @property
+    def unschedulable(self) -> bool:
+        return bool(self.node.get("spec", {}).get("unschedulable"))
+
+    @property
+    def unavailable(self) -> bool:
+        return self.unschedulable or not is_node_ready(self.node)
+
+
+def current_revision(daemonset: Mapping[str, Any]) -> str:
+    """The DaemonSet's newest revision: the hash its controller gives pods of this template."""
+    return _template_hash(daemonset["spec"]["template"])
+
+
+def pod_in_sync(pod: Mapping[str, Any], revision: str) -> bool:
+    labels = pod["metadata"].get("labels") or {}
+    return labels.get(REVISION_HASH_LABEL) == revision
+
+
+def driver_pod_ready(pod: Mapping[str, Any]) -> bool:
+    return is_ready(pod) and not is_deleting(pod)
+
+
+def driver_pod_failing(pod: Mapping[str, Any]) -> bool:
+    """A container not ready after more than MAX_DRIVER_RESTARTS restarts."""
+    status = pod.get("status") or {}
+    entries = [
+        *(status.get("initContainerStatuses") or []),
+        *(status.get("containerStatuses") or []),
+    ]
+    return any(
+        not e.get("ready") and int(e.get("restartCount") or 0) > MAX_DRIVER_RESTARTS
+        for e in entries
+    )
+
+
+def uses_gpu(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod requests nvidia.com/gpu* or nvidia.com/mig-* (what pod deletion removes)."""
+    return any(
+        name.startswith(("nvidia.com/gpu", "nvidia.com/mig-")) and amount > 0
+        for name, amount in pod_requests(pod).items()
+    )
+
+
+def upgrades_available(states: list[NodeState], policy: UpgradePolicy) -> int:
+    """GetUpgradesAvailable: parallel slots left, capped by maxUnavailable."""
+    in_progress = sum(1 for s in states if s.state not in IDLE_STATES)
+    if policy.max_parallel == 0:
+        available = sum(1 for s in states if s.state is UpgradeState.REQUIRED)
+    else:
+        available = policy.max_parallel - in_progress
+    limit = scale_int_or_percent(policy.max_unavailable, len(states), round_up=True)
+    unavailable = sum(1 for s in states if s.unavailable)
+    if unavailable >= limit:
+        return 0
+    return min(available, limit - unavailable)
 
 
 @dataclass(eq=False)
 class UpgradeController:
-    """Walks GPU nodes through a driver upgrade when the ClusterPolicy's version moves."""
+    """Walks the nodes the driver DaemonSet serves through a driver upgrade."""
 
     registry: Registry
     timings: UpgradeTimings
     clock: Callable[[], float] = time.time
-    _entered: dict[str, float] = field(default_factory=dict, init=False)
-    _restarted: set[str] = field(default_factory=set, init=False)
+    _trigger: tuple[Any, ...] | None = field(default=None, init=False)
+    _last_s: float | None = field(default=None, init=False)
 
     def reconcile(self, cluster_policy: Mapping[str, Any] | None) -> None:
+        """Reconcile when a watched change happened or the resync period passed."""
         if cluster_policy is None:
             return
         driver = (cluster_policy.get("spec") or {}).get("driver") or {}
-        target = str(driver.get("version") or "")
         policy = UpgradePolicy.from_spec(driver.get("upgradePolicy") or {})
-        if not policy.auto_upgrade or not target:
+        daemonset = self.registry.find(DAEMONSETS, OPERATOR_NAMESPACE, DRIVER.name)
+        if daemonset is None or driver.get("enabled") is False:
             return
-        nodes = [
-            n
-            for n in self.registry.list_objects(NODES)
-            if (n["metadata"].get("labels") or {}).get(DRIVER.deploy_label) == "true"
-        ]
-        pods = self.registry.list_objects(PODS)
-        for node in sorted(nodes, key=lambda n: str(n["metadata"]["name"])):
-            try:
-                self._advance(node, nodes, pods, policy, target)
-            except ApiError as error:
-                log.debug("upgrade of %s raced: %s", node["metadata"]["name"], error)
-
-    # ------------------------------------------------------------------ nodes
-
-    def _advance(
-        self,
-        node: dict[str, Any],
-        nodes: list[dict[str, Any]],
-        pods: list[dict[str, Any]],
-        policy: UpgradePolicy,
-        target: str,
-    ) -> None:
-        name = node["metadata"]["name"]
-        labels = node["metadata"].get("labels") or {}
-        annotations = node["metadata"].get("annotations") or {}
-        if labels.get(UPGRADE_SKIP_LABEL) == "true":
+        if not policy.auto_upgrade:
+            self._strip_states()
             return
-        state = labels.get(UPGRADE_STATE_LABEL, "")
-        now = self.clock()
-        if now - self._entered.get(name, 0.0) < self.timings.dwell_s:
-            return
-        on_node = [p for p in pods if p["spec"].get("nodeName") == name]
-        drivers = [p for p in on_node if owner_daemonset(p) == DRIVER.name and not is_deleting(p)]
-        requested = annotations.get(UPGRADE_REQUESTED_ANNOTATION) == "true"
-        outdated = any(driver_version_of(p) != target for p in drivers)
-        if state in ("", UpgradeState.DONE):
-            if outdated or requested:
-                self._set_state(name, UpgradeState.REQUIRED)
-        elif state == UpgradeState.REQUIRED:
-            if self._slot_free(node, nodes, policy):
-                self._set_state(name, UpgradeState.CORDON)
-        elif state == UpgradeState.CORDON:
-            self._cordon(node)
-            self._set_state(name, UpgradeState.WAIT_FOR_JOBS)
-        elif state == UpgradeState.WAIT_FOR_JOBS:
-            selector = policy.wait_selector
-            busy = selector is not None and any(
-                selector.matches(p["metadata"].get("labels")) and not is_terminal(p)
-                for p in on_node
-            )
-            if not busy:
-                self._set_state(name, UpgradeState.POD_DELETION)
-        elif state == UpgradeState.POD_DELETION:
-            for pod in on_node:
-                if gpu_request(pod) and owner_daemonset(pod) is None and not _drain_skipped(pod):
-                    self._delete_pod(pod)
-            self._set_state(name, UpgradeState.DRAIN)
-        elif state == UpgradeState.DRAIN:
-            if policy.drain_enabled:
-                for pod in on_node:
-                    if (
-                        owner_daemonset(pod) is None
-                        and not _drain_skipped(pod)
-                        and policy.drain_selector.matches(pod["metadata"].get("labels"))
-                    ):
-                        self._delete_pod(pod)
-            self._set_state(name, UpgradeState.POD_RESTART)
-        elif state == UpgradeState.POD_RESTART:
-            self._restart_driver(name, drivers, target)
-        elif state == UpgradeState.VALIDATION:
-            self._validate(node, on_node, now)
-        elif state == UpgradeState.UNCORDON:
-            self._uncordon(node)
-            self._set_state(name, UpgradeState.DONE)
-
-    def _slot_free(
-        self, node: dict[str, Any], snapshot: list[dict[str, Any]], policy: UpgradePolicy
-    ) -> bool:
-        # Re-read: an earlier node of this same pass may have just taken the slot.
-        names = {n["metadata"]["name"] for n in snapshot}
-        nodes = [n for n in self.registry.list_objects(NODES) if n["metadata"]["name"] in names]
-        states = [(n["metadata"].get("labels") or {}).get(UPGRADE_STATE_LABEL) for n in nodes]
-        busy = sum(1 for s in states if s in IN_PROGRESS)
-        if policy.max_parallel > 0 and busy >= policy.max_parallel:
-            return False
-        unavailable = sum(
-            1 for n in nodes if n["spec"].get("unschedulable") or not is_node_ready(n)
+        nodes = self.registry.list_objects(NODES)
+        trigger = (
+            cluster_policy.get("metadata", {}).get("generation"),
+            repr(driver),
+            tuple(
+                (
+                    n["metadata"]["name"],
+                    (n["metadata"].get("labels") or {}).get(UPGRADE_STATE_LABEL),
+                    (n["metadata"].get("labels") or {}).get(UPGRADE_SKIP_LABEL),
+                )
+                for n in nodes
+            ),
         )
-        limit = scale_int_or_percent(policy.max_unavailable, len(nodes), round_up=True)
-        already = bool(node["spec"].get("unschedulable")) or not is_node_ready(node)
-        return already or unavailable < max(1, limit)
+        now = self.clock()
+        if self._last_s is not None:
+            if now - self._last_s < self.timings.dwell_s:
+                return
+            if trigger == self._trigger and now - self._last_s < self.timings.resync_s:
+                return
+        self._trigger, self._last_s = trigger, now
+        self.apply_state(self.build_state(daemonset, nodes), current_revision(daemonset), policy)
 
-    def _restart_driver(self, name: str, drivers: list[dict[str, Any]], target: str) -> None:
-        outdated = [p for p in drivers if driver_version_of(p) != target]
-        if outdated and name not in self._restarted:
-            for pod in outdated:
+    def build_state(
+        self, daemonset: Mapping[str, Any], nodes: list[dict[str, Any]]
+    ) -> list[NodeState]:
+        """The managed nodes: those where the driver DaemonSet has a pod, in list order."""
+        pods = self.registry.list_objects(PODS)
+        by_node: dict[str, list[dict[str, Any]]] = {}
+        for pod in pods:
+            by_node.setdefault(str(pod["spec"].get("nodeName") or ""), []).append(pod)
+        uid = daemonset["metadata"]["uid"]
+        states = []
+        for node in nodes:
+            name = node["metadata"]["name"]
+            if (node["metadata"].get("labels") or {}).get(DEPLOY_OPERANDS_LABEL) == "false":
+                continue
+            on_node = by_node.get(name, [])
+            drivers = [
+                p
+                for p in on_node
+                if any(r.get("uid") == uid for r in p["metadata"].get("ownerReferences") or [])
+            ]
+            if drivers:
+                live = [p for p in drivers if not is_deleting(p)] or drivers
+                states.append(NodeState(node, live[0], tuple(on_node)))
+        return states
+
+    def apply_state(self, states: list[NodeState], revision: str, policy: UpgradePolicy) -> None:
+        """One pass over the snapshot: each node moves at most one state."""
+        by_state: dict[UpgradeState, list[NodeState]] = {}
+        for state in states:
+            by_state.setdefault(state.state, []).append(state)
+        slots = upgrades_available(states, policy)
+        now = self.clock()
+        for s in by_state.get(UpgradeState.UNKNOWN, []) + by_state.get(UpgradeState.DONE, []):
+            requested = s.annotations.get(UPGRADE_REQUESTED_ANNOTATION) == "true"
+            if not pod_in_sync(s.driver_pod, revision) or requested:
+                self._set_state(s.name, UpgradeState.REQUIRED)
+            elif s.state is UpgradeState.UNKNOWN:
+                self._set_state(s.name, UpgradeState.DONE)
+        for s in by_state.get(UpgradeState.REQUIRED, []):
+            if s.annotations.get(UPGRADE_REQUESTED_ANNOTATION) == "true":
+                self._annotate(s.name, {UPGRADE_REQUESTED_ANNOTATION: None})
+            if s.labels.get(UPGRADE_SKIP_LABEL) == "true":
+                continue
+            if slots <= 0 and not s.unschedulable:
+                continue  # no slot; a node already cordoned proceeds anyway
+            if s.unschedulable:
+                self._annotate(s.name, {UPGRADE_INITIAL_UNSCHEDULABLE_ANNOTATION: "true"})
+            self._set_state(s.name, UpgradeState.CORDON)
+            slots -= 1
+        for s in by_state.get(UpgradeState.CORDON, []):
+            self._set_unschedulable(s.name, True)
+            self._set_state(s.name, UpgradeState.WAIT_FOR_JOBS)
+        for s in by_state.get(UpgradeState.WAIT_FOR_JOBS, []):
+            self._wait_for_jobs(s, policy, now)
+        for s in by_state.get(UpgradeState.POD_DELETION, []):
+            self._delete_gpu_pods(s, policy, now)
+        for s in by_state.get(UpgradeState.DRAIN, []):
+            self._drain(s, policy, now)
+        for s in by_state.get(UpgradeState.POD_RESTART, []):
+            self._restart_driver(s, revision)
+        for s in by_state.get(UpgradeState.FAILED, []):
+            if pod_in_sync(s.driver_pod, revision) and driver_pod_ready(s.driver_pod):
+                self._finish(s)
+        for s in by_state.get(UpgradeState.VALIDATION, []):
+            self._validate(s, now)
+        for s in by_state.get(UpgradeState.UNCORDON, []):
+            self._set_unschedulable(s.name, False)
+            self._set_state(s.name, UpgradeState.DONE)
+
+    # ----------------------------------------------------------------- states
+
+    def _wait_for_jobs(self, s: NodeState, policy: UpgradePolicy, now: float) -> None:
+        selector = policy.wait_selector
+        busy = selector is not None and any(
+            selector.matches(p["metadata"].get("labels")) and not is_terminal(p) for p in s.pods
+        )
+        if busy:
+            started = self._started(s, WAIT_START_ANNOTATION, now)
+            if policy.wait_timeout_s <= 0 or now - started < policy.wait_timeout_s:
+                return
+        self._annotate(s.name, {WAIT_START_ANNOTATION: None})
+        self._set_state(s.name, UpgradeState.POD_DELETION)
+
+    def _delete_gpu_pods(self, s: NodeState, policy: UpgradePolicy, now: float) -> None:
+        doomed = [p for p in s.pods if uses_gpu(p) and owner_daemonset(p) is None]
+        if self._evict_all(
+            s,
+            doomed,
+            policy.force,
+            policy.delete_empty_dir,
+            now,
+            policy.pod_deletion_timeout_s,
+            POD_DELETION_START_ANNOTATION,
+        ):
+            nxt = UpgradeState.DRAIN if policy.drain_enabled else UpgradeState.POD_RESTART
+            self._set_state(s.name, nxt)
+
+    def _drain(self, s: NodeState, policy: UpgradePolicy, now: float) -> None:
+        if not policy.drain_enabled:
+            self._set_state(s.name, UpgradeState.POD_RESTART)
+            return
+        doomed = [
+            p
+            for p in s.pods
+            if owner_daemonset(p) is None  # drain ignores DaemonSet pods
+            and (p["metadata"].get("labels") or {}).get(UPGRADE_DRAIN_SKIP_LABEL) != "true"
+            and policy.drain_selector.matches(p["metadata"].get("labels"))
+        ]
+        if self._evict_all(
+            s,
+            doomed,
+            policy.force,
+            True,
+            now,
+            policy.drain_timeout_s,
+            POD_DELETION_START_ANNOTATION,
+        ):
+            self._set_state(s.name, UpgradeState.POD_RESTART)
+
+    def _evict_all(
+        self,
+        s: NodeState,
+        pods: list[Mapping[str, Any]],
+        force: bool,
+        delete_empty_dir: bool,
+        now: float,
+        timeout_s: float,
+        annotation: str,
+    ) -> bool:
+        """Evict each pod (a budget may refuse: 429); True once they are all gone.
+
+        Like kubectl drain: a pod no controller manages needs `force`, one with an emptyDir
+        needs `deleteEmptyDir`; either refusal, or the timeout, fails the node.
+        """
+        pending = [p for p in pods if not is_terminal(p)]
+        refused = [
+            p["metadata"]["name"]
+            for p in pending
+            if (not force and not p["metadata"].get("ownerReferences"))
+            or (not delete_empty_dir and _uses_empty_dir(p))
+        ]
+        if refused:
+            log.info("driver upgrade: %s: cannot delete %s", s.name, ", ".join(refused))
+            self._fail(s.name)
+            return False
+        if not pending:
+            self._annotate(s.name, {annotation: None})
+            return True
+        started = self._started(s, annotation, now)
+        for pod in pending:
+            if is_deleting(pod):
+                continue
+            try:
+                self.registry.evict(
+                    pod["metadata"]["namespace"], pod["metadata"]["name"], {"metadata": {}}
+                )
+            except ApiError as error:
+                if error.code == 404:
+                    continue
+                if error.code != 429:
+                    raise
+                log.info("driver upgrade: %s: eviction refused: %s", s.name, error)
+        if now - started >= timeout_s:
+            self._fail(s.name)
+        return False
+
+    def _restart_driver(self, s: NodeState, revision: str) -> None:
+        pod = s.driver_pod
+        if not pod_in_sync(pod, revision):
+            if not is_deleting(pod):
                 self._delete_pod(pod)
-            self._restarted.add(name)
             return
-        current = [p for p in drivers if driver_version_of(p) == target]
-        if any(is_ready(p) for p in current):
-            self._restarted.discard(name)
-            self._set_state(name, UpgradeState.VALIDATION)
+        if driver_pod_ready(pod):
+            self._annotate(s.name, {VALIDATION_START_ANNOTATION: None})
+            self._set_state(s.name, UpgradeState.VALIDATION)
+        elif driver_pod_failing(pod):
+            self._fail(s.name)
 
-    def _validate(self, node: dict[str, Any], on_node: list[dict[str, Any]], now: float) -> None:
-        name = node["metadata"]["name"]
-        annotations = node["metadata"].get("annotations") or {}
-        if annotations.get(FAIL_UPGRADE_ANNOTATION) == "true":
-            self._set_state(name, UpgradeState.FAILED)
-            return
-        validators = [p for p in on_node if owner_daemonset(p) == VALIDATOR.name]
+    def _validate(self, s: NodeState, now: float) -> None:
+        validators = [p for p in s.pods if owner_daemonset(p) == VALIDATOR.name]
         if any(is_ready(p) and not is_deleting(p) for p in validators):
-            self._set_state(name, UpgradeState.UNCORDON)
-        elif now - self._entered.get(name, now) >= self.timings.validation_timeout_s:
-            self._set_state(name, UpgradeState.FAILED)
+            self._annotate(s.name, {VALIDATION_START_ANNOTATION: None})
+            self._finish(s)
+            return
+        started = self._started(s, VALIDATION_START_ANNOTATION, now)
+        if now - started >= self.timings.validation_timeout_s:
+            self._fail(s.name)
 
-    def _cordon(self, node: dict[str, Any]) -> None:
-        was_cordoned = bool(node["spec"].get("unschedulable"))
+    def _finish(self, s: NodeState) -> None:
+        """Uncordon next, or straight to done where the node was cordoned before the upgrade."""
+        if s.annotations.get(UPGRADE_INITIAL_UNSCHEDULABLE_ANNOTATION) == "true":
+            self._annotate(s.name, {UPGRADE_INITIAL_UNSCHEDULABLE_ANNOTATION: None})
+            self._set_state(s.name, UpgradeState.DONE)
+        else:
+            self._set_state(s.name, UpgradeState.UNCORDON)
 
-        def cordon(n: dict[str, Any]) -> None:
-            if was_cordoned:
-                n["metadata"].setdefault("annotations", {})[
-                    UPGRADE_INITIAL_UNSCHEDULABLE_ANNOTATION
-                ] = "true"
-            n["spec"]["unschedulable"] = True
+    # ----------------------------------------------------------------- writes
 
-        self.registry.mutate(NODES, None, node["metadata"]["name"], cordon)
+    def _started(self, s: NodeState, annotation: str, now: float) -> float:
+        """When the node started waiting, recorded on it the first time."""
+        try:
+            return float(s.annotations[annotation])
+        except (KeyError, ValueError):
+            self._annotate(s.name, {annotation: str(int(now))})
+            return now
 
-    def _uncordon(self, node: dict[str, Any]) -> None:
-        def uncordon(n: dict[str, Any]) -> None:
-            annotations = n["metadata"].setdefault("annotations", {})
-            # A node cordoned before the upgrade stays cordoned after it.
-            if annotations.pop(UPGRADE_INITIAL_UNSCHEDULABLE_ANNOTATION, None) != "true":
+    def _strip_states(self) -> None:
+        for node in self.registry.list_objects(NODES):
+            if UPGRADE_STATE_LABEL in (node["metadata"].get("labels") or {}):
+                self._mutate(node["metadata"]["name"], _drop_state_label)
+
+    def _set_unschedulable(self, name: str, value: bool) -> None:
+        def change(n: dict[str, Any]) -> None:
+            if value:
+                n["spec"]["unschedulable"] = True
+            else:
                 n["spec"].pop("unschedulable", None)
-            annotations.pop(UPGRADE_REQUESTED_ANNOTATION, None)
 
-        self.registry.mutate(NODES, None, node["metadata"]["name"], uncordon)
+        self._mutate(name, change)
 
-    def _delete_pod(self, pod: dict[str, Any]) -> None:
+    def _annotate(self, name: str, values: Mapping[str, str | None]) -> None:
+        def change(n: dict[str, Any]) -> None:
+            annotations = n["metadata"].setdefault("annotations", {})
+            for key, value in values.items():
+                if value is None:
+                    annotations.pop(key, None)
+                else:
+                    annotations[key] = value
+
+        self._mutate(name, change)
+
+    def _delete_pod(self, pod: Mapping[str, Any]) -> None:
         try:
             self.registry.delete(PODS, pod["metadata"]["namespace"], pod["metadata"]["name"])
         except ApiError as error:
             if error.code != 404:
                 raise
 
+    def _fail(self, name: str) -> None:
+        self._set_state(name, UpgradeState.FAILED)
+
     def _set_state(self, name: str, state: UpgradeState) -> None:
         def label(n: dict[str, Any]) -> None:
             n["metadata"].setdefault("labels", {})[UPGRADE_STATE_LABEL] = state.value
 
-        self.registry.mutate(NODES, None, name, label)
-        self._entered[name] = self.clock()
+        self._mutate(name, label)
         log.info("driver upgrade: %s -> %s", name, state.value)
 
+    def _mutate(self, name: str, change: Callable[[dict[str, Any]], None]) -> None:
+        try:
+            self.registry.mutate(NODES, None, name, change)
+        except ApiError as error:
+            # raced with a client's write; the next reconcile sees the new state
+            log.debug("driver upgrade of %s raced: %s", name, error)
 
-def _drain_skipped(pod: Mapping[str, Any]) -> bool:
-    return (pod["metadata"].get("labels") or {}).get(UPGRADE_DRAIN_SKIP_LABEL) == "true"
+
+def _drop_state_label(node: dict[str, Any]) -> None:
+    (node["metadata"].get("labels") or {}).pop(UPGRADE_STATE_LABEL, None)
+
+
+def _uses_empty_dir(pod: Mapping[str, Any]) -> bool:
+    return any("emptyDir" in v for v in (pod.get("spec") or {}).get("volumes") or [])

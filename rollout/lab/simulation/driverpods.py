@@ -1,0 +1,156 @@
+"""The GPU Operator's driver container, as far as a node can tell: what it installs.
+
+A driver pod the kubelet has started "installs" its DRIVER_VERSION on the node: it writes the
+driver state the node's stand-in nvidia-smi reads (the library version and the loaded module),
+so a driver pod restart changes what `nvidia-smi` on the node reports. The pod records the
+version it installed in an annotation, so a restarted control plane does not install again
+over what a host-mode test put there.
+
+The lab knob `lab.rollout/fail-upgrade=true` on a node makes its driver container fail to
+install: the container restarts again and again without becoming ready, as a real one whose
+module build fails does, until the upgrade controller sees more than 10 restarts and labels
+the node `upgrade-failed`. Removing the knob lets the next restart succeed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rollout.lab.apiserver.errors import ApiError
+from rollout.lab.apiserver.metadata import format_timestamp
+from rollout.lab.apiserver.registry import Registry
+from rollout.lab.apiserver.resources import NODES, PODS
+from rollout.lab.simulation.gpuoperator import (
+    DRIVER,
+    FAIL_UPGRADE_ANNOTATION,
+    driver_version_of,
+    owner_daemonset,
+)
+from rollout.lab.simulation.pods import is_deleting
+from rollout.lab.simulation.podstatus import set_running
+
+log = logging.getLogger("rollout.lab.simulation")
+
+# What the stand-in nvidia-smi reads (rollout/lab/data/nvidia-smi), relative to a node's root.
+DRIVER_VERSION_FILE = Path("usr/lib/rollout-lab/nvidia-driver/version")
+MODULE_VERSION_FILE = Path("var/lib/rollout-lab/nvidia-module-version")
+# On the pod: the version its driver container installed on the node.
+INSTALLED_ANNOTATION = "lab.rollout/driver-installed"
+
+
+def write_driver_state(root: Path, version: str) -> None:
+    """The node's driver library and loaded module are now `version`."""
+    for relative in (DRIVER_VERSION_FILE, MODULE_VERSION_FILE):
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(path.name + ".lab-tmp")
+        temporary.write_text(version + "\n")
+        temporary.replace(path)
+
+
+def install_failure_line(version: str) -> str:
+    return (
+        f"Installing NVIDIA driver kernel modules {version}... "
+        "ERROR: the kernel module failed to build (lab.rollout/fail-upgrade)"
+    )
+
+
+@dataclass(eq=False)
+class DriverContainers:
+    """Plays every driver pod's container: install, or fail and restart."""
+
+    registry: Registry
+    roots: Mapping[str, Path]
+    restart_s: float = 0.2
+    clock: Callable[[], float] = time.time
+    _last_restart: dict[str, float] = field(default_factory=dict, init=False)
+
+    def sync(self) -> None:
+        nodes = {n["metadata"]["name"]: n for n in self.registry.list_objects(NODES)}
+        for pod in self.registry.list_objects(PODS):
+            if owner_daemonset(pod) != DRIVER.name or is_deleting(pod):
+                continue
+            if (pod.get("status") or {}).get("phase") != "Running":
+                continue  # the kubelet has not started it
+            node = nodes.get(str(pod["spec"].get("nodeName") or ""))
+            if node is None:
+                continue
+            try:
+                self._sync_pod(pod, node)
+            except ApiError as error:
+                log.debug("driver pod %s raced: %s", pod["metadata"]["name"], error)
+
+    def _sync_pod(self, pod: dict[str, Any], node: Mapping[str, Any]) -> None:
+        version = driver_version_of(pod) or ""
+        annotations = node["metadata"].get("annotations") or {}
+        installed = (pod["metadata"].get("annotations") or {}).get(INSTALLED_ANNOTATION)
+        if annotations.get(FAIL_UPGRADE_ANNOTATION) == "true" and installed is None:
+            self._crash(pod, version)
+            return
+        if installed == version:
+            return
+        name = node["metadata"]["name"]
+        root = self.roots.get(name)
+        if root is not None and version:
+            write_driver_state(root, version)
+        address = _internal_ip(node)
+        now = self.clock()
+
+        def finish(p: dict[str, Any]) -> None:
+            if not _all_ready(p):
+                set_running(p, address, None, now)
+            p["metadata"].setdefault("annotations", {})[INSTALLED_ANNOTATION] = version
+
+        self._write(pod, finish)
+        log.info("driver container on %s installed %s", name, version)
+
+    def _crash(self, pod: dict[str, Any], version: str) -> None:
+        uid = pod["metadata"]["uid"]
+        now = self.clock()
+        if now - self._last_restart.get(uid, 0.0) < self.restart_s and not _all_ready(pod):
+            return
+        self._last_restart[uid] = now
+        stamp = format_timestamp(now)
+        line = install_failure_line(version)
+
+        def crash(p: dict[str, Any]) -> None:
+            status = p.setdefault("status", {})
+            for condition in status.get("conditions") or []:
+                if condition.get("type") in ("Ready", "ContainersReady"):
+                    condition["status"] = "False"
+            for entry in status.get("containerStatuses") or []:
+                entry["ready"] = False
+                entry["restartCount"] = int(entry.get("restartCount") or 0) + 1
+                terminated = {
+                    "exitCode": 1,
+                    "reason": "Error",
+                    "message": line,
+                    "startedAt": stamp,
+                    "finishedAt": stamp,
+                }
+                entry["state"] = {"terminated": terminated}
+                entry["lastState"] = {"terminated": terminated}
+
+        self._write(pod, crash)
+        meta = pod["metadata"]
+        self.registry.write_log(meta["namespace"], meta["name"], DRIVER.container, line + "\n")
+
+    def _write(self, pod: Mapping[str, Any], change: Callable[[dict[str, Any]], None]) -> None:
+        self.registry.mutate(PODS, pod["metadata"]["namespace"], pod["metadata"]["name"], change)
+
+
+def _all_ready(pod: Mapping[str, Any]) -> bool:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return bool(statuses) and all(s.get("ready") for s in statuses)
+
+
+def _internal_ip(node: Mapping[str, Any]) -> str:
+    for address in (node.get("status") or {}).get("addresses") or []:
+        if address.get("type") == "InternalIP":
+            return str(address.get("address") or "")
+    return ""
