@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 from rollout.errors import RolloutError
 from rollout.facts import ClusterFacts, NodeFacts, read_fact
 from rollout.facts.driver_host import read_driver_host
-from rollout.facts.driver_modules import BootIdFact
+from rollout.facts.driver_modules import BootIdFact, unload_order
 from rollout.plan import StepPlan
 from rollout.spec import Spec
 from rollout.spec.policy import DriverReload
@@ -51,7 +51,9 @@ from rollout.steps.driver_node import (
     read_boot_id,
     read_clients,
     read_driver,
+    read_modules,
     read_packages,
+    reload_missing,
     request_reboot,
     start_units,
     stop_units,
@@ -157,22 +159,39 @@ class DriverUnload:
         if policy.reload is DriverReload.REBOOT or data.get("reboot"):
             ctx.save_data(self.kind, {**data, "reboot": True})
             return StepResult.done(f"{said}the modules stay loaded until the reboot")
+        if "loaded_before" not in data:
+            data = {**data, "loaded_before": unload_order(read_modules(ctx.runner))}
+            ctx.save_data(self.kind, data)  # before rmmod: a failure loads them again
         try:
             unloaded = unload_modules(ctx.runner)
         except ModulesBusy as exc:
-            if not policy.reboot_if_busy:
-                raise StepFailed(
-                    ctx.node,
-                    self.kind,
-                    f"{exc}; policy.driver.reboot_if_busy is false, so the node fails "
-                    "rather than reboots",
-                ) from exc
-            ctx.save_data(self.kind, {**data, "reboot": True, "busy": str(exc)})
-            return StepResult.done(f"{said}{exc}: rebooting instead (reboot_if_busy)")
+            if policy.reboot_if_busy:
+                ctx.save_data(self.kind, {**data, "reboot": True, "busy": str(exc)})
+                return StepResult.done(f"{said}{exc}: rebooting instead (reboot_if_busy)")
+            raise self._fail_back(
+                ctx,
+                data,
+                f"{exc}; policy.driver.reboot_if_busy is false, so the node fails "
+                "rather than reboots",
+            ) from exc
+        except DriverNodeError as exc:
+            raise self._fail_back(ctx, data, str(exc)) from exc
         # a resumed attempt finds them already unloaded: keep the first attempt's list
         order = unloaded or list(data.get("unloaded", []))
         ctx.save_data(self.kind, {**data, "unloaded": order})
         return StepResult.done(f"{said}unloaded {', '.join(order) or 'nothing (none loaded)'}")
+
+    def _fail_back(self, ctx: StepContext, data: dict[str, Any], reason: str) -> StepFailed:
+        """The step failed after stopping units: load what it unloaded, start the units
+        again (the executor undoes completed steps only), then fail."""
+        try:
+            reload_missing(ctx.runner, list(data.get("loaded_before", [])))
+            start_units(ctx.runner, list(data.get("stopped", [])))
+        except RolloutError as exc:
+            reason += f"; putting the modules and units back failed too: {exc}"
+        else:
+            reason += "; the modules and GPU clients are back as they were"
+        return StepFailed(ctx.node, self.kind, reason)
 
     def undo(self, ctx: StepContext) -> None:
         """The loaded driver matches the installed packages again (modprobe, a reload or a
@@ -202,8 +221,8 @@ class DriverUnload:
                 ctx.progress(
                     f"{ctx.node}: {self.kind}: undo: {reboot_node(ctx, self.kind, 'undo_reboot')}"
                 )
-        elif not driver.loaded and data.get("unloaded"):
-            load_modules(ctx.runner, list(data["unloaded"]))
+        elif not driver.loaded:
+            reload_missing(ctx.runner, list(data.get("loaded_before") or data.get("unloaded", [])))
         start_units(ctx.runner, list(data.get("stopped", [])))
         after = read_driver(ctx.runner)
         if after.version is None:
@@ -357,9 +376,12 @@ class DriverReloadStep:
             if driver.loaded and not driver.mismatch:
                 did = f"the driver is loaded ({driver.describe()})"
             else:
-                modules = list(unload.get("unloaded", [])) or ["nvidia"]
-                load_modules(ctx.runner, modules)
-                did = f"loaded {', '.join(reversed(modules))}"
+                modules = list(unload.get("loaded_before") or unload.get("unloaded") or [])
+                reload_missing(ctx.runner, modules or ["nvidia"])
+                after = read_driver(ctx.runner)
+                if after.version is None:
+                    raise DriverNodeError(f"after modprobe: {after.describe()}")
+                did = f"loaded {', '.join(reversed(modules or ['nvidia']))}: {after.describe()}"
         start_units(ctx.runner, stopped)
         also = f"; started {', '.join(stopped)}" if stopped else ""
         return StepResult.done(did + also)

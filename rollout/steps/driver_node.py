@@ -203,10 +203,18 @@ def unload_modules(runner: CommandRunner) -> list[str]:
 
 def load_modules(runner: CommandRunner, names: Sequence[str]) -> None:
     """modprobe the modules (the reverse of their unload order: nvidia first)."""
-    for name in list(reversed(names)) or ["nvidia"]:
+    for name in reversed(list(names)):
         result = runner.run(["modprobe", name])
         if not result.ok:
             raise _failed(f"loading {name}", result)
+
+
+def reload_missing(runner: CommandRunner, names: Sequence[str]) -> None:
+    """modprobe those of `names` (in unload order) that are not loaded now."""
+    loaded = {m.name for m in read_modules(runner)}
+    load_modules(
+        runner, [n for n in names if n not in loaded] or (["nvidia"] if not loaded else [])
+    )
 
 
 # ------------------------------------------------------------------ reboot
