@@ -58,6 +58,7 @@ from rollout.run import (
 )
 from rollout.spec import OnFailure, Spec
 from rollout.steps.base import Step, StepContext, StepResult, StepResultKind
+from rollout.transports.errors import SshConnectError
 
 
 class Halt(RolloutError):
@@ -372,6 +373,14 @@ class Executor:
             try:
                 with self._cluster_wide if planned.kind in CLUSTER_WIDE_STEPS else _NO_LOCK:
                     result = self._apply(planned, ctx)
+            except SshConnectError as exc:
+                # The node stopped answering past every retry (it died, or its link did):
+                # its state is unknown, so it is neither failed nor rolled back. The run
+                # halts with the step in flight, re-checked by `rollout resume` once the
+                # node is back (or left out with `--skip-node`).
+                self._stopping(f"{node.name}: {planned.kind}: node unreachable: {exc}")
+                self._serial.step_finished(node.name, planned.kind, "interrupted", str(exc))
+                return None
             except RolloutError as exc:
                 self.journal.append(
                     StepFinished(

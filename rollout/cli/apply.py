@@ -22,15 +22,19 @@ from rollout.connection import FleetConnection
 from rollout.errors import Aborted, BadInput, ExitCode
 from rollout.executor import Executor, RunReport
 from rollout.facts import FleetFacts
+from rollout.facts.live import gather_fleet_facts
 from rollout.inputfile import read_text
 from rollout.lease import RunLease, run_identity
 from rollout.plan import NodePlan, Plan, plan_from_data, plan_to_data
 from rollout.planner import build_plan
 from rollout.playbook import load_playbooks
+from rollout.retry import RetryEvent, watch_retries
 from rollout.run import (
     Invocation,
     Journal,
     LockHolder,
+    NodeSkipped,
+    Retried,
     RunOutcome,
     RunPhase,
     RunResumed,
@@ -81,6 +85,15 @@ def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
         ),
     )
     resume.add_argument("run_id", metavar="RUN")
+    resume.add_argument(
+        "--skip-node",
+        metavar="NODE",
+        action="append",
+        default=[],
+        help="leave NODE out of the rest of the run (a node that died and will not come "
+        "back): it is not probed or touched, the journal records the skip and who asked, and "
+        "the step it was in stays unknown (check the node by hand); repeatable",
+    )
     add_output_argument(resume)
     add_state_argument(resume)
     resume.set_defaults(func=run_resume)
@@ -178,20 +191,45 @@ def run_resume(args: argparse.Namespace) -> int:
         invocation = journal.read_invocation()
         spec = parse_spec(invocation.spec_text, invocation.spec_source)
         plan = plan_from_data(json.loads(journal.read_plan_json()))
+        skipped = check_skipped_nodes(plan, journal, args.skip_node)
         with FleetConnection(
             Path(invocation.inventory),
             invocation.kubeconfig,
             invocation.context,
             accept_new_host_keys=invocation.accept_new_host_keys,
         ) as fleet:
-            facts = fleet.gather(spec)
+            # a skipped node is not probed: it is the one that does not answer
+            reachable = {n: r for n, r in fleet.runners.items() if n not in skipped}
+            facts = gather_fleet_facts(
+                spec, reachable, fleet.kube, source=str(fleet.inventory_path)
+            )
             # Journalled only once the Lease is held: a refused resume leaves the run as it
             # was (a halted run stays halted, with its reason).
             with RunLease(fleet.kube, run_identity(journal.run_id)) as lease:
                 journal.append(RunResumed(user=current_user(), host=socket.gethostname()))
+                for node in skipped:
+                    reason = f"skipped at resume by {current_user()} (--skip-node)"
+                    journal.append(NodeSkipped(node, reason))
+                    print(f"{node}: {reason}", file=sys.stderr)
                 print(f"resuming run {journal.run_id}", file=sys.stderr)
                 report = execute(plan, spec, facts, fleet, journal, lease, args.output)
     return exit_code(report)
+
+
+def check_skipped_nodes(plan: Plan, journal: Journal, nodes: list[str]) -> list[str]:
+    """The --skip-node names, each a node of the run that has not finished; BadInput if not."""
+    state = journal.replay()
+    names = [n.name for n in plan.nodes]
+    for node in nodes:
+        if node not in names:
+            raise BadInput(
+                f"--skip-node {node}: not a node of run {journal.run_id} "
+                f"(its nodes: {', '.join(names)})"
+            )
+        outcome = state.node(node).outcome
+        if outcome is not None:
+            raise BadInput(f"--skip-node {node}: the node already finished ({outcome.value})")
+    return list(dict.fromkeys(nodes))
 
 
 def execute(
@@ -228,26 +266,43 @@ def execute(
         )
 
     executor = Executor(plan, spec, builtin_steps(), journal, fleet.kube, context, progress, lease)
-    if isinstance(progress, LiveProgress):
-        with progress:
+
+    def retrying(event: RetryEvent) -> None:
+        # shown as it happens, and journalled so the summary (and a resumed run) counts it
+        progress_console.print(safe(f"  ↻ {event.describe()}"))
+        first_line = (str(event.error).splitlines() or [""])[0]
+        journal.append(Retried(event.operation, event.retry, event.kind, first_line[:300]))
+
+    with watch_retries(retrying):
+        if isinstance(progress, LiveProgress):
+            with progress:
+                report = executor.run()
+        else:
             report = executor.run()
-    else:
-        report = executor.run()
+    retries = dict(journal.replay().retries)
     # staging dirs a killed attempt of this run left on a node go with the run
     staged = {n.name: fleet.runners[n.name] for n in plan.nodes if n.files}
     for node, problem in remove_run_stages(staged, str(journal.run_id)).items():
         progress_console.print(safe(f"{node}: staging not removed: {problem}"))
     if output == "json":
-        sys.stdout.write(report_to_json(str(journal.run_id), report))
+        document = json.loads(report_to_json(str(journal.run_id), report))
+        document["retries"] = retries
+        sys.stdout.write(json.dumps(document, indent=2) + "\n")
         return report
+    out = make_console(sys.stdout)
     print_run_summary(
-        make_console(sys.stdout),
-        str(journal.run_id),
-        report.outcome.value,
-        report.halt_reason,
-        report.nodes,
+        out, str(journal.run_id), report.outcome.value, report.halt_reason, report.nodes
     )
+    out.print(safe(describe_retries(retries)))
     return report
+
+
+def describe_retries(retries: dict[str, int]) -> str:
+    """The summary's line of retries per kind, over the whole run (resumes included)."""
+    if not retries:
+        return "retries: none"
+    counted = ", ".join(f"{kind} x{count}" for kind, count in sorted(retries.items()))
+    return f"retries: {sum(retries.values())} ({counted})"
 
 
 def confirm(yes: bool) -> None:

@@ -39,6 +39,8 @@ class RecordKind(enum.Enum):
     BACKUP_WRITTEN = "backup-written"
     RUN_HALTED = "run-halted"
     RUN_FINISHED = "run-finished"
+    RETRIED = "retried"
+    NODE_SKIPPED = "node-skipped"
 
 
 class StepOutcome(enum.Enum):
@@ -52,6 +54,8 @@ class NodeOutcome(enum.Enum):
     FAILED = "failed"
     ROLLED_BACK = "rolled-back"
     LEFT_CORDONED = "left-cordoned"
+    # left out of the run on purpose (`rollout resume --skip-node`): its state is unknown
+    SKIPPED = "skipped"
 
 
 class RunOutcome(enum.Enum):
@@ -154,6 +158,25 @@ class BackupWritten(NodeRecord):
 
 
 @dataclass(frozen=True)
+class NodeSkipped(NodeRecord):
+    """`rollout resume --skip-node`: the node (one that never came back) is left as it is."""
+
+    kind: ClassVar[RecordKind] = RecordKind.NODE_SKIPPED
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Retried:
+    """An operation retried after a transient error: what, which retry, the error's kind."""
+
+    kind: ClassVar[RecordKind] = RecordKind.RETRIED
+    operation: str
+    retry: int
+    cause: str  # the summary's kind: `api 503`, `api timeout`, `ssh`, ...
+    error: str = ""
+
+
+@dataclass(frozen=True)
 class RunHalted:
     kind: ClassVar[RecordKind] = RecordKind.RUN_HALTED
     reason: str
@@ -177,6 +200,8 @@ Record = (
     | BackupWritten
     | RunHalted
     | RunFinished
+    | Retried
+    | NodeSkipped
 )
 
 RECORD_TYPES: Mapping[RecordKind, type[Record]] = {
@@ -193,6 +218,8 @@ RECORD_TYPES: Mapping[RecordKind, type[Record]] = {
         BackupWritten,
         RunHalted,
         RunFinished,
+        Retried,
+        NodeSkipped,
     )
 }
 

@@ -24,6 +24,8 @@ from rollout.run.records import (
     NodeFinished,
     NodeOutcome,
     NodeRecord,
+    NodeSkipped,
+    Retried,
     RunFinished,
     RunHalted,
     RunId,
@@ -126,6 +128,8 @@ class RunState:
     last_seq: int = 0
     last_at: datetime | None = None
     notes: tuple[str, ...] = ()
+    # retries per kind (`api 503`: 4), from the journal's retried records
+    retries: tuple[tuple[str, int], ...] = ()
 
     @property
     def finished(self) -> bool:
@@ -237,6 +241,7 @@ class Fold:
     outcome: RunOutcome | None = None
     last_seq: int = 0
     last_at: datetime | None = None
+    retries: dict[str, int] = field(default_factory=dict)
 
     def apply(self, entry: Entry) -> None:
         """Add one entry; ValueError (nothing changed) if it contradicts the journal so far."""
@@ -268,6 +273,8 @@ class Fold:
                 self.outcome = None
             case RunHalted(reason=reason):
                 self.halted_reason = reason
+            case Retried(cause=cause):
+                self.retries[cause] = self.retries.get(cause, 0) + 1
             case RunFinished(outcome=outcome):
                 busy = [n.name for n in self.nodes.values() if n.in_flight is not None]
                 if busy:
@@ -339,6 +346,11 @@ class Fold:
                 node.cordoned = False
             case BackupWritten(path=path, backup_path=backup_path, sha256=digest):
                 node.backups.append(Backup(path, backup_path, digest, entry.at))
+            case NodeSkipped(reason=reason):
+                # the step in flight when the node died stays unknown: nothing resumes it
+                node.in_flight = None
+                node.outcome = NodeOutcome.SKIPPED
+                node.outcome_reason = reason
             case _:
                 raise ValueError(f"unexpected {record.kind.value} record")
         self.nodes[node_name] = node
@@ -357,6 +369,7 @@ class Fold:
             nodes=tuple(n.freeze() for n in self.nodes.values()),
             halted_reason=self.halted_reason,
             outcome=self.outcome,
+            retries=tuple(sorted(self.retries.items())),
             last_seq=self.last_seq,
             last_at=self.last_at,
             notes=tuple(notes),

@@ -28,6 +28,8 @@ EVERY_RECORD: list[run.Record] = [
     ),
     run.RunHalted("gpu-2 labelled upgrade-failed"),
     run.RunFinished(run.RunOutcome.HALTED),
+    run.Retried("patch node gpu-1", 1, "api 503", "503 Service Unavailable"),
+    run.NodeSkipped("gpu-3", "never came back"),
 ]
 
 
@@ -65,6 +67,9 @@ def test_round_trip_through_the_disk(tmp_path: Path) -> None:
         journal.append(run.StepFinished("gpu-2", 0, "cordon", 1, run.StepOutcome.FAILED, "409"))
         journal.append(run.StepUndone("gpu-2", 0, "cordon"))
         journal.append(run.NodeFinished("gpu-2", run.NodeOutcome.ROLLED_BACK, "cordon failed"))
+        journal.append(run.Retried("patch node gpu-3", 1, "api 503", "503"))
+        journal.append(run.StepStarted("gpu-3", 0, "cordon", 1))
+        journal.append(run.NodeSkipped("gpu-3", "never came back"))
         journal.append(run.RunFinished(run.RunOutcome.FAILED))
         written = journal.entries()
         run_id = journal.run_id
