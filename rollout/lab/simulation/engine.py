@@ -1,8 +1,8 @@
 """The simulation loop: every controller of the lab cluster, ticking in one background thread.
 
 One thread and a fixed order per tick (node lifecycle, operator, DaemonSets, scheduler,
-kubelets, upgrade controller) keep runs deterministic enough to test; clients see the same
-eventual consistency they see on a real cluster.
+kubelets, driver containers, upgrade controller) keep runs deterministic enough to test;
+clients see the same eventual consistency they see on a real cluster.
 """
 
 from __future__ import annotations
@@ -20,13 +20,15 @@ from rollout.lab.description import LabDescription
 from rollout.lab.simulation.bootstrap import seed_cluster
 from rollout.lab.simulation.clusterpolicy import ClusterPolicyController
 from rollout.lab.simulation.daemonsets import DaemonSetController
+from rollout.lab.simulation.driverpods import DriverContainers
 from rollout.lab.simulation.events import EventRecorder
 from rollout.lab.simulation.gpuoperator import CLUSTER_POLICY_NAME
 from rollout.lab.simulation.kubelet import Kubelet, KubeletTimings
 from rollout.lab.simulation.nodelifecycle import NodeLifecycleController
 from rollout.lab.simulation.probe import NodeRuntimeProbe
 from rollout.lab.simulation.scheduler import Scheduler
-from rollout.lab.simulation.upgrade import UpgradeController, UpgradeTimings
+from rollout.lab.simulation.upgrade import UpgradeController
+from rollout.lab.simulation.upgradestate import UpgradeTimings
 
 log = logging.getLogger("rollout.lab.simulation")
 
@@ -39,8 +41,12 @@ class SimulationTimings:
     pod_start_s: float = 0.2
     smoke_run_s: float = 1.0
     device_plugin_grace_s: float = 300.0
-    upgrade_dwell_s: float = 1.0
+    upgrade_dwell_s: float = 0.5
     validation_timeout_s: float = 600.0
+    # The upgrade controller's periodic reconcile (the operator's: 120 s) and how often a
+    # failing driver container restarts.
+    upgrade_resync_s: float = 2.0
+    driver_restart_s: float = 0.2
     # A deleted running pod stays Terminating this long (capped by its grace period).
     pod_termination_s: float = 0.5
 
@@ -86,9 +92,19 @@ class Simulation:
             Kubelet(registry, node, index, probe, kubelet_timings, clock)
             for index, node in enumerate(lab.nodes)
         )
+        self._drivers = DriverContainers(
+            registry,
+            {n.name: n.root for n in lab.nodes if n.root is not None},
+            self.timings.driver_restart_s,
+            clock,
+        )
         self._upgrades = UpgradeController(
             registry,
-            UpgradeTimings(self.timings.upgrade_dwell_s, self.timings.validation_timeout_s),
+            UpgradeTimings(
+                self.timings.upgrade_dwell_s,
+                self.timings.validation_timeout_s,
+                self.timings.upgrade_resync_s,
+            ),
             clock,
         )
         self._stop = threading.Event()
@@ -109,6 +125,7 @@ class Simulation:
             self._scheduler.reconcile()
             for kubelet in self.kubelets:
                 kubelet.sync(policy)
+            self._drivers.sync()
             self._upgrades.reconcile(policy)
             self._lifecycle.reconcile()
 
