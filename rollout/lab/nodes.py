@@ -35,11 +35,11 @@ from typing import Any
 import tomli_w
 
 from rollout.commands import CommandResult, check
-from rollout.containerd.toolkit import render_toolkit_dropin
 from rollout.errors import RolloutError
 from rollout.lab.description import LabNode
 from rollout.lab.image import DRIVER_VERSION_FILE, NodeImage
 from rollout.lab.nodeprocess import NSPAWN_PID_FILE, SUPERVISOR_PID_FILE
+from rollout.lab.toolkit import install_toolkit
 from rollout.transports.local import LocalRunner
 
 CONTAINERD_CONFIG = "/etc/containerd/config.toml"
@@ -224,10 +224,8 @@ def write_containerd_config(spec: NodeSpec, dirs: NodeDirs) -> None:
 
     config.toml is Debian's packaged file (version 2 on every series) with the toolkit's
     `imports` added: the toolkit keeps the top-level file's version and only adds imports.
-    conf.d/99-nvidia.toml is built as the toolkit builds it, from the node's own
-    `containerd config dump`: the whole CRI runtime plugin table of the dump (version 2 on
-    1.x, version 3 on 2.x) plus the nvidia, nvidia-cdi and nvidia-legacy handlers, each a
-    copy of the default runtime with options.BinaryName under /usr/local/nvidia/toolkit.
+    conf.d/99-nvidia.toml is not written here: the node's toolkit unit (rollout.lab.toolkit)
+    writes it from `containerd config dump` whenever the toolkit pod starts it.
     """
     main_path = dirs.host_path(CONTAINERD_CONFIG)
     main = tomllib.loads(main_path.read_text()) if main_path.is_file() else {}
@@ -236,11 +234,7 @@ def write_containerd_config(spec: NodeSpec, dirs: NodeDirs) -> None:
     ordered.update((k, v) for k, v in main.items() if k != "imports")
     _write(main_path, tomli_w.dumps(ordered))
     dirs.host_path(CONTAINERD_DROP_IN_DIR).mkdir(parents=True, exist_ok=True)
-    containerd = ["/usr/bin/containerd", "--config", CONTAINERD_CONFIG]
-    dump = _check(["chroot", str(dirs.root), *containerd, "config", "dump"], spec.name).stdout
-    _write(
-        dirs.host_path(NVIDIA_DROP_IN), tomli_w.dumps(render_toolkit_dropin(tomllib.loads(dump)))
-    )
+    install_toolkit(dirs.root)
 
 
 def start_node(spec: NodeSpec, dirs: NodeDirs) -> int:

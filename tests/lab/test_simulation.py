@@ -32,6 +32,8 @@ FAST = SimulationTimings(
     upgrade_dwell_s=0.03,
     upgrade_resync_s=0.3,
     pod_termination_s=0.05,
+    crash_backoff_s=0.1,
+    crash_backoff_max_s=0.4,
 )
 TIME_SLICING = """version: v1
 sharing:
@@ -92,6 +94,18 @@ def plugin_pod(core: client.CoreV1Api, node: str) -> Any:
         field_selector=f"spec.nodeName={node}",
     ).items
     return next((p for p in pods if p.metadata.deletion_timestamp is None), None)
+
+
+def plugins_configured(core: client.CoreV1Api, name: str) -> bool:
+    """Every node's device plugin runs with CONFIG_NAME=name (the operator rolled them)."""
+    for node in UUIDS:
+        pod = plugin_pod(core, node)
+        if pod is None or not pod.status.container_statuses:
+            return False
+        env = {e.name: e.value for e in pod.spec.containers[0].env or []}
+        if env.get("CONFIG_NAME") != name or not pod.status.container_statuses[0].ready:
+            return False
+    return True
 
 
 def gpu_pod(name: str, count: int, **spec: Any) -> dict[str, Any]:
@@ -190,6 +204,8 @@ def test_time_slicing_follows_the_label_not_a_configmap_edit(
         "lab-node-1", {"metadata": {"labels": {"nvidia.com/device-plugin.config": "a100"}}}
     )
     wait_for(lambda: gpus(core, "lab-node-1") == ("8", "8"))
+    # The operator rolls the toolkit, then the plugins (their config env): let that finish.
+    wait_for(lambda: plugins_configured(core, "time-slicing"))
     labels = core.read_node("lab-node-1").metadata.labels
     assert labels["nvidia.com/gpu.replicas"] == "4"
     assert labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-40GB-SHARED"
@@ -221,26 +237,138 @@ def test_default_profile_applies_after_the_operator_restarts_plugins(
 # -------------------------------------------------------------- runtime handler
 
 
-def test_losing_the_nvidia_handler_withdraws_gpus_then_the_resource(
+def test_a_running_device_plugin_survives_losing_the_handler_until_its_pod_restarts(
     core: client.CoreV1Api, probe: FixedRuntimeProbe
 ) -> None:
+    """KillMode=process: the handler's loss shows when the plugin's pod next starts."""
     wait_for(lambda: gpus(core, "lab-node-1") == ("2", "2"))
+    running = plugin_pod(core, "lab-node-1")
     probe.set_handlers("lab-node-1", {"runc"})
+    time.sleep(0.5)  # many ticks
+    assert gpus(core, "lab-node-1") == ("2", "2")
+    assert plugin_pod(core, "lab-node-1").metadata.uid == running.metadata.uid
+    assert plugin_pod(core, "lab-node-1").status.phase == "Running"
+
+    core.delete_namespaced_pod(running.metadata.name, "gpu-operator")
     lost_at = time.monotonic()
     wait_for(lambda: gpus(core, "lab-node-1") == ("2", "0"), timeout_s=0.5)
-    assert time.monotonic() - lost_at < 0.5  # before the grace period: capacity unchanged
+    assert time.monotonic() - lost_at < 0.6  # before the grace period: capacity unchanged
 
-    def crash_looping() -> bool:
+    def sandbox_refused() -> Any:
         pod = plugin_pod(core, "lab-node-1")
-        state = pod.status.container_statuses[0].state
-        return state.waiting is not None and state.waiting.reason == "CrashLoopBackOff"
+        if pod is None or pod.metadata.uid == running.metadata.uid:
+            return None
+        events = core.list_namespaced_event(
+            "gpu-operator",
+            field_selector=f"involvedObject.name={pod.metadata.name},reason=FailedCreatePodSandBox",
+        ).items
+        return pod if events else None
 
-    wait_for(crash_looping)
+    pod = wait_for(sandbox_refused)
+    assert pod.status.phase == "Pending"
     wait_for(lambda: gpus(core, "lab-node-1") == (None, None))
     assert time.monotonic() - lost_at >= 0.6
     assert gpus(core, "lab-node-2") == ("1", "1")
     probe.set_handlers("lab-node-1", {"runc", "nvidia"})
     wait_for(lambda: gpus(core, "lab-node-1") == ("2", "2"))
+
+
+def test_a_reboot_restarts_operands_and_a_lost_handler_fails_the_plugin(
+    core: client.CoreV1Api, probe: FixedRuntimeProbe
+) -> None:
+    wait_for(lambda: gpus(core, "lab-node-1") == ("2", "2"))
+    before = plugin_pod(core, "lab-node-1")
+    probe.set_handlers("lab-node-1", {"runc"})
+    probe.set_state("lab-node-1", alive=False)
+    wait_for(lambda: node_ready(core, "lab-node-1") == "Unknown")
+    probe.set_state("lab-node-1", alive=True)
+
+    def creating() -> bool:
+        pod = plugin_pod(core, "lab-node-1")
+        state = pod.status.container_statuses[0].state
+        return state.waiting is not None and state.waiting.reason == "ContainerCreating"
+
+    wait_for(creating)
+    assert plugin_pod(core, "lab-node-1").metadata.uid == before.metadata.uid
+    wait_for(lambda: gpus(core, "lab-node-1") == ("2", "0"))
+    assert node_ready(core, "lab-node-1") == "True"
+    assert ("lab-node-1", "start") in probe.toolkit_calls[2:]  # the toolkit pod ran again
+    probe.set_handlers("lab-node-1", {"runc", "nvidia"})
+    wait_for(lambda: gpus(core, "lab-node-1") == ("2", "2"))
+    restarted = plugin_pod(core, "lab-node-1").status.container_statuses[0]
+    assert restarted.restart_count == 1 and restarted.ready
+
+
+def node_ready(core: client.CoreV1Api, node: str) -> str | None:
+    for condition in core.read_node(node).status.conditions or []:
+        if condition.type == "Ready":
+            return str(condition.status)
+    return None
+
+
+def test_ready_follows_the_node_and_its_containerd(
+    core: client.CoreV1Api, probe: FixedRuntimeProbe
+) -> None:
+    wait_for(lambda: node_ready(core, "lab-node-2") == "True")
+    wait_for(lambda: gpus(core, "lab-node-2") == ("1", "1"))
+    probe.set_state("lab-node-2", containerd_active=False)
+    wait_for(lambda: node_ready(core, "lab-node-2") == "False")
+    ready = next(c for c in core.read_node("lab-node-2").status.conditions if c.type == "Ready")
+    assert ready.message == "container runtime is down"
+    assert gpus(core, "lab-node-2") == ("1", "1"), "running containers outlive containerd"
+    probe.set_state("lab-node-2")
+    wait_for(lambda: node_ready(core, "lab-node-2") == "True")
+    probe.set_state("lab-node-2", alive=False)
+    wait_for(lambda: node_ready(core, "lab-node-2") == "Unknown")
+    ready = next(c for c in core.read_node("lab-node-2").status.conditions if c.type == "Ready")
+    assert ready.reason == "NodeStatusUnknown"
+    taints = {t.key for t in core.read_node("lab-node-2").spec.taints or []}
+    assert "node.kubernetes.io/not-ready" in taints
+
+
+def test_the_toolkit_pod_drives_the_toolkit_unit(
+    core: client.CoreV1Api, probe: FixedRuntimeProbe
+) -> None:
+    wait_for(lambda: gpus(core, "lab-node-2") == ("1", "1"))
+    assert probe.toolkit_calls.count(("lab-node-2", "start")) == 1
+    plugin = plugin_pod(core, "lab-node-2")
+    toolkit = core.list_namespaced_pod(
+        "gpu-operator",
+        label_selector="app=nvidia-container-toolkit-daemonset",
+        field_selector="spec.nodeName=lab-node-2",
+    ).items[0]
+    core.delete_namespaced_pod(toolkit.metadata.name, "gpu-operator")
+    wait_for(lambda: probe.toolkit_calls.count(("lab-node-2", "start")) == 2)
+    calls = [action for node, action in probe.toolkit_calls if node == "lab-node-2"]
+    assert calls == ["start", "stop", "start"]
+    assert plugin_pod(core, "lab-node-2").metadata.uid == plugin.metadata.uid
+    core.patch_node(
+        "lab-node-2", {"metadata": {"labels": {"nvidia.com/gpu.deploy.container-toolkit": "false"}}}
+    )
+    wait_for(lambda: probe.toolkit_calls[-1] == ("lab-node-2", "stop"))
+    assert gpus(core, "lab-node-2") == ("1", "1"), "a running plugin outlives the toolkit"
+
+
+def test_a_crash_looping_plugin_backs_off_longer_each_time(
+    core: client.CoreV1Api, plane: ControlPlane
+) -> None:
+    wait_for(lambda: gpus(core, "lab-node-2") == ("1", "1"))
+    core.patch_node(
+        "lab-node-2",
+        {"metadata": {"annotations": {"lab.rollout/device-plugin-crash": "nvml: crashed"}}},
+    )
+    wait_for(lambda: gpus(core, "lab-node-2") == ("1", "0"))
+
+    def restarts() -> int:
+        return int(plugin_pod(core, "lab-node-2").status.container_statuses[0].restart_count)
+
+    wait_for(lambda: restarts() >= 3, timeout_s=3)
+    message = plugin_pod(core, "lab-node-2").status.container_statuses[0].state.waiting.message
+    assert message.startswith("back-off 0.4s restarting failed container=")
+    core.patch_node(
+        "lab-node-2", {"metadata": {"annotations": {"lab.rollout/device-plugin-crash": None}}}
+    )
+    wait_for(lambda: gpus(core, "lab-node-2") == ("1", "1"))
 
 
 def test_unhealthy_gpus_are_not_allocatable(core: client.CoreV1Api) -> None:

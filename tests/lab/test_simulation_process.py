@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -79,6 +80,19 @@ def test_file_probe_reads_the_running_config(tmp_path: Path) -> None:
     assert not probe.has_handler("unknown", "nvidia")
 
 
+def test_a_dead_nodes_stale_record_is_cleared(tmp_path: Path) -> None:
+    """No nspawn runs these nodes: they are down, and a record left behind is removed."""
+    write_lab(tmp_path, 0)
+    probe = RunningConfigProbe.from_lab(LabDescription.from_file(tmp_path / "lab.json"))
+    record = tmp_path / "lab-node-1" / RUNNING_CONFIG_PATH
+    assert record.is_file()
+    state = probe.state("lab-node-1")
+    assert (state.alive, state.containerd_active) == (False, False)
+    assert not record.exists()
+    (tmp_path / "nspawn.pid").write_text(f"{os.getpid()}\n")  # alive, but not an nspawn
+    assert not probe.state("lab-node-1").alive
+
+
 def test_control_plane_process_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
     port = free_port()
     write_lab(tmp_path, port)
@@ -101,16 +115,21 @@ def test_control_plane_process_serves_and_stops_on_sigterm(tmp_path: Path) -> No
         assert (tmp_path / "controlplane.pid").read_text().strip() == str(process.pid)
         with client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{port}")) as api_client:
             core = client.CoreV1Api(api_client)
+            # No nspawn runs these nodes: the kubelets post nothing, the nodes are Unknown.
             deadline = time.monotonic() + 5
             while time.monotonic() < deadline:
-                gpus = {
-                    n.metadata.name: n.status.allocatable.get("nvidia.com/gpu")
+                ready = {
+                    n.metadata.name: [c.status for c in n.status.conditions if c.type == "Ready"]
                     for n in core.list_node().items
                 }
-                if gpus == {"lab-node-1": "1", "lab-node-2": None}:
+                if ready == {"lab-node-1": ["Unknown"], "lab-node-2": ["Unknown"]}:
                     break
                 time.sleep(0.05)
-            assert gpus == {"lab-node-1": "1", "lab-node-2": None}
+            assert ready == {"lab-node-1": ["Unknown"], "lab-node-2": ["Unknown"]}
+            assert all(
+                "nvidia.com/gpu" not in (n.status.allocatable or {}) for n in core.list_node().items
+            )
+        assert not (tmp_path / "lab-node-1" / RUNNING_CONFIG_PATH).exists()
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=10) == 0
     finally:

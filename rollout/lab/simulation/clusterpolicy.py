@@ -1,13 +1,18 @@
 """The GPU Operator's reconciliation of its operand DaemonSets from the ClusterPolicy.
 
-Two ClusterPolicy fields reach the operands: spec.driver.version becomes the driver image
-(the driver DaemonSet is OnDelete, so pods change only when the upgrade controller restarts
-them), and spec.devicePlugin.config becomes the device plugin's config environment (a RollingUpdate
-DaemonSet, so plugin pods restart and load the new config, as with the real operator).
+spec.driver.version becomes the driver image (the driver DaemonSet is OnDelete, so pods
+change only when the upgrade controller restarts them). Any other change of the spec is
+rendered into the toolkit's DaemonSet (a hash of the spec in its template), so the toolkit
+pods roll and each node's toolkit re-runs: the seed incident's "time-slicing made the toolkit
+re-run". The operator walks its states in order and stops at the first that is not ready,
+so spec.devicePlugin.config reaches the device plugin's config environment (plugin pods
+restart and load it) only once the toolkit DaemonSet has rolled out and is ready.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -20,11 +25,20 @@ from rollout.lab.simulation.gpuoperator import (
     DRIVER,
     DRIVER_VERSION_ENV,
     OPERATOR_NAMESPACE,
+    TOOLKIT,
     driver_image,
 )
 
 CONFIG_NAME_ENV = "CONFIG_NAME"
 DEFAULT_CONFIG_ENV = "DEFAULT_CONFIG"
+# On the toolkit's pod template: the ClusterPolicy spec (less the driver) it was rendered from.
+POLICY_HASH_ANNOTATION = "lab.rollout/cluster-policy-hash"
+
+
+def policy_hash(spec: Mapping[str, Any]) -> str:
+    """What of the ClusterPolicy the toolkit is rendered from: all but the driver section."""
+    rest = {k: v for k, v in spec.items() if k != "driver"}
+    return hashlib.sha256(json.dumps(rest, sort_keys=True).encode()).hexdigest()[:16]
 
 
 @dataclass(eq=False)
@@ -40,6 +54,9 @@ class ClusterPolicyController:
         version = str((spec.get("driver") or {}).get("version") or "")
         if version:
             self._set_env(DRIVER.name, {DRIVER_VERSION_ENV: version}, image=driver_image(version))
+        self._stamp_toolkit(policy_hash(spec))
+        if not self._rolled_out(TOOLKIT.name):
+            return  # the device-plugin state waits for the toolkit state
         config = (spec.get("devicePlugin") or {}).get("config") or {}
         self._set_env(
             DEVICE_PLUGIN.name,
@@ -77,4 +94,33 @@ class ClusterPolicyController:
             daemonset_name,
             PatchType.MERGE,
             {"spec": {"template": {"spec": {"containers": containers}}}},
+        )
+
+    def _stamp_toolkit(self, digest: str) -> None:
+        daemonset = self.registry.find(DAEMONSETS, OPERATOR_NAMESPACE, TOOLKIT.name)
+        if daemonset is None:
+            return
+        metadata = daemonset["spec"]["template"].get("metadata") or {}
+        if (metadata.get("annotations") or {}).get(POLICY_HASH_ANNOTATION) == digest:
+            return
+        patch = {"metadata": {"annotations": {POLICY_HASH_ANNOTATION: digest}}}
+        self.registry.patch(
+            DAEMONSETS,
+            OPERATOR_NAMESPACE,
+            TOOLKIT.name,
+            PatchType.MERGE,
+            {"spec": {"template": patch}},
+        )
+
+    def _rolled_out(self, name: str) -> bool:
+        """Every pod of the DaemonSet is of its newest template and ready."""
+        daemonset = self.registry.find(DAEMONSETS, OPERATOR_NAMESPACE, name)
+        if daemonset is None:
+            return True
+        status = daemonset.get("status") or {}
+        desired = status.get("desiredNumberScheduled", 0)
+        return bool(
+            status.get("observedGeneration") == daemonset["metadata"].get("generation")
+            and status.get("updatedNumberScheduled") == desired
+            and status.get("numberReady") == desired
         )

@@ -49,6 +49,13 @@ class SimulationTimings:
     driver_restart_s: float = 0.2
     # A deleted running pod stays Terminating this long (capped by its grace period).
     pod_termination_s: float = 0.5
+    # Kubelet: container stop, crash back-off (first, cap), device-plugin registration.
+    container_stop_s: float = 0.0
+    crash_backoff_s: float = 1.0
+    crash_backoff_max_s: float = 5.0
+    plugin_registration_s: float = 0.0
+    # How long start() ticks for every node's toolkit and device plugin to come up.
+    settle_s: float = 25.0
 
     @classmethod
     def from_lab(cls, lab: LabDescription) -> SimulationTimings:
@@ -81,6 +88,10 @@ class Simulation:
             pod_start_s=self.timings.pod_start_s,
             smoke_run_s=self.timings.smoke_run_s,
             device_plugin_grace_s=self.timings.device_plugin_grace_s,
+            container_stop_s=self.timings.container_stop_s,
+            crash_backoff_s=self.timings.crash_backoff_s,
+            crash_backoff_max_s=self.timings.crash_backoff_max_s,
+            plugin_registration_s=self.timings.plugin_registration_s,
         )
         self._lifecycle = NodeLifecycleController(registry, clock)
         self._operator = ClusterPolicyController(registry)
@@ -130,9 +141,14 @@ class Simulation:
             self._lifecycle.reconcile()
 
     def start(self) -> Simulation:
-        """Seed, run a first tick (nodes report, operand pods exist), then tick in a thread."""
+        """Seed, tick until every node's toolkit has configured containerd and its device
+        plugin registered (settle_s at most), then tick in a thread."""
         self.seed()
         self.step()
+        deadline = time.monotonic() + self.timings.settle_s
+        while not all(k.settled() for k in self.kubelets) and time.monotonic() < deadline:
+            time.sleep(self.timings.tick_s)
+            self.step()
         self._thread = threading.Thread(target=self._run, name="simulation", daemon=True)
         self._thread.start()
         return self
@@ -141,6 +157,8 @@ class Simulation:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        for kubelet in self.kubelets:
+            kubelet.close()
 
     def _run(self) -> None:
         while not self._stop.wait(self.timings.tick_s):

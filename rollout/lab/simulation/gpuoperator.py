@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -164,7 +165,7 @@ def to_cluster_policy(driver_version: str) -> dict[str, Any]:
     }
 
 
-def driver_version_of(pod: dict[str, Any]) -> str | None:
+def driver_version_of(pod: Mapping[str, Any]) -> str | None:
     """The driver version a driver pod runs (from its container env)."""
     for container in pod.get("spec", {}).get("containers") or []:
         for env in container.get("env") or []:
@@ -173,7 +174,7 @@ def driver_version_of(pod: dict[str, Any]) -> str | None:
     return None
 
 
-def owner_daemonset(pod: dict[str, Any]) -> str | None:
+def owner_daemonset(pod: Mapping[str, Any]) -> str | None:
     """The name of the DaemonSet controlling a pod, if one does."""
     for reference in pod["metadata"].get("ownerReferences") or []:
         if reference.get("kind") == "DaemonSet" and reference.get("controller"):

@@ -1,10 +1,22 @@
 """One node's kubelet: pod lifecycle, the device manager and the device plugin, node status.
 
-What it models, from FACTS.md: the device plugin registers nvidia.com/gpu only while the
-node's running containerd has the `nvidia` handler, its pod runs and the driver is up;
-on disconnect allocatable drops to 0 at once, capacity stays, and the resource leaves the
-node after the grace period. The plugin takes up a sharing profile only when its pod
-(re)starts or the node's config label changes, never on a ConfigMap edit alone.
+What it models, from FACTS.md:
+- A container starts only through the node's running containerd: none while containerd is
+  down, and a pod whose runtime class names a handler the running containerd lacks fails
+  at that moment (FailedCreatePodSandBox; CreateContainerError for a restart in its
+  sandbox). Running containers survive a containerd restart (Debian's KillMode=process), so
+  a lost `nvidia` handler shows only when the device plugin's pod next starts: a pod the
+  operator rolls, a crash's restart, the node's reboot.
+- The toolkit pod's container is the node's toolkit unit (toolkitunit.py): its start writes
+  99-nvidia.toml and restarts containerd, its end deletes the drop-in. Operand pods of the
+  nvidia runtime class wait for the toolkit to have settled, as they wait for its validation.
+- The device plugin registers nvidia.com/gpu a moment after its pod runs, while the driver
+  is up; on disconnect allocatable drops to 0 at once, capacity stays, and the resource
+  leaves the node after the grace period. The plugin takes up a sharing profile only when
+  its pod (re)starts or the node's config label changes, never on a ConfigMap edit alone.
+- Ready follows the node (its nspawn alive) and containerd (active); a reboot restarts
+  every operand pod of the node. A crash-looping container restarts after a back-off that
+  doubles up to its cap; a deleted pod goes once its containers have stopped.
 """
 
 from __future__ import annotations
@@ -17,7 +29,7 @@ from typing import Any
 
 from rollout.lab.apiserver.errors import ApiError
 from rollout.lab.apiserver.metadata import format_timestamp
-from rollout.lab.apiserver.registry import Registry
+from rollout.lab.apiserver.registry import DeleteOptions, Registry
 from rollout.lab.apiserver.resources import CONFIGMAPS, NODES, PODS
 from rollout.lab.description import GpuDescription, NodeDescription
 from rollout.lab.simulation.events import EventRecorder
@@ -26,9 +38,10 @@ from rollout.lab.simulation.gpuoperator import (
     DEVICE_PLUGIN_CRASH_ANNOTATION,
     DRIVER,
     NOT_READY_ANNOTATION,
-    NVIDIA_HANDLER,
     OPERATOR_NAMESPACE,
+    TOOLKIT,
     UNHEALTHY_GPUS_ANNOTATION,
+    VALIDATOR,
     driver_version_of,
     owner_daemonset,
 )
@@ -43,13 +56,14 @@ from rollout.lab.simulation.pods import (
 )
 from rollout.lab.simulation.podstatus import (
     set_crash_loop,
+    set_create_error,
     set_failed,
     set_running,
     set_succeeded,
     set_waiting,
     waiting_reason,
 )
-from rollout.lab.simulation.probe import NodeRuntimeProbe
+from rollout.lab.simulation.probe import NodeRuntimeProbe, RuntimeState
 from rollout.lab.simulation.profiles import (
     CONFIG_LABEL,
     NO_SHARING,
@@ -58,6 +72,7 @@ from rollout.lab.simulation.profiles import (
     config_name,
     select_profile,
 )
+from rollout.lab.simulation.toolkitunit import ToolkitUnit
 
 log = logging.getLogger("rollout.lab.simulation")
 
@@ -68,6 +83,9 @@ GPU_REPLICAS_LABEL = "nvidia.com/gpu.replicas"
 GPU_SHARING_LABEL = "nvidia.com/gpu.sharing-strategy"
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
 DRIVER_LABELS = ("major", "minor", "rev")
+# Operands that wait for the toolkit (the GPU Operator gives them its validation init step).
+AFTER_TOOLKIT = (DEVICE_PLUGIN.name, VALIDATOR.name)
+WAITING_RESTART = ("CrashLoopBackOff", "CreateContainerError", "ContainerCreating")
 
 
 @dataclass(frozen=True)
@@ -77,6 +95,13 @@ class KubeletTimings:
     pod_start_s: float = 0.2
     smoke_run_s: float = 1.0
     device_plugin_grace_s: float = 300.0
+    # A deleted pod's containers take this long to stop (within the pod's grace period).
+    container_stop_s: float = 0.0
+    # CrashLoopBackOff: the first back-off, doubled at each restart up to the cap.
+    crash_backoff_s: float = 1.0
+    crash_backoff_max_s: float = 5.0
+    # From the device plugin's container running to nvidia.com/gpu registered.
+    plugin_registration_s: float = 0.0
 
 
 @dataclass
@@ -125,10 +150,20 @@ class Kubelet:
     _first_seen: dict[str, float] = field(default_factory=dict, init=False)
     _running_since: dict[str, float] = field(default_factory=dict, init=False)
     _ip_counter: int = field(default=1, init=False)
+    # uid -> (when its container may start again, the back-off that led there)
+    _backoff: dict[str, tuple[float, float]] = field(default_factory=dict, init=False)
+    # uid -> when the kubelet saw its deletion (it stops the containers, then deletes it)
+    _stopping_since: dict[str, float] = field(default_factory=dict, init=False)
+    # uids whose containers must start again (the node rebooted under them)
+    _restart: set[str] = field(default_factory=set, init=False)
+    _boot: str | None = field(default=None, init=False)
+    _runtime: RuntimeState = field(init=False)
 
     def __post_init__(self) -> None:
         self._recorder = EventRecorder(self.registry, "kubelet", self.node.name, self.clock)
         self.driver_version = self.node.driver_version
+        self.toolkit = ToolkitUnit(self.probe, self.node.name)
+        self._runtime = self.probe.state(self.node.name)
 
     @property
     def name(self) -> str:
@@ -139,21 +174,51 @@ class Kubelet:
         node = self.registry.find(NODES, None, self.name)
         if node is None:
             return
-        pods = [
-            p for p in self.registry.list_objects(PODS) if p["spec"].get("nodeName") == self.name
-        ]
         now = self.clock()
+        runtime = self._runtime = self.probe.state(self.name)
+        if not runtime.alive:
+            # A dead node's kubelet posts nothing: the node controller marks it Unknown.
+            self._sync_node(now)
+            return
+        pods = self._pods()
+        if self._boot is not None and runtime.boot != self._boot:
+            self._rebooted(pods, now)
+        self._boot = runtime.boot
         self._release_finished(pods)
+        self._follow_toolkit(pods)
         for pod in pods:
             try:
                 self._sync_pod(pod, now)
             except ApiError as error:
                 log.debug("kubelet %s: pod write raced: %s", self.name, error)
-        pods = [
+        self._sync_devices(node, self._pods(), cluster_policy, now)
+        self._sync_node(now)
+
+    def settled(self) -> bool:
+        """Whether this node's operands run (the toolkit settled, the plugin registered)."""
+        if not self._runtime.alive or not self.node.gpus:
+            return True  # nothing to wait for
+        return self.toolkit.settled(self._runtime) and self._devices.registered
+
+    def close(self) -> None:
+        self.toolkit.close()
+
+    def _pods(self) -> list[dict[str, Any]]:
+        return [
             p for p in self.registry.list_objects(PODS) if p["spec"].get("nodeName") == self.name
         ]
-        self._sync_devices(node, pods, cluster_policy, now)
-        self._sync_node(now)
+
+    def _rebooted(self, pods: list[dict[str, Any]], now: float) -> None:
+        """Every container of the node is gone; running pods start again, sandbox and all."""
+        log.info("kubelet %s: the node rebooted", self.name)
+        self.toolkit.forget()
+        self._devices.loaded_pod_uid = None
+        for pod in pods:
+            if is_terminal(pod) or is_deleting(pod):
+                continue
+            if (pod.get("status") or {}).get("phase") == "Running":
+                self._restart.add(pod["metadata"]["uid"])
+                self._write_pod(pod, lambda p: set_create_error(p, "ContainerCreating", "", now))
 
     # ------------------------------------------------------------------- pods
 
@@ -163,30 +228,54 @@ class Kubelet:
 
     def _sync_pod(self, pod: dict[str, Any], now: float) -> None:
         uid = pod["metadata"]["uid"]
-        if is_deleting(pod) or is_terminal(pod):
+        if is_deleting(pod):
+            self._finish_deleting(pod, now)
+            return
+        if is_terminal(pod):
             return
         phase = (pod.get("status") or {}).get("phase")
         if phase == "Pending":
             self._start_pod(pod, now)
+        elif uid in self._restart:
+            self._restart_pod(pod, now)
         elif phase == "Running":
             self._run_pod(pod, now)
         self._first_seen.setdefault(uid, now)
 
-    def _start_pod(self, pod: dict[str, Any], now: float) -> None:
-        uid = pod["metadata"]["uid"]
-        first_seen = self._first_seen.setdefault(uid, now)
-        if not self._handler_ok(pod):
-            runtime_class = pod["spec"]["runtimeClassName"]
-            self._write_pod(pod, lambda p: set_waiting(p, "ContainerCreating", "", now))
+    def _can_start(self, pod: dict[str, Any], now: float, *, in_sandbox: bool) -> bool:
+        """What any container start needs: containerd up, the toolkit (for operands of the
+        nvidia class) and the pod's runtime handler in the running containerd."""
+        if not self._runtime.containerd_active:
+            return False  # the CRI does not answer; the kubelet retries
+        if owner_daemonset(pod) in AFTER_TOOLKIT and not self.toolkit.settled(self._runtime):
+            if waiting_reason(pod) is None:
+                self._write_pod(pod, lambda p: set_waiting(p, "PodInitializing", "", now))
+            return False
+        if self._handler_ok(pod):
+            return True
+        runtime_class = pod["spec"]["runtimeClassName"]
+        error = f'failed to get sandbox runtime: no runtime for "{runtime_class}" is configured'
+        if in_sandbox:
+            self._write_pod(pod, lambda p: set_create_error(p, "CreateContainerError", error, now))
+            self._recorder.record(pod, "Warning", "Failed", f"Error: {error}")
+        else:
+            self._write_pod(pod, lambda p: set_create_error(p, "ContainerCreating", "", now))
             self._recorder.record(
                 pod,
                 "Warning",
                 "FailedCreatePodSandBox",
-                "Failed to create pod sandbox: rpc error: code = Unknown desc = failed to get "
-                f'sandbox runtime: no runtime for "{runtime_class}" is configured',
+                f"Failed to create pod sandbox: rpc error: code = Unknown desc = {error}",
             )
+        return False
+
+    def _start_pod(self, pod: dict[str, Any], now: float) -> None:
+        uid = pod["metadata"]["uid"]
+        first_seen = self._first_seen.setdefault(uid, now)
+        if not self._can_start(pod, now, in_sandbox=False):
             return
         if now - first_seen < self.timings.pod_start_s:
+            return
+        if not self._toolkit_container_started(pod, now):
             return
         wanted = gpu_request(pod)
         if wanted and self._allocate(uid, wanted) is None:
@@ -211,26 +300,103 @@ class Kubelet:
                 format_gpu_list(self._visible_gpus(uid)),
             )
 
+    def _restart_pod(self, pod: dict[str, Any], now: float) -> None:
+        """After a reboot: a new sandbox, then the containers, one restart more."""
+        uid = pod["metadata"]["uid"]
+        if not self._can_start(pod, now, in_sandbox=False):
+            return
+        if not self._toolkit_container_started(pod, now):
+            return
+        self._restart.discard(uid)
+        self._write_pod(pod, lambda p: set_running(p, self.node.address, None, now, restart=True))
+        self._running_since[uid] = now
+
+    def _toolkit_container_started(self, pod: dict[str, Any], now: float) -> bool:
+        """The toolkit pod's container is the node's toolkit unit: true once it runs."""
+        if owner_daemonset(pod) != TOOLKIT.name:
+            return True
+        uid = pod["metadata"]["uid"]
+        if self.toolkit.pod_uid != uid:
+            self.toolkit.start(uid, self._runtime)
+            return False
+        done = self.toolkit.outcome()
+        if done is None or done[0] != "start":
+            return False  # systemctl start still runs
+        if not done[1].ok:
+            self._recorder.record(pod, "Warning", "Failed", f"Error: {done[1].detail}")
+            self.toolkit.pod_uid = None  # the next attempt starts the unit again
+            return False
+        return True
+
+    def _follow_toolkit(self, pods: list[dict[str, Any]]) -> None:
+        """Stop the unit once the pod that runs it is deleted or gone."""
+        uid = self.toolkit.pod_uid
+        if uid is None:
+            return
+        pod = next((p for p in pods if p["metadata"]["uid"] == uid), None)
+        if pod is None or is_deleting(pod) or is_terminal(pod):
+            self.toolkit.stop()
+
+    def _finish_deleting(self, pod: dict[str, Any], now: float) -> None:
+        """A deleted pod goes once its containers stopped (never later than its grace)."""
+        uid = pod["metadata"]["uid"]
+        since = self._stopping_since.setdefault(uid, now)
+        if owner_daemonset(pod) == TOOLKIT.name:
+            done = self.toolkit.outcome()
+            if self.toolkit.pod_uid == uid or done is None:
+                return  # the unit still runs, or its stop does
+        elif now - since < self.timings.container_stop_s:
+            return
+        meta = pod["metadata"]
+        try:
+            self.registry.delete(
+                PODS, meta["namespace"], meta["name"], DeleteOptions(grace_period_s=0)
+            )
+        except ApiError as error:
+            log.debug("kubelet %s: pod %s already gone: %s", self.name, meta["name"], error)
+
     def _run_pod(self, pod: dict[str, Any], now: float) -> None:
         uid = pod["metadata"]["uid"]
         since = self._running_since.setdefault(uid, now)
-        handler_ok = self._handler_ok(pod)
-        # Operand containers restart when the runtime loses their handler; bare pods keep
-        # their already-running containers.
-        if owner_daemonset(pod) is not None:
-            crashing = waiting_reason(pod) == "CrashLoopBackOff"
-            crash = self._plugin_crash(pod)
-            if (not handler_ok or crash) and not crashing:
-                self._write_pod(pod, lambda p: set_crash_loop(p, now))
-                if crash:
-                    self._write_plugin_log(pod, crash)
-                return
-            if handler_ok and not crash and crashing:
-                self._write_pod(pod, lambda p: set_running(p, self.node.address, None, now))
-                return
+        waiting = waiting_reason(pod)
+        if waiting in WAITING_RESTART:
+            self._retry_container(pod, now)
+            return
+        crash = self._plugin_crash(pod)
+        if crash:
+            self._crash(pod, crash, now)
+            return
         if runs_nvidia_smi(pod) is not None and now - since >= self.timings.smoke_run_s:
             self._write_pod(pod, lambda p: set_succeeded(p, now))
             self._release(uid)
+
+    def _crash(self, pod: dict[str, Any], line: str, now: float) -> None:
+        uid = pod["metadata"]["uid"]
+        _, previous = self._backoff.get(uid, (now, 0.0))
+        delay = min(
+            max(previous * 2, self.timings.crash_backoff_s), self.timings.crash_backoff_max_s
+        )
+        self._backoff[uid] = (now + delay, delay)
+        self._write_pod(pod, lambda p: set_crash_loop(p, now, delay))
+        self._write_plugin_log(pod, line)
+
+    def _retry_container(self, pod: dict[str, Any], now: float) -> None:
+        """CrashLoopBackOff or CreateContainerError: start the container again after back-off."""
+        uid = pod["metadata"]["uid"]
+        due, _ = self._backoff.get(uid, (now, 0.0))
+        if now < due:
+            return
+        crash = self._plugin_crash(pod)
+        if crash:
+            self._crash(pod, crash, now)
+            return
+        if not self._can_start(pod, now, in_sandbox=True):
+            _, delay = self._backoff.get(uid, (now, self.timings.crash_backoff_s))
+            self._backoff[uid] = (now + delay, delay)
+            return
+        self._backoff.pop(uid, None)
+        self._write_pod(pod, lambda p: set_running(p, self.node.address, None, now))
+        self._running_since[uid] = now
 
     def _plugin_crash(self, pod: dict[str, Any]) -> str | None:
         """The lab's crash knob for this node's device plugin: the line its log ends with."""
@@ -285,10 +451,15 @@ class Kubelet:
         for uid in list(self._devices.allocations):
             if uid not in active:
                 self._release(uid)
-        for memory in (self._first_seen, self._running_since):
+        present = {p["metadata"]["uid"] for p in pods}
+        for memory in (self._first_seen, self._running_since, self._backoff):
             for uid in list(memory):
                 if uid not in active:
                     del memory[uid]
+        for uid in list(self._stopping_since):
+            if uid not in present:
+                del self._stopping_since[uid]
+        self._restart &= active
 
     def _visible_gpus(self, uid: str) -> list[GpuDescription]:
         slots = self._devices.allocations.get(uid)
@@ -322,9 +493,12 @@ class Kubelet:
             or labels.get(CONFIG_LABEL) != state.loaded_label
         ):
             self._load_profile(node, plugin, cluster_policy)
+        # The plugin's own gRPC registration with the kubelet: containerd and its handlers
+        # play no part once the plugin's container runs.
         state.registered = (
-            self.probe.has_handler(self.name, NVIDIA_HANDLER)
-            and plugin is not None
+            plugin is not None
+            and now - self._running_since.get(plugin["metadata"]["uid"], now)
+            >= self.timings.plugin_registration_s
             and self._driver_ready(node, pods)
             and bool(self.node.gpus)
         )
@@ -390,6 +564,10 @@ class Kubelet:
     # ------------------------------------------------------------------- node
 
     def _sync_node(self, now: float) -> None:
+        runtime = self._runtime
+        if not runtime.alive:
+            self.registry.mutate(NODES, None, self.name, lambda n: _set_node_unknown(n, now))
+            return
         state = self._devices
         total = len(self.node.gpus) * state.profile.replicas
         healthy = len(self._slots()) if state.registered else 0
@@ -408,7 +586,15 @@ class Kubelet:
                 capacity.pop(GPU_RESOURCE, None)
                 allocatable.pop(GPU_RESOURCE, None)
             annotations = node["metadata"].get("annotations") or {}
-            _set_node_conditions(status, annotations.get(NOT_READY_ANNOTATION) == "true", now)
+            not_ready = None
+            if not runtime.containerd_active:
+                not_ready = "container runtime is down"
+            elif annotations.get(NOT_READY_ANNOTATION) == "true":
+                not_ready = (
+                    "container runtime network not ready: NetworkReady=false "
+                    "reason:NetworkPluginNotReady"
+                )
+            _set_node_conditions(status, not_ready, now)
             if self.node.gpus:
                 node["metadata"].setdefault("labels", {}).update(self._gfd_labels())
 
@@ -436,7 +622,41 @@ class Kubelet:
         return labels
 
 
-def _set_node_conditions(status: dict[str, Any], not_ready: bool, now: float) -> None:
+def _set_node_unknown(node: dict[str, Any], now: float) -> None:
+    """What the node lifecycle controller writes when a node's kubelet stops posting."""
+    status = node.setdefault("status", {})
+    stamp = format_timestamp(now)
+    conditions = []
+    never = "Kubelet never posted node status."
+    for kind in ("MemoryPressure", "DiskPressure", "PIDPressure", "Ready"):
+        if not status.get("conditions"):
+            conditions.append(
+                {
+                    "type": kind,
+                    "status": "Unknown",
+                    "lastHeartbeatTime": stamp,
+                    "lastTransitionTime": stamp,
+                    "reason": "NodeStatusNeverUpdated",
+                    "message": never,
+                }
+            )
+    for condition in status.get("conditions") or []:
+        if condition.get("status") == "Unknown":
+            conditions.append(condition)
+            continue
+        conditions.append(
+            {
+                **condition,
+                "status": "Unknown",
+                "lastTransitionTime": stamp,
+                "reason": "NodeStatusUnknown",
+                "message": "Kubelet stopped posting node status.",
+            }
+        )
+    status["conditions"] = conditions
+
+
+def _set_node_conditions(status: dict[str, Any], not_ready: str | None, now: float) -> None:
     """The kubelet's four node conditions; times move only on a change, like the real one
     with node leases (no heartbeat churn in the object)."""
     stamp = format_timestamp(now)
@@ -449,12 +669,7 @@ def _set_node_conditions(status: dict[str, Any], not_ready: bool, now: float) ->
         ),
         ("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
         ("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
-        (
-            "Ready",
-            "False",
-            "KubeletNotReady",
-            "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady",
-        )
+        ("Ready", "False", "KubeletNotReady", not_ready)
         if not_ready
         else ("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
     ]
@@ -463,11 +678,12 @@ def _set_node_conditions(status: dict[str, Any], not_ready: bool, now: float) ->
     for kind, value, reason, message in wanted:
         old = previous.get(kind) or {}
         unchanged = old.get("status") == value
+        same = unchanged and old.get("message") == message
         conditions.append(
             {
                 "type": kind,
                 "status": value,
-                "lastHeartbeatTime": old.get("lastHeartbeatTime") if unchanged else stamp,
+                "lastHeartbeatTime": old.get("lastHeartbeatTime") if same else stamp,
                 "lastTransitionTime": old.get("lastTransitionTime") if unchanged else stamp,
                 "reason": reason,
                 "message": message,

@@ -88,8 +88,11 @@ def set_waiting(pod: dict[str, Any], reason: str, message: str, now: float) -> N
     pod["status"].setdefault("startTime", format_timestamp(now))
 
 
-def set_running(pod: dict[str, Any], host_ip: str, pod_ip: str | None, now: float) -> None:
-    """Running and ready; a restarted container keeps its restart count and last state."""
+def set_running(
+    pod: dict[str, Any], host_ip: str, pod_ip: str | None, now: float, *, restart: bool = False
+) -> None:
+    """Running and ready; a restarted container keeps its restart count and last state
+    (`restart`: started again after its node rebooted, one restart more)."""
     status = pod.setdefault("status", {})
     status["phase"] = "Running"
     status["hostIP"] = host_ip
@@ -111,6 +114,7 @@ def set_running(pod: dict[str, Any], host_ip: str, pod_ip: str | None, now: floa
     statuses = []
     for container in _containers(pod):
         restarts = int((previous.get(container["name"]) or {}).get("restartCount", 0))
+        restarts += 1 if restart else 0
         entry: dict[str, Any] = {
             "name": container["name"],
             "image": container.get("image", ""),
@@ -128,8 +132,9 @@ def set_running(pod: dict[str, Any], host_ip: str, pod_ip: str | None, now: floa
     status["containerStatuses"] = statuses
 
 
-def set_crash_loop(pod: dict[str, Any], now: float) -> None:
-    """Every container exited with an error and waits in CrashLoopBackOff, one restart more."""
+def set_crash_loop(pod: dict[str, Any], now: float, backoff_s: float = 10.0) -> None:
+    """Every container exited with an error and waits in CrashLoopBackOff, one restart more,
+    for `backoff_s` (the kubelet's back-off: 10 s, doubled at each restart, 5 min at most)."""
     status = pod["status"]
     _set_containers_not_ready(pod, True, now)
     statuses = []
@@ -152,7 +157,8 @@ def set_crash_loop(pod: dict[str, Any], now: float) -> None:
                 "state": {
                     "waiting": {
                         "reason": "CrashLoopBackOff",
-                        "message": f"back-off 10s restarting failed container={entry['name']} "
+                        "message": f"back-off {_duration(backoff_s)} restarting failed "
+                        f"container={entry['name']} "
                         f"pod={pod['metadata']['name']}_{pod['metadata']['namespace']}"
                         f"({pod['metadata']['uid']})",
                     }
@@ -160,6 +166,41 @@ def set_crash_loop(pod: dict[str, Any], now: float) -> None:
             }
         )
     status["containerStatuses"] = statuses
+
+
+def set_create_error(pod: dict[str, Any], reason: str, message: str, now: float) -> None:
+    """Containers not running and waiting for `reason` (ContainerCreating while the sandbox
+    cannot be made, CreateContainerError); restart counts and last states are kept."""
+    status = pod.setdefault("status", {})
+    _set_containers_not_ready(pod, reason != "ContainerCreating", now)
+    previous = {s.get("name"): s for s in status.get("containerStatuses") or []}
+    waiting: dict[str, Any] = {"reason": reason}
+    if message:
+        waiting["message"] = message
+    statuses = []
+    for container in _containers(pod):
+        old = previous.get(container["name"]) or {}
+        entry = {
+            "name": container["name"],
+            "image": container.get("image", ""),
+            "imageID": old.get("imageID", ""),
+            "ready": False,
+            "restartCount": int(old.get("restartCount", 0)),
+            "started": False,
+            "state": {"waiting": waiting},
+        }
+        if old.get("lastState"):
+            entry["lastState"] = old["lastState"]
+        statuses.append(entry)
+    status["containerStatuses"] = statuses
+
+
+def _duration(seconds: float) -> str:
+    """A Go time.Duration as the kubelet prints it: 10s, 2m40s, 5m0s."""
+    whole = int(seconds)
+    if whole < 60:
+        return f"{seconds:g}s" if seconds < 1 else f"{whole}s"
+    return f"{whole // 60}m{whole % 60}s"
 
 
 def set_succeeded(pod: dict[str, Any], now: float) -> None:

@@ -1,15 +1,27 @@
-"""What the simulated kubelet asks of a node's running containerd: which runtime handlers it has."""
+"""What the simulated kubelet asks of a lab node: is it up, is containerd active, which runtime
+handlers the running containerd has; and the node's toolkit unit, which the kubelet starts
+and stops as the toolkit pod comes and goes.
+
+A node is alive while its systemd-nspawn runs (<node dir>/nspawn.pid, rewritten at each boot);
+containerd is active while the running-config record exists (written by the containerd
+unit's ExecStartPost, removed by its ExecStopPost). A node that died without stopping its
+containerd leaves its record behind: the probe removes it, as the node's next boot would.
+"""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import tomllib
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from rollout.lab.description import LabDescription
+from rollout.lab.toolkit import TOOLKIT_UNIT
+from rollout.transports.local import LocalRunner
 
 log = logging.getLogger("rollout.lab.simulation")
 
@@ -18,6 +30,34 @@ log = logging.getLogger("rollout.lab.simulation")
 RUNNING_CONFIG_PATH = Path("var/lib/rollout-lab/containerd-running.toml")
 # Where runtime handlers live in a dump: containerd 1.x (config v2), then 2.x (config v3).
 _CRI_RUNTIME_PLUGINS = ("io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime")
+# Beside the node's root (<node dir>/merged): the pid of the nspawn of the current boot.
+NSPAWN_PID_NAME = "nspawn.pid"
+TOOLKIT_TIMEOUT_S = 120.0
+
+ToolkitAction = Literal["start", "stop"]
+
+
+@dataclass(frozen=True)
+class RuntimeState:
+    """A node as its kubelet would find it."""
+
+    alive: bool
+    containerd_active: bool
+    # Changes at each boot of the node; None while it is down.
+    boot: str | None = None
+    # Changes at each start of containerd; None while it is not running.
+    containerd_run: str | None = None
+
+
+DOWN = RuntimeState(alive=False, containerd_active=False)
+
+
+@dataclass(frozen=True)
+class ToolkitOutcome:
+    """How one `systemctl start|stop` of the node's toolkit unit ended."""
+
+    ok: bool
+    detail: str = ""
 
 
 class NodeRuntimeProbe(Protocol):
@@ -25,6 +65,14 @@ class NodeRuntimeProbe(Protocol):
 
     def has_handler(self, node: str, handler: str) -> bool:
         """Whether the containerd running on `node` now has runtime handler `handler`."""
+        ...
+
+    def state(self, node: str) -> RuntimeState:
+        """Whether the node is up and its containerd active."""
+        ...
+
+    def run_toolkit(self, node: str, action: ToolkitAction) -> ToolkitOutcome:
+        """Start or stop the node's toolkit unit; blocks until systemd has done it."""
         ...
 
 
@@ -39,7 +87,7 @@ def handlers_in_dump(dump: Mapping[str, Any]) -> set[str]:
 
 
 class RunningConfigProbe:
-    """Reads each node's running-config dump from its root filesystem on this host."""
+    """Reads each node's state from this host: its nspawn, its running-config record."""
 
     def __init__(self, roots: Mapping[str, Path]) -> None:
         self._roots = dict(roots)
@@ -67,6 +115,52 @@ class RunningConfigProbe:
             return False
         return handler in handlers_in_dump(dump)
 
+    def state(self, node: str) -> RuntimeState:
+        root = self._roots.get(node)
+        if root is None:
+            return DOWN
+        leader = _container_leader(root.parent / NSPAWN_PID_NAME)
+        record = root / RUNNING_CONFIG_PATH
+        if leader is None:
+            if record.is_file():
+                log.info("%s is down: removing its stale running-config record", node)
+                record.unlink(missing_ok=True)
+            return DOWN
+        try:
+            stat = record.stat()
+        except FileNotFoundError:
+            return RuntimeState(alive=True, containerd_active=False, boot=leader)
+        return RuntimeState(
+            alive=True,
+            containerd_active=True,
+            boot=leader,
+            containerd_run=f"{stat.st_ino}:{stat.st_mtime_ns}",
+        )
+
+    def run_toolkit(self, node: str, action: ToolkitAction) -> ToolkitOutcome:
+        root = self._roots.get(node)
+        leader = _container_leader(root.parent / NSPAWN_PID_NAME) if root else None
+        if leader is None:
+            return ToolkitOutcome(False, f"{node} is not running")
+        pid = leader.split(":")[1]
+        argv = ["nsenter", f"--target={pid}", "--all", "systemctl", action, TOOLKIT_UNIT]
+        result = LocalRunner().run(argv, timeout_s=TOOLKIT_TIMEOUT_S)
+        detail = (result.stderr or result.stdout).strip()
+        return ToolkitOutcome(result.ok, detail[-500:])
+
+
+def _container_leader(pid_file: Path) -> str | None:
+    """ "<nspawn pid>:<container init pid>" while the node's nspawn runs its container."""
+    try:
+        pid = int(pid_file.read_text().strip())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except (OSError, ValueError):
+        return None
+    if b"systemd-nspawn" not in cmdline.split(b"\0")[0] or not children:
+        return None
+    return f"{pid}:{children[0]}"
+
 
 class FixedRuntimeProbe:
     """Handlers set by hand: for tests and for a control plane run without lab nodes."""
@@ -74,6 +168,9 @@ class FixedRuntimeProbe:
     def __init__(self, handlers: Mapping[str, Iterable[str]] | None = None) -> None:
         self._lock = threading.Lock()
         self._handlers = {node: set(names) for node, names in (handlers or {}).items()}
+        self._states: dict[str, RuntimeState] = {}
+        self._runs = itertools.count(1)
+        self.toolkit_calls: list[tuple[str, ToolkitAction]] = []
 
     @classmethod
     def with_nvidia(cls, nodes: Iterable[str]) -> FixedRuntimeProbe:
@@ -86,3 +183,33 @@ class FixedRuntimeProbe:
     def has_handler(self, node: str, handler: str) -> bool:
         with self._lock:
             return handler in self._handlers.get(node, set())
+
+    def set_state(self, node: str, *, alive: bool = True, containerd_active: bool = True) -> None:
+        """Take a node or its containerd down or up; containerd gets a new run when it starts."""
+        with self._lock:
+            old = self._states.get(node) or self._default_state()
+            boot = (
+                old.boot if alive and old.alive else (f"boot-{next(self._runs)}" if alive else None)
+            )
+            active = alive and containerd_active
+            run = old.containerd_run if active and old.containerd_active else None
+            if active and run is None:
+                run = f"run-{next(self._runs)}"
+            self._states[node] = RuntimeState(alive, active, boot, run)
+
+    def state(self, node: str) -> RuntimeState:
+        with self._lock:
+            return self._states.setdefault(node, self._default_state())
+
+    def run_toolkit(self, node: str, action: ToolkitAction) -> ToolkitOutcome:
+        """Like the real unit: the toolkit's SIGHUP gives containerd a new run."""
+        with self._lock:
+            self.toolkit_calls.append((node, action))
+            old = self._states.get(node) or self._default_state()
+            if not old.alive:
+                return ToolkitOutcome(False, f"{node} is not running")
+            self._states[node] = RuntimeState(True, True, old.boot, f"run-{next(self._runs)}")
+            return ToolkitOutcome(True)
+
+    def _default_state(self) -> RuntimeState:
+        return RuntimeState(True, True, "boot-0", f"run-{next(self._runs)}")
