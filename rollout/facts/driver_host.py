@@ -122,8 +122,9 @@ class InstalledPackage:
 
     @property
     def installed(self) -> bool:
-        """Fully installed (`ii`); `iF`/`iU` are half-configured or unpacked."""
-        return self.status[:2] == "ii"
+        """Fully installed: status `i`, no error flag (`ii `, or `hi ` when held); `iF` and
+        `iU` are half-configured or unpacked, `iiR` needs reinstalling."""
+        return self.status[1:2] == "i" and self.status[2:3].strip() == ""
 
     @property
     def present(self) -> bool:

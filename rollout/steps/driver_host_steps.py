@@ -277,14 +277,22 @@ def _install(ctx: StepContext) -> StepResult:
         for n, v in wanted.items()
     ) and set(names) <= set(fresh.held):
         return StepResult.noop(f"{', '.join(planned.pins)} already installed and held")
-    result = apt_install(ctx.runner, planned.pins)
-    if not result.ok:
-        failure = DriverNodeError(
-            f"`apt-get install {' '.join(planned.pins)}` exited {result.exit_code}:\n"
-            + "\n".join(
-                f"    {line}" for line in (result.stdout + result.stderr).strip().splitlines()[-12:]
+    try:
+        result = apt_install(ctx.runner, planned.pins)
+        if not result.ok:
+            raise DriverNodeError(
+                f"`apt-get install {' '.join(planned.pins)}` exited {result.exit_code}:\n"
+                + "\n".join(
+                    f"    {line}"
+                    for line in (result.stdout + result.stderr).strip().splitlines()[-12:]
+                )
             )
-        )
+        apt_mark(ctx.runner, "hold", names)
+        check_versions(ctx.runner, wanted, "after apt-get install")
+    except TransientError:
+        raise  # the retry policy applies the step again: it reads what is installed first
+    except RolloutError as failure:
+        # the executor undoes completed steps only: this one puts back what it changed
         try:
             restored = restore_previous(ctx, data)
         except RolloutError as exc:
@@ -293,9 +301,9 @@ def _install(ctx: StepContext) -> StepResult:
                 INSTALL_STEP,
                 f"{failure}\n  and putting the previous versions back failed too: {exc}",
             ) from exc
-        raise StepFailed(ctx.node, INSTALL_STEP, f"{failure}\n  rolled back: {restored}")
-    apt_mark(ctx.runner, "hold", names)
-    check_versions(ctx.runner, wanted, "after apt-get install")
+        raise StepFailed(
+            ctx.node, INSTALL_STEP, f"{failure}\n  rolled back: {restored}"
+        ) from failure
     previous = ", ".join(f"{n} {v or '(absent)'}" for n, v in data["previous"].items())
     return StepResult.done(f"installed and held {' '.join(planned.pins)} (was: {previous})")
 

@@ -48,7 +48,7 @@ nvidia-graphics-drivers | 535.216.01-1~deb12u1 | http://mirror.example/debian bo
 nvidia-driver-standin | 550.127.05-1 | file:/opt/rollout-lab/apt ./ Packages
 N: Unable to locate package linux-modules-nvidia-550-6.1.0-18-amd64
 """  # noqa: E501
-DPKG = "nvidia-driver\t535.183.01-1~deb12u1\tii \nnvidia-kernel-dkms:amd64\t535.183.01-1~deb12u1\tiF \nlibcuda1\t\tun \n"  # noqa: E501
+DPKG = "nvidia-driver\t535.183.01-1~deb12u1\thi \nnvidia-kernel-dkms:amd64\t535.183.01-1~deb12u1\tiF \nlibcuda1\t\tun \n"  # noqa: E501
 LSMOD = """\
 Module                  Size  Used by
 nvidia_uvm           1814528  0

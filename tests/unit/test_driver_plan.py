@@ -15,6 +15,7 @@ from rollout.planner import build_plan
 from rollout.playbook import load_playbooks
 from rollout.spec import parse_spec
 from rollout.steps.driver_host import DriverNotInstallable
+from tests.examples import REPO
 
 KERNEL = "6.1.0-18-amd64"
 OLD, NEW, MISSING = "535.183.01", "550.127.05", "560.35.03"
@@ -202,3 +203,13 @@ def test_plan_output_shows_from_to_kernel_and_reboot(
         assert f"| 1 | gpu-1 | {OLD} → {NEW} (host) | {KERNEL} | no |" in out
     else:
         assert f"driver {OLD} -> {NEW} (host mode), kernel {KERNEL}, reboots: no" in out
+
+
+def test_the_example_host_plan_plans_on_lab_like_facts(tmp_path: Path) -> None:
+    text = (REPO / "examples" / "driver-host.yaml").read_text()
+    nodes = [node_yaml(f"lab-node-{i}") for i in range(1, 5)]
+    plan = plan_of(tmp_path, nodes, text)
+    assert [len(w.nodes) for w in plan.waves] == [1, 2, 1]
+    assert all(n.driver is not None and n.driver.after == NEW for n in plan.nodes)
+    assert all(n.driver is not None and n.driver.reboot == "only if a module stays in use"
+               for n in plan.nodes)  # fmt: skip

@@ -91,7 +91,9 @@ class FakeHost:
         if "uname -r" in line:
             return 0, "6.1.0-18-amd64\n---\n---\n"
         if "dpkg-query" in line:
-            return 0, f"{PACKAGE}\t{self.installed}-1\t{self.status}\n" if self.installed else ""
+            # dpkg's desired-action flag is `h` for a held package: `hi ` is held and installed
+            status = ("h" if PACKAGE in self.held else "i") + self.status[1:]
+            return 0, f"{PACKAGE}\t{self.installed}-1\t{status}\n" if self.installed else ""
         if argv[:2] == ("apt-mark", "showhold"):
             return 0, "".join(f"{p}\n" for p in sorted(self.held))
         if argv[:2] == ("apt-mark", "hold"):
