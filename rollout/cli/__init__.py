@@ -80,6 +80,11 @@ COMMANDS = (
         "Kubernetes manifests (CronJob, least-privilege RBAC) for scheduled waves",
         "rollout.cli.schedule",
     ),
+    Command(
+        "version",
+        "print the version, the commit of the build and the Python running it",
+        "rollout.cli.version",
+    ),
 )
 
 
