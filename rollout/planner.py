@@ -14,10 +14,18 @@ from rollout.errors import BadInput
 from rollout.facts import ClusterFacts, FleetFacts, NodeFacts
 from rollout.plan import NodePlan, Plan, StepPlan, Wave
 from rollout.playbook import Playbook, PlaybookStep, compose_steps
-from rollout.spec import ContainerdChange, RegistryChange, Spec, TimeSlicingChange
+from rollout.spec import (
+    ContainerdChange,
+    DriverMode,
+    DriverUpgradeChange,
+    RegistryChange,
+    Spec,
+    TimeSlicingChange,
+)
 from rollout.steps import step_planners
 from rollout.steps.base import StepPlanner
 from rollout.steps.driver import driver_change
+from rollout.steps.driver_operator_plan import plan_operator_upgrade
 from rollout.steps.nodechanges import node_changes
 from rollout.steps.profile_changes import SHARED_MEMORY_WARNING, plan_cluster_changes
 
@@ -48,6 +56,12 @@ def build_plan(
     warnings: list[str] = []
     if any(isinstance(c, TimeSlicingChange) and c.config.sharing for c in spec.changes):
         warnings.append(SHARED_MEMORY_WARNING)
+    # mode: operator: pin, version and upgradePolicy (rollout.steps.driver_operator_plan)
+    budget = spec.policy.max_unavailable_count(len(fleet.nodes))
+    operator = plan_operator_upgrade(spec, fleet, targets, budget)
+    if operator is not None:
+        cluster_changes = [*cluster_changes, *operator.to_cluster_changes()]
+        warnings.extend(operator.warnings())
     targeted = {n.name for n in targets}
     return Plan(
         name=spec.metadata.name,
@@ -72,6 +86,8 @@ def change_kinds(spec: Spec) -> list[str]:
             if isinstance(change, RegistryChange | ContainerdChange)
             else "time-slicing"
             if isinstance(change, TimeSlicingChange)
+            else "driver-operator"
+            if isinstance(change, DriverUpgradeChange) and change.mode is DriverMode.OPERATOR
             else "driver-upgrade"
         )
         if kind not in kinds:

@@ -52,6 +52,7 @@ from rollout.spec import Spec, parse_spec
 from rollout.steps import builtin_steps
 from rollout.steps.base import StepContext
 from rollout.steps.containerd import remove_run_stages
+from rollout.steps.driver_operator_plan import operator_run_notes
 
 
 def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -294,6 +295,9 @@ def execute(
         out, str(journal.run_id), report.outcome.value, report.halt_reason, report.nodes
     )
     out.print(safe(describe_retries(retries)))
+    # mode: operator: the nodes left pinned and, after a halt, the way back (said loudly)
+    for note in operator_run_notes(plan, report.outcome.value):
+        out.print(f"[bold yellow]{safe(note)}[/bold yellow]")
     return report
 
 

@@ -23,6 +23,7 @@ def step_planners() -> dict[str, StepPlanner]:
         driver,
         driver_host_steps,
         driver_operands,
+        driver_operator,
         gpu_smoke,
         gpu_wait,
         preflight,
@@ -32,7 +33,7 @@ def step_planners() -> dict[str, StepPlanner]:
 
     return steps_in(
         preflight, containerd, systemd, cordon, drain, timeslicing, gpu_wait, gpu_smoke, driver,
-        driver_operands, driver_host_steps,
+        driver_operands, driver_host_steps, driver_operator,
     )  # fmt: skip
 
 

@@ -6,15 +6,18 @@ import re
 from enum import Enum
 from typing import Annotated, Any, ClassVar
 
-from pydantic import AfterValidator, PlainValidator, model_validator
+from pydantic import AfterValidator, Field, PlainValidator, model_validator
 
 from rollout.fieldproblems import FieldProblem, describe_value
 from rollout.spec.changes.kind import ChangeKind
-from rollout.spec.fieldtypes import SpecModel, Str
+from rollout.spec.fieldtypes import Int, SpecModel, Str
 
 _DRIVER_VERSION = re.compile(r"^[0-9]{3}\.[0-9]{1,3}\.[0-9]{1,3}$")
 _DEB_PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
 DEFAULT_DRIVER_PACKAGES = ("nvidia-driver",)
+# mode: operator: one node's way through the upgrade states, at most and by default
+MAX_OPERATOR_UPGRADE_TIMEOUT_S = 7_200
+DEFAULT_OPERATOR_UPGRADE_TIMEOUT_S = 1_800
 
 
 class DriverMode(Enum):
@@ -58,6 +61,9 @@ class DriverUpgradeChange(SpecModel):
     version: Annotated[str, PlainValidator(check_driver_version)]
     mode: DriverMode
     packages: tuple[Annotated[Str, AfterValidator(check_package)], ...] | None = None
+    # mode: operator only: how long one node may take through the GPU Operator's upgrade
+    # states, from its skip label's removal to upgrade-done (docs/drivers-operator.md)
+    upgrade_timeout_s: Annotated[Int, Field(ge=60, le=MAX_OPERATOR_UPGRADE_TIMEOUT_S)] | None = None
 
     @model_validator(mode="after")
     def _check_packages(self) -> DriverUpgradeChange:
@@ -66,6 +72,11 @@ class DriverUpgradeChange(SpecModel):
                 "`packages` applies only to mode: host",
                 hint="in operator mode the GPU Operator's driver container is upgraded; remove"
                 " `packages`",
+            )
+        if self.mode is DriverMode.HOST and self.upgrade_timeout_s is not None:
+            raise FieldProblem(
+                "`upgrade_timeout_s` applies only to mode: operator",
+                hint="host mode's timeouts are under policy.driver; remove upgrade_timeout_s",
             )
         if self.mode is DriverMode.HOST and self.packages == ():
             raise FieldProblem("mode: host needs at least one package in `packages`")

@@ -1,0 +1,378 @@
+"""`mode: operator` driver upgrades: pin, release wave by wave, confirm.
+
+- `driver.pin` is cluster-wide but runs in a node's context, like `configmap.update`: the
+  first node of a run labels every node the driver DaemonSet serves
+  `nvidia.com/gpu-driver-upgrade.skip=true` (a label someone else set is recorded and left
+  alone), records each node's driver-pod revision, and only then sets the ClusterPolicy's
+  `spec.driver.version`; every later node finds it done. The skip label is read only when a
+  node leaves `upgrade-required` (FACTS.md), so it must be on before the version moves.
+- `driver.release` takes the label off its node once rollout's max_unavailable allows and no
+  served node is `upgrade-failed`, then watches `nvidia.com/gpu-driver-upgrade-state` until
+  `upgrade-done` on a new driver pod (a timeout, or `upgrade-failed`, fails the node).
+- `driver.confirm` proves it: the driver pod Ready and not the one from before the change,
+  `nvidia-smi` on the node reporting the target version, GFD's driver label agreeing.
+
+Everything each step needs to resume is on the cluster (labels and annotations), so a
+resumed run derives its progress from the labels. Nothing is undone automatically: a driver
+already upgraded stays, the nodes not reached stay pinned, and the run summary says how to go
+back (rollout.steps.driver_operator_plan.operator_run_notes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from rollout.errors import RolloutError
+from rollout.facts import ClusterFacts, NodeFacts
+from rollout.facts.driver_operator import (
+    IDLE_STATES,
+    UPGRADE_DONE,
+    UPGRADE_FAILED,
+    UPGRADE_SKIP_LABEL,
+    UPGRADE_STATE_LABEL,
+    OperatorDriver,
+    is_pinned,
+    served_by_driver_daemonset,
+    upgrade_state,
+)
+from rollout.facts.fact import read_fact
+from rollout.facts.gpu import GpuQueryFact
+from rollout.plan import StepPlan
+from rollout.spec import Spec
+from rollout.spec.changes.driver import DEFAULT_OPERATOR_UPGRADE_TIMEOUT_S
+from rollout.steps.base import StepContext, StepFailed, StepResult
+from rollout.steps.deadline import POLL_INTERVAL_S, Deadline
+from rollout.steps.driver_operator_plan import (
+    AUTO_UPGRADE_PATCH,
+    PINNED_BY_ANNOTATION,
+    REVISION_BEFORE_ANNOTATION,
+    VERSION_BEFORE_ANNOTATION,
+    operator_change,
+)
+from rollout.steps.nodemarks import RUN_ANNOTATION, report_step
+from rollout.transports.kube import Node, Pod
+
+DRIVER_POD_SELECTOR = "app=nvidia-driver-daemonset"
+REVISION_LABEL = "controller-revision-hash"
+GFD_DRIVER_LABEL = "nvidia.com/cuda.driver-version.full"
+LOG_LINES = 5
+
+
+def driver_pod(ctx: StepContext, kind: str, node: str) -> Pod | None:
+    """The driver DaemonSet's live pod on the node, if any."""
+    pods = ctx.kube.list_pods(None, DRIVER_POD_SELECTOR, f"spec.nodeName={node}")
+    live = [p for p in pods if not p.deleting]
+    return live[0] if live else None
+
+
+def read_driver(ctx: StepContext, kind: str) -> tuple[str, OperatorDriver]:
+    """The live ClusterPolicy's name and driver section."""
+    policies = ctx.kube.list_cluster_policies()
+    if not policies:
+        raise StepFailed(ctx.node, kind, "no ClusterPolicy: is the GPU Operator installed?")
+    policy = policies[0]
+    return str(policy["metadata"]["name"]), OperatorDriver.from_cluster_policy(
+        policy.get("spec") or {}
+    )
+
+
+def upgrade_timeout_s(spec: Spec) -> int:
+    change = operator_change(spec)
+    if change is None or change.upgrade_timeout_s is None:
+        return DEFAULT_OPERATOR_UPGRADE_TIMEOUT_S
+    return change.upgrade_timeout_s
+
+
+def node_upgraded(facts: NodeFacts, target: str) -> bool:
+    return facts.gpus.driver_version == target and upgrade_state(facts.labels) in ("", UPGRADE_DONE)
+
+
+def plan_node_work(facts: NodeFacts, spec: Spec, kind: str, action: str) -> StepPlan:
+    """The shared decision of release and confirm: act unless the node is already there or
+    someone else's skip label holds it."""
+    change = operator_change(spec)
+    if change is None:
+        return StepPlan.skipping(kind, "no operator-mode driver change")
+    if is_pinned(facts.labels) and PINNED_BY_ANNOTATION not in facts.annotations:
+        return StepPlan.skipping(
+            kind, f"{UPGRADE_SKIP_LABEL}=true was set before this run: left alone"
+        )
+    if node_upgraded(facts, change.version) and not is_pinned(facts.labels):
+        return StepPlan.skipping(kind, f"already runs driver {change.version}")
+    return StepPlan.acting(
+        kind, action.format(current=facts.gpus.driver_version or "(unknown)", target=change.version)
+    )
+
+
+@dataclass(frozen=True)
+class DriverPinStep:
+    """Pin every node the driver DaemonSet serves, then change the ClusterPolicy's version.
+
+    Saved data: version_before, policy, pinned (the nodes this step labelled), held (skip
+    labels found, left alone).
+    """
+
+    kind: ClassVar[str] = "driver.pin"
+
+    def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
+        change = operator_change(spec)
+        if change is None:
+            return StepPlan.skipping(self.kind, "no operator-mode driver change")
+        driver = OperatorDriver.from_cluster_policy(cluster.cluster_policy)
+        if driver.version == change.version:
+            return StepPlan.skipping(
+                self.kind, f"the ClusterPolicy already asks for {change.version}"
+            )
+        # cluster-wide: the first node's step makes the change, later ones find it made
+        return StepPlan.acting(
+            self.kind,
+            f"label every node the driver DaemonSet serves {UPGRADE_SKIP_LABEL}=true, then "
+            f"set spec.driver.version {driver.version or '(unset)'} -> {change.version}",
+        )
+
+    def apply(self, ctx: StepContext) -> StepResult:
+        return report_step(ctx, self.kind, self._apply)
+
+    def _apply(self, ctx: StepContext) -> StepResult:
+        change = operator_change(ctx.spec)
+        if change is None:
+            return StepResult.noop("no operator-mode driver change")
+        name, driver = read_driver(ctx, self.kind)
+        if driver.version == change.version:
+            return StepResult.noop(f"the ClusterPolicy already asks for {change.version}")
+        if not driver.policy.auto_upgrade:
+            raise StepFailed(
+                ctx.node,
+                self.kind,
+                "spec.driver.upgradePolicy.autoUpgrade is off: the operator would upgrade "
+                f"nothing; turn it on: kubectl patch clusterpolicy {name} --type merge -p "
+                f"'{AUTO_UPGRADE_PATCH}'",
+            )
+        saved = ctx.load_data(self.kind)
+        saved.setdefault("version_before", driver.version)
+        saved["policy"] = name
+        pinned, held = set(saved.get("pinned") or []), set(saved.get("held") or [])
+        served = [n for n in ctx.kube.list_nodes() if served_by_driver_daemonset(n.labels)]
+        for node in served:
+            if is_pinned(node.labels) and PINNED_BY_ANNOTATION not in node.annotations:
+                held.add(node.name)
+                continue
+            pinned.add(node.name)
+            # recorded before the patch, so a resumed run knows which labels are rollout's
+            ctx.save_data(self.kind, {**saved, "pinned": sorted(pinned), "held": sorted(held)})
+            pod = driver_pod(ctx, self.kind, node.name)
+            annotations = {PINNED_BY_ANNOTATION: ctx.run_id}
+            if pod is not None and pod.labels.get(REVISION_LABEL):
+                annotations[REVISION_BEFORE_ANNOTATION] = pod.labels[REVISION_LABEL]
+            ctx.kube.patch_node_annotations(node.name, annotations)
+            ctx.kube.patch_node_labels(node.name, {UPGRADE_SKIP_LABEL: "true"})
+        missing = [
+            n.name
+            for n in ctx.kube.list_nodes()
+            if served_by_driver_daemonset(n.labels) and not is_pinned(n.labels)
+        ]
+        if missing:
+            raise StepFailed(
+                ctx.node,
+                self.kind,
+                f"{', '.join(missing)} not pinned after labelling ({UPGRADE_SKIP_LABEL}); "
+                "the version was not changed: is another tool removing the label?",
+            )
+        ctx.save_data(self.kind, {**saved, "pinned": sorted(pinned), "held": sorted(held)})
+        ctx.kube.patch_cluster_policy(
+            name,
+            {
+                "metadata": {
+                    "annotations": {
+                        VERSION_BEFORE_ANNOTATION: driver.version,
+                        RUN_ANNOTATION: ctx.run_id,
+                    }
+                },
+                "spec": {"driver": {"version": change.version}},
+            },
+        )
+        _, after = read_driver(ctx, self.kind)
+        if after.version != change.version:
+            raise StepFailed(
+                ctx.node,
+                self.kind,
+                f"ClusterPolicy {name} reads driver version {after.version!r} after the patch",
+            )
+        left = f"; left alone (skip label set before): {', '.join(sorted(held))}" if held else ""
+        return StepResult.done(
+            f"pinned {len(pinned)} node(s) with {UPGRADE_SKIP_LABEL}=true{left}; "
+            f"ClusterPolicy {name} spec.driver.version {driver.version} -> {change.version}"
+        )
+
+    def undo(self, ctx: StepContext) -> None:
+        """Nothing: the version stays and the nodes not reached stay pinned; going back is the
+        operator's call, and the run summary prints the command."""
+
+
+@dataclass(frozen=True)
+class DriverReleaseStep:
+    """Take the skip label off the node; wait for the operator to reach upgrade-done."""
+
+    kind: ClassVar[str] = "driver.release"
+
+    def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
+        return plan_node_work(
+            facts,
+            spec,
+            self.kind,
+            "remove the skip label; the GPU Operator upgrades the driver {current} -> {target} "
+            "(cordon, GPU pods deleted, driver pod restarted, validation, uncordon; no reboot); "
+            "wait for upgrade-done",
+        )
+
+    def apply(self, ctx: StepContext) -> StepResult:
+        return report_step(ctx, self.kind, self._apply)
+
+    def _apply(self, ctx: StepContext) -> StepResult:
+        change = operator_change(ctx.spec)
+        if change is None:
+            return StepResult.noop("no operator-mode driver change")
+        deadline = Deadline(upgrade_timeout_s(ctx.spec), ctx.sleep)
+        node = ctx.kube.get_node(ctx.node)
+        if is_pinned(node.labels):
+            if PINNED_BY_ANNOTATION not in node.annotations:
+                return StepResult.noop(
+                    f"{UPGRADE_SKIP_LABEL}=true was set before this run: left alone"
+                )
+            self._wait_for_budget(ctx, deadline)
+            ctx.kube.patch_node_labels(ctx.node, {UPGRADE_SKIP_LABEL: None})
+            ctx.progress(f"{ctx.node}: driver.release: skip label removed")
+        return self._watch(ctx, node.annotations.get(REVISION_BEFORE_ANNOTATION), deadline)
+
+    def _wait_for_budget(self, ctx: StepContext, deadline: Deadline) -> None:
+        """Until one more node upgrading stays within rollout's max_unavailable; never while
+        a served node is upgrade-failed (it halts the run)."""
+        while True:
+            nodes = ctx.kube.list_nodes()
+            served = [n for n in nodes if served_by_driver_daemonset(n.labels)]
+            failed = [n.name for n in served if upgrade_state(n.labels) == UPGRADE_FAILED]
+            if failed:
+                raise StepFailed(
+                    ctx.node,
+                    self.kind,
+                    f"{', '.join(failed)} {UPGRADE_STATE_LABEL}={UPGRADE_FAILED}: not releasing "
+                    "another node",
+                )
+            budget = ctx.spec.policy.max_unavailable_count(len(nodes))
+            busy = [n.name for n in served if n.name != ctx.node and _busy(n)]
+            if len(busy) + 1 <= budget:
+                return
+            if deadline.expired:
+                raise StepFailed(
+                    ctx.node,
+                    self.kind,
+                    f"max_unavailable {budget} still taken by {', '.join(busy)} after "
+                    f"{round(deadline.elapsed_s)}s",
+                )
+            deadline.sleep(POLL_INTERVAL_S)
+
+    def _watch(self, ctx: StepContext, before: str | None, deadline: Deadline) -> StepResult:
+        seen: list[str] = []
+        while True:
+            node = ctx.kube.get_node(ctx.node)
+            state = upgrade_state(node.labels)
+            if not seen or seen[-1] != state:
+                seen.append(state)
+            pod = driver_pod(ctx, self.kind, ctx.node)
+            if state == UPGRADE_FAILED:
+                raise StepFailed(
+                    ctx.node,
+                    self.kind,
+                    f"the GPU Operator labelled the node {UPGRADE_STATE_LABEL}={UPGRADE_FAILED}"
+                    f" ({' -> '.join(s or '(none)' for s in seen)}); {self._describe(ctx, pod)}",
+                )
+            fresh = pod is not None and (before is None or pod.labels.get(REVISION_LABEL) != before)
+            if state == UPGRADE_DONE and fresh and pod is not None and pod.ready:
+                return StepResult.done(
+                    f"{' -> '.join(s or '(none)' for s in seen)} on driver pod {pod.name}"
+                )
+            if deadline.expired:
+                raise StepFailed(
+                    ctx.node,
+                    self.kind,
+                    f"not {UPGRADE_DONE} after {round(deadline.elapsed_s)}s "
+                    f"(upgrade_timeout_s): {' -> '.join(s or '(none)' for s in seen)}; "
+                    f"{self._describe(ctx, pod)}",
+                )
+            deadline.sleep(POLL_INTERVAL_S)
+
+    @staticmethod
+    def _describe(ctx: StepContext, pod: Pod | None) -> str:
+        if pod is None:
+            return "no driver pod on the node"
+        reasons = ", ".join(pod.container_reasons) or pod.phase
+        try:
+            log = ctx.kube.read_pod_log(pod.namespace, pod.name, pod.containers[0])
+        except (RolloutError, IndexError):
+            log = ""
+        tail = " | ".join(log.strip().splitlines()[-LOG_LINES:])
+        return f"driver pod {pod.namespace}/{pod.name}: {reasons}" + (
+            f"; log: {tail}" if tail else ""
+        )
+
+    def undo(self, ctx: StepContext) -> None:
+        """Nothing: a driver the operator upgraded is not put back by pinning the node."""
+
+
+@dataclass(frozen=True)
+class DriverConfirmStep:
+    """The node runs the target driver: new driver pod Ready, nvidia-smi and GFD agree."""
+
+    kind: ClassVar[str] = "driver.confirm"
+
+    def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
+        return plan_node_work(
+            facts,
+            spec,
+            self.kind,
+            "the driver pod is in sync with the DaemonSet and Ready; nvidia-smi on the node "
+            "reports {target}",
+        )
+
+    def apply(self, ctx: StepContext) -> StepResult:
+        return report_step(ctx, self.kind, self._apply)
+
+    def _apply(self, ctx: StepContext) -> StepResult:
+        change = operator_change(ctx.spec)
+        if change is None:
+            return StepResult.noop("no operator-mode driver change")
+        node = ctx.kube.get_node(ctx.node)
+        pod = driver_pod(ctx, self.kind, ctx.node)
+        problems: list[str] = []
+        before = node.annotations.get(REVISION_BEFORE_ANNOTATION)
+        if pod is None or not pod.ready:
+            problems.append("no Ready driver pod on the node")
+        elif before is not None and pod.labels.get(REVISION_LABEL) == before:
+            problems.append(
+                f"driver pod {pod.name} still has the revision from before the change ({before})"
+            )
+        reported = read_fact(ctx.runner, GpuQueryFact()).driver_version
+        if reported != change.version:
+            problems.append(f"nvidia-smi on the node reports driver {reported or '(none)'}")
+        gfd = node.labels.get(GFD_DRIVER_LABEL)
+        if gfd is not None and gfd != change.version:
+            problems.append(f"GFD labels the node {GFD_DRIVER_LABEL}={gfd}")
+        if problems:
+            raise StepFailed(
+                ctx.node, self.kind, f"not on driver {change.version}: " + "; ".join(problems)
+            )
+        assert pod is not None
+        revision = pod.labels.get(REVISION_LABEL, "?")
+        return StepResult.done(
+            f"driver pod {pod.name} Ready at revision {revision}; nvidia-smi reports "
+            f"{reported}" + ("" if gfd is None else f"; GFD agrees ({GFD_DRIVER_LABEL})")
+        )
+
+    def undo(self, ctx: StepContext) -> None:
+        """Nothing: confirm only reads."""
+
+
+def _busy(node: Node) -> bool:
+    """Taken down or being upgraded: counts against rollout's max_unavailable."""
+    return node.unschedulable or not node.ready or upgrade_state(node.labels) not in IDLE_STATES
