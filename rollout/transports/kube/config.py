@@ -22,6 +22,14 @@ def load_kubeconfig(path: str | None = None, context: str | None = None) -> k8s.
     files = [Path(p).expanduser() for p in chosen.split(os.pathsep) if p]
     where = f"kubeconfig {chosen}"
     if not any(f.is_file() for f in files):
+        # in a pod with nothing naming a kubeconfig: the pod's service account
+        from rollout.transports.kube.incluster import find_service_account, in_cluster_configuration
+
+        account = (
+            None if path or context or os.environ.get(KUBECONFIG_ENV) else find_service_account()
+        )
+        if account is not None:
+            return _without_retries(in_cluster_configuration(account))
         missing = not any(f.exists() for f in files)
         message = "no such file" if missing else "not a regular file (a kubeconfig is a file)"
         raise KubeConfigError("load", where, message=message)
