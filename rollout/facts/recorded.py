@@ -55,6 +55,7 @@ from rollout.facts.pods import parse_pod_manifest
 from rollout.facts.service import ServiceState, parse_service_journal, parse_service_show
 from rollout.fieldproblems import FieldProblem, describe_value
 from rollout.inputfile import read_text
+from rollout.memo import BoundedCache
 from rollout.spec.fieldtypes import Bool, KubeName, SpecModel, Str, check_dns_subdomain
 from rollout.yamlsource import SourceDocument
 
@@ -327,7 +328,17 @@ def read_recorded_files(root: Path, node: str) -> dict[str, str]:
     return files
 
 
+# Recorded fleets repeat a few configurations many times (the toolkit writes byte-identical
+# drop-ins across a node pool): one string per distinct text, shared by every node holding it.
+_TEXTS: BoundedCache[str, str] = BoundedCache(4096)
+
+
 def _read_recorded_file(local: Path, real_root: Path) -> str:
+    if not local.is_symlink():
+        # os.walk does not follow directory links and reports them (read_recorded_files), so
+        # a plain file under the root is inside it: no path to resolve
+        text = read_text(local, max_bytes=MAX_FILE_BYTES)
+        return _TEXTS.get_or_compute(text, lambda: text)
     where = SourceLocation(str(local))
     try:
         target = local.resolve(strict=True)
