@@ -169,13 +169,19 @@ def run_plan(args: argparse.Namespace) -> int:
             "to probe the nodes, or --facts DIR for recorded facts"
         )
     plan = build_plan(spec, str(args.plan_file), fleet, load_playbooks())
+    from rollout.cli.render import forecast_to_markdown, print_forecast
+    from rollout.schedule.forecast import forecast_for, forecast_lines
+
+    forecast = forecast_for(spec, plan)  # how long, and in which maintenance windows
     if args.output == "json":
-        sys.stdout.write(plan_to_json(plan))
+        sys.stdout.write(plan_to_json(plan, forecast.to_data()))
     elif args.output == "markdown":
-        sys.stdout.write(plan_to_markdown(plan))
+        sys.stdout.write(plan_to_markdown(plan) + forecast_to_markdown(forecast_lines(forecast)))
     else:
         color = {"auto": None, "always": True, "never": False}[args.color]
-        print_plan_text(plan, make_console(sys.stdout, color))
+        console = make_console(sys.stdout, color)
+        print_plan_text(plan, console)
+        print_forecast(forecast_lines(forecast), console)
     if args.detailed_exitcode:
         # terraform's convention: 2 = changes pending, so CI can tell "plan is empty" apart
         return 2 if plan.has_changes else ExitCode.OK

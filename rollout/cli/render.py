@@ -310,8 +310,9 @@ def md_fence(text: str, language: str) -> str:
     return f"{fence}{language}\n{body}\n{fence}"
 
 
-def plan_to_json(plan: Plan) -> str:
-    """The plan as JSON, stable for machines: every dataclass field plus derived flags.
+def plan_to_json(plan: Plan, forecast: Mapping[str, object] | None = None) -> str:
+    """The plan as JSON, stable for machines: every dataclass field plus derived flags (and
+    the duration forecast under "forecast", when given).
 
     File texts and effective values are redacted like every other output (rollout.secrets).
     """
@@ -326,7 +327,19 @@ def plan_to_json(plan: Plan) -> str:
         for file_data, change in zip(node_data["files"], node.files, strict=True):
             file_data["action"] = change.action
             file_data["diff"] = change.unified_diff()
+    if forecast is not None:
+        data["forecast"] = dict(forecast)
     return json.dumps(data, indent=2, sort_keys=False, default=str) + "\n"
+
+
+def print_forecast(lines: list[str], console: Console) -> None:
+    """The duration forecast (rollout/schedule/forecast.py) after the plan's summary."""
+    console.print("\n".join(safe(line) for line in lines), highlight=False)
+
+
+def forecast_to_markdown(lines: list[str]) -> str:
+    """The duration forecast as a section of the review comment."""
+    return "\n#### Forecast\n\n" + md_fence("\n".join(lines), "text") + "\n"
 
 
 class ProgressLines:

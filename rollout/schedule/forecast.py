@@ -1,22 +1,27 @@
 """How long a rollout will take, and, with a maintenance window, how many windows and which
 nodes fall in which.
 
-Nodes run one after another (rollout/executor.py), so a wave lasts the sum of its nodes and
-the rollout the sum of its waves. A node's estimate is the sum of its acting steps:
+The nodes of a wave run concurrently, as many at once as max_unavailable allows (less the
+nodes already unavailable), and a wave starts when the one before has finished
+(rollout/executor.py): a wave lasts as long as its nodes take on that many slots, started in
+plan order, and the rollout the sum of its waves. A node's estimate is the sum of its acting
+steps:
 `expected` from each step's mandatory waits and typical work (STEP_EXPECTED_S), `worst` from
 the step's timeout in the plan's policy. Once a run of the same plan has finished nodes,
 their measured durations replace the expected figure (their mean, for every node still to
-do). Windows are filled in plan order: a node starts in a window only when its expected
-duration still fits before the window closes; the first node of a window always starts
-(the executor cannot know better), and one that is longer than any window is named.
+do). Windows are filled the same way: a node starts in a window only when its expected
+duration still fits before the window closes, else the window's work ends there and the
+node opens the next window; the first node of a window always starts (the executor cannot
+know better), and one that is longer than any window is named.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 from rollout.plan import NodePlan, Plan
 from rollout.run import (
@@ -26,11 +31,12 @@ from rollout.run import (
     NodeOutcome,
     RunIncomplete,
     StepStarted,
+    default_state_dir,
     list_runs,
     read_journal,
 )
 from rollout.schedule.window import nominal_length_s, spans_from
-from rollout.spec import Policy
+from rollout.spec import Policy, Spec
 
 # The typical time of each acting step on a healthy node: its mandatory waits (containerd's
 # restart waits for systemd's new MainPID and ActiveState; the device plugin re-registers and
@@ -93,14 +99,8 @@ class NodeForecast:
 class WaveForecast:
     index: int
     nodes: tuple[NodeForecast, ...]
-
-    @property
-    def expected_s(self) -> float:
-        return sum(n.expected_s for n in self.nodes)
-
-    @property
-    def worst_s(self) -> float:
-        return sum(n.worst_s for n in self.nodes)
+    expected_s: float
+    worst_s: float
 
 
 @dataclass(frozen=True)
@@ -120,6 +120,8 @@ class Forecast:
     windows: tuple[WindowForecast, ...] = ()
     too_long: tuple[str, ...] = ()  # nodes expected to outlast a whole window
     measured_nodes: int = 0
+    parallel: int = 1
+    time_zone: str = "UTC"
 
     @property
     def expected_s(self) -> float:
@@ -135,6 +137,7 @@ class Forecast:
             "expected_s": round(self.expected_s),
             "worst_s": round(self.worst_s),
             "measured_nodes": self.measured_nodes,
+            "parallel": self.parallel,
             "waves": [
                 {
                     "wave": w.index,
@@ -176,7 +179,8 @@ def forecast_plan(
     the same plan; `now` dates the windows (None: windows are only counted)."""
     samples = list((measured or {}).values())
     typical = sum(samples) / len(samples) if samples else None
-    waves = []
+    parallel = max(1, plan.max_unavailable - len(plan.already_unavailable))
+    waves: list[list[NodeForecast]] = []
     for wave in plan.waves:
         nodes = []
         for node in wave.nodes:
@@ -187,39 +191,85 @@ def forecast_plan(
                 )
             else:
                 nodes.append(NodeForecast(node.name, wave.index, expected, worst))
-        waves.append(WaveForecast(wave.index, tuple(nodes)))
+        waves.append(nodes)
+    wave_forecasts = tuple(
+        WaveForecast(
+            plan.waves[i].index,
+            tuple(nodes),
+            _makespan([n.expected_s for n in nodes if n.changes], parallel),
+            _makespan([n.worst_s for n in nodes if n.changes], parallel),
+        )
+        for i, nodes in enumerate(waves)
+    )
     window = policy.maintenance_window
     if window is None:
-        return Forecast(tuple(waves), measured_nodes=len(samples))
+        return Forecast(wave_forecasts, measured_nodes=len(samples), parallel=parallel)
     length = nominal_length_s(window)
-    packed, too_long = pack_windows([n for w in waves for n in w.nodes if n.changes], length)
+    changing = [[n for n in nodes if n.changes] for nodes in waves]
+    packed, too_long = pack_windows(changing, length, parallel)
     if now is not None and packed:
         spans = spans_from(window, now, len(packed))
         packed = [
             WindowForecast(w.index, w.nodes, w.expected_s, span.opens)
             for w, span in zip(packed, spans, strict=True)
         ]
-    return Forecast(tuple(waves), length, tuple(packed), tuple(too_long), len(samples))
+    return Forecast(
+        wave_forecasts,
+        length,
+        tuple(packed),
+        tuple(too_long),
+        len(samples),
+        parallel,
+        window.timezone,
+    )
+
+
+def _makespan(durations: list[float], parallel: int) -> float:
+    """How long `durations` take on `parallel` slots, each started in order on the first
+    slot free."""
+    slots = [0.0] * parallel
+    for duration in durations:
+        free = slots.index(min(slots))
+        slots[free] += duration
+    return max(slots)
+
+
+def forecast_for(
+    spec: Spec, plan: Plan, state_dir: Path | None = None, now: datetime | None = None
+) -> Forecast:
+    """The forecast `rollout plan` prints: measured durations of earlier runs of the plan
+    under `state_dir` (default: the run store's), windows dated from `now` (default: now)."""
+    measured = measured_durations(state_dir or default_state_dir(), spec.metadata.name)
+    return forecast_plan(plan, spec.policy, measured, now or datetime.now(UTC))
 
 
 def pack_windows(
-    nodes: list[NodeForecast], length_s: float
+    waves: list[list[NodeForecast]], length_s: float, parallel: int = 1
 ) -> tuple[list[WindowForecast], list[str]]:
-    """Nodes into consecutive windows of `length_s`, in order, as the executor starts them."""
+    """Nodes into consecutive windows of `length_s`, as the executor starts them: in plan
+    order on `parallel` slots, a wave after the one before; a node that would not finish
+    before the close waits for the next window, and so does everything after it."""
     windows: list[WindowForecast] = []
     current: list[str] = []
-    used = 0.0
+    slots = [0.0] * parallel
     too_long: list[str] = []
-    for node in nodes:
-        if node.expected_s > length_s:
-            too_long.append(node.name)
-        if current and used + node.expected_s > length_s:
-            windows.append(WindowForecast(len(windows) + 1, tuple(current), used))
-            current, used = [], 0.0
-        current.append(node.name)
-        used += node.expected_s
+
+    def close() -> None:
+        windows.append(WindowForecast(len(windows) + 1, tuple(current), max(slots)))
+
+    for wave in waves:
+        slots = [max(slots)] * parallel  # the wave starts when the last one has finished
+        for node in wave:
+            if node.expected_s > length_s:
+                too_long.append(node.name)
+            free = slots.index(min(slots))
+            if current and slots[free] + node.expected_s > length_s:
+                close()
+                current, slots, free = [], [0.0] * parallel, 0
+            current.append(node.name)
+            slots[free] += node.expected_s
     if current:
-        windows.append(WindowForecast(len(windows) + 1, tuple(current), used))
+        close()
     return windows, too_long
 
 
@@ -270,7 +320,8 @@ def forecast_lines(forecast: Forecast) -> list[str]:
     )
     lines = [
         f"forecast: {format_duration(forecast.expected_s)} expected, "
-        f"{format_duration(forecast.worst_s)} at worst ({source})"
+        f"{format_duration(forecast.worst_s)} at worst ({source}; "
+        f"{forecast.parallel} node(s) at a time)"
     ]
     for wave in forecast.waves:
         lines.append(
@@ -283,8 +334,10 @@ def forecast_lines(forecast: Forecast) -> list[str]:
             f"  maintenance windows of {format_duration(forecast.window_length_s)}: "
             f"{count} window(s) needed"
         )
+        zone = ZoneInfo(forecast.time_zone)
         for window in forecast.windows:
-            when = f" (opens {window.opens:%a %Y-%m-%d %H:%M %Z})" if window.opens else ""
+            opens = window.opens.astimezone(zone) if window.opens else None
+            when = f" (opens {opens:%a %Y-%m-%d %H:%M} {forecast.time_zone})" if opens else ""
             lines.append(f"    window {window.index}{when}: {', '.join(window.nodes)}")
         for name in forecast.too_long:
             lines.append(f"    {name} is expected to take longer than a whole window")
