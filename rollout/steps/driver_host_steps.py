@@ -207,6 +207,8 @@ class DriverUnload:
             raise StepFailed(ctx.node, self.kind, f"undo: {exc}") from exc
 
     def _undo(self, ctx: StepContext, data: dict[str, Any]) -> None:
+        stopped = list(data.get("stopped", []))
+        stop_units(ctx.runner, stopped)  # driver.reload may have started them: they hold it
         driver = read_driver(ctx.runner)
         policy = ctx.spec.policy.driver
         if driver.mismatch:
@@ -223,7 +225,7 @@ class DriverUnload:
                 )
         elif not driver.loaded:
             reload_missing(ctx.runner, list(data.get("loaded_before") or data.get("unloaded", [])))
-        start_units(ctx.runner, list(data.get("stopped", [])))
+        start_units(ctx.runner, stopped)
         after = read_driver(ctx.runner)
         if after.version is None:
             raise DriverNodeError(f"after putting the driver back: {after.describe()}")

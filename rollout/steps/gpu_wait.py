@@ -62,10 +62,14 @@ def expect_gpus(spec: Spec, facts: NodeFacts) -> GpuExpectation:
         renamed = change.rename_by_default and replicas > 1
     else:
         replicas, renamed = current_replicas(facts), False
+    # nvidia-smi lists no GPU while a driver upgrade is half done (a resumed run's facts):
+    # GFD's count label still says how many the node has
+    label = facts.labels.get("nvidia.com/gpu.count", "")
+    physical = facts.gpus.count or (int(label) if label.isdigit() else 0)
     return GpuExpectation(
         resource=SHARED_GPU_RESOURCE if renamed else GPU_RESOURCE,
-        count=facts.gpus.count * replicas,
-        physical=facts.gpus.count,
+        count=physical * replicas,
+        physical=physical,
         replicas=replicas,
     )
 

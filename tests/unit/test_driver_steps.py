@@ -73,6 +73,10 @@ class FakeHost:
         code, out = self.answer(argv)
         return CommandResult(argv, code, out, "", NODE)
 
+    def held_by(self) -> int:
+        """References on `nvidia` from processes: a holder, and each running GPU client."""
+        return self.holders + sum(self.services.values())
+
     def answer(self, argv: tuple[str, ...]) -> tuple[int, str]:
         line = shlex.join(argv)
         if "nvidia-smi --query-gpu=driver_version" in line:
@@ -124,12 +128,12 @@ class FakeHost:
         if argv == ("lsmod",):
             users = [m for m in self.extra_modules if m in self.mods]
             return 0, "Module  Size  Used by\n" + "".join(f"{m}  1000  0\n" for m in users) + (
-                f"nvidia  1000  {len(users) + self.holders} {','.join(users)}\n"
+                f"nvidia  1000  {len(users) + self.held_by()} {','.join(users)}\n"
                 if self.loaded
                 else ""
             )
         if argv[0] == "rmmod":
-            if argv[1] == "nvidia" and (self.holders or self.mods):
+            if argv[1] == "nvidia" and (self.held_by() or self.mods):
                 return 1, "rmmod: ERROR: Module nvidia is in use\n"
             if argv[1] == "nvidia":
                 self.loaded = None
@@ -439,3 +443,13 @@ def test_every_host_driver_step_is_registered() -> None:
     kinds = set(builtin_steps())
     assert {"driver.pause", "driver.unload", "driver.install", "driver.reload",
             "driver.verify", "driver.resume"} <= kinds  # fmt: skip
+
+
+def test_a_resumed_run_expects_the_gpus_gfd_counted_when_nvidia_smi_lists_none() -> None:
+    from rollout.steps.gpu_wait import expect_gpus
+
+    host = FakeHost(loaded=None)  # modules unloaded by the killed run: nvidia-smi lists nothing
+    spec = make_spec("modules")
+    facts = replace(node_facts(host, spec), labels={**LABELS, "nvidia.com/gpu.count": "2"})
+    assert facts.gpus.count == 0
+    assert expect_gpus(spec, facts).count == 2

@@ -1,0 +1,238 @@
+"""Host-installed driver upgrades (`mode: host`) end to end, on a lab of its own: 4 nodes with
+real sshd, systemd, apt and dpkg, the lab's stand-in nvidia modules and nvidia-smi, real
+reboots (nspawn restarts), the API emulator through the official client.
+
+The tests share one lab and run in order, each starting where the previous one left it:
+535 -> 550 by module reload (killed during an install, resumed), a failing package on node 2
+(rolled back, halted), 550 -> 535 by reboot (the mismatch seen between install and reboot,
+killed during a reboot wait, resumed). The ClusterPolicy's driver.enabled=false shows on
+the nodes as `nvidia.com/gpu.deploy.driver=false`; `dcgm=false` is an operator's choice the
+upgrade must keep.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rollout.cli import main
+from rollout.lab import image
+from rollout.lab.cluster import CONTEXT, Lab
+from rollout.lab.nodes import NodeSpec
+from rollout.run import list_runs
+from rollout.transports.kube import KubeClient
+from tests.lab.labapi import apply_args, wait_for
+from tests.lab.test_cluster_shared import own_lab, ssh_check, ssh_run
+
+pytestmark = pytest.mark.lab
+
+OLD = image.INSTALLED_DRIVER
+NEW = next(v for v in image.DRIVER_VERSIONS if v != OLD)
+PACKAGE = image.DRIVER_PACKAGE
+DEPLOY = "nvidia.com/gpu.deploy."
+KEPT_FALSE = {f"{DEPLOY}driver": "false", f"{DEPLOY}dcgm": "false"}
+PAUSED = "paused-for-driver-upgrade"
+MISMATCH = "Failed to initialize NVML: Driver/library version mismatch"
+KILL_TIMEOUT_S = 240.0
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    where = tmp_path_factory.mktemp("driverhost") / "lab"
+    with own_lab(where, ("1.6", "1.7", "2.1", "1.7"), 2) as built:
+        yield built
+
+
+@pytest.fixture(scope="module")
+def kube(lab: Lab) -> Iterator[KubeClient]:
+    with KubeClient.from_kubeconfig(str(lab.kubeconfig), context=CONTEXT) as client:
+        for node in lab.nodes:  # a host-installed driver; DCGM switched off by the operator
+            client.patch_node_labels(node.name, KEPT_FALSE)
+        yield client
+
+
+def plan_file(
+    directory: Path, version: str, reload: str, *, targets: str = "", max_unavailable: int = 2
+) -> Path:
+    path = directory / f"driver-{version}-{reload}.yaml"
+    path.write_text(
+        f"""\
+apiVersion: rollout/v1
+kind: Plan
+metadata: {{name: driver-{reload}}}
+targets: {targets or '{selector: "nvidia.com/gpu.present=true"}'}
+changes:
+  - driver-upgrade: {{version: "{version}", mode: host, packages: [{PACKAGE}]}}
+policy:
+  waves: [1, "50%"]
+  max_unavailable: {max_unavailable}
+  driver: {{reload: {reload}, reboot_timeout_s: 120, operands_timeout_s: 60}}
+  verify: {{gpu_wait_timeout_s: 60, smoke_timeout_s: 60}}
+"""
+    )
+    return path
+
+
+def smi(lab: Lab, node: NodeSpec) -> str:
+    """What the node's nvidia-smi says of the driver: a version, or its first error line."""
+    query = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
+    result = ssh_run(lab, node, query)
+    return (result.stdout.strip().splitlines() or [""])[0]
+
+
+def package(lab: Lab, node: NodeSpec) -> str:
+    """`<version> <dpkg status>` of the driver package."""
+    fmt = "${Version} ${db:Status-Abbrev}"
+    return ssh_check(lab, node, ["dpkg-query", "-W", f"-f={fmt}", PACKAGE]).strip()
+
+
+def boot_id(lab: Lab, node: NodeSpec) -> str:
+    return ssh_check(lab, node, ["cat", "/proc/sys/kernel/random/boot_id"]).strip()
+
+
+def entries(state: Path) -> list[dict[str, Any]]:
+    runs = sorted(state.glob("runs/*/journal.jsonl"))
+    if not runs:
+        return []
+    lines = runs[-1].read_text().splitlines()
+    return [json.loads(line) for line in lines if line.endswith("}")]
+
+
+def step(kind: str, node: str, event: str) -> Callable[[list[dict[str, Any]]], bool]:
+    return lambda found: any(
+        e.get("kind") == event and e.get("node") == node and e.get("step") == kind for e in found
+    )
+
+
+def run_killed_when(
+    argv: list[str], state: Path, when: Callable[[list[dict[str, Any]]], bool], delay_s: float
+) -> None:
+    """Run rollout in a subprocess; SIGKILL it `delay_s` after the journal satisfies `when`."""
+    proc = subprocess.Popen([sys.executable, "-m", "rollout", *argv], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + KILL_TIMEOUT_S
+    try:
+        while proc.poll() is None and time.monotonic() < deadline and not when(entries(state)):
+            time.sleep(0.05)
+        time.sleep(delay_s)
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+        code = proc.wait()
+    assert code == -signal.SIGKILL, f"rollout ended on its own ({code}) before the kill"
+
+
+def assert_upgraded(lab: Lab, kube: KubeClient, version: str) -> None:
+    for spec in lab.nodes:
+        assert smi(lab, spec) == version, spec.name
+        assert package(lab, spec) == f"{version}-1 hi", spec.name  # installed and held
+        node = kube.get_node(spec.name)
+        deploy = {k: v for k, v in node.labels.items() if k.startswith(DEPLOY)}
+        assert {k: deploy[k] for k in KEPT_FALSE} == KEPT_FALSE, spec.name
+        assert set(deploy.values()) == {"true", "false"}, (spec.name, deploy)
+        assert not node.unschedulable, spec.name
+        assert node.allocatable.get("nvidia.com/gpu") == str(len(spec.gpus)), spec.name
+
+
+def test_module_reload_wave_killed_during_an_install_resumes(
+    lab: Lab, kube: KubeClient, tmp_path: Path
+) -> None:
+    first = lab.nodes[0]
+    assert smi(lab, first) == OLD
+    state = tmp_path / "state"
+    argv = apply_args(lab, plan_file(tmp_path, NEW, "modules"), state)
+    run_killed_when(argv, state, step("driver.install", first.name, "step-started"), 1.0)
+    found = entries(state)
+    assert not step("driver.install", first.name, "step-finished")(found), "killed too late"
+    # killed mid-way: the operands are paused, the `false` labels as they were
+    labels = kube.get_node(first.name).labels
+    assert labels[f"{DEPLOY}device-plugin"] == PAUSED
+    assert {k: labels[k] for k in KEPT_FALSE} == KEPT_FALSE
+    assert smi(lab, first) != OLD  # the old module is gone (no driver, or the new one)
+    (run,) = list_runs(state)
+    assert main(["resume", run.run_id, "--state-dir", str(state)]) == 0
+    assert_upgraded(lab, kube, NEW)
+    done = [e for e in entries(state) if e.get("kind") == "step-finished"]
+    reloads = [e for e in done if e["step"] == "driver.reload"]
+    assert sorted(e["node"] for e in reloads) == sorted(n.name for n in lab.nodes)
+    assert all("loaded nvidia" in e["detail"] for e in reloads)  # modprobe, no reboot
+    waves = [e["node"] for e in entries(state) if e.get("kind") == "step-started"
+             and e.get("step") == "preflight"]  # fmt: skip
+    assert waves[0] == first.name  # wave 1 is one node
+
+
+def failing_driver() -> str:
+    version = getattr(image, "FAILING_DRIVER", None)
+    if not isinstance(version, str):
+        pytest.fail(
+            "the lab's apt repository has no failing driver package (rollout.lab.image."
+            "FAILING_DRIVER, a version whose postinst fails): the failure test needs it",
+            pytrace=False,
+        )
+    return version
+
+
+def test_a_failing_package_rolls_node_2_back_and_halts(
+    lab: Lab, kube: KubeClient, tmp_path: Path
+) -> None:
+    broken = failing_driver()
+    two, three, four = lab.nodes[1:]
+    targets = f"{{nodes: [{two.name}, {three.name}, {four.name}]}}"
+    state = tmp_path / "state"
+    plan = plan_file(tmp_path, broken, "modules", targets=targets)
+    assert main(apply_args(lab, plan, state)) == 1
+    (run,) = list_runs(state)
+    final = run.run_dir / "journal.jsonl"
+    finished = [json.loads(line) for line in final.read_text().splitlines()]
+    outcome = {e["node"]: e for e in finished if e.get("kind") == "node-finished"}
+    assert outcome[two.name]["outcome"] == "rolled-back"
+    assert "rolled back" in outcome[two.name]["reason"]
+    # node 2 is back on its previous version, held, the driver answering
+    assert smi(lab, two) == NEW
+    assert package(lab, two) == f"{NEW}-1 hi"
+    # halted before nodes 3 and 4: not a step started there, their driver as it was
+    started = {e["node"] for e in finished if e.get("kind") == "step-started"}
+    assert started == {two.name}
+    for spec in (three, four):
+        assert smi(lab, spec) == NEW and package(lab, spec) == f"{NEW}-1 hi", spec.name
+    # nothing cordoned without a recorded reason
+    for spec in lab.nodes:
+        node = kube.get_node(spec.name)
+        assert not node.unschedulable or "rollout.dev/left-cordoned" in node.annotations
+    labels = kube.get_node(two.name).labels
+    assert labels[f"{DEPLOY}device-plugin"] == "true"
+    assert {k: labels[k] for k in KEPT_FALSE} == KEPT_FALSE
+
+
+def test_reboot_wave_shows_the_mismatch_and_resumes_a_kill_in_the_reboot_wait(
+    lab: Lab, kube: KubeClient, tmp_path: Path
+) -> None:
+    first, second = lab.nodes[0], lab.nodes[1]
+    boots = {n.name: boot_id(lab, n) for n in lab.nodes}
+    state = tmp_path / "state"
+    argv = apply_args(lab, plan_file(tmp_path, OLD, "reboot"), state)
+    # killed between the install and the reboot: packages new, module old
+    run_killed_when(argv, state, step("driver.install", first.name, "step-finished"), 0.0)
+    assert MISMATCH in smi(lab, first)
+    (run,) = list_runs(state)
+    resume = ["resume", run.run_id, "--state-dir", str(state)]
+    # resumed, then killed while the next node reboots
+    run_killed_when(resume, state, step("driver.reload", second.name, "step-started"), 0.5)
+    assert main(resume) == 0
+    assert_upgraded(lab, kube, OLD)
+    for spec in lab.nodes:
+        assert boot_id(lab, spec) != boots[spec.name], f"{spec.name} did not reboot"
+        assert MISMATCH not in smi(lab, spec)
+    reloads = [e for e in entries(state) if e.get("kind") == "step-finished"
+               and e.get("step") == "driver.reload" and e.get("node") == second.name]  # fmt: skip
+    assert reloads and "rebooted" in reloads[-1]["detail"]
+    wait_for(lambda: all(kube.get_node(n.name).ready for n in lab.nodes), 30, what="Ready")
