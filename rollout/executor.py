@@ -114,7 +114,7 @@ FAILED_OUTCOMES = frozenset(
 
 # Steps that change an object shared by every node (the time-slicing ConfigMap and the
 # ClusterPolicy): one node at a time, so concurrent nodes do not race on it.
-CLUSTER_WIDE_STEPS = frozenset({"configmap.update"})
+CLUSTER_WIDE_STEPS = frozenset({"configmap.update", "driver.pin"})
 
 # Threads for the nodes of one wave: nodes taken down are bounded by max_unavailable first.
 MAX_PARALLEL = 32

@@ -20,6 +20,7 @@ back (rollout.steps.driver_operator_plan.operator_run_notes).
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -57,6 +58,10 @@ DRIVER_POD_SELECTOR = "app=nvidia-driver-daemonset"
 REVISION_LABEL = "controller-revision-hash"
 GFD_DRIVER_LABEL = "nvidia.com/cuda.driver-version.full"
 LOG_LINES = 5
+# The nodes of a wave run in threads: the budget check and the release are one act, and a
+# node released by this process counts against the budget until its watch ends.
+_release_lock = threading.Lock()
+_released: set[str] = set()
 
 
 def driver_pod(ctx: StepContext, kind: str, node: str) -> Pod | None:
@@ -240,37 +245,51 @@ class DriverReleaseStep:
                 return StepResult.noop(
                     f"{UPGRADE_SKIP_LABEL}=true was set before this run: left alone"
                 )
-            self._wait_for_budget(ctx, deadline)
-            ctx.kube.patch_node_labels(ctx.node, {UPGRADE_SKIP_LABEL: None})
-            ctx.progress(f"{ctx.node}: driver.release: skip label removed")
-        return self._watch(ctx, node.annotations.get(REVISION_BEFORE_ANNOTATION), deadline)
+            self._release(ctx, deadline)
+        else:
+            with _release_lock:
+                _released.add(ctx.node)
+        try:
+            return self._watch(ctx, node.annotations.get(REVISION_BEFORE_ANNOTATION), deadline)
+        finally:
+            with _release_lock:
+                _released.discard(ctx.node)
 
-    def _wait_for_budget(self, ctx: StepContext, deadline: Deadline) -> None:
-        """Until one more node upgrading stays within rollout's max_unavailable; never while
-        a served node is upgrade-failed (it halts the run)."""
+    def _release(self, ctx: StepContext, deadline: Deadline) -> None:
+        """Remove the skip label once one more node upgrading stays within rollout's
+        max_unavailable; never while a served node is upgrade-failed (it halts the run)."""
         while True:
-            nodes = ctx.kube.list_nodes()
-            served = [n for n in nodes if served_by_driver_daemonset(n.labels)]
-            failed = [n.name for n in served if upgrade_state(n.labels) == UPGRADE_FAILED]
-            if failed:
-                raise StepFailed(
-                    ctx.node,
-                    self.kind,
-                    f"{', '.join(failed)} {UPGRADE_STATE_LABEL}={UPGRADE_FAILED}: not releasing "
-                    "another node",
-                )
-            budget = ctx.spec.policy.max_unavailable_count(len(nodes))
-            busy = [n.name for n in served if n.name != ctx.node and _busy(n)]
-            if len(busy) + 1 <= budget:
-                return
-            if deadline.expired:
-                raise StepFailed(
-                    ctx.node,
-                    self.kind,
-                    f"max_unavailable {budget} still taken by {', '.join(busy)} after "
-                    f"{round(deadline.elapsed_s)}s",
-                )
+            with _release_lock:
+                if self._budget_free(ctx, deadline):
+                    _released.add(ctx.node)
+                    ctx.kube.patch_node_labels(ctx.node, {UPGRADE_SKIP_LABEL: None})
+                    ctx.progress(f"{ctx.node}: driver.release: skip label removed")
+                    return
             deadline.sleep(POLL_INTERVAL_S)
+
+    def _budget_free(self, ctx: StepContext, deadline: Deadline) -> bool:
+        nodes = ctx.kube.list_nodes()
+        served = [n for n in nodes if served_by_driver_daemonset(n.labels)]
+        failed = [n.name for n in served if upgrade_state(n.labels) == UPGRADE_FAILED]
+        if failed:
+            raise StepFailed(
+                ctx.node,
+                self.kind,
+                f"{', '.join(failed)} {UPGRADE_STATE_LABEL}={UPGRADE_FAILED}: not releasing "
+                "another node",
+            )
+        budget = ctx.spec.policy.max_unavailable_count(len(nodes))
+        busy = sorted(({n.name for n in served if _busy(n)} | _released) - {ctx.node})
+        if len(busy) + 1 <= budget:
+            return True
+        if deadline.expired:
+            raise StepFailed(
+                ctx.node,
+                self.kind,
+                f"max_unavailable {budget} still taken by {', '.join(busy)} after "
+                f"{round(deadline.elapsed_s)}s",
+            )
+        return False
 
     def _watch(self, ctx: StepContext, before: str | None, deadline: Deadline) -> StepResult:
         seen: list[str] = []
@@ -311,7 +330,9 @@ class DriverReleaseStep:
             log = ctx.kube.read_pod_log(pod.namespace, pod.name, pod.containers[0])
         except (RolloutError, IndexError):
             log = ""
-        tail = " | ".join(log.strip().splitlines()[-LOG_LINES:])
+        # a crash-looping container repeats itself: its last distinct lines
+        lines = list(dict.fromkeys(reversed(log.strip().splitlines())))[:LOG_LINES]
+        tail = " | ".join(reversed(lines))
         return f"driver pod {pod.namespace}/{pod.name}: {reasons}" + (
             f"; log: {tail}" if tail else ""
         )

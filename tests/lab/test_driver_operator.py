@@ -1,0 +1,110 @@
+"""mode: operator end to end on a 5-node lab of its own: rollout pins every node the driver
+DaemonSet serves, changes the ClusterPolicy's version, releases the 4 targets wave by wave
+through the lab's upgrade controller, halts on upgrade-failed, and converges on resume.
+What each node's nvidia-smi reports comes from the driver state its driver pod installed."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rollout.cli import main
+from rollout.lab.cluster import CONTEXT, Lab
+from rollout.lab.image import INSTALLED_DRIVER
+from rollout.run import list_runs, read_run
+from rollout.transports.kube import KubeClient
+from tests.lab.labapi import apply_args, fleet_args
+from tests.lab.test_cluster_shared import own_lab, ssh_check
+
+pytestmark = pytest.mark.lab
+
+TARGET = "550.90.07"
+SKIP = "nvidia.com/gpu-driver-upgrade.skip"
+STATE = "nvidia.com/gpu-driver-upgrade-state"
+FAIL_KNOB = "lab.rollout/fail-upgrade"
+TARGETS = ("lab-node-1", "lab-node-2", "lab-node-3", "lab-node-4")
+PINNED = "lab-node-5"
+PLAN = f"""\
+apiVersion: rollout/v1
+kind: Plan
+metadata: {{name: operator-driver}}
+targets: {{nodes: [{", ".join(TARGETS)}]}}
+changes:
+  - driver-upgrade: {{version: "{TARGET}", mode: operator, upgrade_timeout_s: 120}}
+policy:
+  waves: [1]
+  max_unavailable: 1
+  on_failure: rollback
+"""
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> Iterator[Lab]:
+    with own_lab(tmp_path / "lab", ("1.7",) * 5, gpus=1) as built:
+        yield built
+
+
+def smi_version(lab: Lab, name: str) -> str:
+    node = next(n for n in lab.nodes if n.name == name)
+    out = ssh_check(
+        lab, node, ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
+    )
+    return out.strip().splitlines()[0]
+
+
+def test_operator_waves_halt_on_upgrade_failed_and_resume_converges(
+    lab: Lab, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(PLAN)
+    state = tmp_path / "state"
+    with KubeClient.from_kubeconfig(str(lab.kubeconfig), context=CONTEXT) as kube:
+        # the plan names the version change, the policy in force and who stays pinned
+        capsys.readouterr()
+        assert main(["plan", str(plan), *fleet_args(lab), "--output", "json"]) == 0
+        data = json.loads(capsys.readouterr().out)
+        kinds = [c["kind"] for c in data["cluster_changes"]]
+        assert kinds == ["driver.pin", "driver.version", "driver.upgradePolicy"]
+        assert any(w.startswith(f"NOT UPGRADED: {PINNED}") for w in data["warnings"])
+
+        # node 3's driver container will fail to install: the operator marks it upgrade-failed
+        kube.patch_node_annotations("lab-node-3", {FAIL_KNOB: "true"})
+        assert main(apply_args(lab, plan, state)) == 1
+        out = capsys.readouterr().out
+        assert f"NOT UPGRADED: {PINNED}" in out and f"kubectl label node {PINNED} {SKIP}-" in out
+        assert f'"version":"{INSTALLED_DRIVER}"' in out  # the way back, after the halt
+        (run,) = list_runs(state)
+        assert run.halted_reason
+        nodes = {n: kube.get_node(n) for n in (*TARGETS, PINNED)}
+        assert nodes["lab-node-3"].labels.get(STATE) == "upgrade-failed"
+        # no further skip label removed: node 4 and the non-target stay pinned
+        assert nodes["lab-node-4"].labels.get(SKIP) == "true"
+        assert nodes[PINNED].labels.get(SKIP) == "true"
+        for name in ("lab-node-1", "lab-node-2"):
+            assert SKIP not in nodes[name].labels
+            assert nodes[name].labels.get(STATE) == "upgrade-done"
+            assert smi_version(lab, name) == TARGET
+        assert smi_version(lab, "lab-node-4") == INSTALLED_DRIVER
+        record = read_run(state, run.run_id)
+        assert record.node("lab-node-4").outcome is None
+
+        # fixed: the next driver container installs, upgrade-failed clears itself
+        kube.patch_node_annotations("lab-node-3", {FAIL_KNOB: None})
+        resumed = main(["resume", run.run_id, "--state-dir", str(state)])
+        out = capsys.readouterr().out
+        assert resumed == 1  # node 3 failed in this run, even though it converged since
+        for name in TARGETS:
+            node = kube.get_node(name)
+            assert node.labels.get(STATE) == "upgrade-done", name
+            assert SKIP not in node.labels and not node.unschedulable, name
+            assert smi_version(lab, name) == TARGET, name
+        record = read_run(state, run.run_id)
+        assert record.node("lab-node-4").outcome is not None
+        assert record.node("lab-node-4").outcome.value == "succeeded"
+        # the non-target stays on the old driver, pinned, and the summary says so
+        assert kube.get_node(PINNED).labels.get(SKIP) == "true"
+        assert smi_version(lab, PINNED) == INSTALLED_DRIVER
+        assert f"NOT UPGRADED: {PINNED}" in out
