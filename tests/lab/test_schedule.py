@@ -5,14 +5,29 @@ from __future__ import annotations
 
 import json
 import re
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 import yaml
 
+from rollout.inventory import load_inventory
 from rollout.lab.apiserver import Registry
-from rollout.lab.apiserver.resources import CRONJOBS
+from rollout.lab.apiserver.resources import CRONJOBS, EVENTS, JOBS, PODS
+from rollout.lab.description import LabDescription
+from rollout.lab.simulation.cronjobs import (
+    SCHEDULED_ANNOTATION,
+    CronJobController,
+    JobController,
+    ScaledClock,
+)
+from rollout.lab.simulation.engine import Simulation, SimulationTimings
 from rollout.playbook import load_playbooks
+from rollout.schedule.manifests import ScheduleOptions, build_schedule
 from rollout.schedule.permissions import Grant, grants_for
 from rollout.spec import parse_spec
 from tests.lab.test_kubectl import Kubectl, kubectl, registry  # noqa: F401 (fixtures)
@@ -158,3 +173,229 @@ def test_the_emulator_refuses_what_the_real_server_refuses(
         "spec.jobTemplate.spec.template.spec.restartPolicy",
     ):
         assert field in refused.stderr, (field, refused.stderr)
+
+
+# --- the lab's CronJob and Job controllers ------------------------------------------------
+
+
+class FakeClock:
+    """Seconds since the epoch, moved by the test."""
+
+    def __init__(self, at: datetime) -> None:
+        self.now = at.timestamp()
+
+    def __call__(self) -> float:
+        return self.now
+
+    def set(self, at: datetime) -> None:
+        self.now = at.timestamp()
+
+
+def cluster_at(
+    at: datetime, *extra: str
+) -> tuple[Registry, FakeClock, CronJobController, JobController]:
+    """A api holding the objects of `rollout schedule` for the windowed plan, created at
+    `at`, and the two controllers on the same clock."""
+    clock = FakeClock(at)
+    api = Registry(clock=clock)
+    # a cron schedule stands alone: no window, so startingDeadlineSeconds is 300
+    text = plan_text(window=not any(f.startswith("cron=") for f in extra))
+    options: dict[str, Any] = {}
+    for flag in extra:
+        key, _, value = flag.partition("=")
+        options[key] = value if key == "cron" else int(value)
+    built = build_schedule(
+        parse_spec(text, "plan.yaml"),
+        text,
+        load_playbooks(),
+        ScheduleOptions(image=IMAGE, **options),
+        load_inventory(INVENTORY),
+    )
+    for obj in built.objects:
+        kind = api.catalog.find_kind(*_group_version(obj["apiVersion"]), _resource(obj["kind"]))
+        assert kind is not None
+        api.create(kind, obj["metadata"].get("namespace"), obj)
+    return api, clock, CronJobController(api, clock), JobController(api, clock)
+
+
+def _group_version(api_version: str) -> tuple[str, str]:
+    group, _, version = api_version.rpartition("/")
+    return group, version
+
+
+def _resource(kind: str) -> str:
+    return {"ClusterRoleBinding": "clusterrolebindings", "RoleBinding": "rolebindings"}.get(
+        kind, kind.lower() + "s"
+    )
+
+
+def tick(cronjobs: CronJobController, jobs: JobController) -> None:
+    jobs.reconcile()
+    cronjobs.reconcile()
+    jobs.reconcile()
+
+
+def owned_jobs(api: Registry) -> list[dict[str, Any]]:
+    return sorted(api.list_objects(JOBS, "rollout"), key=lambda j: j["metadata"]["name"])
+
+
+def set_phase(api: Registry, pod: Mapping[str, Any], phase: str) -> None:
+    def change(obj: dict[str, Any]) -> None:
+        obj.setdefault("status", {})["phase"] = phase
+
+    api.mutate(PODS, pod["metadata"]["namespace"], pod["metadata"]["name"], change)
+
+
+def reasons(api: Registry, involved: str) -> list[str]:
+    return [
+        e["reason"]
+        for e in api.list_objects(EVENTS, "rollout")
+        if e["involvedObject"]["name"] == involved
+    ]
+
+
+def conditions(job: Mapping[str, Any]) -> list[tuple[str, str]]:
+    return [(c["type"], c.get("reason", "")) for c in job["status"].get("conditions", [])]
+
+
+BERLIN = ZoneInfo("Europe/Berlin")
+
+
+def test_the_cronjob_fires_when_the_window_opens_in_its_time_zone() -> None:
+    # Thursday 2024-01-04; the window opens Fridays and Saturdays at 22:00 Berlin (21:00 UTC)
+    api, clock, cronjobs, jobs = cluster_at(datetime(2024, 1, 4, 12, tzinfo=UTC))
+    tick(cronjobs, jobs)
+    assert owned_jobs(api) == []
+    clock.set(datetime(2024, 1, 5, 21, 59, tzinfo=BERLIN))
+    tick(cronjobs, jobs)
+    assert owned_jobs(api) == []
+    clock.set(datetime(2024, 1, 5, 22, 0, 20, tzinfo=BERLIN))
+    tick(cronjobs, jobs)
+    (job,) = owned_jobs(api)
+    opened = datetime(2024, 1, 5, 21, tzinfo=UTC)
+    assert job["metadata"]["name"] == f"{SA}-{int(opened.timestamp() // 60)}"
+    assert job["metadata"]["annotations"][SCHEDULED_ANNOTATION] == "2024-01-05T22:00:00+01:00"
+    assert job["metadata"]["ownerReferences"][0]["kind"] == "CronJob"
+    assert job["spec"]["backoffLimit"] == 0
+    cronjob = api.get(CRONJOBS, "rollout", SA)
+    assert cronjob["status"]["lastScheduleTime"] == "2024-01-05T21:00:00Z"
+    assert [a["name"] for a in cronjob["status"]["active"]] == [job["metadata"]["name"]]
+    assert "SuccessfulCreate" in reasons(api, SA)
+    (pod,) = api.list_objects(PODS, "rollout")
+    assert pod["metadata"]["labels"]["batch.kubernetes.io/job-name"] == job["metadata"]["name"]
+    assert pod["spec"]["serviceAccountName"] == SA
+    assert pod["spec"]["containers"][0]["image"] == IMAGE
+    # in summer Berlin is UTC+2: the same schedule fires at 20:00 UTC
+    api, clock, cronjobs, jobs = cluster_at(datetime(2024, 7, 5, 12, tzinfo=UTC))
+    clock.set(datetime(2024, 7, 5, 20, 0, 30, tzinfo=UTC))
+    tick(cronjobs, jobs)
+    assert len(owned_jobs(api)) == 1
+
+
+def test_forbid_skips_a_run_while_one_is_active_and_a_late_start_is_missed() -> None:
+    start = datetime(2024, 1, 1, 12, 0, 30, tzinfo=UTC)
+    api, clock, cronjobs, jobs = cluster_at(start, "cron=*/10 * * * *")
+    clock.set(start + timedelta(minutes=10))
+    tick(cronjobs, jobs)
+    (first,) = owned_jobs(api)
+    (pod,) = api.list_objects(PODS, "rollout")
+    set_phase(api, pod, "Running")
+    clock.set(start + timedelta(minutes=20))
+    tick(cronjobs, jobs)
+    assert owned_jobs(api) == [api.get(JOBS, "rollout", first["metadata"]["name"])]
+    assert "JobAlreadyActive" in reasons(api, SA)
+    set_phase(api, pod, "Succeeded")
+    # 12:20 went unmet; at 12:26 it is older than startingDeadlineSeconds (300 without a
+    # window): the controller no longer looks that far back, and starts nothing
+    clock.set(start + timedelta(minutes=26))
+    tick(cronjobs, jobs)
+    (done,) = owned_jobs(api)
+    assert conditions(done) == [("Complete", "")]
+    cronjob = api.get(CRONJOBS, "rollout", SA)
+    assert "active" not in cronjob["status"] and cronjob["status"]["lastSuccessfulTime"]
+    clock.set(start + timedelta(minutes=30))
+    tick(cronjobs, jobs)
+    assert len(owned_jobs(api)) == 2  # the next schedule runs
+
+
+def test_backoff_limit_zero_fails_the_job_at_the_first_failed_pod() -> None:
+    start = datetime(2024, 1, 1, 12, 0, 30, tzinfo=UTC)
+    api, clock, cronjobs, jobs = cluster_at(start, "cron=*/10 * * * *")
+    clock.set(start + timedelta(minutes=10))
+    tick(cronjobs, jobs)
+    (pod,) = api.list_objects(PODS, "rollout")
+    set_phase(api, pod, "Failed")
+    tick(cronjobs, jobs)
+    (job,) = owned_jobs(api)
+    assert conditions(job) == [("Failed", "BackoffLimitExceeded")]
+    assert len(api.list_objects(PODS, "rollout")) == 1  # no second pod
+
+
+def test_active_deadline_stops_the_job_and_its_pod() -> None:
+    start = datetime(2024, 1, 1, 12, 0, 30, tzinfo=UTC)
+    api, clock, cronjobs, jobs = cluster_at(start, "cron=*/10 * * * *", "active_deadline_s=120")
+    clock.set(start + timedelta(minutes=10))
+    tick(cronjobs, jobs)
+    (pod,) = api.list_objects(PODS, "rollout")
+    set_phase(api, pod, "Running")
+    clock.set(start + timedelta(minutes=11))
+    tick(cronjobs, jobs)
+    assert conditions(owned_jobs(api)[0]) == []
+    clock.set(start + timedelta(minutes=12, seconds=1))
+    tick(cronjobs, jobs)
+    assert conditions(owned_jobs(api)[0]) == [("Failed", "DeadlineExceeded")]
+    assert api.list_objects(PODS, "rollout") == []
+
+
+def test_a_suspended_cronjob_starts_nothing_and_history_is_bounded() -> None:
+    start = datetime(2024, 1, 1, 12, 0, 30, tzinfo=UTC)
+    api, clock, cronjobs, jobs = cluster_at(start, "cron=*/10 * * * *")
+
+    def suspend(value: bool) -> None:
+        def change(obj: dict[str, Any]) -> None:
+            obj["spec"]["suspend"] = value
+
+        api.mutate(CRONJOBS, "rollout", SA, change)
+
+    suspend(True)
+    clock.set(start + timedelta(minutes=10))
+    tick(cronjobs, jobs)
+    assert owned_jobs(api) == []
+    suspend(False)
+    for run in range(5):  # five runs, each succeeding: 3 kept (successfulJobsHistoryLimit)
+        clock.set(start + timedelta(minutes=10 * (run + 2)))
+        tick(cronjobs, jobs)
+        for pod in api.list_objects(PODS, "rollout"):
+            set_phase(api, pod, "Succeeded")
+        tick(cronjobs, jobs)
+    tick(cronjobs, jobs)
+    kept = owned_jobs(api)
+    assert len(kept) == 3 and all(conditions(j) == [("Complete", "")] for j in kept)
+
+
+def test_the_scaled_clock_is_ahead_and_faster() -> None:
+    clock = ScaledClock(offset_s=3600, scale=60)
+    first = clock()
+    assert first - time.time() > 3500
+    time.sleep(0.05)
+    assert clock() - first >= 60 * 0.05 * 0.9
+
+
+def test_the_lab_simulation_runs_the_controllers_on_its_clock() -> None:
+    """The lab's tick (rollout.lab.simulation.engine) creates the Job and its pod."""
+    start = datetime(2024, 1, 1, 12, 0, 30, tzinfo=UTC)
+    api, clock, _, _ = cluster_at(start, "cron=*/10 * * * *")
+    simulation = Simulation(
+        api,
+        LabDescription(nodes=()),
+        probe=None,
+        timings=SimulationTimings(),
+        clock=clock,  # type: ignore[arg-type]
+    )
+    simulation.step()
+    assert owned_jobs(api) == []
+    clock.set(start + timedelta(minutes=10))
+    simulation.step()
+    (job,) = owned_jobs(api)
+    (pod,) = api.list_objects(PODS, "rollout")
+    assert pod["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]

@@ -19,6 +19,7 @@ from rollout.lab.apiserver.resources import CLUSTERPOLICIES
 from rollout.lab.description import LabDescription
 from rollout.lab.simulation.bootstrap import seed_cluster
 from rollout.lab.simulation.clusterpolicy import ClusterPolicyController
+from rollout.lab.simulation.cronjobs import CronJobController, JobController
 from rollout.lab.simulation.daemonsets import DaemonSetController
 from rollout.lab.simulation.driverpods import DriverContainers
 from rollout.lab.simulation.events import EventRecorder
@@ -118,6 +119,8 @@ class Simulation:
             ),
             clock,
         )
+        # scheduled rollouts (rollout schedule): CronJobs make Jobs, Jobs make pods
+        self._batch = (CronJobController(registry, clock), JobController(registry, clock))
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._step_lock = threading.Lock()
@@ -138,6 +141,8 @@ class Simulation:
                 kubelet.sync(policy)
             self._drivers.sync()
             self._upgrades.reconcile(policy)
+            for controller in self._batch:
+                controller.reconcile()
             self._lifecycle.reconcile()
 
     def start(self) -> Simulation:
