@@ -37,6 +37,7 @@ from rollout.run import (
 )
 from rollout.schedule.window import nominal_length_s, spans_from
 from rollout.spec import Policy, Spec
+from rollout.spec.changes.driver import DEFAULT_OPERATOR_UPGRADE_TIMEOUT_S
 
 # The typical time of each acting step on a healthy node: its mandatory waits (containerd's
 # restart waits for systemd's new MainPID and ActiveState; the device plugin re-registers and
@@ -61,6 +62,10 @@ STEP_EXPECTED_S: dict[str, float] = {
     "driver.reload": 5.0,
     "driver.verify": 2.0,
     "driver.resume": 30.0,
+    # the operator's own upgrade of the node: drain, driver pod restart, validation
+    "driver.pin": 2.0,
+    "driver.release": 300.0,
+    "driver.confirm": 5.0,
 }
 # A step without a policy timeout: the request timeouts and retries bound it.
 DEFAULT_STEP_WORST_S = 60.0
@@ -78,6 +83,7 @@ def step_worst_s(kind: str, policy: Policy) -> float:
         "gpu.smoke": float(verify.smoke_timeout_s),
         "deviceplugin.restart": float(verify.gpu_wait_timeout_s),
         "driver.install": 1800.0,
+        "driver.release": float(DEFAULT_OPERATOR_UPGRADE_TIMEOUT_S),
     }
     return max(timeouts.get(kind, DEFAULT_STEP_WORST_S), STEP_EXPECTED_S.get(kind, 0.0))
 

@@ -101,10 +101,11 @@ def build_schedule(
     ssh = needs_ssh(spec, playbooks)
     if ssh and inventory is None:
         kinds = [k for k in step_kinds_of(spec, playbooks) if k in SSH_STEPS]
+        steps = f" and its steps ({', '.join(kinds)})" if kinds else ""
         raise BadInput(
-            f"the plan's steps reach the nodes over SSH ({', '.join(kinds)}): pass --inventory"
-            " FILE; it goes into the ConfigMap, its key_file and known_hosts pointing at the"
-            " SSH Secret"
+            f"the run reaches the nodes over SSH (its facts{steps}): pass --inventory FILE;"
+            " it goes into the ConfigMap, its key_file and known_hosts pointing at the SSH"
+            " Secret"
         )
     schedule, time_zone = cron_schedule(spec, options.cron)
     labels = {LABEL_NAME: "rollout", LABEL_INSTANCE: spec.metadata.name}

@@ -91,6 +91,25 @@ STEP_GRANTS: dict[str, tuple[Grant, ...]] = {
     "driver.reload": tuple(_grants("", "nodes", "get")),
     "driver.verify": (),
     "driver.resume": (*_grants("", "nodes", "get patch"), *_grants("", "pods", "list")),
+    # operator-mode driver upgrades (rollout/steps/driver_operator.py): the skip label on
+    # every node the driver DaemonSet serves, the ClusterPolicy's driver version, the driver
+    # pods (in the operator's namespace, whichever that is) and their logs on a failure
+    "driver.pin": (
+        *_grants("", "nodes", "get list patch"),
+        *_grants("", "pods", "list"),
+        *_grants("nvidia.com", "clusterpolicies", "list patch"),
+    ),
+    "driver.release": (
+        *_grants("", "nodes", "get list patch"),
+        *_grants("", "pods", "list"),
+        *_grants("", "pods/log", "get"),
+    ),
+    "driver.confirm": (
+        *_grants("", "nodes", "get"),
+        *_grants("", "pods", "list"),
+        *_grants("", "pods/log", "get"),
+        *_grants("nvidia.com", "clusterpolicies", "list"),
+    ),
 }
 
 # Steps that reach the node over SSH, and so need the inventory and the SSH Secret.
@@ -138,9 +157,14 @@ def grants_for(spec: Spec, playbooks: Mapping[str, Playbook]) -> tuple[Grant, ..
     return tuple(sorted(grants, key=_sort_key))
 
 
+# Every run gathers its facts over SSH first (facts/live.py probes each inventory node),
+# whatever its steps: so today every plan needs the inventory and the key.
+FACTS_OVER_SSH = True
+
+
 def needs_ssh(spec: Spec, playbooks: Mapping[str, Playbook]) -> bool:
-    """True when some step of the plan works on the node over SSH."""
-    return any(kind in SSH_STEPS for kind in step_kinds_of(spec, playbooks))
+    """True when the run reaches nodes over SSH: for its facts, or in some step."""
+    return FACTS_OVER_SSH or any(kind in SSH_STEPS for kind in step_kinds_of(spec, playbooks))
 
 
 def to_rules(grants: Iterable[Grant]) -> list[dict[str, object]]:

@@ -50,6 +50,15 @@ CHANGES = {
     "driver-upgrade": (
         'changes:\n  - driver-upgrade:\n      version: "550.127.05"\n      mode: host\n'
     ),
+    "driver-operator": (
+        'changes:\n  - driver-upgrade:\n      version: "550.127.05"\n      mode: operator\n'
+    ),
+}
+DOC_SECTIONS = {
+    "containerd": "`containerd` plans",
+    "time-slicing": "`time-slicing` plans",
+    "driver-upgrade": "`driver-upgrade` plans, mode: host",
+    "driver-operator": "`driver-upgrade` plans, mode: operator",
 }
 
 
@@ -168,7 +177,7 @@ def test_cron_flag_suspend_namespace_and_deadline() -> None:
         ),
         (plan_text(), {"cron": "TZ=UTC 0 1 * * *"}, True, "refuses TZ="),
         (plan_text(), {"cron": "every night"}, True, "is not a cron schedule"),
-        (plan_text(), {}, False, "reach the nodes over SSH (preflight, containerd.write"),
+        (plan_text(), {}, False, "over SSH (its facts and its steps (preflight, containerd"),
         (plan_text(name="a" * 45), {}, True, "shorten metadata.name to 44 characters"),
     ],
 )
@@ -276,7 +285,7 @@ def test_every_kind_together_is_the_audited_manifest_less_diagnose() -> None:
 def test_the_per_kind_lists_in_the_docs_are_the_code() -> None:
     docs = (REPO / "docs" / "permissions.md").read_text()
     for kind in CHANGES:
-        section = docs.split(f"### `{kind}` plans\n", 1)
+        section = docs.split(f"### {DOC_SECTIONS[kind]}\n", 1)
         assert len(section) == 2, f"docs/permissions.md has no section for {kind} plans"
         rows = [line for line in section[1].split("\n\n")[1].splitlines() if line.startswith("| `")]
         text = plan_text(kind).replace("namespace: operators", "namespace: gpu-operator")
