@@ -1,0 +1,256 @@
+"""driver.pin, driver.release and driver.confirm against an in-memory cluster: the pin comes
+before the version, someone else's skip label is left alone, the budget and upgrade-failed
+hold a release, resume derives progress from the labels."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from rollout.containerd import ConfigFiles, ContainerdVersion
+from rollout.facts import GpuFacts, NodeFacts
+from rollout.plan import NodePlan
+from rollout.run import Journal
+from rollout.spec import parse_spec
+from rollout.steps.base import StepContext, StepFailed, StepResultKind
+from rollout.steps.driver_operator import DriverConfirmStep, DriverPinStep, DriverReleaseStep
+from rollout.steps.driver_operator_plan import PINNED_BY_ANNOTATION, REVISION_BEFORE_ANNOTATION
+from rollout.transports.kube import KubeClient, Node, OwnerRef, Pod
+from tests.fakes import ScriptedRunner
+
+OLD, NEW = "535.183.01", "550.90.07"
+SKIP = "nvidia.com/gpu-driver-upgrade.skip"
+STATE = "nvidia.com/gpu-driver-upgrade-state"
+SERVED = {"nvidia.com/gpu.deploy.driver": "true"}
+SPEC = parse_spec(
+    f"""\
+apiVersion: rollout/v1
+kind: Plan
+metadata: {{name: unit}}
+targets: {{nodes: [n1, n2]}}
+changes:
+  - driver-upgrade: {{version: "{NEW}", mode: operator, upgrade_timeout_s: 60}}
+policy: {{max_unavailable: 1}}
+""",
+    "unit.yaml",
+)
+
+
+class FakeCluster:
+    """Nodes, driver pods and the ClusterPolicy; records every write in order."""
+
+    def __init__(self, names: tuple[str, ...] = ("n1", "n2", "n3")) -> None:
+        ready = {"Ready": "True"}
+        self.nodes = {
+            n: Node(name=n, uid=n, resource_version="1", labels=dict(SERVED), conditions=ready)
+            for n in names
+        }
+        self.pods = {n: self.driver_pod(n, "rev-old") for n in names}
+        self.policy: dict[str, Any] = {
+            "metadata": {"name": "cluster-policy"},
+            "spec": {"driver": {"version": OLD, "upgradePolicy": {"autoUpgrade": True}}},
+        }
+        self.writes: list[str] = []
+        self.on_read: dict[str, list[Mapping[str, str]]] = {}  # node -> labels per get_node
+
+    @staticmethod
+    def driver_pod(node: str, revision: str, ready: bool = True) -> Pod:
+        return Pod(
+            namespace="gpu-operator",
+            name=f"nvidia-driver-daemonset-{node}-{revision}",
+            uid=f"{node}-{revision}",
+            resource_version="1",
+            node_name=node,
+            phase="Running",
+            labels={"app": "nvidia-driver-daemonset", "controller-revision-hash": revision},
+            owners=(OwnerRef("DaemonSet", "nvidia-driver-daemonset", True),),
+            containers=("nvidia-driver-ctr",),
+            ready=ready,
+        )
+
+    def get_node(self, name: str) -> Node:
+        script = self.on_read.get(name)
+        if script:
+            labels = {**self.nodes[name].labels, **script.pop(0)}
+            self.nodes[name] = replace(self.nodes[name], labels=labels)
+            self.pods[name] = self.driver_pod(name, "rev-new")
+        return self.nodes[name]
+
+    def list_nodes(self, label_selector: str | None = None) -> list[Node]:
+        return list(self.nodes.values())
+
+    def patch_node_labels(self, name: str, labels: Mapping[str, str | None]) -> Node:
+        self.writes.append(f"label {name} {dict(labels)}")
+        merged = {**self.nodes[name].labels, **labels}
+        clean = {k: v for k, v in merged.items() if v is not None}
+        self.nodes[name] = replace(self.nodes[name], labels=clean)
+        return self.nodes[name]
+
+    def patch_node_annotations(self, name: str, annotations: Mapping[str, str | None]) -> Node:
+        merged = {**self.nodes[name].annotations, **annotations}
+        clean = {k: v for k, v in merged.items() if v is not None}
+        self.nodes[name] = replace(self.nodes[name], annotations=clean)
+        return self.nodes[name]
+
+    def create_event(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def list_pods(
+        self,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> list[Pod]:
+        node = (field_selector or "").removeprefix("spec.nodeName=")
+        return [self.pods[node]] if node in self.pods else []
+
+    def read_pod_log(self, namespace: str, name: str, container: str | None = None) -> str:
+        return "ERROR: the kernel module failed to build\n" * 3
+
+    def list_cluster_policies(self) -> list[dict[str, Any]]:
+        return [self.policy]
+
+    def patch_cluster_policy(self, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        version = patch["spec"]["driver"]["version"]
+        self.writes.append(f"version {version}")
+        self.policy["spec"]["driver"]["version"] = version
+        return self.policy
+
+
+@pytest.fixture
+def cluster() -> FakeCluster:
+    return FakeCluster()
+
+
+@pytest.fixture
+def journal(tmp_path: Path) -> Journal:
+    return Journal.create(tmp_path, "unit", "{}")
+
+
+def context(cluster: FakeCluster, journal: Journal, node: str, smi: str = NEW) -> StepContext:
+    runner = ScriptedRunner(name=node).on(["nvidia-smi"], f"GPU-1, NVIDIA A100, {smi}\n")
+    facts = NodeFacts(
+        name=node,
+        containerd=ContainerdVersion.from_series("1.7.24"),
+        config_files=ConfigFiles(
+            main_path="/etc/containerd/config.toml",
+            files={"/etc/containerd/config.toml": "version = 2\n"},
+        ),
+        gpus=GpuFacts(count=1, driver_version=OLD),
+    )
+    return StepContext(
+        node=node,
+        node_plan=NodePlan(name=node, containerd_version="1.7.24", steps=()),
+        facts=facts,
+        spec=SPEC,
+        runner=runner,
+        kube=cast(KubeClient, cluster),
+        journal=journal,
+        progress=lambda _: None,
+        sleep=lambda _: None,
+    )
+
+
+def test_pin_labels_every_served_node_before_the_version_and_leaves_others_alone(
+    cluster: FakeCluster, journal: Journal
+) -> None:
+    cluster.patch_node_labels("n3", {SKIP: "true"})  # someone else's, before the run
+    cluster.writes.clear()
+    result = DriverPinStep().apply(context(cluster, journal, "n1"))
+    assert result.kind is StepResultKind.DONE
+    assert cluster.writes == [
+        f"label n1 {{'{SKIP}': 'true'}}",
+        f"label n2 {{'{SKIP}': 'true'}}",
+        f"version {NEW}",
+    ]
+    assert "left alone (skip label set before): n3" in result.detail
+    assert PINNED_BY_ANNOTATION not in cluster.nodes["n3"].annotations
+    assert cluster.nodes["n1"].annotations[REVISION_BEFORE_ANNOTATION] == "rev-old"
+    # the next node finds it made
+    again = DriverPinStep().apply(context(cluster, journal, "n2"))
+    assert again.kind is StepResultKind.NOOP
+
+
+def test_pin_refuses_when_auto_upgrade_is_off(cluster: FakeCluster, journal: Journal) -> None:
+    cluster.policy["spec"]["driver"]["upgradePolicy"]["autoUpgrade"] = False
+    with pytest.raises(StepFailed, match="autoUpgrade is off"):
+        DriverPinStep().apply(context(cluster, journal, "n1"))
+    assert cluster.writes == []
+
+
+def test_release_watches_until_done_on_a_new_driver_pod(
+    cluster: FakeCluster, journal: Journal
+) -> None:
+    DriverPinStep().apply(context(cluster, journal, "n1"))
+    cluster.on_read["n1"] = [
+        {},
+        {STATE: "cordon-required"},
+        {STATE: "pod-restart-required"},
+        {STATE: "upgrade-done"},
+    ]
+    result = DriverReleaseStep().apply(context(cluster, journal, "n1"))
+    assert SKIP not in cluster.nodes["n1"].labels
+    assert cluster.nodes["n2"].labels[SKIP] == "true"
+    assert "cordon-required -> pod-restart-required -> upgrade-done" in result.detail
+    confirmed = DriverConfirmStep().apply(context(cluster, journal, "n1"))
+    assert f"nvidia-smi reports {NEW}" in confirmed.detail
+
+
+def test_release_fails_on_upgrade_failed_naming_the_driver_pod(
+    cluster: FakeCluster, journal: Journal
+) -> None:
+    DriverPinStep().apply(context(cluster, journal, "n1"))
+    cluster.on_read["n1"] = [{}, {STATE: "upgrade-failed"}]
+    with pytest.raises(StepFailed) as failed:
+        DriverReleaseStep().apply(context(cluster, journal, "n1"))
+    message = str(failed.value)
+    assert "upgrade-failed" in message and "kernel module failed to build" in message
+    assert message.count("kernel module failed to build") == 1  # repeated lines once
+
+
+def test_no_release_while_a_served_node_is_upgrade_failed(
+    cluster: FakeCluster, journal: Journal
+) -> None:
+    DriverPinStep().apply(context(cluster, journal, "n1"))
+    cluster.patch_node_labels("n3", {STATE: "upgrade-failed"})
+    with pytest.raises(StepFailed, match=r"n3 nvidia\.com/gpu-driver-upgrade-state=upgrade-failed"):
+        DriverReleaseStep().apply(context(cluster, journal, "n2"))
+    assert cluster.nodes["n2"].labels[SKIP] == "true"
+
+
+def test_release_waits_for_max_unavailable(cluster: FakeCluster, journal: Journal) -> None:
+    DriverPinStep().apply(context(cluster, journal, "n1"))
+    cluster.nodes["n3"] = replace(cluster.nodes["n3"], unschedulable=True)
+    with pytest.raises(StepFailed, match="max_unavailable 1 still taken by n3"):
+        DriverReleaseStep().apply(context(cluster, journal, "n2"))
+    assert cluster.nodes["n2"].labels[SKIP] == "true"
+
+
+def test_resume_watches_a_node_already_released(cluster: FakeCluster, journal: Journal) -> None:
+    DriverPinStep().apply(context(cluster, journal, "n1"))
+    cluster.patch_node_labels("n1", {SKIP: None, STATE: "upgrade-done"})
+    cluster.pods["n1"] = cluster.driver_pod("n1", "rev-new")
+    cluster.writes.clear()
+    result = DriverReleaseStep().apply(context(cluster, journal, "n1"))
+    assert result.kind is StepResultKind.DONE and cluster.writes == []
+
+
+def test_a_skip_label_someone_else_set_is_not_released(
+    cluster: FakeCluster, journal: Journal
+) -> None:
+    cluster.patch_node_labels("n1", {SKIP: "true"})
+    cluster.writes.clear()
+    result = DriverReleaseStep().apply(context(cluster, journal, "n1"))
+    assert result.kind is StepResultKind.NOOP and cluster.writes == []
+
+
+def test_confirm_fails_on_the_old_pod_or_version(cluster: FakeCluster, journal: Journal) -> None:
+    DriverPinStep().apply(context(cluster, journal, "n1"))
+    with pytest.raises(StepFailed) as failed:
+        DriverConfirmStep().apply(context(cluster, journal, "n1", smi=OLD))
+    assert "revision from before the change (rev-old)" in str(failed.value)
+    assert f"nvidia-smi on the node reports driver {OLD}" in str(failed.value)
