@@ -6,6 +6,7 @@ import argparse
 import json
 import socket
 import sys
+import threading
 from pathlib import Path
 
 from rollout.cli.plan import add_fleet_arguments, connect_fleet
@@ -139,6 +140,12 @@ def state_directory(text: str) -> Path:
 
 
 def run_apply(args: argparse.Namespace) -> int:
+    recorder = RetryRecorder()
+    with watch_retries(recorder):
+        return apply_plan(args, recorder)
+
+
+def apply_plan(args: argparse.Namespace, recorder: RetryRecorder) -> int:
     if args.inventory is None:
         raise BadInput("rollout apply needs --inventory FILE (the nodes to reach over SSH)")
     # read once: the text journalled below is the text planned, even if the file changes
@@ -178,14 +185,22 @@ def run_apply(args: argparse.Namespace) -> int:
             ) as journal,
         ):
             print(f"run {run_id} (resume with: rollout resume {run_id})", file=sys.stderr)
+            recorder.attach(journal)
             report = execute(plan, spec, facts, fleet, journal, lease, args.output)
     return exit_code(report)
 
 
 def run_resume(args: argparse.Namespace) -> int:
+    recorder = RetryRecorder()
+    with watch_retries(recorder):
+        return resume_run(args, recorder)
+
+
+def resume_run(args: argparse.Namespace, recorder: RetryRecorder) -> int:
     state_dir = args.state_dir or default_state_dir()
     console = make_console(sys.stdout)
     with Journal.open(state_dir, args.run_id) as journal:
+        recorder.attach(journal)
         if journal.replay().finished:
             console.print(f"run {args.run_id} already finished; nothing to resume")
             return ExitCode.OK
@@ -215,6 +230,34 @@ def run_resume(args: argparse.Namespace) -> int:
                 print(f"resuming run {journal.run_id}", file=sys.stderr)
                 report = execute(plan, spec, facts, fleet, journal, lease, args.output)
     return exit_code(report)
+
+
+class RetryRecorder:
+    """Every retry of this process: a progress line as it happens, and a journal record so
+    the summary (and a resumed run) counts it; retries before the run's journal exists
+    (taking the Lease) are journalled once it does."""
+
+    def __init__(self) -> None:
+        self._console = make_console(sys.stderr)
+        self._journal: Journal | None = None
+        self._waiting: list[Retried] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, event: RetryEvent) -> None:
+        self._console.print(safe(f"  ↻ {event.describe()}"))
+        first_line = (str(event.error).splitlines() or [""])[0]
+        record = Retried(event.operation, event.retry, event.kind, first_line[:300])
+        with self._lock:
+            if self._journal is None:
+                self._waiting.append(record)
+                return
+        self._journal.append(record)
+
+    def attach(self, journal: Journal) -> None:
+        with self._lock:
+            self._journal, waiting, self._waiting = journal, self._waiting, []
+        for record in waiting:
+            journal.append(record)
 
 
 def check_skipped_nodes(plan: Plan, journal: Journal, nodes: list[str]) -> list[str]:
@@ -268,18 +311,11 @@ def execute(
 
     executor = Executor(plan, spec, builtin_steps(), journal, fleet.kube, context, progress, lease)
 
-    def retrying(event: RetryEvent) -> None:
-        # shown as it happens, and journalled so the summary (and a resumed run) counts it
-        progress_console.print(safe(f"  ↻ {event.describe()}"))
-        first_line = (str(event.error).splitlines() or [""])[0]
-        journal.append(Retried(event.operation, event.retry, event.kind, first_line[:300]))
-
-    with watch_retries(retrying):
-        if isinstance(progress, LiveProgress):
-            with progress:
-                report = executor.run()
-        else:
+    if isinstance(progress, LiveProgress):
+        with progress:
             report = executor.run()
+    else:
+        report = executor.run()
     retries = dict(journal.replay().retries)
     # staging dirs a killed attempt of this run left on a node go with the run
     staged = {n.name: fleet.runners[n.name] for n in plan.nodes if n.files}

@@ -26,6 +26,7 @@ from rollout.lab.controlplane_process import LOG_FILE, PID_FILE
 from rollout.lab.description import LAB_FILE, LabDescription
 from rollout.lab.simulation.engine import Simulation, SimulationTimings
 from rollout.lab.simulation.probe import NodeRuntimeProbe, RunningConfigProbe
+from rollout.lab.sshfaults import injector_for_lab
 
 log = logging.getLogger("rollout.lab.controlplane")
 
@@ -111,6 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"cannot serve the lab API: {error}", file=sys.stderr)
         return ExitCode.FAILED
     plane.server.inject_faults(ApiFaultInjector(lab_dir))  # the lab's faults.json, if any
+    ssh_faults = injector_for_lab(lab_dir, [n.name for n in lab.nodes]).start()
     stopping = threading.Event()
 
     def request_stop(signum: int, frame: FrameType | None) -> None:
@@ -126,6 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             pass
     finally:
         log.info("stopping")
+        ssh_faults.stop()
         plane.stop()
         pid_file.unlink(missing_ok=True)
     return ExitCode.OK

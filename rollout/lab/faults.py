@@ -58,6 +58,8 @@ class SshFault(enum.Enum):
     CUT = "cut"  # the session's sshd process killed mid-command
     REFUSED = "refused"  # sshd stopped for a while, then started again
     SLOW = "slow-link"  # the session's commands delayed
+    KILLED = "node-killed"  # the node's nspawn killed: the node is dead
+    BOOTED = "node-booted"  # a killed node booted again
 
 
 # The kinds a request can get, by what the request is.
@@ -70,7 +72,7 @@ READ_KINDS = (
 )
 WRITE_KINDS = (*READ_KINDS, ApiFault.CONFLICT)
 WATCH_KINDS = (*READ_KINDS, ApiFault.WATCH_CUT)
-SSH_KINDS = (SshFault.CUT, SshFault.REFUSED, SshFault.SLOW)
+SSH_KINDS = (SshFault.CUT, SshFault.REFUSED, SshFault.SLOW)  # what `ssh=RATE` injects
 UPDATE_METHODS = frozenset({"PUT", "PATCH"})
 
 
@@ -95,6 +97,7 @@ class FaultSettings:
     slow_s: float = DEFAULT_SLOW_S
     retry_after_s: int = DEFAULT_RETRY_AFTER_S
     refused_s: float = 3.0  # how long sshd stays stopped for a REFUSED fault
+    link_delay_s: float = 2.0  # how long a slow link holds a session's answers
 
     @property
     def active(self) -> bool:
@@ -111,6 +114,7 @@ class FaultSettings:
             "slow_s": self.slow_s,
             "retry_after_s": self.retry_after_s,
             "refused_s": self.refused_s,
+            "link_delay_s": self.link_delay_s,
         }
 
     @classmethod
@@ -125,6 +129,7 @@ class FaultSettings:
             slow_s=float(data.get("slow_s", DEFAULT_SLOW_S)),
             retry_after_s=int(data.get("retry_after_s", DEFAULT_RETRY_AFTER_S)),
             refused_s=float(data.get("refused_s", 3.0)),
+            link_delay_s=float(data.get("link_delay_s", 2.0)),
         )
 
     def describe(self) -> str:
@@ -150,9 +155,10 @@ SPEC_HELP = (
     "first time only), ssh=RATE (per SSH session), kinds=K+K (API kinds: "
     + "+".join(k.value for k in ApiFault)
     + "), ssh-kinds=K+K ("
-    + "+".join(k.value for k in SshFault)
+    + "+".join(k.value for k in SSH_KINDS)
     + "), slow=SECONDS (how late a slow answer comes), retry-after=SECONDS, "
-    "refused=SECONDS (how long sshd stays down); `off` turns every fault off"
+    "refused=SECONDS (how long sshd stays down), link=SECONDS (how long a slow link "
+    "holds an answer); `off` turns every fault off"
 )
 
 
@@ -181,15 +187,17 @@ def parse_fault_spec(text: str, seed: int = 0) -> FaultSettings:
         elif key == "kinds":
             settings = replace(settings, kinds=_kinds(value, ApiFault, where))
         elif key == "ssh-kinds":
-            settings = replace(settings, ssh_kinds=_kinds(value, SshFault, where))
-        elif key in ("slow", "retry-after", "refused"):
+            settings = replace(settings, ssh_kinds=_kinds(value, SSH_KINDS, where))
+        elif key in ("slow", "retry-after", "refused", "link"):
             number = _number(value, where)
             if key == "slow":
                 settings = replace(settings, slow_s=number)
             elif key == "retry-after":
                 settings = replace(settings, retry_after_s=max(1, round(number)))
-            else:
+            elif key == "refused":
                 settings = replace(settings, refused_s=number)
+            else:
+                settings = replace(settings, link_delay_s=number)
         else:
             raise BadInput(f"--faults: unknown key {key!r}; {SPEC_HELP}")
     return settings
@@ -218,7 +226,7 @@ def _number(value: str, where: str) -> float:
     return number
 
 
-def _kinds(value: str, kinds: type[enum.Enum], where: str) -> tuple[str, ...]:
+def _kinds(value: str, kinds: Iterable[enum.Enum], where: str) -> tuple[str, ...]:
     known = {str(k.value) for k in kinds}
     chosen = tuple(v.strip() for v in value.split("+") if v.strip())
     unknown = [v for v in chosen if v not in known]

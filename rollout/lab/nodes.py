@@ -490,6 +490,25 @@ def stop_node(spec: NodeSpec, dirs: NodeDirs, timeout_s: float = STOP_TIMEOUT_S)
     unmount_root(dirs.root, spec.name)
 
 
+def kill_node(spec: NodeSpec, dirs: NodeDirs) -> None:
+    """The node dies at once, as on a power cut: its supervisor (so nothing boots it again),
+    its container's init (the whole PID namespace with it) and nspawn SIGKILLed, no shutdown.
+    Its root stays mounted: start_node boots it again."""
+    supervisor = read_supervisor_pid(spec, dirs)
+    pid = _recorded_pid(dirs.pid_file, spec, b"systemd-nspawn")
+    leader = _leader_pid(pid) if pid is not None else None
+    victims = [p for p in (supervisor, leader, pid) if p is not None]
+    for victim in victims:
+        if process_alive(victim):  # nspawn may be gone with the namespace already
+            os.kill(victim, signal.SIGKILL)
+    for victim in victims:
+        if not _wait_exit(victim, 10.0):
+            raise NodeFailed(f"{spec.name}: process {victim} survived SIGKILL")
+    dirs.pid_file.unlink(missing_ok=True)
+    dirs.supervisor_pid_file.unlink(missing_ok=True)
+    remove_node_cgroups(spec)
+
+
 def unmount_root(root: Path, node: str) -> None:
     """Unmount a node's overlay, retrying while the last container processes exit."""
     runner = LocalRunner()

@@ -1,0 +1,227 @@
+"""SSH faults on the lab's nodes, injected from the control plane while `ssh=RATE` is set.
+
+A watcher thread looks at the commands that the nodes' sshd sessions run (the processes
+whose parent is a session's sshd) and, for each command it sees, decides from the seed,
+the node, the command line and how often that command was seen before whether to fault it:
+
+- cut: the session's sshd processes SIGKILLed while the command runs: the connection dies
+  and the client never learns the command's exit status;
+- refused: ssh.service stopped (the session cut too), started again `refused` seconds later:
+  new connections are refused meanwhile;
+- slow-link: the session's sshd processes stopped (SIGSTOP) for `link` seconds, then
+  continued: the command's answer arrives late.
+
+Each fault goes to faults.log with the node's name as `where` and the command as `request`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import threading
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from rollout.lab.faults import (
+    FAULT_LOG,
+    FAULTS_FILE,
+    SSH_KINDS,
+    FaultLog,
+    FaultSettings,
+    SshFault,
+    allowed,
+    decide,
+    read_settings,
+)
+from rollout.lab.nodes import NodeDirs
+
+log = logging.getLogger("rollout.lab.sshfaults")
+
+POLL_S = 0.02
+
+
+@dataclass(frozen=True)
+class NodeProcesses:
+    """Where to find a node's processes from the host: its name and its init's pid."""
+
+    name: str
+    pid_file: Path  # the node's nspawn pid (rollout.lab.nodeprocess writes it)
+
+
+@dataclass(frozen=True)
+class Proc:
+    pid: int
+    ppid: int
+    comm: str
+    cmdline: str
+
+
+def read_proc(pid: int) -> Proc | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            text = stat.read().decode(errors="replace")
+        comm = text[text.index("(") + 1 : text.rindex(")")]
+        ppid = int(text[text.rindex(")") + 2 :].split()[1])
+        with open(f"/proc/{pid}/cmdline", "rb") as cmd:
+            cmdline = cmd.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except (OSError, ValueError):
+        return None
+    return Proc(pid, ppid, comm, cmdline)
+
+
+def node_processes(leader: int) -> list[Proc]:
+    """Every process in the PID namespace of the node whose init is `leader`."""
+    try:
+        namespace = os.readlink(f"/proc/{leader}/ns/pid")
+    except OSError:
+        return []
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.readlink(f"/proc/{entry}/ns/pid") != namespace:
+                continue
+        except OSError:
+            continue
+        proc = read_proc(int(entry))
+        if proc is not None:
+            found.append(proc)
+    return found
+
+
+def leader_of(node: NodeProcesses) -> int | None:
+    """The pid of the node's init (the nspawn's child), None while it is down."""
+    try:
+        nspawn = int(node.pid_file.read_text().strip())
+        children = Path(f"/proc/{nspawn}/task/{nspawn}/children").read_text().split()
+    except (OSError, ValueError):
+        return None
+    return int(children[0]) if children else None
+
+
+class SshFaultInjector:
+    """The watcher thread: faults the nodes' SSH sessions as the lab's settings say."""
+
+    def __init__(self, lab_dir: Path, nodes: list[NodeProcesses]) -> None:
+        self._lab_dir = lab_dir
+        self._nodes = nodes
+        self._log = FaultLog(lab_dir / FAULT_LOG)
+        self._seen: Counter[str] = Counter()
+        self._handled: set[tuple[str, int]] = set()
+        self._stop = threading.Event()
+        self._mtime: float | None = None
+        self._settings = FaultSettings()
+        self._thread = threading.Thread(target=self._watch, name="ssh-faults", daemon=True)
+
+    def start(self) -> SshFaultInjector:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _current(self) -> FaultSettings:
+        try:
+            mtime: float | None = (self._lab_dir / FAULTS_FILE).stat().st_mtime
+        except OSError:
+            mtime = None
+        if mtime != self._mtime:
+            self._mtime = mtime
+            self._settings = read_settings(self._lab_dir) if mtime else FaultSettings()
+            self._seen.clear()
+        return self._settings
+
+    def _watch(self) -> None:
+        while not self._stop.wait(POLL_S):
+            try:
+                settings = self._current()
+                if settings.ssh:
+                    for node in self._nodes:
+                        self._look_at(node, settings)
+            except Exception:  # the watcher must outlive any one odd process table
+                log.exception("ssh fault watcher")
+
+    def _look_at(self, node: NodeProcesses, settings: FaultSettings) -> None:
+        leader = leader_of(node)
+        if leader is None:
+            return
+        procs = {p.pid: p for p in node_processes(leader)}
+        for proc in procs.values():
+            parent = procs.get(proc.ppid)
+            if parent is None or parent.comm != "sshd" or proc.comm == "sshd":
+                continue
+            if (node.name, proc.pid) in self._handled:
+                continue
+            self._handled.add((node.name, proc.pid))
+            request = f"{node.name} {proc.cmdline}"
+            occurrence = self._seen[request]
+            self._seen[request] += 1
+            kinds = allowed(SSH_KINDS, settings.ssh_kinds)
+            fault = decide(settings.seed, settings.ssh, request, occurrence, kinds)
+            if isinstance(fault, SshFault):
+                pair = (parent, procs.get(parent.ppid))
+                session = [p for p in pair if p is not None and _is_session(p, procs)]
+                self._inject(node, leader, fault, session, proc, settings)
+
+    def _inject(
+        self,
+        node: NodeProcesses,
+        leader: int,
+        fault: SshFault,
+        session: list[Proc],
+        command: Proc,
+        settings: FaultSettings,
+    ) -> None:
+        self._log.record(node.name, command.cmdline, fault)
+        if fault is SshFault.SLOW:
+            _signal(session, signal.SIGSTOP)
+            timer = threading.Timer(settings.link_delay_s, _signal, (session, signal.SIGCONT))
+            timer.daemon = True
+            timer.start()
+            return
+        if fault is SshFault.REFUSED:
+            _in_node(leader, ["systemctl", "stop", "ssh.service"])
+            timer = threading.Timer(
+                settings.refused_s, _in_node, (leader, ["systemctl", "start", "ssh.service"])
+            )
+            timer.daemon = True
+            timer.start()
+        _signal(session, signal.SIGKILL)
+
+
+def _is_session(proc: Proc | None, procs: dict[int, Proc]) -> bool:
+    """A per-connection sshd (not the listener, whose parent is the node's init)."""
+    if proc is None or proc.comm != "sshd":
+        return False
+    parent = procs.get(proc.ppid)
+    return parent is not None and parent.comm == "sshd"
+
+
+def _signal(procs: list[Proc], signum: int) -> None:
+    for proc in procs:
+        try:
+            os.kill(proc.pid, signum)
+        except ProcessLookupError:
+            continue
+
+
+def _in_node(leader: int, argv: list[str]) -> None:
+    subprocess.run(
+        ["nsenter", f"--target={leader}", "--all", *argv],
+        check=False,
+        capture_output=True,
+        timeout=30,
+    )
+
+
+def injector_for_lab(lab_dir: Path, node_names: list[str]) -> SshFaultInjector:
+    """The watcher for a lab's nodes, by their names."""
+    nodes = [
+        NodeProcesses(name, NodeDirs.from_lab_dir(lab_dir, name).pid_file) for name in node_names
+    ]
+    return SshFaultInjector(lab_dir, nodes)
