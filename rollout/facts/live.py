@@ -15,6 +15,7 @@ from typing import Any
 from rollout.commands import CommandRunner
 from rollout.containerd import ConfigFiles, ContainerdVersion
 from rollout.errors import RolloutError
+from rollout.facts.batch import read_facts
 from rollout.facts.containerd import (
     DEFAULT_CONTAINERD_CONFIG,
     ConfigDumpFact,
@@ -50,13 +51,24 @@ class NodeProbe:
 
 
 def probe_node(runner: CommandRunner, main_path: str = DEFAULT_CONTAINERD_CONFIG) -> NodeProbe:
-    """Every node fact over one runner: containerd, its files and dump, its service, the GPUs."""
+    """Every node fact over one runner in one round trip: containerd, its files and dump, its
+    service, the GPUs (each fact's own command and parser, rollout.facts.batch)."""
+    containerd, files, gpus, service, dump = read_facts(
+        runner,
+        (
+            ContainerdVersionFact(),
+            ConfigFilesFact(main_path),
+            GpuQueryFact(),
+            ServiceFact(),
+            ConfigDumpFact(main_path),
+        ),
+    )
     return NodeProbe(
-        containerd=read_fact(runner, ContainerdVersionFact()),
-        config_files=read_fact(runner, ConfigFilesFact(main_path)),
-        gpus=read_fact(runner, GpuQueryFact()),
-        service=read_fact(runner, ServiceFact()),
-        effective_config=read_fact(runner, ConfigDumpFact(main_path)),
+        containerd=containerd,
+        config_files=files,
+        gpus=gpus,
+        service=service,
+        effective_config=dump,
     )
 
 
