@@ -377,3 +377,23 @@ def test_driver_pod_restart_changes_the_nodes_driver_state(tmp_path: Path) -> No
         assert pod["metadata"]["annotations"][INSTALLED_ANNOTATION] == NEW
     finally:
         cluster.registry.close()
+
+
+def test_no_driver_container_installs_while_the_driver_is_host_installed(tmp_path: Path) -> None:
+    roots = {name: tmp_path / name for name in NODE_NAMES}
+    cluster = Cluster(roots)
+    try:
+        (roots["n1"] / DRIVER_VERSION_FILE).write_text(NEW + "\n")  # apt put 550 there
+        cluster.policy({"enabled": False, "version": OLD})
+        old = cluster.driver_pods()["n1"]
+        cluster.registry.delete(PODS, OPERATOR_NAMESPACE, old["metadata"]["name"])
+        cluster.run_until(
+            lambda: (
+                (cluster.driver_pods().get("n1") or {}).get("status", {}).get("phase") == "Running"
+            )
+        )
+        for _ in range(4):
+            cluster.step()
+        assert (roots["n1"] / DRIVER_VERSION_FILE).read_text() == NEW + "\n"
+    finally:
+        cluster.registry.close()

@@ -24,8 +24,9 @@ from typing import Any
 from rollout.lab.apiserver.errors import ApiError
 from rollout.lab.apiserver.metadata import format_timestamp
 from rollout.lab.apiserver.registry import Registry
-from rollout.lab.apiserver.resources import NODES, PODS
+from rollout.lab.apiserver.resources import CLUSTERPOLICIES, NODES, PODS
 from rollout.lab.simulation.gpuoperator import (
+    CLUSTER_POLICY_NAME,
     DRIVER,
     FAIL_UPGRADE_ANNOTATION,
     driver_version_of,
@@ -71,6 +72,9 @@ class DriverContainers:
     _last_restart: dict[str, float] = field(default_factory=dict, init=False)
 
     def sync(self) -> None:
+        policy = self.registry.find(CLUSTERPOLICIES, None, CLUSTER_POLICY_NAME) or {}
+        if ((policy.get("spec") or {}).get("driver") or {}).get("enabled") is False:
+            return  # host-installed drivers: the operator runs no driver container
         nodes = {n["metadata"]["name"]: n for n in self.registry.list_objects(NODES)}
         for pod in self.registry.list_objects(PODS):
             if owner_daemonset(pod) != DRIVER.name or is_deleting(pod):
