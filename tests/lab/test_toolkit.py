@@ -1,0 +1,184 @@
+"""The lab's NVIDIA container toolkit, and rollout's writes surviving it.
+
+The node script renders the drop-in exactly as rollout's model of the toolkit does, for
+the real `config dump` of each containerd series. On a lab of its own (1.6, 1.7, 2.1), after
+`rollout apply` of the example registry plan, the effective config keeps the intent and
+the nvidia handlers when the toolkit restarts (its pods deleted), keeps the intent when it
+exits (its deploy label false: the drop-in deleted, and with it the handlers it added), and
+both again when it comes back.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rollout.cli import main
+from rollout.containerd.binaries import find_containerd
+from rollout.containerd.toolkit import NVIDIA_RUNTIMES, render_toolkit_dropin
+from rollout.lab.cluster import CONTEXT, Lab
+from rollout.lab.nodes import NodeSpec
+from rollout.lab.simulation.probe import handlers_in_dump
+from rollout.lab.toolkit import TOOLKIT_DROP_IN, TOOLKIT_UNIT, toolkit_script_text
+from rollout.transports.kube import KubeClient
+from tests.examples import PLAN
+from tests.lab.labapi import apply_args, wait_for
+from tests.lab.test_cluster_shared import own_lab, ssh_check, ssh_run
+
+SERIES = ("1.6", "1.7", "2.1")
+TOOLKIT_LABEL = "nvidia.com/gpu.deploy.container-toolkit"
+SETTLE_S = 90.0
+
+
+# --------------------------------------------------------------- the node script
+
+
+@pytest.mark.parametrize("series", SERIES)
+def test_the_node_script_renders_the_toolkits_drop_in(series: str, tmp_path: Path) -> None:
+    script = tmp_path / "nvidia-toolkit"
+    script.write_text(toolkit_script_text())
+    config = tmp_path / "config.toml"
+    config.write_text('version = 2\n[plugins."io.containerd.grpc.v1.cri"]\nsandbox_image = "x"\n')
+    dump = subprocess.run(
+        [str(find_containerd(series)), "--config", str(config), "config", "dump"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    rendered = subprocess.run(
+        ["python3", str(script), "render"], input=dump, capture_output=True, text=True, check=True
+    ).stdout
+    drop_in = tomllib.loads(rendered)
+    assert drop_in == render_toolkit_dropin(tomllib.loads(dump))
+    assert set(NVIDIA_RUNTIMES) <= handlers_in_dump(drop_in)
+    assert drop_in["version"] == (3 if series == "2.1" else 2)
+
+
+# ------------------------------------------------------------------------ the lab
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    with own_lab(tmp_path_factory.mktemp("toolkit") / "lab", SERIES, gpus=1) as built:
+        yield built
+
+
+@pytest.fixture(scope="module")
+def kube(lab: Lab) -> Iterator[KubeClient]:
+    with KubeClient.from_kubeconfig(str(lab.kubeconfig), context=CONTEXT) as client:
+        yield client
+
+
+def effective(lab: Lab, node: NodeSpec) -> tuple[str, set[str]]:
+    """(registry config_path, runtime handlers) of `containerd config dump` on the node."""
+    dump = tomllib.loads(ssh_check(lab, node, ["containerd", "config", "dump"]))
+    plugins: dict[str, Any] = dump["plugins"]
+    registry = (
+        plugins.get("io.containerd.cri.v1.images") or plugins["io.containerd.grpc.v1.cri"]
+    ).get("registry") or {}
+    return str(registry.get("config_path", "")), handlers_in_dump(dump)
+
+
+def containerd_restarts(lab: Lab, node: NodeSpec) -> int:
+    out = ssh_check(lab, node, ["systemctl", "show", "containerd", "-p", "NRestarts"])
+    return int(out.strip().split("=")[1])
+
+
+def active(lab: Lab, node: NodeSpec, unit: str) -> bool:
+    return ssh_run(lab, node, ["systemctl", "is-active", "--quiet", unit]).ok
+
+
+def settled(lab: Lab, node: NodeSpec, restarts_at_least: int, toolkit: bool) -> bool:
+    return (
+        containerd_restarts(lab, node) >= restarts_at_least
+        and active(lab, node, "containerd")
+        and active(lab, node, TOOLKIT_UNIT) == toolkit
+        and ssh_run(lab, node, ["test", "-e", TOOLKIT_DROP_IN]).ok == toolkit
+    )
+
+
+def assert_kept(lab: Lab, intent: dict[str, str], when: str, *, handlers: bool = True) -> None:
+    """The intent is in effect; the toolkit's handlers too, or (toolkit gone) none of them."""
+    for node in lab.nodes:
+        config_path, found = effective(lab, node)
+        assert config_path == intent[node.name], f"{node.name} {when}: registry lost"
+        if handlers:
+            assert set(NVIDIA_RUNTIMES) <= found, f"{node.name} {when}: handlers {found}"
+        else:
+            assert not set(NVIDIA_RUNTIMES) & found, f"{node.name} {when}: handlers {found}"
+
+
+@pytest.mark.lab
+def test_the_toolkit_unit_configured_every_node_at_lab_up(lab: Lab) -> None:
+    for node in lab.nodes:
+        assert active(lab, node, TOOLKIT_UNIT), node.name
+        drop_in = tomllib.loads(ssh_check(lab, node, ["cat", TOOLKIT_DROP_IN]))
+        assert set(NVIDIA_RUNTIMES) <= handlers_in_dump(drop_in)
+        assert set(NVIDIA_RUNTIMES) <= effective(lab, node)[1]
+        journal = ssh_check(lab, node, ["journalctl", "-u", TOOLKIT_UNIT, "--no-pager"])
+        assert "sent SIGHUP to containerd" in journal
+
+
+@pytest.mark.lab
+def test_rollouts_writes_survive_the_toolkit_restarting_and_exiting(
+    lab: Lab, kube: KubeClient, tmp_path: Path
+) -> None:
+    assert main(apply_args(lab, PLAN, tmp_path / "state")) == 0
+    intent = {node.name: effective(lab, node)[0] for node in lab.nodes}
+    assert all(intent.values()), intent
+    assert_kept(lab, intent, "after apply")
+
+    # Toolkit restart: its pods deleted and recreated; the unit stops, then starts again.
+    restarts = {n.name: containerd_restarts(lab, n) for n in lab.nodes}
+    for pod in kube.list_pods("gpu-operator", label_selector="app=" + TOOLKIT_DS):
+        kube.delete_pod("gpu-operator", pod.name)
+    for node in lab.nodes:
+        wait_for(
+            lambda n=node: settled(lab, n, restarts[n.name] + 2, toolkit=True),
+            SETTLE_S,
+            what=f"{node.name}: the toolkit to stop and start again",
+            interval_s=0.5,
+        )
+    assert_kept(lab, intent, "after a toolkit restart")
+
+    # Toolkit exit: the drop-in deleted, containerd signalled.
+    restarts = {n.name: containerd_restarts(lab, n) for n in lab.nodes}
+    for node in lab.nodes:
+        kube.patch_node_labels(node.name, {TOOLKIT_LABEL: "false"})
+    try:
+        for node in lab.nodes:
+            wait_for(
+                lambda n=node: settled(lab, n, restarts[n.name] + 1, toolkit=False),
+                SETTLE_S,
+                what=f"{node.name}: the toolkit to exit",
+                interval_s=0.5,
+            )
+        # The toolkit unloads its handlers on exit; nothing of rollout's brings a stale copy back.
+        assert_kept(lab, intent, "after the toolkit exited", handlers=False)
+    finally:
+        restarts = {n.name: containerd_restarts(lab, n) for n in lab.nodes}
+        for node in lab.nodes:
+            kube.patch_node_labels(node.name, {TOOLKIT_LABEL: "true"})
+    for node in lab.nodes:
+        wait_for(
+            lambda n=node: settled(lab, n, restarts[n.name] + 1, toolkit=True),
+            SETTLE_S,
+            what=f"{node.name}: the toolkit to come back",
+            interval_s=0.5,
+        )
+    assert_kept(lab, intent, "after the toolkit came back")
+    # the GPUs: every node advertises its GPU again
+    wait_for(
+        lambda: all(kube.node_allocatable(n.name).get("nvidia.com/gpu") == "1" for n in lab.nodes),
+        SETTLE_S,
+        what="every node to advertise its GPU",
+        interval_s=0.5,
+    )
+
+
+TOOLKIT_DS = "nvidia-container-toolkit-daemonset"
