@@ -317,6 +317,14 @@ def test_pod_deletion_evicts_and_a_budget_holds_it(cluster: Cluster) -> None:
             "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "train"}}},
         },
     )
+    cluster.registry.create(
+        PODS,
+        "default",
+        {
+            "metadata": {"name": "web"},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "x"}]},
+        },
+    )
     cluster.run_until(
         lambda: cluster.registry.get(PODS, "default", "train")["status"].get("phase") == "Running"
     )
@@ -329,6 +337,8 @@ def test_pod_deletion_evicts_and_a_budget_holds_it(cluster: Cluster) -> None:
     cluster.registry.delete(PODDISRUPTIONBUDGETS, "default", "train")
     cluster.run_until(lambda: cluster.upgraded("n1"))
     assert cluster.registry.find(PODS, "default", "train") is None
+    # pod deletion takes only pods using GPUs; drain (disabled) would take the rest
+    assert cluster.registry.find(PODS, "default", "web") is not None
 
 
 def test_pod_deletion_gives_up_after_its_timeout(cluster: Cluster) -> None:
@@ -397,3 +407,36 @@ def test_no_driver_container_installs_while_the_driver_is_host_installed(tmp_pat
         assert (roots["n1"] / DRIVER_VERSION_FILE).read_text() == NEW + "\n"
     finally:
         cluster.registry.close()
+
+
+def test_drain_takes_the_other_pods_but_not_daemonsets_or_drain_skipped(cluster: Cluster) -> None:
+    skip_all(cluster, but=("n1",))
+    cluster.upgrade_policy(drain={"enable": True, "force": True})
+    for name, labels in (
+        ("web", {}),
+        ("keep", {"nvidia.com/gpu-driver-upgrade-drain.skip": "true"}),
+    ):
+        cluster.registry.create(
+            PODS,
+            "default",
+            {
+                "metadata": {"name": name, "labels": labels},
+                "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "x"}]},
+            },
+        )
+    plugin_pods = {
+        p["metadata"]["uid"]
+        for p in cluster.registry.list_objects(PODS, OPERATOR_NAMESPACE)
+        if p["spec"].get("nodeName") == "n1" and "driver" not in p["metadata"]["name"]
+    }
+    cluster.policy({"version": NEW})
+    cluster.run_until(lambda: cluster.state("n1") == "drain-required")
+    cluster.run_until(lambda: cluster.upgraded("n1"))
+    assert cluster.registry.find(PODS, "default", "web") is None
+    assert cluster.registry.find(PODS, "default", "keep") is not None
+    still = {
+        p["metadata"]["uid"]
+        for p in cluster.registry.list_objects(PODS, OPERATOR_NAMESPACE)
+        if p["spec"].get("nodeName") == "n1"
+    }
+    assert plugin_pods <= still  # drain ignores DaemonSet pods

@@ -46,6 +46,7 @@ from rollout.lab.simulation.gpuoperator import (
 )
 from rollout.lab.simulation.pods import is_deleting, is_ready, is_terminal
 from rollout.lab.simulation.upgradestate import (
+    DRAIN_START_ANNOTATION,
     POD_DELETION_START_ANNOTATION,
     VALIDATION_START_ANNOTATION,
     WAIT_START_ANNOTATION,
@@ -219,11 +220,11 @@ class UpgradeController:
         if self._evict_all(
             s,
             doomed,
-            policy.force,
-            True,
+            policy.drain_force,
+            policy.drain_delete_empty_dir,
             now,
             policy.drain_timeout_s,
-            POD_DELETION_START_ANNOTATION,
+            DRAIN_START_ANNOTATION,
         ):
             self._set_state(s.name, UpgradeState.POD_RESTART)
 

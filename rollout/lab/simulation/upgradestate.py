@@ -19,6 +19,7 @@ from rollout.lab.simulation.pods import is_deleting, is_ready, pod_requests
 VALIDATION_START_ANNOTATION = "nvidia.com/gpu-driver-upgrade-validation-start-time"
 WAIT_START_ANNOTATION = "nvidia.com/gpu-driver-upgrade-wait-for-pod-completion-start-time"
 POD_DELETION_START_ANNOTATION = "lab.rollout/driver-upgrade-pod-deletion-start-time"
+DRAIN_START_ANNOTATION = "lab.rollout/driver-upgrade-drain-start-time"
 # A driver container restarted more than this often is failing (isDriverPodFailing).
 MAX_DRIVER_RESTARTS = 10
 
@@ -64,6 +65,8 @@ class UpgradePolicy:
     delete_empty_dir: bool = False
     pod_deletion_timeout_s: float = 300.0
     drain_enabled: bool = False
+    drain_force: bool = False
+    drain_delete_empty_dir: bool = False
     drain_selector: LabelSelector = field(default_factory=lambda: LabelSelector.from_text(None))
     drain_timeout_s: float = 300.0
     wait_selector: LabelSelector | None = None
@@ -82,6 +85,8 @@ class UpgradePolicy:
             delete_empty_dir=bool(deletion.get("deleteEmptyDir", False)),
             pod_deletion_timeout_s=float(deletion.get("timeoutSeconds", 300)),
             drain_enabled=bool(drain.get("enable", False)),
+            drain_force=bool(drain.get("force", False)),
+            drain_delete_empty_dir=bool(drain.get("deleteEmptyDir", False)),
             drain_selector=LabelSelector.from_text(drain.get("podSelector")),
             drain_timeout_s=float(drain.get("timeoutSeconds", 300)),
             wait_selector=(
