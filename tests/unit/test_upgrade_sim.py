@@ -3,6 +3,7 @@ upgrades", driven tick by tick on a registry with a clock of the test's own."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -50,7 +51,9 @@ TICK_S = 0.5
 class Cluster:
     """A simulated cluster stepped by hand: each step advances the clock by TICK_S."""
 
-    def __init__(self, roots: dict[str, Path] | None = None) -> None:
+    def __init__(
+        self, roots: dict[str, Path] | None = None, timings: SimulationTimings = TIMINGS
+    ) -> None:
         self.now = 1000.0
         self.registry = Registry(clock=self.clock)
         lab = LabDescription.from_dict(
@@ -78,8 +81,8 @@ class Cluster:
             lab = LabDescription(
                 nodes=tuple(type(n)(**{**n.__dict__, "root": roots.get(n.name)}) for n in lab.nodes)
             )
-        probe = FixedRuntimeProbe.with_nvidia(NODE_NAMES)
-        self.sim = Simulation(self.registry, lab, probe, TIMINGS, clock=self.clock)
+        self.probe = FixedRuntimeProbe.with_nvidia(NODE_NAMES)
+        self.sim = Simulation(self.registry, lab, self.probe, timings, clock=self.clock)
         self.sim.seed()
         # settle: driver pods running, every node judged once (upgrade-done)
         self.run_until(lambda: all(self.state(n) == "upgrade-done" for n in NODE_NAMES))
@@ -440,3 +443,23 @@ def test_drain_takes_the_other_pods_but_not_daemonsets_or_drain_skipped(cluster:
         if p["spec"].get("nodeName") == "n1"
     }
     assert plugin_pods <= still  # drain ignores DaemonSet pods
+
+
+def test_validation_times_out_to_upgrade_failed_which_then_clears_itself() -> None:
+    """No Ready validator pod within the validation timeout fails the node; the driver pod
+    is in sync and Ready, so the next reconcile clears upgrade-failed (FACTS.md)."""
+    cluster = Cluster(timings=dataclasses.replace(TIMINGS, validation_timeout_s=8.0))
+    try:
+        skip_all(cluster, but=("n1",))
+        cluster.probe.set_handlers("n1", {"runc"})  # operand pods cannot start any more
+        for pod in cluster.registry.list_objects(PODS, OPERATOR_NAMESPACE):
+            if pod["spec"].get("nodeName") == "n1" and "validator" in pod["metadata"]["name"]:
+                cluster.registry.delete(PODS, OPERATOR_NAMESPACE, pod["metadata"]["name"])
+        cluster.policy({"version": NEW})
+        cluster.run_until(lambda: cluster.state("n1") == "validation-required")
+        waited = cluster.run_until(lambda: cluster.state("n1") == "upgrade-failed")
+        assert waited >= 8.0 - TIMINGS.upgrade_resync_s
+        cluster.run_until(lambda: cluster.state("n1") != "upgrade-failed")
+        assert cluster.state("n1") in ("uncordon-required", "upgrade-done")
+    finally:
+        cluster.registry.close()
