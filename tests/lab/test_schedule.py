@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
@@ -15,9 +16,11 @@ from zoneinfo import ZoneInfo
 import pytest
 import yaml
 
+from rollout.cli import main
 from rollout.inventory import load_inventory
 from rollout.lab.apiserver import Registry
 from rollout.lab.apiserver.resources import CRONJOBS, EVENTS, JOBS, PODS
+from rollout.lab.cluster import CONTEXT, Lab
 from rollout.lab.description import LabDescription
 from rollout.lab.simulation.cronjobs import (
     SCHEDULED_ANNOTATION,
@@ -30,7 +33,9 @@ from rollout.playbook import load_playbooks
 from rollout.schedule.manifests import ScheduleOptions, build_schedule
 from rollout.schedule.permissions import Grant, grants_for
 from rollout.spec import parse_spec
-from tests.lab.test_kubectl import Kubectl, kubectl, registry  # noqa: F401 (fixtures)
+from tests.examples import edited_plan
+from tests.lab.labapi import api_lab, apply_args, lab_kube_client
+from tests.lab.test_kubectl import Kubectl, kubectl, kubectl_binary, registry  # noqa: F401
 from tests.unit.test_schedule import IMAGE, INVENTORY, plan_text
 
 pytestmark = pytest.mark.lab
@@ -40,8 +45,6 @@ NAMESPACES = ("default", "kube-system", "gpu-operator", "rollout")
 
 
 def schedule_yaml(tmp_path: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> str:
-    from rollout.cli import main
-
     path = tmp_path / "plan.yaml"
     path.write_text(plan_text())
     assert main(["schedule", str(path), "-i", str(INVENTORY), "--image", IMAGE, *extra]) == 0
@@ -399,3 +402,91 @@ def test_the_lab_simulation_runs_the_controllers_on_its_clock() -> None:
     (job,) = owned_jobs(api)
     (pod,) = api.list_objects(PODS, "rollout")
     assert pod["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]
+
+
+# --- the generated role on the shared lab ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def shared(request: pytest.FixtureRequest) -> Lab:
+    return api_lab(request)
+
+
+def lab_kubectl(lab: Lab, home: Path, *args: str, stdin: str | None = None) -> str:
+    """Real kubectl on the lab's administrator kubeconfig (plain http, no credentials)."""
+    done = subprocess.run(
+        [str(kubectl_binary()), "--kubeconfig", str(lab.kubeconfig), *args],
+        env={"PATH": "/usr/bin:/bin", "HOME": str(home)},
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.stdout}{done.stderr}"
+    return done.stdout
+
+
+def test_the_generated_role_less_one_verb_fails_the_run_naming_it(
+    shared: Lab, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run under the schedule's ServiceAccount, its ClusterRole without `patch` on nodes:
+    the first node's cordon is refused with a 403 that names the verb, and nothing changes."""
+    # a mirror no test has written, so every node has work to do
+    plan = edited_plan(tmp_path, "mirror.registry.internal:5000", "schedule.registry.internal:5000")
+    text = plan.read_text()
+    spec = parse_spec(text, str(plan))
+    namespace = "rollout-schedule-test"
+    built = build_schedule(
+        spec,
+        text,
+        load_playbooks(),
+        ScheduleOptions(image=IMAGE, namespace=namespace, cron="0 3 * * *", suspend=True),
+        load_inventory(shared.inventory),
+    )
+    objects = [json.loads(json.dumps(o)) for o in built.objects]
+    role = next(o for o in objects if o["kind"] == "ClusterRole")
+    nodes_rule = next(r for r in role["rules"] if r["resources"] == ["nodes"])
+    nodes_rule["verbs"].remove("patch")
+    manifest = yaml.safe_dump_all(objects)
+    account = f"rollout-{spec.metadata.name}"
+    lab_kubectl(shared, tmp_path, "apply", "-f", "-", stdin=manifest)
+    try:
+        token = lab_kubectl(shared, tmp_path, "create", "token", account, "-n", namespace).strip()
+        kubeconfig = tmp_path / "kubeconfig-schedule"
+        kubeconfig.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": CONTEXT, "cluster": {"server": shared.api_url}}],
+                    "users": [{"name": account, "user": {"token": token}}],
+                    "contexts": [
+                        {"name": CONTEXT, "context": {"cluster": CONTEXT, "user": account}}
+                    ],
+                    "current-context": CONTEXT,
+                }
+            )
+        )
+        capsys.readouterr()
+        assert main(apply_args(shared, plan, tmp_path / "state", kubeconfig)) == 1
+        out = capsys.readouterr()
+        said = out.out + out.err
+        assert (
+            f'User "system:serviceaccount:{namespace}:{account}" cannot patch resource "nodes"'
+            in said
+        ), said
+        assert "`patch` on `nodes`" in said, said
+    finally:
+        lab_kubectl(
+            shared,
+            tmp_path,
+            "delete",
+            "-f",
+            "-",
+            "--wait=false",
+            "--ignore-not-found",
+            stdin=manifest,
+        )
+    with lab_kube_client(shared) as kube:
+        for node in shared.nodes:
+            assert not kube.get_node(node.name).unschedulable, node.name
