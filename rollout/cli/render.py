@@ -400,25 +400,40 @@ class _NodeRow:
 class LiveProgress:
     """Executor progress as a live table on a terminal: wave, node, state, step, elapsed."""
 
+    # More nodes than this: the table lists the nodes at work or in trouble, and counts the rest.
+    MAX_ROWS = 20
+
     def __init__(self, console: Console, waves: Mapping[str, int]) -> None:
         self._rows = {node: _NodeRow(wave) for node, wave in waves.items()}
         self._halt = ""
-        self._live = Live(self.table(), console=console, refresh_per_second=4, transient=False)
+        # Drawn 4 times a second from the current rows, not once per event: a wave of many
+        # nodes in parallel sends many events, and each redraw costs a row per node.
+        self._live = Live(
+            console=console, refresh_per_second=4, transient=False, get_renderable=self.table
+        )
 
     def __enter__(self) -> LiveProgress:
         self._live.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._live.update(self.table())
-        self._live.stop()
+        self._live.stop()  # draws the rows once more, as they end
 
     def table(self) -> Table:
         now = time.monotonic()
         table = Table(title="rollout apply", title_justify="left")
         for column in ("wave", "node", "state", "step", "elapsed"):
             table.add_column(column)
-        for node, row in self._rows.items():
+        rows = list(self._rows.items())  # the executor's threads update rows meanwhile
+        shown = rows
+        if len(rows) > self.MAX_ROWS:
+            shown = [(n, r) for n, r in rows if r.state not in ("pending", "succeeded")]
+            states = [r.state for _, r in rows]
+            table.caption = (
+                f"{states.count('succeeded')} succeeded, {states.count('pending')} pending, "
+                f"{len(shown)} shown of {len(rows)} nodes"
+            )
+        for node, row in shown:
             elapsed = ""
             if row.started is not None:
                 elapsed = f"{(row.finished or now) - row.started:.0f}s"
@@ -433,34 +448,28 @@ class LiveProgress:
                 elapsed,
             )
         if self._halt:
-            table.caption = f"halted: {safe(self._halt)}"
+            table.caption = f"halted: {safe(self._halt)}" + (
+                f"; {table.caption}" if table.caption else ""
+            )
         return table
-
-    def _refresh(self) -> None:
-        self._live.update(self.table())
 
     def node_started(self, wave: int, node: str) -> None:
         row = self._rows.setdefault(node, _NodeRow(wave))
         row.state, row.started = "running", time.monotonic()
-        self._refresh()
 
     def step_started(self, node: str, step: str) -> None:
         self._rows[node].step = step
-        self._refresh()
 
     def step_finished(self, node: str, step: str, outcome: str, detail: str) -> None:
         self._rows[node].step = f"{step}: {outcome}"
-        self._refresh()
 
     def node_finished(self, node: str, outcome: str, reason: str) -> None:
         row = self._rows[node]
         row.state, row.finished = outcome, time.monotonic()
         row.step = reason[:80] if reason else ""
-        self._refresh()
 
     def halted(self, reason: str) -> None:
         self._halt = reason
-        self._refresh()
 
 
 def report_to_json(run_id: str, report: RunReport) -> str:

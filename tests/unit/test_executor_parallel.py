@@ -307,3 +307,24 @@ def test_killed_during_a_parallel_wave_resume_converges(tmp_path: Path) -> None:
         assert len(applied) <= len(KINDS) + 1
     final = resumed.replay()
     assert all(final.node(n).outcome is NodeOutcome.SUCCEEDED for n in NODES)
+
+
+def test_the_live_table_of_a_big_wave_lists_the_nodes_at_work_and_counts_the_rest() -> None:
+    import io
+
+    from rollout.cli.render import LiveProgress, make_console
+
+    out = io.StringIO()
+    names = [f"gpu-{i:03d}" for i in range(200)]
+    progress = LiveProgress(make_console(out, color=False), dict.fromkeys(names, 1))
+    with progress:
+        for name in names[:150]:
+            progress.node_started(1, name)
+            progress.step_started(name, "drain")
+        for name in names[:140]:
+            progress.node_finished(name, "succeeded", "")
+        progress.node_finished(names[140], "rolled-back", "gpu-140: drain: injected")
+    final = out.getvalue().split("rollout apply")[-1]
+    assert "140 succeeded, 50 pending, 10 shown of 200 nodes" in final
+    assert "gpu-140" in final and "rolled-back" in final and "gpu-149" in final
+    assert "gpu-000" not in final and "gpu-199" not in final
