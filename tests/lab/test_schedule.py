@@ -35,7 +35,13 @@ from rollout.schedule.permissions import Grant, grants_for
 from rollout.spec import parse_spec
 from tests.examples import edited_plan
 from tests.lab.labapi import api_lab, apply_args, lab_kube_client
-from tests.lab.test_kubectl import Kubectl, kubectl, kubectl_binary, registry  # noqa: F401
+from tests.lab.test_kubectl import (  # noqa: F401 (fixtures)
+    Kubectl,
+    kubectl,
+    kubectl_binary,
+    registry,
+    table,
+)
 from tests.unit.test_schedule import IMAGE, INVENTORY, plan_text
 
 pytestmark = pytest.mark.lab
@@ -153,6 +159,51 @@ def expected_rules(grants: tuple[Grant, ...], namespace: str) -> set[RuleRow]:
         names = f"[{grant.name}]" if grant.name else "[]"
         rows.setdefault((shown, names), set()).add(grant.verb)
     return {(r, n, tuple(sorted(v))) for (r, n), v in rows.items()}
+
+
+def test_kubectl_prints_cronjobs_and_jobs_as_a_real_server_does(
+    kubectl: Kubectl,  # noqa: F811
+    registry: Registry,  # noqa: F811
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    kubectl("apply", "-f", "-", stdin=schedule_yaml(tmp_path, capsys))
+    (row,) = table(kubectl("get", "cronjobs", "-n", "rollout").stdout)
+    assert row == {
+        "NAME": SA,
+        "SCHEDULE": "0 22 * * 5,6",
+        "TIMEZONE": "Europe/Berlin",
+        "SUSPEND": "False",
+        "ACTIVE": "0",
+        "LAST SCHEDULE": "<none>",
+        "AGE": row["AGE"],
+    }
+    # a run now, from the CronJob's template (`kubectl create job --from=cronjob/...` sends
+    # protobuf, which the emulator reads for the kinds rollout itself writes only)
+    cronjob = json.loads(kubectl("get", "cronjob", SA, "-n", "rollout", "-o", "json").stdout)
+    manual = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "by-hand", "namespace": "rollout"},
+        "spec": cronjob["spec"]["jobTemplate"]["spec"],
+    }
+    created = kubectl("create", "-f", "-", stdin=json.dumps(manual))
+    assert created.stdout == "job.batch/by-hand created\n"
+    jobs = JobController(registry)
+    jobs.reconcile()
+    (job,) = table(kubectl("get", "jobs", "-n", "rollout").stdout)
+    assert (job["NAME"], job["STATUS"], job["COMPLETIONS"]) == ("by-hand", "Running", "0/1")
+    (pod,) = registry.list_objects(PODS, "rollout")
+    assert pod["spec"]["serviceAccountName"] == SA
+    registry.mutate(
+        PODS,
+        "rollout",
+        pod["metadata"]["name"],
+        lambda p: p.setdefault("status", {}).update(phase="Succeeded"),
+    )
+    jobs.reconcile()
+    (job,) = table(kubectl("get", "jobs", "-n", "rollout", "-o", "wide").stdout)
+    assert (job["STATUS"], job["COMPLETIONS"], job["IMAGES"]) == ("Complete", "1/1", IMAGE)
 
 
 def test_the_emulator_refuses_what_the_real_server_refuses(

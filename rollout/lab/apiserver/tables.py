@@ -14,8 +14,10 @@ from rollout.lab.apiserver.resources import (
     CLUSTERROLEBINDINGS,
     CLUSTERROLES,
     CONFIGMAPS,
+    CRONJOBS,
     DAEMONSETS,
     EVENTS,
+    JOBS,
     LEASES,
     NAMESPACES,
     NODES,
@@ -402,6 +404,77 @@ def _event_subobject(obj: Mapping[str, Any], _now: float) -> str:
     return str((obj.get("involvedObject") or {}).get("fieldPath") or "")
 
 
+# ------------------------------------------------------------------ batch
+def _cronjob_field(field: str) -> Callable[[Mapping[str, Any], float], str]:
+    def cell(obj: Mapping[str, Any], _now: float) -> str:
+        return str(_spec(obj).get(field) or "<none>")
+
+    return cell
+
+
+def _cronjob_suspend(obj: Mapping[str, Any], _now: float) -> str:
+    suspend = _spec(obj).get("suspend")
+    return "<unset>" if suspend is None else str(bool(suspend))
+
+
+def _cronjob_active(obj: Mapping[str, Any], _now: float) -> int:
+    return len(_status(obj).get("active") or [])
+
+
+def _cronjob_last(obj: Mapping[str, Any], now: float) -> str:
+    last = _status(obj).get("lastScheduleTime")
+    return _since(last, now) if last else "<none>"
+
+
+def _job_spec(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A Job's spec, or a CronJob's job template's."""
+    template: Mapping[str, Any] = _spec(obj).get("jobTemplate") or {}
+    return template.get("spec") or {} if obj.get("kind") == "CronJob" else _spec(obj)
+
+
+def _batch_containers(field: str) -> Callable[[Mapping[str, Any], float], str]:
+    def cell(obj: Mapping[str, Any], _now: float) -> str:
+        pod = (_job_spec(obj).get("template") or {}).get("spec") or {}
+        return ",".join(str(c.get(field, "")) for c in pod.get("containers") or [])
+
+    return cell
+
+
+def _job_selector(obj: Mapping[str, Any], _now: float) -> str:
+    selector = _job_spec(obj).get("selector") or {}
+    return _format_labels(selector.get("matchLabels")) or "<none>"
+
+
+def _job_status(obj: Mapping[str, Any], _now: float) -> str:
+    held = {
+        c.get("type") for c in _status(obj).get("conditions") or [] if c.get("status") == "True"
+    }
+    if "Complete" in held:
+        return "Complete"
+    if "Failed" in held:
+        return "Failed"
+    if _metadata(obj).get("deletionTimestamp"):
+        return "Terminating"
+    if "Suspended" in held:
+        return "Suspended"
+    return "FailureTarget" if "FailureTarget" in held else "Running"
+
+
+def _job_completions(obj: Mapping[str, Any], _now: float) -> str:
+    succeeded = int(_status(obj).get("succeeded") or 0)
+    return f"{succeeded}/{int(_spec(obj).get('completions') or 1)}"
+
+
+def _job_duration(obj: Mapping[str, Any], now: float) -> str:
+    status = _status(obj)
+    if not status.get("startTime"):
+        return ""
+    started = datetime.fromisoformat(str(status["startTime"]).replace("Z", "+00:00"))
+    end = status.get("completionTime")
+    until = datetime.fromisoformat(str(end).replace("Z", "+00:00")).timestamp() if end else now
+    return format_age(until - started.timestamp())
+
+
 _NAME = Column(
     "Name",
     "string",
@@ -585,5 +658,28 @@ _COLUMNS: dict[str, tuple[Column, ...]] = {
         _NAME,
         Column("Data", "integer", "Data contains the configuration data.", _configmap_data),
         _AGE,
+    ),
+    # printCronJob and printJob of pkg/printers/internalversion
+    CRONJOBS.resource: (
+        _NAME,
+        Column("Schedule", "string", "The schedule in Cron format.", _cronjob_field("schedule")),
+        Column("Timezone", "string", "The time zone of the schedule.", _cronjob_field("timeZone")),
+        Column("Suspend", "boolean", "Whether runs are suspended.", _cronjob_suspend),
+        Column("Active", "integer", "The number of running jobs.", _cronjob_active),
+        Column("Last Schedule", "string", "When a job was last scheduled.", _cronjob_last),
+        _AGE,
+        Column("Containers", "string", "Container names.", _batch_containers("name"), 1),
+        Column("Images", "string", "Container images.", _batch_containers("image"), 1),
+        Column("Selector", "string", "Label selector for pods.", _job_selector, 1),
+    ),
+    JOBS.resource: (
+        _NAME,
+        Column("Status", "string", "Status of the job.", _job_status),
+        Column("Completions", "string", "Desired and successful completions.", _job_completions),
+        Column("Duration", "string", "How long the job ran.", _job_duration),
+        _AGE,
+        Column("Containers", "string", "Container names.", _batch_containers("name"), 1),
+        Column("Images", "string", "Container images.", _batch_containers("image"), 1),
+        Column("Selector", "string", "Label selector for pods.", _job_selector, 1),
     ),
 }
