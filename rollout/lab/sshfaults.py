@@ -154,7 +154,9 @@ class SshFaultInjector:
         for proc in procs.values():
             parent = procs.get(proc.ppid)
             if parent is None or parent.comm != "sshd" or proc.comm == "sshd":
-                continue
+                continue  # not a command a session runs
+            if "update-motd" in proc.cmdline:
+                continue  # PAM's message of the day, run as the session opens
             if (node.name, proc.pid) in self._handled:
                 continue
             self._handled.add((node.name, proc.pid))

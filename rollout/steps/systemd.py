@@ -172,6 +172,14 @@ class SystemdRestart(ReachingStep):
                 f"already restarted after the write ({state.describe()}, "
                 f"files written {written_at.isoformat()})"
             )
+        # A retry after a lost answer: the MainPID recorded before this run's restart is gone
+        # and a new process runs, so `systemctl restart` did its work: never restart twice.
+        pid_before = ctx.load_data(self.kind).get("main_pid_before")
+        if pid_before is not None and state.running and state.main_pid != pid_before:
+            return StepResult.noop(
+                f"restarted by an earlier attempt: MainPID {pid_before} -> {state.describe()}"
+            )
+        ctx.save_data(self.kind, {"main_pid_before": state.main_pid})
         timeout_s = float(ctx.spec.policy.verify.containerd_restart_timeout_s)
         proof = restart_service(ctx.runner, timeout_s, sleep=ctx.sleep)
         return StepResult.done(proof.describe())

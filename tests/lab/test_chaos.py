@@ -8,6 +8,7 @@ new mirror endpoint is a new file to write), so they run one after another on it
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import os
@@ -42,6 +43,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     base = tmp_path_factory.mktemp("chaos")
     existing = os.environ.get("ROLLOUT_TEST_CHAOS_LAB_DIR")
     if existing:  # a lab already up (`rollout lab up --nodes 4 --gpus 2`), to iterate faster
+        converge(Lab.from_lab_dir(Path(existing)), base)
         yield Lab.from_lab_dir(Path(existing))
         return
     with own_lab(base / "lab", ("1.6", "1.7", "2.1", "1.7"), 2) as up:
@@ -59,6 +61,8 @@ def converge(lab: Lab, base: Path) -> None:
     """
     state = base / "converge"
     assert main(apply_args(lab, DEMO_PLAN, state)) in (0, 1)
+    if not list_runs(state):
+        return  # nothing to change: converged already
     (run,) = list_runs(state)
     for _ in range(3):
         if read_run(state, run.run_id).outcome is not None:
@@ -251,3 +255,50 @@ def test_a_node_killed_during_the_write_halts_the_run_and_resume_converges(
         timeout_s=30,
         what="containerd active on the booted node",
     )
+
+
+def file_hashes(lab: Lab, state: Path) -> list[str]:
+    """Each planned file of the run that is neither its old nor its new content (a partial
+    write), and each journalled backup that is gone or changed on its node."""
+    (run,) = list_runs(state)
+    plan = json.loads((run.run_dir / "plan.json").read_text())
+    final = read_run(state, run.run_id)
+    problems = []
+    for planned in (n for wave in plan["waves"] for n in wave["nodes"]):
+        node = lab.find_node(planned["name"])
+        for change in planned.get("files") or []:
+            listed = ssh_run(lab, node, ["sha256sum", change["path"]]).stdout.split()
+            now = listed[0] if listed else None
+            wanted = {sha(change.get("before")), sha(change.get("after"))}
+            if now not in wanted:
+                problems.append(f"{node.name}: {change['path']} is partial")
+        for backup in final.node(node.name).backups:
+            listed = ssh_run(lab, node, ["sha256sum", backup.backup_path]).stdout.split()
+            if not listed or listed[0] != backup.sha256:
+                problems.append(f"{node.name}: backup {backup.backup_path} lost or changed")
+    return problems
+
+
+def sha(text: str | None) -> str | None:
+    return hashlib.sha256(text.encode()).hexdigest() if text is not None else None
+
+
+def test_ssh_faults_complete_or_halt_cleanly(lab: Lab, kube: KubeClient, tmp_path: Path) -> None:
+    before = len(read_fault_log(lab.lab_dir))
+    write_settings(lab.lab_dir, parse_fault_spec("ssh=0.1,refused=2,link=1", seed=4))
+    state = tmp_path / "state"
+    code = main(apply_args(lab, plan_variant(tmp_path)[0], state))
+    write_settings(lab.lab_dir, parse_fault_spec("off"))
+    injected = [f for f in read_fault_log(lab.lab_dir)[before:] if f.where != "api"]
+    assert injected, "SSH sessions were faulted"
+    assert {f.fault for f in injected} <= {"cut", "refused", "slow-link"}
+    # completed, or halted cleanly: no partial file on any node, every backup intact
+    assert file_hashes(lab, state) == []
+    (run,) = list_runs(state)
+    if code != 0:
+        time.sleep(3)  # a refused sshd comes back
+        assert main(["resume", run.run_id, "--state-dir", str(state)]) == 0
+    final = read_run(state, run.run_id)
+    assert final.outcome is not None and final.outcome.value == "succeeded"
+    assert file_hashes(lab, state) == []
+    assert not any(kube.get_node(n.name).unschedulable for n in lab.nodes)
