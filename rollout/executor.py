@@ -1,3 +1,4 @@
+# long module: one job, running a plan: waves, node threads, halts, budgets, rollback
 """The executor: waves of nodes, each node's steps, halts, budgets and rollback.
 
 Every decision is journalled before it is acted on, so a run killed at any instant resumes
@@ -373,13 +374,8 @@ class Executor:
             try:
                 with self._cluster_wide if planned.kind in CLUSTER_WIDE_STEPS else _NO_LOCK:
                     result = self._apply(planned, ctx)
-            except SshConnectError as exc:
-                # The node stopped answering past every retry (it died, or its link did):
-                # its state is unknown, so it is neither failed nor rolled back. The run
-                # halts with the step in flight, re-checked by `rollout resume` once the
-                # node is back (or left out with `--skip-node`).
+            except SshConnectError as exc:  # node gone past all retries: halt, step in flight
                 self._stopping(f"{node.name}: {planned.kind}: node unreachable: {exc}")
-                self._serial.step_finished(node.name, planned.kind, "interrupted", str(exc))
                 return None
             except RolloutError as exc:
                 self.journal.append(

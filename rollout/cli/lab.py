@@ -13,6 +13,7 @@ from rollout.lab.cluster import (
     DEFAULT_GPUS,
     DEFAULT_NODES,
     DEFAULT_SERIES,
+    Lab,
     LabOptions,
     LabStatus,
     bring_up_lab,
@@ -29,6 +30,7 @@ from rollout.lab.faults import (
     write_settings,
 )
 from rollout.lab.image import SERIES
+from rollout.lab.nodefaults import boot_node_again, kill_lab_node
 from rollout.lab.scenarios import (
     SCENARIOS,
     break_lab,
@@ -47,7 +49,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         description="Bring a local lab cluster up, report on it, or take it down.",
     )
     commands = lab.add_subparsers(
-        dest="lab_command", metavar="{up,down,status,break,heal,faults}", required=True
+        dest="lab_command",
+        metavar="{up,down,status,break,heal,faults,kill,boot}",
+        required=True,
     )
 
     up = commands.add_parser("up", help="build the node image if needed and start the lab")
@@ -126,6 +130,25 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     faults.add_argument("--seed", type=int, default=0, help="the faults' seed (0)")
     faults.set_defaults(func=run_faults)
 
+    kill = commands.add_parser(
+        "kill",
+        help="kill a node at once, as on a power cut (optionally boot it again)",
+        description="Kill NODE's container at once (no shutdown: every process, sshd "
+        "included, gets SIGKILL), logged in LAB_DIR/faults.log. With --boot-after, wait that "
+        "long, boot it again and wait until containerd is active.",
+    )
+    _add_lab_dir(kill)
+    kill.add_argument("node", metavar="NODE")
+    kill.add_argument(
+        "--boot-after", type=float, default=None, metavar="SECONDS", help="boot it again then"
+    )
+    kill.set_defaults(func=run_kill)
+
+    boot = commands.add_parser("boot", help="boot a killed node again")
+    _add_lab_dir(boot)
+    boot.add_argument("node", metavar="NODE")
+    boot.set_defaults(func=run_boot)
+
 
 def run_up(args: argparse.Namespace) -> int:
     """Handler of `lab up`."""
@@ -162,6 +185,24 @@ def run_faults(args: argparse.Namespace) -> int:
     print(f"injected so far: {len(injected)} (log: {lab_dir / 'faults.log'})")
     for fault in injected[-10:]:
         print(f"  #{fault.id} {fault.at:%H:%M:%S.%f} {fault.where} {fault.fault}: {fault.request}")
+    return 0
+
+
+def run_kill(args: argparse.Namespace) -> int:
+    """Handler of `lab kill`."""
+    lab = Lab.from_lab_dir(args.lab_dir)
+    kill_lab_node(lab, args.node)
+    print(f"killed {args.node}")
+    if args.boot_after is not None:
+        boot_node_again(lab, args.node, after_s=args.boot_after)
+        print(f"booted {args.node} again after {args.boot_after:g}s")
+    return 0
+
+
+def run_boot(args: argparse.Namespace) -> int:
+    """Handler of `lab boot`."""
+    boot_node_again(Lab.from_lab_dir(args.lab_dir), args.node)
+    print(f"booted {args.node} again")
     return 0
 
 
