@@ -49,6 +49,7 @@ SPECIFICITY = (
     "pods.runtimeclass-missing",
     "pods.requests-without-limits",
     "pods.fractional-request",
+    "pods.request-differs-from-limit",
     "pods.no-gpu-node-fits",
     "pods.pending",
     "advertising.slots-used",

@@ -7,9 +7,17 @@ from collections.abc import Sequence
 from rollout.diagnose.finding import Branch, Finding, Severity
 from rollout.diagnose.readings import allocated, amount, is_gpu_node, q
 from rollout.facts import ClusterFacts, NodeFacts
-from rollout.facts.pods import PodFacts, is_gpu_resource, quantity_value
+from rollout.facts.pods import PodFacts, gpu_refusal_check, is_gpu_resource, quantity_value
 
 OPERATOR_RUNTIME_CLASS = "nvidia"
+REFUSAL_CAUSES = {
+    "pods.requests-without-limits": "the API refuses a GPU request without a limit "
+    "(extended resources are set as limits; requests default to them)",
+    "pods.fractional-request": "the API refuses a fractional GPU quantity (GPUs are whole "
+    "devices; time-slicing shares them as whole replicas)",
+    "pods.request-differs-from-limit": "the API refuses a GPU request that differs from its "
+    "limit (extended resources cannot be overcommitted)",
+}
 
 
 def check_pods(
@@ -41,6 +49,31 @@ def check_runtime_classes(cluster: ClusterFacts) -> list[Finding]:
             Severity.ERROR,
         )
     ]
+
+
+def check_failed_creates(cluster: ClusterFacts) -> list[Finding]:
+    """GPU pods the API refused: no pod object exists, only its controller's FailedCreate."""
+    findings = []
+    for owner, lines in sorted(cluster.failed_creates.items()):
+        check = next((c for c in map(gpu_refusal_check, lines) if c), None)
+        if check is None:
+            continue
+        kind, _, key = owner.partition(" ")
+        namespace, _, name = key.partition("/")
+        why = REFUSAL_CAUSES.get(check, "the API refused its GPU quantities")
+        findings.append(
+            Finding(
+                None,
+                None,
+                Branch.PODS,
+                check,
+                f"{kind} {key} cannot create its pods: {why}",
+                tuple(f"event: {line}" for line in lines[-3:]),
+                f"kubectl describe {kind.lower()} -n {q(namespace)} {q(name)}",
+                Severity.ERROR,
+            )
+        )
+    return findings
 
 
 def _spec(pod: PodFacts, cluster: ClusterFacts) -> list[Finding]:

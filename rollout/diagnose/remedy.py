@@ -49,6 +49,7 @@ MANUAL_REASONS: Mapping[str, str] = {
     "operator.operand-missing": "read the DaemonSet's events: kubectl describe daemonset",
     "pods.requests-without-limits": "change the pod's manifest: set limits",
     "pods.fractional-request": "change the pod's manifest: whole GPUs",
+    "pods.request-differs-from-limit": "change the pod's manifest: set the GPU limit alone",
     "pods.runtimeclass-missing": "create the RuntimeClass or fix the pod's runtimeClassName",
 }
 

@@ -10,7 +10,7 @@ from typing import Any
 from rollout.diagnose.advertising import check_advertising
 from rollout.diagnose.finding import Branch, Finding, Severity, order_findings
 from rollout.diagnose.operator import check_operator
-from rollout.diagnose.pods import check_pods, check_runtime_classes
+from rollout.diagnose.pods import check_failed_creates, check_pods, check_runtime_classes
 from rollout.diagnose.readings import q
 from rollout.diagnose.runtime import check_runtime
 from rollout.errors import BadInput
@@ -90,6 +90,8 @@ def diagnose(
     findings += check_pods(scoped, fleet.nodes, fleet.cluster)
     if not nodes or pod is not None:
         findings += check_runtime_classes(fleet.cluster)
+    # a refused GPU pod has no node and no pod object: said whatever the question
+    findings += check_failed_creates(fleet.cluster)
     checked_names = [n.name for n in checked] + [
         n for n in (unreachable or {}) if not nodes or n in nodes
     ]

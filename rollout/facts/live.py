@@ -23,14 +23,14 @@ from rollout.facts.containerd import (
     ConfigMtimesFact,
     ContainerdVersionFact,
 )
+from rollout.facts.daemonsets import DaemonSetFacts
 from rollout.facts.driver import DriverKernelFact, DriverStatusFact
 from rollout.facts.driver_host_live import with_driver_hosts
 from rollout.facts.fact import ProbeFailed, read_fact
 from rollout.facts.gpu import GpuFacts, GpuQueryFact
 from rollout.facts.kernel import KernelXidFact
 from rollout.facts.model import ClusterFacts, FleetFacts, NodeFacts
-from rollout.facts.daemonsets import DaemonSetFacts
-from rollout.facts.pods import PodFacts, Toleration, pod_facts_from
+from rollout.facts.pods import PodFacts, Toleration, is_gpu_refusal, pod_facts_from
 from rollout.facts.service import ServiceFact, ServiceJournalFact, ServiceState
 from rollout.retry import retry_transient
 from rollout.spec import Spec, TimeSlicingChange
@@ -263,7 +263,24 @@ def gather_diagnosis_cluster(kube: KubeClient, pods: Sequence[Pod]) -> ClusterFa
         pods=facts,
         pod_events=read_pending_pod_events(kube, facts),
         daemonsets=read_operand_daemonsets(kube),
+        failed_creates=read_failed_creates(kube),
     )
+
+
+def read_failed_creates(kube: KubeClient) -> dict[str, tuple[str, ...]]:
+    """What controllers could not create because the API refused a GPU pod ("Kind ns/name" ->
+    event lines): a pod the API refuses never exists, its controller's FailedCreate events are
+    all that is left of it. Events the API will not list say nothing."""
+    try:
+        found = kube.list_events(None, field_selector="reason=FailedCreate")
+    except Forbidden:
+        return {}
+    refused: dict[str, tuple[str, ...]] = {}
+    for event in found:
+        if is_gpu_refusal(event.message):
+            key = f"{event.involved_kind} {event.namespace}/{event.involved_name}"
+            refused[key] = (*refused.get(key, ()), event_line(event))
+    return refused
 
 
 def read_operand_daemonsets(kube: KubeClient) -> tuple[DaemonSetFacts, ...] | None:

@@ -118,6 +118,8 @@ class ClusterFacts:
     pod_events: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     # the GPU Operator's DaemonSets (None: not known): where each operand's pods should run
     daemonsets: tuple[DaemonSetFacts, ...] | None = None
+    # controllers whose GPU pods the API refused ("ReplicaSet ns/name" -> FailedCreate lines)
+    failed_creates: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -203,6 +203,26 @@ def is_gpu_resource(name: str) -> bool:
     return name.startswith(GPU_PREFIXES)
 
 
+# kube-apiserver's words when it refuses a pod's extended-resource quantities
+# (pkg/apis/core/validation ValidateResourceRequirements); the key is the diagnose check.
+GPU_REFUSALS = {
+    "Limit must be set for non overcommitable resources": "pods.requests-without-limits",
+    "must be an integer": "pods.fractional-request",
+    "must be equal to nvidia.com/": "pods.request-differs-from-limit",
+}
+
+
+def gpu_refusal_check(message: str) -> str | None:
+    """The diagnose check of an API refusal of a GPU pod's resources; None: another refusal."""
+    if "nvidia.com/" not in message and "non overcommitable" not in message:
+        return None
+    return next((check for words, check in GPU_REFUSALS.items() if words in message), None)
+
+
+def is_gpu_refusal(message: str) -> bool:
+    return gpu_refusal_check(message) is not None
+
+
 def quantity_value(text: str) -> float:
     """A Kubernetes quantity (`1`, `0.5`, `500m`) -> a number; unreadable -> 0."""
     text = text.strip()

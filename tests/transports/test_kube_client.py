@@ -234,6 +234,15 @@ def test_pod_gpu_request_reads_limits_then_requests(kube: KubeClient) -> None:
         {"name": "b", "image": "x", "resources": {"requests": {"nvidia.com/gpu": "1"}}},
         {"name": "c", "image": "x"},
     ]
+    # The API refuses a GPU request without its limit, with kube-apiserver's words...
+    with pytest.raises(Invalid) as refused:
+        kube.create_pod("default", manifest)
+    assert (
+        "spec.containers[1].resources.limits: Required value: Limit must be set for non "
+        "overcommitable resources"
+    ) in str(refused.value)
+    # ...and takes the request once it equals the limit.
+    manifest["spec"]["containers"][1]["resources"]["limits"] = {"nvidia.com/gpu": "1"}
     kube.create_pod("default", manifest)
     assert kube.get_pod("default", "gpu").gpu_request == 3
     kube.create_pod("default", pod_manifest("cpu", "n1"))
@@ -267,7 +276,7 @@ def test_pod_spec_for_diagnose(kube: KubeClient, registry: Registry) -> None:
     )
     manifest["spec"]["containers"][0]["resources"] = {
         "requests": {"cpu": "500m", "nvidia.com/gpu": "1"},
-        "limits": {"cpu": "1"},
+        "limits": {"cpu": "1", "nvidia.com/gpu": "1"},
     }
     kube.create_pod("default", manifest)
 
@@ -305,7 +314,7 @@ def test_pod_spec_for_diagnose(kube: KubeClient, registry: Registry) -> None:
     assert (main.name, dict(main.requests), dict(main.limits)) == (
         "main",
         {"cpu": "500m", "nvidia.com/gpu": "1"},
-        {"cpu": "1"},
+        {"cpu": "1", "nvidia.com/gpu": "1"},
     )
     assert pod.gpu_request == 1
     assert pod.stuck_init_container == ContainerStatus(

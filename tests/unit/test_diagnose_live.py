@@ -20,6 +20,7 @@ from rollout.facts.live import (
     probe_node_tolerantly,
 )
 from rollout.lab.apiserver import ApiServer, Registry
+from rollout.lab.apiserver.errors import ApiError
 from rollout.lab.apiserver.resources import DAEMONSETS, EVENTS, PODS, RUNTIMECLASSES
 from rollout.transports.errors import Forbidden, NotFound
 from rollout.transports.kube import (
@@ -292,8 +293,11 @@ def test_a_taint_no_pod_tolerates_is_no_gpu_node_fits_with_the_pod_events() -> N
         f"event: Warning FailedScheduling: {SCHEDULER} (x3)",
     )
     assert "excluded: taint nvidia.com/gpu=present:NoSchedule not tolerated" in finding.evidence[2]
-    # events are read for the GPU pods waiting for a node only
-    assert kube.event_selectors == [("ml", "involvedObject.kind=Pod,involvedObject.name=train")]
+    # events are read for the GPU pods waiting for a node, and the controllers' refusals
+    assert kube.event_selectors == [
+        ("ml", "involvedObject.kind=Pod,involvedObject.name=train"),
+        (None, "reason=FailedCreate"),
+    ]
 
 
 def test_a_pod_tolerating_the_taint_is_pending_not_excluded() -> None:
@@ -346,7 +350,26 @@ def test_the_pod_checks_read_through_the_official_client() -> None:
     spec = {"runtimeClassName": "legacy"}
     registry.create(PODS, "ml", pod_json("legacy", {"limits": {"nvidia.com/gpu": "1"}}, spec=spec))
     registry.delete(RUNTIMECLASSES, None, "legacy")  # gone under a pod that names it
-    registry.create(PODS, "ml", pod_json("bad-1", {"requests": {"nvidia.com/gpu": "1"}}))
+    # A GPU request without a limit never becomes a pod: the API refuses it, and the
+    # ReplicaSet controller records what the API said.
+    refused = pod_json("train-7d9f-x2x", {"requests": {"nvidia.com/gpu": "1"}})
+    with pytest.raises(ApiError) as refusal:
+        registry.create(PODS, "ml", refused)
+    registry.create(
+        EVENTS,
+        "ml",
+        {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": "train-7d9f.1", "namespace": "ml"},
+            "involvedObject": {"kind": "ReplicaSet", "name": "train-7d9f", "namespace": "ml"},
+            "reason": "FailedCreate",
+            "message": f"Error creating: {refusal.value.message}",
+            "type": "Warning",
+            "count": 3,
+        },
+    )
+    registry.create(PODS, "ml", pod_json("bad-1", {"limits": {"nvidia.com/gpu": "1"}}))
     registry.create(
         EVENTS,
         "ml",
@@ -389,9 +412,11 @@ def test_the_pod_checks_read_through_the_official_client() -> None:
     assert daemonset.tolerations[0].tolerates("nvidia.com/gpu", "", "NoSchedule")
     assert cluster.runtime_classes == {}
     assert cluster.pod_events == {"ml/bad-1": (f"Warning FailedScheduling: {SCHEDULER} (x2)",)}
+    (lines,) = cluster.failed_creates.values()
+    assert "Limit must be set for non overcommitable resources (x3)" in lines[0]
     found = {(f.check, f.pod) for f in diagnose(FleetFacts((), cluster, "live"), NOW).findings}
     assert {
-        ("pods.requests-without-limits", "ml/bad-1"),
+        ("pods.requests-without-limits", None),
         ("pods.runtimeclass-missing", "ml/legacy"),
         ("pods.runtimeclass-missing", None),
     } <= found

@@ -8,6 +8,7 @@ from typing import Any
 
 from rollout.lab.apiserver.batch import batch_causes
 from rollout.lab.apiserver.errors import ApiError, StatusCause
+from rollout.lab.apiserver.podresources import container_resource_causes
 from rollout.lab.apiserver.resources import (
     CONFIGMAPS,
     LEASES,
@@ -100,6 +101,7 @@ def validate_object(
     spec = obj.get("spec") or {}
     if kind == PODS:
         causes += _pod_causes(spec, (old or {}).get("spec"))
+        causes += container_resource_causes(spec)
     elif kind == NODES:
         causes += _taint_causes(spec.get("taints") or [])
     elif kind == CONFIGMAPS:

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
-from rollout.lab.simulation.quantity import parse_quantity
+from rollout.lab.quantity import parse_quantity
 
 GPU_RESOURCE = "nvidia.com/gpu"
 TERMINAL_PHASES = ("Succeeded", "Failed")

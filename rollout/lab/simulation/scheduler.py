@@ -17,6 +17,7 @@ from rollout.lab.apiserver.errors import ApiError
 from rollout.lab.apiserver.metadata import format_timestamp
 from rollout.lab.apiserver.registry import Registry
 from rollout.lab.apiserver.resources import NODES, PODS
+from rollout.lab.quantity import parse_quantity
 from rollout.lab.simulation.events import EventRecorder
 from rollout.lab.simulation.nodelifecycle import UNSCHEDULABLE_TAINT
 from rollout.lab.simulation.pods import (
@@ -25,7 +26,6 @@ from rollout.lab.simulation.pods import (
     node_of,
     pod_requests,
 )
-from rollout.lab.simulation.quantity import parse_quantity
 
 SCHEDULER_NAME = "default-scheduler"
 UNSCHEDULABLE_REASON = "node(s) were unschedulable"
