@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rollout.cli.render import make_console, plan_to_json, plan_to_markdown, print_plan_text
+from rollout.cli.render import make_console, plan_to_markdown, print_plan_text, write_plan_json
 from rollout.errors import BadInput, ExitCode
 from rollout.facts import FleetFacts, load_recorded_facts
 from rollout.planner import build_plan
@@ -174,7 +174,7 @@ def run_plan(args: argparse.Namespace) -> int:
 
     forecast = forecast_for(spec, plan)  # how long, and in which maintenance windows
     if args.output == "json":
-        sys.stdout.write(plan_to_json(plan, forecast.to_data()))
+        write_plan_json(plan, sys.stdout, forecast.to_data())
     elif args.output == "markdown":
         sys.stdout.write(plan_to_markdown(plan) + forecast_to_markdown(forecast_lines(forecast)))
     else:

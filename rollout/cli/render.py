@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import functools
 import html
+import io
 import json
 import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, Any, TextIO
 
 from rich.console import Console
 from rich.live import Live
@@ -316,6 +317,32 @@ def plan_to_json(plan: Plan, forecast: Mapping[str, object] | None = None) -> st
 
     File texts and effective values are redacted like every other output (rollout.secrets).
     """
+    text = io.StringIO()
+    write_plan_json(plan, text, forecast)
+    return text.getvalue()
+
+
+# Encoded pieces written at once: a fleet's JSON is written as it is encoded, never held whole
+# (10,000 nodes make 170 MB of text, and millions of pieces before they are joined).
+JSON_PIECES_PER_WRITE = 16384
+
+
+def write_plan_json(
+    plan: Plan, stream: TextIO, forecast: Mapping[str, object] | None = None
+) -> None:
+    """plan_to_json's text, written to `stream` as it is encoded."""
+    encoder = json.JSONEncoder(indent=2, sort_keys=False, default=str)
+    pieces: list[str] = []
+    for piece in encoder.iterencode(_plan_json_data(plan, forecast)):
+        pieces.append(piece)
+        if len(pieces) >= JSON_PIECES_PER_WRITE:
+            stream.write("".join(pieces))
+            pieces.clear()
+    pieces.append("\n")
+    stream.write("".join(pieces))
+
+
+def _plan_json_data(plan: Plan, forecast: Mapping[str, object] | None) -> dict[str, Any]:
     plan = redact_plan(plan)
     data = plan_to_data(plan)
     data["schema_version"] = SCHEMA_VERSION
@@ -329,7 +356,7 @@ def plan_to_json(plan: Plan, forecast: Mapping[str, object] | None = None) -> st
             file_data["diff"] = change.unified_diff()
     if forecast is not None:
         data["forecast"] = dict(forecast)
-    return json.dumps(data, indent=2, sort_keys=False, default=str) + "\n"
+    return data
 
 
 def print_forecast(lines: list[str], console: Console) -> None:
