@@ -114,12 +114,12 @@ def test_the_installed_wheel_plans_the_examples_outside_the_checkout(
     )
     assert Path(where.stdout.strip()).is_relative_to(installed), where
     rollout = str(installed / "bin" / "rollout")
-    for plan in ("plan.yaml", "lab-plan.yaml"):
-        args = ("plan", f"examples/{plan}", "--facts", "examples/facts", "--output", "json")
-        from_wheel = run_in(tmp_path, rollout, *args)
-        assert from_wheel.returncode == 0, from_wheel.stderr
-        from_checkout = run_in(tmp_path, sys.executable, "-m", "rollout", *args)
-        assert json.loads(from_wheel.stdout) == json.loads(from_checkout.stdout), plan
+    # the lab plan: a containerd change and a time-slicing profile, every playbook but driver
+    args = ("plan", "examples/lab-plan.yaml", "--facts", "examples/facts", "--output", "json")
+    from_wheel = run_in(tmp_path, rollout, *args)
+    assert from_wheel.returncode == 0, from_wheel.stderr
+    from_checkout = run_in(tmp_path, sys.executable, "-m", "rollout", *args)
+    assert json.loads(from_wheel.stdout) == json.loads(from_checkout.stdout)
     text = run_in(tmp_path, rollout, "plan", "examples/plan.yaml", "--facts", "examples/facts")
     assert text.returncode == 0 and "Summary: 4 of 4 node(s) change" in text.stdout
 
