@@ -1,6 +1,6 @@
 """Fleet-scale measurements of issue 13: `plan --facts` at 1k and 10k nodes, and start-up.
 
-    bench/run [--json PATH] [--runs N] [--sizes 1000,10000] [--work DIR]
+    bench/run [--json PATH] [--runs N] [--sizes 1000,10000] [--work DIR] [--lab]
 
 Generates the recorded fleets (bench/fleet.py), then measures, each as the median of several
 runs: `rollout plan examples/plan.yaml --facts DIR -o json` wall time and peak RSS per fleet
@@ -8,6 +8,10 @@ size, with one in-process run split into phases (load facts, plan, render) to sa
 time goes; and `rollout --help` against `python -c pass`, interleaved. Prints a table with
 the targets and writes JSON (bench/results.json unless --json). Never a timed test: the
 numbers depend on the machine and on what else runs on it.
+
+With --lab it also brings up an 8-node lab and measures the rows that need one
+(bench/lab_rows.py): `plan -i` against the OpenSSH floor, the probe's handshake and round
+trips, `ansible-playbook --check --diff` against `plan -i`, and apply P2 per wave.
 """
 
 from __future__ import annotations
@@ -151,9 +155,47 @@ def print_table(results: dict[str, Any]) -> None:
             f"<= {TARGET_STARTUP_RATIO:g}x",
         )
     )
+    rows.extend(lab_table_rows(results.get("lab")))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
+
+
+def lab_table_rows(lab: dict[str, Any] | None) -> list[tuple[str, str, str]]:
+    """The lab rows of the table (bench/lab_rows.py), when they were measured."""
+    if not lab:
+        return []
+    live, probe, ansible = lab["plan_live"], lab["probe"], lab["ansible"]
+    rows = [
+        (
+            f"plan -i, {lab['nodes']} lab nodes vs OpenSSH floor",
+            f"{live['ratio']:.2f}x ({live['rollout_plan_s']:.2f} s vs "
+            f"{live['openssh_floor_s']:.2f} s; {live['rollout_plan_cpu_s']:.2f} s CPU)",
+            f"<= {live['target_ratio']:g}x",
+        ),
+        (
+            "  probe: handshake / per fact / batched",
+            f"{probe['handshake_s']:.2f} s / {probe['per_fact_s']:.2f} s / "
+            f"{probe['batched_s']:.2f} s",
+            "",
+        ),
+        (
+            "ansible-playbook --check --diff vs plan -i",
+            f"Ansible {ansible['ansible_slower']:.2f}x slower "
+            f"({ansible['ansible_check_diff_s']:.2f} s vs {ansible['rollout_plan_s']:.2f} s)",
+            f">= {ansible['target_ansible_slower']:g}x",
+        ),
+    ]
+    for wave in lab["apply_p2"]["waves"]:
+        rows.append(
+            (
+                f"apply P2, wave {wave['wave']} ({wave['nodes']} node(s))",
+                f"{wave['wall_s']:.1f} s vs {wave['slowest_node_waits_s']:.1f} s of mandatory "
+                f"waits on its slowest node ({wave['ratio']}x)",
+                "waits overlap",
+            )
+        )
+    return rows
 
 
 def main() -> int:
@@ -164,6 +206,9 @@ def main() -> int:
     parser.add_argument("--sizes", default="1000,10000", help="fleet sizes (1000,10000)")
     parser.add_argument("--output", choices=("text", "markdown", "json"), default="json")
     parser.add_argument("--work", type=Path, help="where the fleets go (default: a temp dir)")
+    parser.add_argument(
+        "--lab", action="store_true", help="also the rows that need an 8-node lab (root)"
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     results: dict[str, Any] = {
@@ -185,6 +230,10 @@ def main() -> int:
             results["plan"][str(size)] = entry
     print("start-up ...", file=sys.stderr)
     results["startup"] = measure_startup(args.startup_runs)
+    if args.lab:
+        from bench.lab_rows import measure_lab_rows
+
+        results["lab"] = measure_lab_rows(args.runs)
     results["machine"]["load_average_after"] = os.getloadavg()
     print_table(results)
     args.json.write_text(json.dumps(results, indent=2) + "\n")
