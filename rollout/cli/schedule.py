@@ -21,7 +21,7 @@ The objects, all named rollout-<plan name>:
   Namespace (unless --skip-namespace, or the namespace is a built-in one)
   ServiceAccount, and a ClusterRole, Roles and their bindings holding exactly the verbs on
     exactly the resources the plan's steps use (docs/permissions.md lists them per kind)
-  ConfigMap with the plan, and the inventory when the steps reach nodes over SSH (its
+  ConfigMap with the plan and the inventory (a run reaches the nodes over SSH: its
     key_file and known_hosts point at the mounted SSH Secret)
   CronJob: concurrencyPolicy Forbid, startingDeadlineSeconds, timeZone, backoffLimit 0,
     activeDeadlineSeconds bounded by the window, the pinned --image, resources, a
