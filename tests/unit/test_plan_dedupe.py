@@ -144,3 +144,34 @@ def test_a_generated_fleet_plans_the_same_deduplicated(
     assert deduplicated == reference
     distinct = {containerd_changes.input_key(parse_spec(spec_text, "p"), n) for n in nodes}
     assert memo.runs <= len(distinct)
+
+
+@settings(max_examples=10, deadline=None)
+@given(shape=fleet_shapes, pieces=st.integers(1, 64))
+def test_json_written_in_pieces_is_the_document_json_dumps_makes(
+    shape: list[tuple[int, str, int]], pieces: int
+) -> None:
+    """`plan -o json` streams the document; the text is json.dumps's, whatever the piece size."""
+    import json
+
+    from rollout.cli import render
+
+    examples = load_recorded_facts(FACTS)
+    nodes = tuple(
+        edit_node(examples.nodes[which], f"node-{index:02d}", edit, number)
+        for index, (which, edit, number) in enumerate(shape)
+    )
+    plan = build_plan(
+        parse_spec(PLAN.read_text(), "plan.yaml"),
+        "plan.yaml",
+        dataclasses.replace(examples, nodes=nodes),
+        load_playbooks(),
+    )
+    forecast = {"total_s": 1.5, "waves": [1, 2]}
+    reference = json.dumps(render._plan_json_data(plan, forecast), indent=2, default=str) + "\n"
+    written = io.StringIO()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(render, "JSON_PIECES_PER_WRITE", pieces)
+        render.write_plan_json(plan, written, forecast)
+    assert written.getvalue() == reference
+    assert plan_to_json(plan, forecast) == reference
