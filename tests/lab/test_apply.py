@@ -98,7 +98,9 @@ def test_upgrade_failed_label_halts_before_any_write(
     lab: Lab, kube: KubeClient, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     last = lab.nodes[-1].name
-    kube.patch_node_labels(last, {"nvidia.com/gpu-driver-upgrade-state": "upgrade-failed"})
+    # a failed driver upgrade as `lab break` leaves it (the label alone would clear itself:
+    # the upgrade controller clears upgrade-failed once the driver pod is in sync and Ready)
+    assert main(["lab", "break", "upgrade-failed", last, "--lab-dir", str(lab.lab_dir)]) == 0
     before = {n.name: dump_of(lab, n.name) for n in lab.nodes}
     capsys.readouterr()
     assert main([*apply_args(lab, PLAN, tmp_path / "state"), "--output", "json"]) == 1
