@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import os
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -27,6 +28,7 @@ from rollout.lab.faults import (
     read_fault_log,
     write_settings,
 )
+from rollout.lab.sshfaults import Proc, _is_session, node_processes
 from rollout.retry import RetryEvent, RetryPolicy, watch_retries
 from rollout.transports.errors import KubeUnreachable, ServerError
 from rollout.transports.kube import ConfigMap, KubeClient, Lease
@@ -202,3 +204,25 @@ def test_a_watch_is_cut_mid_way(api: FaultyApi) -> None:
     assert time.monotonic() - started < 5
     assert [e["type"] for e in lines] == ["ADDED", "ADDED"]
     assert [f.fault for f in read_fault_log(api.lab_dir)] == ["watch-cut"]
+
+
+def test_ssh_settings_and_sessions() -> None:
+    settings = parse_fault_spec("ssh=0.1,ssh-kinds=cut+slow-link,link=1.5,refused=4")
+    assert (settings.ssh, settings.ssh_kinds) == (0.1, ("cut", "slow-link"))
+    assert (settings.link_delay_s, settings.refused_s) == (1.5, 4.0)
+    with pytest.raises(BadInput, match="node-killed"):
+        parse_fault_spec("ssh-kinds=node-killed")  # node death is not a rate's to decide
+    # the per-connection sshd is a session; the listener (child of init) is not
+    procs = {
+        1: Proc(1, 0, "systemd", "/sbin/init"),
+        44: Proc(44, 1, "sshd", "sshd: /usr/sbin/sshd -D [listener]"),
+        985: Proc(985, 44, "sshd", "sshd: root@notty"),
+        991: Proc(991, 985, "timeout", "timeout 60s cat /etc/hostname"),
+    }
+    assert _is_session(procs[985], procs) and not _is_session(procs[44], procs)
+    assert not _is_session(procs[991], procs)
+
+
+def test_this_namespace_lists_this_process() -> None:
+    listed = {p.pid: p for p in node_processes(os.getpid())}
+    assert os.getpid() in listed and listed[os.getpid()].comm.startswith("python")
