@@ -26,9 +26,9 @@ import dataclasses
 from typing import Any, ClassVar
 
 from rollout.errors import RolloutError
-from rollout.facts import ClusterFacts, NodeFacts, read_fact
+from rollout.facts import ClusterFacts, NodeFacts
 from rollout.facts.driver_host import read_driver_host
-from rollout.facts.driver_modules import BootIdFact, unload_order
+from rollout.facts.driver_modules import unload_order
 from rollout.plan import StepPlan
 from rollout.spec import Spec
 from rollout.spec.policy import DriverReload
@@ -48,18 +48,16 @@ from rollout.steps.driver_node import (
     apt_remove,
     check_versions,
     load_modules,
-    read_boot_id,
     read_clients,
     read_driver,
     read_modules,
     read_packages,
     reload_missing,
-    request_reboot,
     start_units,
     stop_units,
     unload_modules,
-    wait_for_reboot,
 )
+from rollout.steps.driver_reboot import describe_until_reboot, reboot_node
 from rollout.steps.nodemarks import report_step
 from rollout.transports.errors import TransientError
 
@@ -90,31 +88,6 @@ def _guard(ctx: StepContext, kind: str, body: Any) -> StepResult:
         return result
 
     return report_step(ctx, kind, run)
-
-
-def reboot_node(ctx: StepContext, kind: str, key: str) -> str:
-    """Reboot once per (step, key), prove it and wait for the node; resumable: the boot_id
-    before is saved first, and a resumed run that finds a new one only waits."""
-    data = ctx.load_data(kind)
-    record = dict(data.get(key) or {})
-    if record.get("boot_after"):
-        return f"rebooted before (boot_id {str(record['boot_after'])[:8]})"
-    if "boot_before" not in record:
-        record["boot_before"] = read_fact(ctx.runner, BootIdFact())
-        ctx.save_data(kind, {**data, key: record})
-    before = str(record["boot_before"])
-    if read_boot_id(ctx.runner) == before:
-        request_reboot(ctx.runner)  # again on a resumed run: harmless while going down
-    ctx.progress(f"{ctx.node}: {kind}: rebooting (systemctl reboot)")
-    rebooted = wait_for_reboot(
-        ctx.runner,
-        before,
-        float(ctx.spec.policy.driver.reboot_timeout_s),
-        lambda: ctx.kube.get_node(ctx.node).ready,
-        ctx.sleep,
-    )
-    ctx.save_data(kind, {**ctx.load_data(kind), key: {**record, "boot_after": rebooted.boot_after}})
-    return rebooted.describe()
 
 
 # ------------------------------------------------------------------ driver.unload
@@ -380,7 +353,13 @@ class DriverReloadStep:
         unload = ctx.load_data(UNLOAD_STEP)
         stopped = list(unload.get("stopped", []))
         if unload.get("reboot"):
-            did = reboot_node(ctx, self.kind, "reboot")
+            # what the node runs until the boot: new packages under the old module give the
+            # library mismatch the reboot clears (recorded once, before the first request)
+            data = ctx.load_data(self.kind)
+            if "before" not in data:
+                data = {**data, "before": describe_until_reboot(ctx)}
+                ctx.save_data(self.kind, data)
+            did = f"before the reboot {data['before']}; {reboot_node(ctx, self.kind, 'reboot')}"
         else:
             driver = read_driver(ctx.runner)
             if driver.loaded and not driver.mismatch:
