@@ -32,7 +32,8 @@ from rollout.facts.containerd import (
 from rollout.facts.fact import Fact, ProbeFailed, read_fact
 from rollout.facts.gpu import GpuFacts, GpuQueryFact, parse_gpu_query
 from rollout.facts.model import ClusterFacts, FleetFacts, NodeFacts
-from rollout.facts.recorded import load_cluster_facts, load_node_facts, load_recorded_facts
+from rollout.facts.recorded import load_node_facts, load_recorded_facts
+from rollout.facts.recorded_cluster import load_cluster_facts
 from rollout.facts.service import (
     ServiceFact,
     ServiceProbeFailed,

@@ -44,19 +44,18 @@ from rollout.facts.containerd import (
     MAX_FILE_BYTES,
     ContainerdVersionFact,
 )
-from rollout.facts.daemonsets import DaemonSetFacts
 from rollout.facts.driver import parse_driver_kernel, parse_driver_status
 from rollout.facts.driver_host import driver_host_from_raw
 from rollout.facts.fact import ProbeFailed
 from rollout.facts.gpu import GpuFacts
 from rollout.facts.kernel import parse_xids
 from rollout.facts.model import ClusterFacts, FleetFacts, NodeFacts, NodeFactsError
-from rollout.facts.pods import parse_pod_manifest
+from rollout.facts.recorded_cluster import load_cluster_facts, strings, valid_name
 from rollout.facts.service import ServiceState, parse_service_journal, parse_service_show
 from rollout.fieldproblems import FieldProblem, describe_value
 from rollout.inputfile import read_text
 from rollout.memo import BoundedCache
-from rollout.spec.fieldtypes import Bool, KubeName, SpecModel, Str, check_dns_subdomain
+from rollout.spec.fieldtypes import Bool, KubeName, SpecModel, Str
 from rollout.yamlsource import SourceDocument
 
 NODE_FILE = "node.yaml"
@@ -133,20 +132,6 @@ class NodeRecord(SpecModel):
     )
 
 
-class ClusterRecord(SpecModel):
-    """cluster.yaml: ConfigMaps by namespace/name, and the ClusterPolicy spec."""
-
-    configmaps: Mapping[Str, Mapping[Str, Str | None]] = Field(default_factory=dict)
-    cluster_policy: Mapping[Str, Any] | None = None
-    # for diagnose: RuntimeClass name -> handler, pods as the API returns them, their events
-    runtime_classes: Mapping[Str, Str] | None = None
-    pods: tuple[Mapping[Str, Any], ...] = ()
-    pod_events: Mapping[Str, tuple[Str, ...]] = Field(default_factory=dict)
-    # the GPU Operator's DaemonSets as manifests (rollout.facts.daemonsets); absent: not known
-    daemonsets: tuple[Mapping[Str, Any], ...] | None = None
-    failed_creates: Mapping[Str, tuple[Str, ...]] = Field(default_factory=dict)
-
-
 NODE_KEYS = frozenset(f.alias or n for n, f in NodeRecord.model_fields.items())
 
 
@@ -217,7 +202,7 @@ def load_node_facts(node_dir: Path) -> NodeFacts:
                 f"{describe_value(doc.data)}",
             )
         named = doc.data.get("name")
-        if isinstance(named, str) and _is_node_name(named):
+        if isinstance(named, str) and valid_name(named):
             fallback = named
         record = doc.validate(NodeRecord)
     except InputErrors as exc:
@@ -225,7 +210,7 @@ def load_node_facts(node_dir: Path) -> NodeFacts:
     except InputError as exc:
         raise InputErrors([_for_node(fallback, exc)]) from exc
     name = record.name or node_dir.name
-    if record.name is None and not _is_node_name(name):
+    if record.name is None and not valid_name(name):
         raise NodeFactsError(
             name[:253],
             SourceLocation(str(path)),
@@ -253,8 +238,8 @@ def load_node_facts(node_dir: Path) -> NodeFacts:
         name=name,
         containerd=containerd,
         config_files=ConfigFiles(main_path, files),
-        labels=_strings(record.labels),
-        annotations=_strings(record.annotations),
+        labels=strings(record.labels),
+        annotations=strings(record.annotations),
         unschedulable=record.unschedulable,
         ready=record.ready,
         gpus=_gpus(record.gpus),
@@ -356,62 +341,10 @@ def _read_recorded_file(local: Path, real_root: Path) -> str:
     return read_text(local, max_bytes=MAX_FILE_BYTES)
 
 
-def load_cluster_facts(path: Path) -> ClusterFacts:
-    """Read cluster.yaml (absent: no ConfigMaps, no ClusterPolicy)."""
-    if not os.path.lexists(path):
-        return ClusterFacts()
-    doc = SourceDocument.from_path(path)
-    if not isinstance(doc.data, dict):
-        raise InputError(
-            doc.location_of(()),
-            f"expected a mapping (configmaps, cluster_policy), found {describe_value(doc.data)}",
-        )
-    record = doc.validate(ClusterRecord)
-    errors = [
-        InputError(
-            doc.location_of(("configmaps", key), at_key=True),
-            f"expected a ConfigMap named namespace/name, found {describe_value(key)}",
-            field="configmaps",
-        )
-        for key in record.configmaps
-        if not _is_configmap_name(key)
-    ]
-    if errors:
-        raise InputErrors(errors)
-    return ClusterFacts(
-        configmaps={k: _strings(v) for k, v in record.configmaps.items()},
-        cluster_policy=dict(record.cluster_policy or {}),
-        runtime_classes=None if record.runtime_classes is None else dict(record.runtime_classes),
-        pods=tuple(parse_pod_manifest(p) for p in record.pods),
-        pod_events=dict(record.pod_events),
-        daemonsets=None
-        if record.daemonsets is None
-        else tuple(DaemonSetFacts.from_manifest(d) for d in record.daemonsets),
-        failed_creates=dict(record.failed_creates),
-    )
-
-
 def _for_node(node: str, error: InputError) -> InputError:
     if isinstance(error, NodeFactsError):
         return error
     return NodeFactsError(node, error.location, error.message, field=error.field, hint=error.hint)
-
-
-def _is_node_name(name: str) -> bool:
-    try:
-        check_dns_subdomain(name)
-    except FieldProblem:
-        return False
-    return True
-
-
-def _is_configmap_name(key: str) -> bool:
-    namespace, slash, name = key.partition("/")
-    return bool(slash) and _is_node_name(namespace) and _is_node_name(name)
-
-
-def _strings(value: Mapping[str, str | None]) -> dict[str, str]:
-    return {k: "" if v is None else v for k, v in value.items()}
 
 
 def _bound_pods(
