@@ -38,6 +38,7 @@ from rollout.commands import CommandResult, check
 from rollout.errors import RolloutError
 from rollout.lab.description import LabNode
 from rollout.lab.image import DRIVER_VERSION_FILE, NodeImage
+from rollout.lab.nodedriver import install_driver_stand_ins
 from rollout.lab.nodeprocess import NSPAWN_PID_FILE, SUPERVISOR_PID_FILE
 from rollout.lab.toolkit import install_toolkit
 from rollout.transports.local import LocalRunner
@@ -214,6 +215,7 @@ def _write_gpu_files(spec: NodeSpec, dirs: NodeDirs) -> None:
     gpus = {"gpus": [gpu.to_json() for gpu in spec.gpus]}
     _write(dirs.host_path(GPUS_FILE), json.dumps(gpus, indent=2) + "\n")
     _write(dirs.host_path("/usr/bin/nvidia-smi"), _data_text("nvidia-smi"), mode=0o755)
+    install_driver_stand_ins(dirs.root)
     # Before /usr/bin on PATH: the node's kernel messages are its kernel-log stand-in.
     _write(dirs.host_path("/usr/local/bin/dmesg"), _data_text("dmesg"), mode=0o755)
     _write(dirs.host_path(UNIT_DROP_IN), _data_text("containerd-running-record.conf"))

@@ -19,7 +19,6 @@ from tests.lab.test_cluster_shared import (
     node_of_series,
     shared_lab,
     ssh_check,
-    ssh_run,
 )
 
 SERIES = ("1.6", "1.7", "2.1")
@@ -224,32 +223,3 @@ def test_nvidia_smi_reports_the_node_gpus(lab: Lab) -> None:
     assert f"Driver Version: {node.driver_version}" in table
     gpus = json.loads(ssh_check(lab, node, ["cat", "/etc/rollout-lab/gpus.json"]))
     assert [g["uuid"] for g in gpus["gpus"]] == [g.uuid for g in node.gpus]
-
-
-@pytest.mark.lab
-def test_driver_upgrade_with_real_apt_changes_what_nvidia_smi_reports(lab: Lab) -> None:
-    node = node_of_series(lab, "2.1")
-    query = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
-    assert ssh_check(lab, node, query).splitlines()[0] == "535.183.01"
-    ssh_check(lab, node, ["apt-get", "-q", "update"])
-    try:
-        ssh_check(
-            lab, node, ["apt-get", "-y", "-q", "install", "nvidia-driver-standin=550.127.05-1"]
-        )
-        assert ssh_check(lab, node, query).splitlines()[0] == "550.127.05"
-        status = ssh_check(lab, node, ["dpkg-query", "-W", "nvidia-driver-standin"])
-        assert status.split() == ["nvidia-driver-standin", "550.127.05-1"]
-    finally:
-        ssh_run(
-            lab,
-            node,
-            [
-                "apt-get",
-                "-y",
-                "-q",
-                "--allow-downgrades",
-                "install",
-                "nvidia-driver-standin=535.183.01-1",
-            ],
-        )
-    assert ssh_check(lab, node, query).splitlines()[0] == "535.183.01"
