@@ -124,18 +124,32 @@ def gather_fleet_facts(
 ) -> FleetFacts:
     """Probe every node in parallel (bounded); one failed node fails the gathering, named."""
 
-    def probe(runner: CommandRunner) -> NodeProbe:
-        return retry_transient(lambda: probe_node(runner))
+    api_errors: dict[str, RolloutError] = {}
+
+    def probe(runner: CommandRunner) -> NodeFacts:
+        ssh = retry_transient(lambda: probe_node(runner))
+        # the node's API reads in its thread too, beside the other nodes' SSH round trips
+        name = runner.host
+        try:
+            bound = kube.list_pods(None, field_selector=f"spec.nodeName={name}")
+            node = kube.get_node(name)
+        except RolloutError as exc:
+            api_errors[name] = exc
+            raise
+        return node_facts_from(name, ssh, node, bound)
 
     results = run_on_nodes(list(runners.values()), probe, max_parallel=max_parallel)
-    failures = [f"{name}: {res}" for name, res in results.items() if isinstance(res, RolloutError)]
+    failures = [
+        f"{name}: {res}"
+        for name, res in results.items()
+        if isinstance(res, RolloutError) and name not in api_errors
+    ]
     if failures:
         raise ProbeFailed("could not gather facts from every node:\n  " + "\n  ".join(failures))
-    nodes = []
-    for name, result in results.items():
-        assert isinstance(result, NodeProbe)
-        bound = kube.list_pods(None, field_selector=f"spec.nodeName={name}")
-        nodes.append(node_facts_from(name, result, kube.get_node(name), bound))
+    for name in results:
+        if name in api_errors:
+            raise api_errors[name]  # the API's own error and hint, as the cluster answered
+    nodes = [result for result in results.values() if isinstance(result, NodeFacts)]
     nodes = with_driver_hosts(spec, runners, nodes, max_parallel)  # mode: host drivers only
     return FleetFacts(
         nodes=tuple(sorted(nodes, key=lambda n: n.name)),
