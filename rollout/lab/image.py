@@ -2,10 +2,11 @@
 
 Layout under <cache>/lab-image/<key>/ (key: a hash of every input, so a change rebuilds):
 
-    base/                 bookworm minbase + systemd, sshd, python3, apt, runc; the three
-                          containerd .debs under /opt/rollout-lab/debs; a local apt repository
-                          of stand-in driver packages under /opt/rollout-lab/apt, the older
-                          driver installed
+    base/                 bookworm minbase + systemd, sshd, python3, apt, runc, kmod; the
+                          three containerd .debs under /opt/rollout-lab/debs; a local apt
+                          repository of stand-in driver packages under /opt/rollout-lab/apt
+                          (DRIVER_VERSIONS and FAILING_DRIVER, whose postinst fails), the
+                          oldest driver installed
     layers/<series>/      the overlay upper left by `dpkg -i` of that containerd package on
                           top of base: a node mounts lowerdir=layers/<series>:base
     image.json            the inputs and the measured build time
@@ -46,17 +47,27 @@ PACKAGES = (
     "apt",
     "ca-certificates",
     "runc",
+    # The real modprobe, rmmod, lsmod for every module but the nvidia stand-ins.
+    "kmod",
 )
 SERIES = ("1.6", "1.7", "2.1")
 DRIVER_PACKAGE = "nvidia-driver-standin"
-DRIVER_VERSIONS = ("535.183.01", "550.127.05")
+# The stand-in driver versions the nodes' apt repository offers; each installs cleanly.
+DRIVER_VERSIONS = ("535.183.01", "550.127.05", "550.144.03")
+# Offered too, but its postinst always fails (a module build that fails), for failure tests.
+# Lower than the newest good version, so apt's candidate stays an installable one.
+FAILING_DRIVER = "550.90.07"
 INSTALLED_DRIVER = DRIVER_VERSIONS[0]
 # Bump when a build step changes in a way the other inputs do not capture.
-RECIPE = "2"
+RECIPE = "3"
 
 IMAGE_DEBS_DIR = "/opt/rollout-lab/debs"
 IMAGE_APT_DIR = "/opt/rollout-lab/apt"
+# The driver library's version: written by the package's postinst from the version's own
+# copy (<dir>/<version>/version), so a failed postinst leaves the previous library in place.
 DRIVER_VERSION_FILE = "/usr/lib/rollout-lab/nvidia-driver/version"
+# A node with this file fails every stand-in driver package's postinst (a per-node knob).
+FAIL_POSTINST_FILE = "/etc/rollout-lab/fail-driver-postinst"
 # Timers that would make nodes reach out to the network on their own.
 MASKED_UNITS = ("apt-daily.timer", "apt-daily-upgrade.timer")
 
@@ -107,8 +118,11 @@ def compute_image_key() -> str:
         # Debian package files are named by version; the size guards against a truncated copy.
         "debs": {s: [p.name, p.stat().st_size] for s, p in debs.items()},
         "driver_versions": DRIVER_VERSIONS,
+        "failing_driver": FAILING_DRIVER,
         "installed_driver": INSTALLED_DRIVER,
         "driver_control": _data_text("driver/control.in"),
+        "driver_postinst": _data_text("driver/postinst.in"),
+        "driver_postrm": _data_text("driver/postrm.in"),
     }
     blob = json.dumps(inputs, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
@@ -186,7 +200,8 @@ def _build_into(partial: Path, progress: Progress) -> None:
     progress("lab image: configuring the base tree")
     _configure_base(base)
 
-    progress(f"lab image: building the stand-in driver repository ({', '.join(DRIVER_VERSIONS)})")
+    versions = ", ".join((*DRIVER_VERSIONS, f"{FAILING_DRIVER} (fails)"))
+    progress(f"lab image: building the stand-in driver repository ({versions})")
     _build_driver_repository(runner, partial / "driver-build", base / IMAGE_APT_DIR.lstrip("/"))
     _chroot(runner, base, ["apt-get", "-q", "update"], "apt-get update of the local repository")
     _chroot(
@@ -228,14 +243,17 @@ def _configure_base(base: Path) -> None:
 
 def _build_driver_repository(runner: LocalRunner, staging: Path, repository: Path) -> None:
     repository.mkdir(parents=True)
-    template = _data_text("driver/control.in")
     stanzas: list[str] = []
-    for version in DRIVER_VERSIONS:
+    for version in sorted((*DRIVER_VERSIONS, FAILING_DRIVER), key=_version_key):
         tree = staging / version
         (tree / "DEBIAN").mkdir(parents=True)
-        control = template.replace("@VERSION@", version)
+        control = _driver_text("driver/control.in", version)
         (tree / "DEBIAN/control").write_text(control)
-        version_file = tree / DRIVER_VERSION_FILE.lstrip("/")
+        for script in ("postinst", "postrm"):
+            (tree / "DEBIAN" / script).write_text(_driver_text(f"driver/{script}.in", version))
+            (tree / "DEBIAN" / script).chmod(0o755)
+        library = Path(DRIVER_VERSION_FILE).parent / version / "version"
+        version_file = tree / str(library).lstrip("/")
         version_file.parent.mkdir(parents=True)
         version_file.write_text(version + "\n")
         deb = repository / f"{DRIVER_PACKAGE}_{version}-1_all.deb"
@@ -255,6 +273,17 @@ def _build_driver_repository(runner: LocalRunner, staging: Path, repository: Pat
         "Origin: rollout-lab\nLabel: rollout-lab\nSuite: lab\nCodename: lab\n"
         f"Date: {date}\nArchitectures: all amd64\nSHA256:\n {digest} {size} Packages\n"
     )
+
+
+def _driver_text(template: str, version: str) -> str:
+    fails = version == FAILING_DRIVER
+    why = "this version's postinst always fails" if fails else f"{FAIL_POSTINST_FILE} exists"
+    text = _data_text(template).replace("@VERSION@", version)
+    return text.replace("@FAILS@", "yes" if fails else "no").replace("@WHY@", why)
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
 
 
 def _packages_stanza(control: str, deb: Path) -> str:

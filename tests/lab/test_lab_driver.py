@@ -13,12 +13,26 @@ from pathlib import Path
 import pytest
 
 from rollout.lab.cluster import Lab
+from rollout.lab.image import (
+    DRIVER_PACKAGE,
+    DRIVER_VERSIONS,
+    FAIL_POSTINST_FILE,
+    FAILING_DRIVER,
+    INSTALLED_DRIVER,
+)
 from rollout.lab.nodes import read_node_pid, read_supervisor_pid
 from tests.lab.test_cluster_shared import own_lab, ssh_check, ssh_run
 
 pytestmark = pytest.mark.lab
 
+NEWER, NEWEST = DRIVER_VERSIONS[1], DRIVER_VERSIONS[2]
+
 BOOT_TIMEOUT_S = 60.0
+STAND_IN_MODULES = {"nvidia", "nvidia_modeset", "nvidia_drm", "nvidia_uvm"}
+CLIENTS = ("nvidia-persistenced", "nvidia-fabricmanager")
+NVML_MISMATCH = "Failed to initialize NVML: Driver/library version mismatch"
+NO_DRIVER = "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver"
+VERSION_QUERY = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
 
 
 @pytest.fixture(scope="module")
@@ -32,19 +46,115 @@ def boot_id(lab: Lab) -> str:
 
 
 def wait_rebooted(lab: Lab, old_boot_id: str) -> str:
-    """Wait until the node answers SSH with another boot_id and systemd has finished booting."""
+    """Wait until the node answers SSH with another boot_id, booted, containerd active."""
+    script = (
+        "cat /proc/sys/kernel/random/boot_id; systemctl is-system-running --wait; "
+        "systemctl is-active containerd"
+    )
     deadline = time.monotonic() + BOOT_TIMEOUT_S
     while time.monotonic() < deadline:
-        result = ssh_run(
-            lab,
-            lab.nodes[0],
-            ["sh", "-c", "cat /proc/sys/kernel/random/boot_id; systemctl is-system-running --wait"],
-        )
-        lines = result.stdout.split()
-        if lines and lines[0] != old_boot_id and lines[-1] == "running":
+        lines = ssh_run(lab, lab.nodes[0], ["sh", "-c", script]).stdout.split()
+        if len(lines) == 3 and lines[0] != old_boot_id and lines[1:] == ["running", "active"]:
             return lines[0]
         time.sleep(0.5)
     raise AssertionError(f"{lab.nodes[0].name} did not come back within {BOOT_TIMEOUT_S:g}s")
+
+
+def lsmod(lab: Lab) -> dict[str, list[str]]:
+    """lsmod's stand-in lines of the node: module -> [size, refcount, holders...]."""
+    lines = ssh_check(lab, lab.nodes[0], ["lsmod"]).splitlines()
+    assert lines[0].split() == ["Module", "Size", "Used", "by"]
+    fields = [line.split() for line in lines[1:]]
+    return {f[0]: f[1:] for f in fields if f[0] in STAND_IN_MODULES}
+
+
+def driver_version(lab: Lab) -> str:
+    return ssh_check(lab, lab.nodes[0], VERSION_QUERY).splitlines()[0]
+
+
+def test_unload_waits_for_gpu_clients_and_a_reload_ends_the_mismatch(lab: Lab) -> None:
+    node = lab.nodes[0]
+    assert driver_version(lab) == INSTALLED_DRIVER
+    modules = lsmod(lab)
+    # Two dependents and the two GPU-client units hold nvidia.
+    assert modules["nvidia"][1:] == ["4", "nvidia_uvm,nvidia_modeset"]
+    assert modules["nvidia_modeset"][1:] == ["1", "nvidia_drm"]
+    refused = ssh_run(lab, node, ["rmmod", "nvidia"])
+    assert refused.exit_code == 1
+    assert "rmmod: ERROR: Module nvidia is in use by: nvidia_uvm nvidia_modeset" in refused.stderr
+    refused = ssh_run(lab, node, ["modprobe", "-r", "nvidia_modeset"])
+    assert (refused.exit_code, refused.stderr) == (
+        1,
+        "modprobe: FATAL: Module nvidia_modeset is in use.\n",
+    )
+
+    # A package upgrade under the loaded module: library and module disagree.
+    ssh_check(lab, node, ["apt-get", "-q", "update"])
+    ssh_check(lab, node, ["apt-get", "-y", "-q", "install", f"{DRIVER_PACKAGE}={NEWER}-1"])
+    mismatch = ssh_run(lab, node, ["nvidia-smi", "-L"])
+    assert mismatch.exit_code == 18 and mismatch.stdout.startswith(NVML_MISMATCH + "\n")
+    restart = ssh_run(lab, node, ["systemctl", "restart", "nvidia-persistenced"])
+    assert restart.exit_code != 0  # a GPU client does not start against the old module
+
+    # Only dependents gone, fabric manager still holds the module.
+    ssh_check(lab, node, ["rmmod", "nvidia_drm", "nvidia_modeset", "nvidia_uvm"])
+    held = ssh_run(lab, node, ["rmmod", "nvidia"])
+    assert (held.exit_code, held.stderr) == (1, "rmmod: ERROR: Module nvidia is in use\n")
+    assert lsmod(lab)["nvidia"][1:] == ["1"]
+    ssh_check(lab, node, ["systemctl", "stop", *CLIENTS])
+    ssh_check(lab, node, ["rmmod", "nvidia"])
+    assert lsmod(lab) == {}
+    gone = ssh_run(lab, node, ["nvidia-smi", "-L"])
+    assert gone.exit_code == 9 and gone.stdout.startswith(NO_DRIVER)
+
+    ssh_check(lab, node, ["modprobe", "-a", "nvidia_drm", "nvidia_uvm"])
+    assert set(lsmod(lab)) == STAND_IN_MODULES
+    assert driver_version(lab) == NEWER
+    ssh_check(lab, node, ["systemctl", "start", *CLIENTS])
+    assert lsmod(lab)["nvidia"][1] == "4"
+
+
+def apt_status(lab: Lab) -> str:
+    """dpkg's want/state words and the version of the driver package."""
+    query = ["dpkg-query", "-W", "-f", "${Status} ${Version}", DRIVER_PACKAGE]
+    return ssh_check(lab, lab.nodes[0], query)
+
+
+def test_failing_package_fails_in_apt_and_leaves_the_old_driver_working(lab: Lab) -> None:
+    node = lab.nodes[0]
+    policy = ssh_check(lab, node, ["apt-cache", "policy", DRIVER_PACKAGE])
+    offered = [line.split()[-2] for line in policy.splitlines() if line.strip().endswith("500")]
+    assert sorted(offered) == sorted(f"{v}-1" for v in (*DRIVER_VERSIONS, FAILING_DRIVER))
+    assert f"Candidate: {NEWEST}-1" in policy  # the failing version is never apt's candidate
+    assert driver_version(lab) == NEWER
+
+    install = ["apt-get", "-y", "-q", "--allow-downgrades", "install"]
+    failed = ssh_run(lab, node, [*install, f"{DRIVER_PACKAGE}={FAILING_DRIVER}-1"])
+    assert failed.exit_code == 100
+    assert "E: Sub-process /usr/bin/dpkg returned an error code (1)" in failed.stderr
+    dpkg_says = "installed nvidia-driver-standin package post-installation script subprocess"
+    assert f"{dpkg_says} returned error exit status 1" in failed.stdout + failed.stderr
+    assert apt_status(lab) == f"install ok half-configured {FAILING_DRIVER}-1"
+    # The library was never switched: the loaded driver still answers.
+    assert driver_version(lab) == NEWER
+
+    # Going back is a plain (down)grade, and a hold is apt's own.
+    ssh_check(lab, node, [*install, f"{DRIVER_PACKAGE}={NEWER}-1"])
+    assert apt_status(lab) == f"install ok installed {NEWER}-1"
+    ssh_check(lab, node, ["apt-mark", "hold", DRIVER_PACKAGE])
+    assert ssh_check(lab, node, ["apt-mark", "showhold"]).split() == [DRIVER_PACKAGE]
+    held = ssh_run(lab, node, [*install, f"{DRIVER_PACKAGE}={NEWEST}-1"])
+    assert held.exit_code == 100 and "Held packages were changed" in held.stderr
+    ssh_check(lab, node, ["apt-mark", "unhold", DRIVER_PACKAGE])
+
+    # The per-node knob fails any version's postinst (a node whose module build fails).
+    ssh_check(lab, node, ["touch", FAIL_POSTINST_FILE])
+    knob = ssh_run(lab, node, [*install, f"{DRIVER_PACKAGE}={NEWEST}-1"])
+    ssh_check(lab, node, ["rm", FAIL_POSTINST_FILE])
+    assert knob.exit_code == 100 and f"{FAIL_POSTINST_FILE} exists" in knob.stdout + knob.stderr
+    assert driver_version(lab) == NEWER
+    ssh_check(lab, node, [*install, f"{DRIVER_PACKAGE}={NEWER}-1"])
+    assert apt_status(lab) == f"install ok installed {NEWER}-1"
 
 
 def test_reboot_keeps_the_node_and_gives_a_new_boot(lab: Lab) -> None:
@@ -55,6 +165,9 @@ def test_reboot_keeps_the_node_and_gives_a_new_boot(lab: Lab) -> None:
     host_key = Path(dirs.host_path("/etc/ssh/ssh_host_ed25519_key.pub")).read_text()
     old = boot_id(lab)
     ssh_check(lab, node, ["sh", "-c", "echo kept > /var/tmp/kept; echo gone > /run/gone"])
+    # An upgrade under the loaded module; the reboot loads the installed version.
+    ssh_check(lab, node, ["apt-get", "-y", "-q", "install", f"{DRIVER_PACKAGE}={NEWEST}-1"])
+    assert ssh_run(lab, node, ["nvidia-smi", "-L"]).exit_code == 18
 
     ssh_run(lab, node, ["systemctl", "reboot"])
     new = wait_rebooted(lab, old)
@@ -64,7 +177,10 @@ def test_reboot_keeps_the_node_and_gives_a_new_boot(lab: Lab) -> None:
     assert Path(dirs.host_path("/etc/ssh/ssh_host_ed25519_key.pub")).read_text() == host_key
     files = ssh_run(lab, node, ["cat", "/var/tmp/kept", "/run/gone"])
     assert files.stdout == "kept\n" and "/run/gone: No such file" in files.stderr
-    assert ssh_check(lab, node, ["systemctl", "is-active", "containerd"]).strip() == "active"
+    # containerd was active (wait_rebooted); the toolkit's unit may restart it meanwhile.
+    assert ssh_check(lab, node, ["systemctl", "is-active", *CLIENTS]).split() == ["active"] * 2
+    assert set(lsmod(lab)) == STAND_IN_MODULES
+    assert driver_version(lab) == NEWEST
     # The lab's record follows the new boot's nspawn; the same supervisor keeps it.
     after_pid = read_node_pid(node, dirs)
     assert after_pid is not None and after_pid != before_pid
