@@ -5,9 +5,10 @@ One step kind, two modes, each in its own module so they evolve apart:
 - `mode: host` (ClusterPolicy driver.enabled=false): apt installs and holds the pinned
   packages (rollout.steps.driver_host_steps); the steps around it pause the operands,
   unload or reboot, verify and resume (docs/drivers.md).
-- `mode: operator`: the GPU Operator's driver container is upgraded through its own upgrade
-  controller; planned here (from -> to), not yet applied: apply refuses the node before
-  anything on it changes.
+- `mode: operator`: the GPU Operator's upgrade controller upgrades the driver container;
+  its own playbook (driver-operator.yaml) and steps (rollout.steps.driver_operator) do it.
+  `driver.install` keeps a from -> to plan for it and fails a node it is asked to apply,
+  before anything on it changes.
 """
 
 from __future__ import annotations

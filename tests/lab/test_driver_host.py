@@ -30,7 +30,7 @@ from rollout.lab.cluster import CONTEXT, Lab
 from rollout.lab.nodes import NodeSpec
 from rollout.run import list_runs
 from rollout.transports.kube import KubeClient
-from tests.lab.labapi import apply_args
+from tests.lab.labapi import apply_args, fleet_args
 from tests.lab.test_cluster_shared import own_lab, ssh_check, ssh_run
 
 pytestmark = pytest.mark.lab
@@ -170,6 +170,16 @@ def test_module_reload_wave_killed_during_an_install_resumes(
     waves = [e["node"] for e in entries(state) if e.get("kind") == "step-started"
              and e.get("step") == "preflight"]  # fmt: skip
     assert waves[0] == first.name  # wave 1 is one node
+
+
+def test_plan_refuses_a_version_no_node_can_install_naming_the_node_and_the_offer(
+    lab: Lab, kube: KubeClient, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plan = plan_file(tmp_path, "560.35.03", "modules")
+    assert main(["plan", str(plan), *fleet_args(lab)]) == 2
+    err = capsys.readouterr().err
+    assert f"node {lab.nodes[0].name}: {PACKAGE} 560.35.03 cannot be installed" in err
+    assert f"{OLD}-1" in err and f"{NEW}-1" in err  # what the node's apt sources offer
 
 
 def failing_driver() -> str:
