@@ -78,8 +78,9 @@ ErrorFilter = Callable[[BaseException], bool]
 
 
 def is_transient(error: BaseException) -> bool:
-    """Whether a policy may retry after `error`."""
-    return isinstance(error, TransientError)
+    """Whether a policy may retry after `error`: a transient error that no inner policy
+    already gave up on (see call_with_policy's `final`)."""
+    return isinstance(error, TransientError) and not error.final
 
 
 def retry_after_of(error: BaseException | None) -> float:
@@ -181,9 +182,13 @@ def call_with_policy(
     operation: str | None = None,
     retry_on: ErrorFilter = is_transient,
     rand: Callable[[], float] = random.random,
+    final: bool = False,
 ) -> T:
     """Call `op` under `policy`, retrying the errors `retry_on` accepts (transient ones);
-    see retry_transient. `operation` names it in retry announcements."""
+    see retry_transient. `operation` names it in retry announcements. With `final`, an
+    error the policy gave up on is marked so that no outer policy retries it again (a node
+    that refused six fresh connections in a row is gone, not hiccuping: retrying the whole
+    step five more times would only delay the halt)."""
     started = time.monotonic()
     name = operation or describe_operation(op)
 
@@ -212,6 +217,8 @@ def call_with_policy(
         tries = retrying.statistics.get("attempt_number", 1)
         if tries > 1 and retry_on(error):
             error.add_note(f"(gave up after {tries} attempts in {time.monotonic() - started:.1f}s)")
+            if final and isinstance(error, TransientError):
+                error.final = True
         raise
 
 

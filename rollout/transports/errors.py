@@ -24,6 +24,9 @@ class TransientError(RolloutError):
     transports are the only places that raise transient errors.)
     """
 
+    # Set once a retry policy gave up on it with `final`: an outer policy does not retry it.
+    final: bool = False
+
 
 def truncate_text(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
     """`text` cut to `limit` characters, saying how much was left out."""

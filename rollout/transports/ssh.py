@@ -217,6 +217,7 @@ class SshRunner(Closeable):
             REQUEST_POLICY,
             operation=f"{self.host}: {shlex.join(argv)[:60]}",
             retry_on=lambda error: isinstance(error, SshConnectError),
+            final=True,
         )
 
     def _run_once(

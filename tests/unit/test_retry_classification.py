@@ -177,3 +177,21 @@ def test_a_restart_is_rechecked_against_the_mainpid_before_a_retry(tmp_path: Pat
     assert result.kind is StepResultKind.NOOP
     assert "MainPID 37 -> active/running MainPID=88" in result.detail
     assert sum(1 for call in runner.calls if call[:2] == ("systemctl", "restart")) == 1
+
+
+def test_an_error_a_final_policy_gave_up_on_is_not_retried_again_outside() -> None:
+    attempts: list[int] = []
+
+    def connect() -> str:
+        attempts.append(1)
+        raise SshConnectError("n1", "root@a:22", "cannot connect: Connection refused")
+
+    inner = RetryPolicy(attempts=3, first_wait_s=0)
+    outer = RetryPolicy(attempts=5, first_wait_s=0)
+
+    def step() -> str:
+        return call_with_policy(connect, inner, sleep=lambda _: None, final=True)
+
+    with pytest.raises(SshConnectError) as raised:
+        call_with_policy(step, outer, sleep=lambda _: None)
+    assert raised.value.final and len(attempts) == 3  # not 3 x 5
