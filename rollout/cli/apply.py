@@ -324,6 +324,9 @@ def execute(
     if output == "json":
         document = json.loads(report_to_json(str(journal.run_id), report))
         document["retries"] = retries
+        notes = operator_run_notes(plan, report.outcome.value)
+        if notes:  # mode: operator: nodes left pinned, the way back
+            document["notes"] = notes
         sys.stdout.write(json.dumps(document, indent=2) + "\n")
         return report
     out = make_console(sys.stdout)

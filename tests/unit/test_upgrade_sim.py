@@ -463,3 +463,18 @@ def test_validation_times_out_to_upgrade_failed_which_then_clears_itself() -> No
         assert cluster.state("n1") in ("uncordon-required", "upgrade-done")
     finally:
         cluster.registry.close()
+
+
+def test_a_skipped_node_takes_no_slot_but_counts_as_unavailable(cluster: Cluster) -> None:
+    cluster.upgrade_policy(maxParallelUpgrades=0, maxUnavailable=1)
+    cluster.label("n2", {SKIP: "true"})
+    cluster.cordon("n2")  # skipped, and cordoned by someone: uses up maxUnavailable 1
+    skip_all(cluster, but=("n1", "n2"))
+    cluster.policy({"version": NEW})
+    cluster.run_until(lambda: cluster.state("n1") == "upgrade-required")
+    for _ in range(int(2 * TIMINGS.upgrade_resync_s / TICK_S)):
+        cluster.step()
+    assert cluster.state("n1") == cluster.state("n2") == "upgrade-required"
+    cluster.registry.patch(NODES, None, "n2", PatchType.MERGE, {"spec": {"unschedulable": None}})
+    cluster.run_until(lambda: cluster.upgraded("n1"))
+    assert cluster.state("n2") == "upgrade-required"  # skipped: never takes a slot
