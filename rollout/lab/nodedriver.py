@@ -13,6 +13,9 @@ the packages is simulated inside the node, by programs the node runs as the real
 - nvidia-persistenced.service and nvidia-fabricmanager.service run the GPU-client stand-in,
   which keeps the module in use while it runs (on every node: lab.json has no NVSwitch
   notion, and the lab's GPUs are SXM parts, which sit on NVSwitch baseboards).
+- rollout-lab-operands.service runs a GPU-client stand-in per GPU operand pod the lab's
+  kubelet runs on the node (rollout.lab.simulation.operandholders), so pausing the operands
+  is what frees the module.
 - the stand-in `nvidia-smi` compares the loaded nvidia module's version with the library's.
 
 Files come from rollout/lab/data (nvidia-kmod, nvidia-client, driver/units/) and are written
@@ -37,7 +40,9 @@ KMOD_TOOLS = ("modprobe", "rmmod", "lsmod", "modinfo")
 STAND_IN_DIR = "/usr/local/sbin"
 CLIENT_PROGRAM = "/usr/lib/rollout-lab/nvidia-client"
 CLIENTS = ("/usr/bin/nvidia-persistenced", "/usr/bin/nv-fabricmanager")
+OPERANDS_PROGRAM = "/usr/lib/rollout-lab/nvidia-operands"
 LOAD_UNIT = "rollout-lab-nvidia-modules.service"
+OPERANDS_UNIT = "rollout-lab-operands.service"
 PERSISTENCED_UNIT = "nvidia-persistenced.service"
 FABRICMANAGER_UNIT = "nvidia-fabricmanager.service"
 # unit -> the target whose .wants/ enables it
@@ -45,6 +50,7 @@ UNITS = {
     LOAD_UNIT: "sysinit.target",
     PERSISTENCED_UNIT: "multi-user.target",
     FABRICMANAGER_UNIT: "multi-user.target",
+    OPERANDS_UNIT: "multi-user.target",
 }
 UNIT_DIR = "/usr/lib/systemd/system"
 
@@ -57,6 +63,7 @@ def install_driver_stand_ins(root: Path) -> None:
     _write(root, CLIENT_PROGRAM, _data("nvidia-client"), 0o755)
     for client in CLIENTS:
         _symlink(root, client, CLIENT_PROGRAM)
+    _write(root, OPERANDS_PROGRAM, _data("nvidia-operands"), 0o755)
     for unit, target in UNITS.items():
         _write(root, f"{UNIT_DIR}/{unit}", _data(f"driver/units/{unit}"), 0o644)
         _symlink(root, f"/etc/systemd/system/{target}.wants/{unit}", f"{UNIT_DIR}/{unit}")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rollout.lab.cluster import Lab
+from rollout.lab.cluster import CONTEXT, Lab
 from rollout.lab.image import (
     DRIVER_PACKAGE,
     DRIVER_VERSIONS,
@@ -21,9 +21,17 @@ from rollout.lab.image import (
     INSTALLED_DRIVER,
 )
 from rollout.lab.nodes import read_node_pid, read_supervisor_pid
+from rollout.lab.simulation.gpuoperator import OPERATOR_NAMESPACE
+from rollout.lab.simulation.operandholders import GPU_OPERANDS
+from rollout.transports.kube import KubeClient, Pod
+from tests.lab.labapi import wait_for
 from tests.lab.test_cluster_shared import own_lab, ssh_check, ssh_run
 
 pytestmark = pytest.mark.lab
+
+DEPLOY = "nvidia.com/gpu.deploy."
+PAUSED = "paused-for-driver-upgrade"
+SETTLE_S = 30.0
 
 NEWER, NEWEST = DRIVER_VERSIONS[1], DRIVER_VERSIONS[2]
 
@@ -39,6 +47,28 @@ VERSION_QUERY = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,nohea
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     with own_lab(tmp_path_factory.mktemp("driverlab") / "lab", ("1.7",), 2) as built:
         yield built
+
+
+@pytest.fixture(scope="module")
+def kube(lab: Lab) -> Iterator[KubeClient]:
+    with KubeClient.from_kubeconfig(str(lab.kubeconfig), context=CONTEXT) as client:
+        # A host-installed driver: no driver container writes the node's driver state.
+        client.patch_node_labels(lab.nodes[0].name, {f"{DEPLOY}driver": "false"})
+        yield client
+
+
+def operand_pods(kube: KubeClient, node: str) -> list[Pod]:
+    pods = kube.list_pods(OPERATOR_NAMESPACE, field_selector=f"spec.nodeName={node}")
+    return [p for p in pods if any(o.name in GPU_OPERANDS for o in p.owners)]
+
+
+def set_operands(kube: KubeClient, node: str, value: str, validator: str | None = None) -> None:
+    labels = {f"{DEPLOY}device-plugin": value, f"{DEPLOY}operator-validator": validator or value}
+    kube.patch_node_labels(node, labels)
+
+
+def nvidia_refcount(lab: Lab) -> int:
+    return int(lsmod(lab).get("nvidia", ["0", "0"])[1])
 
 
 def boot_id(lab: Lab) -> str:
@@ -72,9 +102,33 @@ def driver_version(lab: Lab) -> str:
     return ssh_check(lab, lab.nodes[0], VERSION_QUERY).splitlines()[0]
 
 
-def test_unload_waits_for_gpu_clients_and_a_reload_ends_the_mismatch(lab: Lab) -> None:
+def test_paused_operands_leave_the_node_and_release_the_module(lab: Lab, kube: KubeClient) -> None:
+    node = lab.nodes[0].name
+    # nvidia: 2 dependents, persistenced, fabric manager, device plugin and validator.
+    wait_for(lambda: nvidia_refcount(lab) == 6, SETTLE_S, what="6 users of nvidia")
+    assert {p.phase for p in operand_pods(kube, node)} == {"Running"}
+
+    set_operands(kube, node, PAUSED, validator="false")
+    wait_for(lambda: not operand_pods(kube, node), SETTLE_S, what="the operand pods to leave")
+    # A pod leaves the API once its container stopped: the module is released already.
+    assert nvidia_refcount(lab) == 4
+
+    set_operands(kube, node, "true")
+    wait_for(
+        lambda: [p.phase for p in operand_pods(kube, node)] == ["Running", "Running"],
+        SETTLE_S,
+        what="the operand pods to come back",
+    )
+    wait_for(lambda: nvidia_refcount(lab) == 6, SETTLE_S, what="the operands to hold nvidia")
+
+
+def test_unload_waits_for_gpu_clients_and_a_reload_ends_the_mismatch(
+    lab: Lab, kube: KubeClient
+) -> None:
     node = lab.nodes[0]
     assert driver_version(lab) == INSTALLED_DRIVER
+    set_operands(kube, node.name, PAUSED)
+    wait_for(lambda: not operand_pods(kube, node.name), SETTLE_S, what="operands to leave")
     modules = lsmod(lab)
     # Two dependents and the two GPU-client units hold nvidia.
     assert modules["nvidia"][1:] == ["4", "nvidia_uvm,nvidia_modeset"]
@@ -112,6 +166,8 @@ def test_unload_waits_for_gpu_clients_and_a_reload_ends_the_mismatch(lab: Lab) -
     assert driver_version(lab) == NEWER
     ssh_check(lab, node, ["systemctl", "start", *CLIENTS])
     assert lsmod(lab)["nvidia"][1] == "4"
+    set_operands(kube, node.name, "true")
+    wait_for(lambda: nvidia_refcount(lab) == 6, SETTLE_S, what="the operands to hold nvidia")
 
 
 def apt_status(lab: Lab) -> str:

@@ -46,6 +46,7 @@ from rollout.lab.simulation.gpuoperator import (
     owner_daemonset,
 )
 from rollout.lab.simulation.kernellog import read_critical_xids
+from rollout.lab.simulation.operandholders import holder_stopped, sync_operand_holders
 from rollout.lab.simulation.pods import (
     GPU_RESOURCE,
     gpu_request,
@@ -192,6 +193,7 @@ class Kubelet:
             except ApiError as error:
                 log.debug("kubelet %s: pod write raced: %s", self.name, error)
         self._sync_devices(node, self._pods(), cluster_policy, now)
+        sync_operand_holders(self.node.root, self._pods())  # operandholders.py
         self._sync_node(now)
 
     def settled(self) -> bool:
@@ -347,6 +349,8 @@ class Kubelet:
                 return  # the unit still runs, or its stop does
         elif now - since < self.timings.container_stop_s:
             return
+        if not holder_stopped(self.node.root, pod):
+            return  # its operand stand-in process still runs on the node
         meta = pod["metadata"]
         try:
             self.registry.delete(
