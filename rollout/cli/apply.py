@@ -214,11 +214,12 @@ def resume_run(args: argparse.Namespace, recorder: RetryRecorder) -> int:
             invocation.context,
             accept_new_host_keys=invocation.accept_new_host_keys,
         ) as fleet:
-            # a skipped node is not probed: it is the one that does not answer
-            reachable = {n: r for n, r in fleet.runners.items() if n not in skipped}
-            facts = gather_fleet_facts(
-                spec, reachable, fleet.kube, source=str(fleet.inventory_path)
-            )
+            if skipped:  # a skipped node is not probed: it is the one that does not answer
+                reachable = {n: r for n, r in fleet.runners.items() if n not in skipped}
+                source = str(fleet.inventory_path)
+                facts = gather_fleet_facts(spec, reachable, fleet.kube, source=source)
+            else:
+                facts = fleet.gather(spec)
             # Journalled only once the Lease is held: a refused resume leaves the run as it
             # was (a halted run stays halted, with its reason).
             with RunLease(fleet.kube, run_identity(journal.run_id)) as lease:
