@@ -26,6 +26,7 @@ from rollout.facts.containerd import (
 from rollout.facts.daemonsets import DaemonSetFacts
 from rollout.facts.driver import DriverKernelFact, DriverStatusFact
 from rollout.facts.driver_host_live import with_driver_hosts
+from rollout.facts.driver_operator_live import with_operator_kernels
 from rollout.facts.fact import ProbeFailed, read_fact
 from rollout.facts.gpu import GpuFacts, GpuQueryFact
 from rollout.facts.kernel import KernelXidFact
@@ -151,6 +152,7 @@ def gather_fleet_facts(
             raise api_errors[name]  # the API's own error and hint, as the cluster answered
     nodes = [result for result in results.values() if isinstance(result, NodeFacts)]
     nodes = with_driver_hosts(spec, runners, nodes, max_parallel)  # mode: host drivers only
+    nodes = with_operator_kernels(spec, runners, nodes, max_parallel)  # mode: operator only
     return FleetFacts(
         nodes=tuple(sorted(nodes, key=lambda n: n.name)),
         cluster=gather_cluster_facts(spec, kube),

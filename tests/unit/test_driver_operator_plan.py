@@ -13,6 +13,7 @@ import pytest
 from rollout.cli.render import make_console, plan_to_json, plan_to_markdown, print_plan_text
 from rollout.containerd import ConfigFiles, ContainerdVersion
 from rollout.facts import ClusterFacts, FleetFacts, GpuFacts, NodeFacts
+from rollout.facts.driver_operator_live import with_operator_kernels
 from rollout.plan import Plan
 from rollout.planner import build_plan
 from rollout.playbook import load_playbooks
@@ -23,6 +24,7 @@ from rollout.steps.driver_operator_plan import (
     OperatorUpgradeRefused,
     operator_run_notes,
 )
+from tests.fakes import ScriptedRunner
 
 OLD, NEW = "535.183.01", "550.90.07"
 SKIP = "nvidia.com/gpu-driver-upgrade.skip"
@@ -194,3 +196,27 @@ def test_run_notes_say_who_stays_pinned_and_how_to_go_back() -> None:
     assert any(
         f'"version":"{OLD}"' in note and "kubectl patch clusterpolicy" in note for note in halted
     )
+
+
+def test_live_facts_read_each_nodes_kernel_for_the_plan() -> None:
+    runners = {
+        name: ScriptedRunner(name=name).on(["sh", "-c"], "6.1.0-28-amd64\n---\n---\n")
+        for name in ("n1", "n2")
+    }
+    nodes = [node("n1"), node("n2")]
+    spec = parse_spec(spec_text("{nodes: [n1, n2]}"), "plan.yaml")
+    read = with_operator_kernels(spec, runners, nodes)
+    assert [n.driver_kernel.kernel if n.driver_kernel else None for n in read] == [
+        "6.1.0-28-amd64",
+        "6.1.0-28-amd64",
+    ]
+    plan = build_plan(spec, "plan.yaml", fleet([*read, node("n3")]), load_playbooks())
+    assert {n.driver.kernel for n in plan.nodes if n.driver} == {"6.1.0-28-amd64"}
+    # other modes read nothing more
+    host = parse_spec(
+        spec_text().replace("mode: operator}", "mode: host, packages: [nvidia-driver]}"),
+        "plan.yaml",
+    )
+    silent = {"n1": ScriptedRunner(name="n1")}
+    assert with_operator_kernels(host, silent, [node("n1")]) == [node("n1")]
+    assert silent["n1"].calls == []
