@@ -1,6 +1,6 @@
 """Fleet-scale measurements of issue 13: `plan --facts` at 1k and 10k nodes, and start-up.
 
-    bench/run [--json PATH] [--runs N] [--sizes 1000,10000] [--work DIR] [--lab]
+    bench/run [--json PATH] [--runs N] [--sizes 1000,10000] [--work DIR] [--lab] [--lab-up]
 
 Generates the recorded fleets (bench/fleet.py), then measures, each as the median of several
 runs: `rollout plan examples/plan.yaml --facts DIR -o json` wall time and peak RSS per fleet
@@ -156,9 +156,17 @@ def print_table(results: dict[str, Any]) -> None:
         )
     )
     rows.extend(lab_table_rows(results.get("lab")))
+    rows.extend(lab_up_row(results.get("lab_up")))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
+
+
+def lab_up_row(lab_up: dict[str, Any] | None) -> list[tuple[str, str, str]]:
+    """The `lab up` row (bench/lab_up.py), when it was measured."""
+    from bench.lab_up import table_row
+
+    return table_row(lab_up)
 
 
 def lab_table_rows(lab: dict[str, Any] | None) -> list[tuple[str, str, str]]:
@@ -209,6 +217,9 @@ def main() -> int:
     parser.add_argument(
         "--lab", action="store_true", help="also the rows that need an 8-node lab (root)"
     )
+    parser.add_argument(
+        "--lab-up", action="store_true", help="also `rollout lab up` of 4 nodes (root)"
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     results: dict[str, Any] = {
@@ -234,6 +245,11 @@ def main() -> int:
         from bench.lab_rows import measure_lab_rows
 
         results["lab"] = measure_lab_rows(args.runs)
+    if args.lab_up:
+        from bench.lab_up import measure_lab_up
+
+        print("lab up ...", file=sys.stderr)
+        results["lab_up"] = measure_lab_up(args.runs)
     results["machine"]["load_average_after"] = os.getloadavg()
     print_table(results)
     args.json.write_text(json.dumps(results, indent=2) + "\n")

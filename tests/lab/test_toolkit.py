@@ -5,12 +5,15 @@ the real `config dump` of each containerd series. On a lab of its own (1.6, 1.7,
 `rollout apply` of the example registry plan, the effective config keeps the intent and
 the nvidia handlers when the toolkit restarts (its pods deleted), keeps the intent when it
 exits (its deploy label false: the drop-in deleted, and with it the handlers it added), and
-both again when it comes back.
+both again when it comes back, and both after every node reboots. That lab runs the
+realistic timing profile, which the last test checks.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
+import time
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,14 +24,21 @@ import pytest
 from rollout.cli import main
 from rollout.containerd.binaries import find_containerd
 from rollout.containerd.toolkit import NVIDIA_RUNTIMES, render_toolkit_dropin
-from rollout.lab.cluster import CONTEXT, Lab
+from rollout.lab.cluster import CONTEXT, Lab, bring_up_lab, launch_controlplane, tear_down_lab
 from rollout.lab.nodes import NodeSpec
 from rollout.lab.simulation.probe import handlers_in_dump
+from rollout.lab.simulation.timing import REALISTIC, set_timing_profile
 from rollout.lab.toolkit import TOOLKIT_DROP_IN, TOOLKIT_UNIT, toolkit_script_text
 from rollout.transports.kube import KubeClient
 from tests.examples import PLAN
 from tests.lab.labapi import apply_args, wait_for
-from tests.lab.test_cluster_shared import own_lab, ssh_check, ssh_run
+from tests.lab.test_cluster_shared import (
+    OWN_ADDRESS_PREFIX,
+    lab_options,
+    require_lab_prerequisites,
+    ssh_check,
+    ssh_run,
+)
 
 SERIES = ("1.6", "1.7", "2.1")
 TOOLKIT_LABEL = "nvidia.com/gpu.deploy.container-toolkit"
@@ -62,10 +72,24 @@ def test_the_node_script_renders_the_toolkits_drop_in(series: str, tmp_path: Pat
 # ------------------------------------------------------------------------ the lab
 
 
+def quiet(_: str) -> None:
+    pass
+
+
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    with own_lab(tmp_path_factory.mktemp("toolkit") / "lab", SERIES, gpus=1) as built:
+    """A lab of its own under the realistic timing profile (its control plane started after
+    the profile is written into lab.json)."""
+    require_lab_prerequisites()
+    lab_dir = tmp_path_factory.mktemp("toolkit") / "lab"
+    options = lab_options(lab_dir, SERIES, 1, OWN_ADDRESS_PREFIX)
+    built = bring_up_lab(dataclasses.replace(options, controlplane=False), progress=quiet)
+    try:
+        set_timing_profile(built.lab_dir, "realistic")
+        launch_controlplane(built.lab_dir, built.api_url, quiet)
         yield built
+    finally:
+        tear_down_lab(lab_dir, progress=quiet)
 
 
 @pytest.fixture(scope="module")
@@ -82,6 +106,10 @@ def effective(lab: Lab, node: NodeSpec) -> tuple[str, set[str]]:
         plugins.get("io.containerd.cri.v1.images") or plugins["io.containerd.grpc.v1.cri"]
     ).get("registry") or {}
     return str(registry.get("config_path", "")), handlers_in_dump(dump)
+
+
+def boot_id(lab: Lab, node: NodeSpec) -> str:
+    return ssh_run(lab, node, ["cat", "/proc/sys/kernel/random/boot_id"]).stdout.strip()
 
 
 def containerd_restarts(lab: Lab, node: NodeSpec) -> int:
@@ -125,7 +153,7 @@ def test_the_toolkit_unit_configured_every_node_at_lab_up(lab: Lab) -> None:
 
 
 @pytest.mark.lab
-def test_rollouts_writes_survive_the_toolkit_restarting_and_exiting(
+def test_rollouts_writes_survive_the_toolkit_restarting_exiting_and_a_reboot(
     lab: Lab, kube: KubeClient, tmp_path: Path
 ) -> None:
     assert main(apply_args(lab, PLAN, tmp_path / "state")) == 0
@@ -172,9 +200,28 @@ def test_rollouts_writes_survive_the_toolkit_restarting_and_exiting(
             interval_s=0.5,
         )
     assert_kept(lab, intent, "after the toolkit came back")
+    # A node reboot: the toolkit stops with the node (drop-in deleted), runs again after it.
+    boots = {n.name: boot_id(lab, n) for n in lab.nodes}
+    for node in lab.nodes:
+        ssh_run(lab, node, ["systemctl", "reboot"])
+    for node in lab.nodes:
+        wait_for(
+            lambda n=node: (
+                boot_id(lab, n) not in ("", boots[n.name]) and settled(lab, n, 0, toolkit=True)
+            ),
+            SETTLE_S,
+            what=f"{node.name}: booted again, its toolkit run",
+            interval_s=0.5,
+        )
+    assert_kept(lab, intent, "after a reboot")
     # the GPUs: every node advertises its GPU again
     wait_for(
-        lambda: all(kube.node_allocatable(n.name).get("nvidia.com/gpu") == "1" for n in lab.nodes),
+        lambda: all(
+            kube.node_allocatable(n.name).get("nvidia.com/gpu")
+            == kube.node_capacity(n.name).get("nvidia.com/gpu")
+            not in (None, "0")
+            for n in lab.nodes
+        ),
         SETTLE_S,
         what="every node to advertise its GPU",
         interval_s=0.5,
@@ -182,3 +229,91 @@ def test_rollouts_writes_survive_the_toolkit_restarting_and_exiting(
 
 
 TOOLKIT_DS = "nvidia-container-toolkit-daemonset"
+
+
+@pytest.fixture(scope="module")
+def core(lab: Lab) -> Any:
+    from kubernetes import client, config
+
+    return client.CoreV1Api(config.new_client_from_config(str(lab.kubeconfig), context=CONTEXT))
+
+
+def ready_condition(core: Any, node: str) -> tuple[str, str]:
+    for condition in core.read_node(node).status.conditions or []:
+        if condition.type == "Ready":
+            return str(condition.status), str(condition.message)
+    return "", ""
+
+
+def plugin_pods(core: Any, node: str) -> list[Any]:
+    return list(
+        core.list_namespaced_pod(
+            "gpu-operator",
+            label_selector="app=nvidia-device-plugin-daemonset",
+            field_selector=f"spec.nodeName={node}",
+        ).items
+    )
+
+
+def allocatable(core: Any, node: str) -> str | None:
+    return (core.read_node(node).status.allocatable or {}).get("nvidia.com/gpu")
+
+
+@pytest.mark.lab
+def test_the_realistic_profile(lab: Lab, core: Any) -> None:
+    """NotReady while containerd restarts, a deleted pod Terminating while it stops (within
+    its grace), the device plugin registering seconds after it runs, CrashLoopBackOff's
+    10 s back-off."""
+    node = lab.nodes[1]
+    ssh_check(lab, node, ["systemctl", "kill", "-s", "HUP", "containerd"])
+    wait_for(
+        lambda: ready_condition(core, node.name) == ("False", "container runtime is down"),
+        10,
+        what="NotReady while containerd restarts",
+        interval_s=0.1,
+    )
+    wait_for(lambda: ready_condition(core, node.name)[0] == "True", 30, interval_s=0.2)
+
+    (plugin,) = plugin_pods(core, node.name)
+    deleted_at = time.monotonic()
+    core.delete_namespaced_pod(plugin.metadata.name, "gpu-operator")
+    still = [p for p in plugin_pods(core, node.name) if p.metadata.uid == plugin.metadata.uid]
+    assert still and still[0].metadata.deletion_timestamp, "Terminating while it stops"
+    wait_for(
+        lambda: all(p.metadata.uid != plugin.metadata.uid for p in plugin_pods(core, node.name)),
+        float(REALISTIC["pod_termination_s"]),
+        what="the deleted plugin to go within its grace",
+        interval_s=0.1,
+    )
+    assert time.monotonic() - deleted_at >= REALISTIC["container_stop_s"] - 0.5
+    new = wait_for(
+        lambda: next(
+            (p for p in plugin_pods(core, node.name) if p.status.phase == "Running"), None
+        ),
+        30,
+        what="a new device plugin running",
+        interval_s=0.1,
+    )
+    running_at = time.monotonic()
+    assert allocatable(core, node.name) == "0", "running, not registered yet"
+    wait_for(lambda: allocatable(core, node.name) == "1", 30, what="registered", interval_s=0.1)
+    assert time.monotonic() - running_at >= REALISTIC["plugin_registration_s"] - 1.5
+
+    crash = "lab.rollout/device-plugin-crash"
+    core.patch_node(node.name, {"metadata": {"annotations": {crash: "nvml: unknown error"}}})
+    try:
+
+        def status() -> Any:
+            pod = core.read_namespaced_pod(new.metadata.name, "gpu-operator")
+            return pod.status.container_statuses[0]
+
+        first = wait_for(
+            lambda: (s := status()).restart_count >= 1 and s, 30, what="a crash", interval_s=0.1
+        )
+        assert first.state.waiting.reason == "CrashLoopBackOff"
+        assert first.state.waiting.message.startswith("back-off 10s restarting failed container=")
+        assert allocatable(core, node.name) == "0"
+        time.sleep(REALISTIC["crash_backoff_s"] / 2)
+        assert status().restart_count == first.restart_count, "no restart within the back-off"
+    finally:
+        core.patch_node(node.name, {"metadata": {"annotations": {crash: None}}})
