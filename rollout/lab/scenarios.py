@@ -43,6 +43,7 @@ from rollout.lab.simulation.gpuoperator import (
     UPGRADE_STATE_LABEL,
 )
 from rollout.lab.simulation.profiles import CONFIG_LABEL
+from rollout.transports.errors import Invalid
 from rollout.transports.kube import ConfigMap, KubeClient
 from rollout.transports.local import LocalRunner
 
@@ -332,8 +333,48 @@ def inject_slots_used(access: LabAccess, node: NodeSpec, undo: list[dict[str, An
 def inject_requests_without_limits(
     access: LabAccess, node: NodeSpec, undo: list[dict[str, Any]]
 ) -> None:
-    name = f"{POD_PREFIX}-no-limits-{node.name}"
-    _create_pod(access, _pod(name, node, {"requests": {"nvidia.com/gpu": "1"}}), undo)
+    """A Deployment's GPU request without a limit, as a real cluster shows it.
+
+    The API refuses such a pod, so no pod object exists: what is left is the ReplicaSet
+    controller's FailedCreate event, carrying the API's own words. The lab has no ReplicaSet
+    controller: the pod is offered to the API as that controller would, and the event is
+    written as it writes it, with the message the API answered.
+    """
+    owner = f"{POD_PREFIX}-no-limits-{node.name}"
+    manifest = _pod(f"{owner}-x7k2p", node, {"requests": {"nvidia.com/gpu": "1"}})
+    try:
+        access.kube.create_pod(POD_NAMESPACE, manifest)
+    except Invalid as refusal:
+        message = refusal.message
+    else:
+        name = manifest["metadata"]["name"]
+        undo.append({"kind": "pod", "namespace": POD_NAMESPACE, "name": name})
+        raise ScenarioFailed("the API accepted a GPU request without a limit; a real one refuses")
+    event = f"{owner}.{int(time.time())}"
+    undo.append({"kind": "delete", "path": f"/api/v1/namespaces/{POD_NAMESPACE}/events/{event}"})
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    access.api(
+        "POST",
+        f"/api/v1/namespaces/{POD_NAMESPACE}/events",
+        {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": event, "namespace": POD_NAMESPACE},
+            "involvedObject": {
+                "apiVersion": "apps/v1",
+                "kind": "ReplicaSet",
+                "name": owner,
+                "namespace": POD_NAMESPACE,
+            },
+            "reason": "FailedCreate",
+            "message": f"Error creating: {message}",
+            "type": "Warning",
+            "source": {"component": "replicaset-controller"},
+            "count": 1,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+        },
+    )
 
 
 def inject_runtimeclass_missing(
@@ -400,7 +441,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("slots-used", "pods hold every GPU slot of the node", inject_slots_used),
     Scenario(
         "requests-without-limits",
-        "a pod requests nvidia.com/gpu without a limit",
+        "a Deployment requests nvidia.com/gpu without a limit (the API refuses its pods)",
         inject_requests_without_limits,
     ),
     Scenario(
