@@ -133,9 +133,9 @@ def test_a_moment_is_in_a_span_exactly_when_the_window_contains_it(
     win: MaintenanceWindow, start: datetime
 ) -> None:
     """`contains` (what the executor asks) and the spans (what the schedule and the forecast
-    use) agree on every fifth minute of three days (clocks change on the hour); in a DST fold the span is the envelope from the
-    first opening to the last closing, and only there may it hold a minute `contains` does not
-    (the wall clock runs back into the time before the opening)."""
+    use) agree on every fifth minute of three days (clocks change on the hour); in a DST fold
+    the span is the envelope from the first opening to the last closing, and only there may
+    it hold a minute `contains` does not (the wall clock runs back before the opening)."""
     zone = win.zone
     for minute in range(0, 3 * 24 * 60, 5):
         moment = start + timedelta(minutes=minute)
