@@ -274,8 +274,8 @@ def plan_to_markdown(plan: Plan) -> str:
             out.append(f"- :warning: shadowed: {md_text(text)}")
         for text in node.repairs:
             out.append(f"- repair: {md_text(text)}")
-        for text in node.warnings:
-            out.append(f"- :warning: {md_text(text)}")
+        for text in node.warnings:  # a code span: warnings quote paths and commands
+            out.append(f"- :warning: {md_code(text)}")
         for write in node.files:
             out.append(f"\n{md_code(f'{write.action} {write.path}')} ({md_text(write.reason)})\n")
             out.append(md_fence(write.unified_diff(), "diff"))
