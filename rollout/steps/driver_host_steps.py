@@ -361,16 +361,14 @@ class DriverReloadStep:
                 ctx.save_data(self.kind, data)
             did = f"before the reboot {data['before']}; {reboot_node(ctx, self.kind, 'reboot')}"
         else:
-            driver = read_driver(ctx.runner)
-            if driver.loaded and not driver.mismatch:
-                did = f"the driver is loaded ({driver.describe()})"
-            else:
-                modules = list(unload.get("loaded_before") or unload.get("unloaded") or [])
-                reload_missing(ctx.runner, modules or ["nvidia"])
-                after = read_driver(ctx.runner)
-                if after.version is None:
-                    raise DriverNodeError(f"after modprobe: {after.describe()}")
-                did = f"loaded {', '.join(reversed(modules or ['nvidia']))}: {after.describe()}"
+            # every module loaded before that is missing now (a resumed attempt may find
+            # some loaded already), nvidia first
+            modules = list(unload.get("loaded_before") or unload.get("unloaded") or ["nvidia"])
+            reload_missing(ctx.runner, modules)
+            after = read_driver(ctx.runner)
+            if after.version is None:
+                raise DriverNodeError(f"after modprobe: {after.describe()}")
+            did = f"loaded {', '.join(reversed(modules))}: {after.describe()}"
         start_units(ctx.runner, stopped)
         also = f"; started {', '.join(stopped)}" if stopped else ""
         return StepResult.done(did + also)

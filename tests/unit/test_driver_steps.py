@@ -453,3 +453,42 @@ def test_a_resumed_run_expects_the_gpus_gfd_counted_when_nvidia_smi_lists_none()
     facts = replace(node_facts(host, spec), labels={**LABELS, "nvidia.com/gpu.count": "2"})
     assert facts.gpus.count == 0
     assert expect_gpus(spec, facts).count == 2
+
+
+def context_for(tmp_path: Path, host: FakeHost, spec: Spec, kube: FakeKube) -> StepContext:
+    return StepContext(NODE, NodePlan(NODE, "1.7.24", ()), node_facts(host, spec), spec,
+                       cast(Any, host), cast(KubeClient, kube),
+                       Journal.create(tmp_path, "unit", "{}"), progress=lambda _: None,
+                       sleep=lambda _: None)  # fmt: skip
+
+
+def test_a_reload_resumed_after_a_partial_modprobe_loads_the_rest(tmp_path: Path) -> None:
+    host = FakeHost(installed=NEW, loaded=NEW, mods=set())  # killed after `modprobe nvidia`
+    ctx = context_for(tmp_path, host, make_spec("modules"), FakeKube(LABELS))
+    order = ["nvidia_modeset", "nvidia_uvm", "nvidia"]
+    ctx.save_data("driver.unload", {"stopped": [], "loaded_before": order, "unloaded": order})
+    result = builtin_steps()["driver.reload"].apply(ctx)
+    assert host.mods == {"nvidia_uvm", "nvidia_modeset"}
+    assert ("modprobe", "nvidia") not in host.calls  # loaded already: not again
+    assert f"nvidia-smi reports {NEW}" in result.detail
+
+
+def test_reboot_mode_undo_after_the_reboot_reinstalls_and_reboots_into_the_old_driver(
+    tmp_path: Path,
+) -> None:
+    host = FakeHost()
+    spec = make_spec("reboot")
+    run = apply(tmp_path, spec, host)
+    assert run.report.outcome.value == "succeeded" and host.reboots == 1
+    state = run.journal.replay().node(NODE)
+    order = [c.kind for c in reversed(state.completed) if c.outcome is StepOutcome.DONE]
+    facts = node_facts(host, spec)
+    ctx = StepContext(NODE, NodePlan(NODE, "1.7.24", ()), facts, spec, cast(Any, host),
+                      cast(KubeClient, run.kube), run.journal, progress=lambda _: None,
+                      sleep=lambda _: None)  # fmt: skip
+    steps = builtin_steps()
+    for kind in order[1:]:  # all but uncordon, as the executor would after a later failure
+        steps[kind].undo(ctx)
+    assert (host.installed, host.loaded, host.reboots) == (OLD, OLD, 2)
+    assert host.services == {"nvidia-persistenced.service": True}
+    assert run.kube.node.labels[DEVICE_PLUGIN] == "true"
