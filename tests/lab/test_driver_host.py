@@ -95,6 +95,16 @@ def package(lab: Lab, node: NodeSpec) -> str:
     return ssh_check(lab, node, ["dpkg-query", "-W", f"-f={fmt}", PACKAGE]).strip()
 
 
+def apt_running(lab: Lab, node: NodeSpec) -> bool:
+    return ssh_run(lab, node, ["pgrep", "-x", "apt-get"]).ok
+
+
+def rebooting(lab: Lab, node: NodeSpec, before: str) -> bool:
+    """The node is down, or up on another boot: `systemctl reboot` has been asked."""
+    result = ssh_run(lab, node, ["cat", "/proc/sys/kernel/random/boot_id"])
+    return not result.ok or result.stdout.strip() != before
+
+
 def boot_id(lab: Lab, node: NodeSpec) -> str:
     return ssh_check(lab, node, ["cat", "/proc/sys/kernel/random/boot_id"]).strip()
 
@@ -114,9 +124,14 @@ def step(kind: str, node: str, event: str) -> Callable[[list[dict[str, Any]]], b
 
 
 def run_killed_when(
-    argv: list[str], state: Path, when: Callable[[list[dict[str, Any]]], bool], delay_s: float
+    argv: list[str],
+    state: Path,
+    when: Callable[[list[dict[str, Any]]], bool],
+    delay_s: float = 0.0,
+    then: Callable[[], bool] | None = None,
 ) -> None:
-    """Run rollout in a subprocess; SIGKILL it `delay_s` after the journal satisfies `when`."""
+    """Run rollout in a subprocess; SIGKILL it `delay_s` after the journal satisfies `when`
+    (and, when given, `then()` is true: something seen on the node)."""
     log = state.parent / f"rollout-{time.monotonic_ns()}.log"
     with log.open("wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "rollout", *argv], stdout=out, stderr=out)
@@ -124,6 +139,9 @@ def run_killed_when(
     try:
         while proc.poll() is None and time.monotonic() < deadline and not when(entries(state)):
             time.sleep(0.05)
+        while then is not None and proc.poll() is None and time.monotonic() < deadline:
+            if then():
+                break
         time.sleep(delay_s)
     finally:
         if proc.poll() is None:
@@ -152,7 +170,9 @@ def test_module_reload_wave_killed_during_an_install_resumes(
     assert smi(lab, first) == OLD
     state = tmp_path / "state"
     argv = apply_args(lab, plan_file(tmp_path, NEW, "modules"), state)
-    run_killed_when(argv, state, step("driver.install", first.name, "step-started"), 1.0)
+    # killed while apt-get runs on the node
+    installing = step("driver.install", first.name, "step-started")
+    run_killed_when(argv, state, installing, then=lambda: apt_running(lab, first))
     found = entries(state)
     assert not step("driver.install", first.name, "step-finished")(found), "killed too late"
     # killed mid-way: the operands are paused, the `false` labels as they were
@@ -233,7 +253,8 @@ def test_reboot_wave_shows_the_mismatch_and_resumes_a_kill_in_the_reboot_wait(
     state = tmp_path / "state"
     argv = apply_args(lab, plan_file(tmp_path, OLD, "reboot"), state)
     # killed while the second node reboots (wave 2)
-    run_killed_when(argv, state, step("driver.reload", second.name, "step-started"), 0.6)
+    going = step("driver.reload", second.name, "step-started")
+    run_killed_when(argv, state, going, then=lambda: rebooting(lab, second, boots[second.name]))
     assert not step("driver.reload", second.name, "step-finished")(entries(state)), "too late"
     (run,) = list_runs(state)
     assert main(["resume", run.run_id, "--state-dir", str(state)]) == 0
