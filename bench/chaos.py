@@ -24,6 +24,7 @@ import contextlib
 import hashlib
 import itertools
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -128,6 +129,9 @@ def apply_once(lab: Lab, kube: KubeClient, spec: str, seed: int, work: Path, por
         code = rollout(args)
     wall_s = time.monotonic() - started
     write_settings(lab.lab_dir, parse_fault_spec("off"))
+    faults = len(read_fault_log(lab.lab_dir)) - faults_before
+    if not list_runs(state):  # refused before its run began (facts could not be gathered)
+        return Outcome(False, [], 0, faults, wall_s)
     (run,) = list_runs(state)
     completed = code == 0
     for _ in range(3):  # back to a converged lab for the next run
@@ -143,7 +147,7 @@ def apply_once(lab: Lab, kube: KubeClient, spec: str, seed: int, work: Path, por
         completed,
         check_run(lab, kube, state, before),
         retried,
-        len(read_fault_log(lab.lab_dir)) - faults_before,
+        faults,
         wall_s,
     )
 
@@ -195,6 +199,8 @@ def main() -> int:
         settings = list(itertools.product(args.api, args.ssh))
     else:
         settings = [(a, 0.0) for a in args.api] + [(0.0, s) for s in args.ssh if s]
+    # rollout gives up on an answer after 2 s; a `slow` fault answers after 3 s
+    os.environ["ROLLOUT_API_TIMEOUT_S"] = "2"
     ports = itertools.count(30000 + int(time.time()) % 20000)
     violations = 0
     with (

@@ -186,7 +186,12 @@ def apply_plan(args: argparse.Namespace, recorder: RetryRecorder) -> int:
         ):
             print(f"run {run_id} (resume with: rollout resume {run_id})", file=sys.stderr)
             recorder.attach(journal)
-            report = execute(plan, spec, facts, fleet, journal, lease, args.output)
+            try:
+                report = execute(plan, spec, facts, fleet, journal, lease, args.output)
+            finally:
+                # the journal closes before the Lease is released: retries of the release
+                # are shown, not journalled
+                recorder.detach()
     return exit_code(report)
 
 
@@ -242,6 +247,7 @@ class RetryRecorder:
         self._console = make_console(sys.stderr)
         self._journal: Journal | None = None
         self._waiting: list[Retried] = []
+        self._detached = False
         self._lock = threading.Lock()
 
     def __call__(self, event: RetryEvent) -> None:
@@ -249,10 +255,17 @@ class RetryRecorder:
         first_line = (str(event.error).splitlines() or [""])[0]
         record = Retried(event.operation, event.retry, event.kind, first_line[:300])
         with self._lock:
-            if self._journal is None:
-                self._waiting.append(record)
+            journal = self._journal
+            if journal is None:
+                if not self._detached:
+                    self._waiting.append(record)
                 return
-        self._journal.append(record)
+        journal.append(record)
+
+    def detach(self) -> None:
+        """The journal is about to close: later retries are shown only."""
+        with self._lock:
+            self._journal, self._detached, self._waiting = None, True, []
 
     def attach(self, journal: Journal) -> None:
         with self._lock:
