@@ -171,16 +171,43 @@ def _record_node_file(
         undo.append({"kind": "file", "node": node.name, "path": path, "mode": None, "b64": None})
 
 
+def _restart_device_plugin(access: LabAccess, node: NodeSpec) -> None:
+    """The device plugin's next start, as an operator restart or a config change makes it.
+
+    A running plugin survives a containerd restart (KillMode=process keeps its shim): a lost
+    handler shows only when the plugin's pod starts again, so each scenario that loses one
+    restarts it, as the incident it rehearses did.
+    """
+    selector = f"app={DEVICE_PLUGIN.name}"
+    old = {
+        p.name
+        for p in access.kube.list_pods(OPERATOR_NAMESPACE, selector, f"spec.nodeName={node.name}")
+    }
+    for name in old:
+        access.kube.delete_pod(OPERATOR_NAMESPACE, name, missing_ok=True)
+    _wait(
+        f"{node.name}'s device-plugin pod to be replaced",
+        lambda: any(
+            p.name not in old
+            for p in access.kube.list_pods(
+                OPERATOR_NAMESPACE, selector, f"spec.nodeName={node.name}"
+            )
+        ),
+    )
+
+
 def inject_shadowing(access: LabAccess, node: NodeSpec, undo: list[dict[str, Any]]) -> None:
     _snapshot_containerd(access, node, undo)
     _write_node_file(access, node, REGISTRY_DROP_IN, NAIVE_REGISTRY.encode())
     _restart_containerd(access, node, expect_active=True)
+    _restart_device_plugin(access, node)
 
 
 def inject_toolkit_removed(access: LabAccess, node: NodeSpec, undo: list[dict[str, Any]]) -> None:
     _snapshot_containerd(access, node, undo)
     access.ssh_check(node, ["rm", "-f", NVIDIA_DROP_IN])
     _restart_containerd(access, node, expect_active=True)
+    _restart_device_plugin(access, node)
 
 
 def inject_bad_import(access: LabAccess, node: NodeSpec, undo: list[dict[str, Any]]) -> None:
@@ -413,13 +440,14 @@ def inject_plugin_crash_loop(access: LabAccess, node: NodeSpec, undo: list[dict[
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         "shadowing",
-        "a registry drop-in after 99-nvidia.toml replaces the CRI table (containerd restarted)",
+        "a registry drop-in after 99-nvidia.toml replaces the CRI table (containerd and the "
+        "device plugin restarted)",
         inject_shadowing,
         needs_1x=True,
     ),
     Scenario(
         "toolkit-dropin-removed",
-        "the toolkit's 99-nvidia.toml deleted (containerd restarted)",
+        "the toolkit's 99-nvidia.toml deleted (containerd and the device plugin restarted)",
         inject_toolkit_removed,
     ),
     Scenario(

@@ -197,7 +197,9 @@ def observe_bad_import(lab: Lab, kube: KubeClient, node: NodeSpec) -> None:
     assert state.strip() in ("failed", "activating"), state
     _, journal = node_sh(lab, node, "journalctl -u containerd --no-pager -n 50")
     assert "rollout-lab-missing.toml" in journal, journal[-2000:]
-    settle("the node to stop advertising GPUs", lambda: allocatable(kube, node.name) in (None, "0"))
+    # the kubelet reports the runtime down: the node goes NotReady (its running pods, the
+    # device plugin's among them, keep running without containerd)
+    settle("the node to go NotReady", lambda: not kube.get_node(node.name).ready)
 
 
 def observe_profile(lab: Lab, kube: KubeClient, node: NodeSpec) -> None:
