@@ -212,7 +212,9 @@ def observe_profile(lab: Lab, kube: KubeClient, node: NodeSpec) -> None:
 def observe_upgrade_failed(lab: Lab, kube: KubeClient, node: NodeSpec) -> None:
     import time
 
-    time.sleep(2)  # the upgrade controller leaves the state alone, as the real one does
+    # the label stays while the node's driver container keeps failing to install: the
+    # upgrade controller clears upgrade-failed only once the driver pod is in sync and Ready
+    time.sleep(2)
     assert kube.get_node(node.name).labels.get(UPGRADE_STATE_LABEL) == "upgrade-failed"
 
 
