@@ -3,12 +3,13 @@ violations (must be 0), retries and wall time.
 
     bench/chaos [--lab-dir DIR] [--seeds 3] [--api 0,0.1,0.2,0.3] [--ssh 0,0.05,0.1] [--grid]
 
-Brings up a 4-node lab of its own (addresses 127.0.78.N) unless --lab-dir names one that is
-up, applies the demo plan once without faults (its cluster-wide change settles), then for
-each rate and seed applies a variant of the demo plan (a new mirror endpoint: new files on
-every node) under `rollout lab faults`. A run that halts is resumed without faults, so the
-next one starts from a converged lab; it counts as not completed. By default the API rates
-run with no SSH faults and the SSH rates with no API faults; --grid runs every pair.
+Brings up a 4-node lab of its own (addresses 127.0.79.N, or --address-prefix) unless
+--lab-dir names one that is up, applies the demo plan once without faults (its cluster-wide
+change settles), then for each rate and seed applies a variant of the demo plan (a new
+mirror endpoint: new files on every node) under `rollout lab faults`. A run that halts is
+resumed without faults, so the next one starts from a converged lab; it counts as not
+completed. By default the API rates run with no SSH faults and the SSH rates with no API
+faults; --grid runs every pair.
 
 Invariants checked after each run, with faults off, from the nodes and the API themselves:
 each planned file on each node is whole (its hash is the old or the new content's), written
@@ -163,7 +164,7 @@ def quiet() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def a_lab(lab_dir: str | None) -> Iterator[Lab]:
+def a_lab(lab_dir: str | None, address_prefix: str) -> Iterator[Lab]:
     if lab_dir:
         yield Lab.from_lab_dir(Path(lab_dir))
         return
@@ -173,7 +174,7 @@ def a_lab(lab_dir: str | None) -> Iterator[Lab]:
             nodes=4,
             containerd=("1.6", "1.7", "2.1", "1.7"),
             gpus=2,
-            address_prefix="127.0.78",
+            address_prefix=address_prefix,
             api_port=0,
         )
         lab = bring_up_lab(options, progress=lambda _: None)
@@ -190,6 +191,7 @@ def rates(text: str) -> list[float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lab-dir", help="a lab that is up (4 nodes, --gpus 2) instead")
+    parser.add_argument("--address-prefix", default="127.0.79", help="its lab's nodes' /24")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--api", type=rates, default=[0, 0.1, 0.2, 0.3])
     parser.add_argument("--ssh", type=rates, default=[0, 0.05, 0.1])
@@ -204,7 +206,7 @@ def main() -> int:
     ports = itertools.count(30000 + int(time.time()) % 20000)
     violations = 0
     with (
-        a_lab(args.lab_dir) as lab,
+        a_lab(args.lab_dir, args.address_prefix) as lab,
         KubeClient.from_kubeconfig(str(lab.kubeconfig), context=CONTEXT) as kube,
         tempfile.TemporaryDirectory(prefix="rollout-chaos-runs-") as tmp,
     ):
