@@ -328,3 +328,11 @@ def test_the_live_table_of_a_big_wave_lists_the_nodes_at_work_and_counts_the_res
     assert "140 succeeded, 50 pending, 10 shown of 200 nodes" in final
     assert "gpu-140" in final and "rolled-back" in final and "gpu-149" in final
     assert "gpu-000" not in final and "gpu-199" not in final
+
+
+def test_the_kube_client_keeps_a_connection_for_every_node_thread() -> None:
+    # urllib3 keeps 10 by default and logs a warning for each connection dropped past them
+    from rollout.executor import MAX_PARALLEL
+    from rollout.transports.kube.config import url_configuration
+
+    assert url_configuration("http://127.0.0.1:1").connection_pool_maxsize > MAX_PARALLEL

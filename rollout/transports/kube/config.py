@@ -58,6 +58,10 @@ def load_in_cluster() -> k8s.Configuration:
     return _without_retries(configuration)
 
 
+# at least the executor's node threads (rollout.executor.MAX_PARALLEL), the lease's and a few
+API_CONNECTIONS = 64
+
+
 def url_configuration(url: str) -> k8s.Configuration:
     """No credentials, only the server's URL (the lab's API emulator, tests)."""
     configuration = k8s.Configuration()
@@ -69,4 +73,8 @@ def _without_retries(configuration: k8s.Configuration) -> k8s.Configuration:
     # urllib3 would otherwise retry connection errors on its own, hidden from rollout.retry,
     # the one place retries live.
     configuration.retries = False
+    # The nodes of a wave call the API from their own threads (rollout.executor) on this one
+    # client: keep a connection for each, where urllib3 would keep 10 and log a warning for
+    # every connection it drops past them.
+    configuration.connection_pool_maxsize = API_CONNECTIONS
     return configuration
