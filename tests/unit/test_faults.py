@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from rollout.cli import main
 from rollout.errors import BadInput
 from rollout.lab.apiserver import ApiServer, Registry
 from rollout.lab.apiserver.faults import ApiFaultInjector
@@ -226,3 +227,19 @@ def test_ssh_settings_and_sessions() -> None:
 def test_this_namespace_lists_this_process() -> None:
     listed = {p.pid: p for p in node_processes(os.getpid())}
     assert os.getpid() in listed and listed[os.getpid()].comm.startswith("python")
+
+
+def test_lab_faults_sets_and_shows_a_labs_faults(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["lab", "faults", "api=0.1", "--lab-dir", str(tmp_path)]) == 2
+    assert "no lab at" in capsys.readouterr().err
+    (tmp_path / "lab.json").write_text("{}")
+    spec = ["api-write=once,kinds=503", "--seed", "9"]
+    assert main(["lab", "faults", *spec, "--lab-dir", str(tmp_path)]) == 0
+    settings = FaultSettings.from_json(json.loads((tmp_path / "faults.json").read_text()))
+    assert (settings.api_write, settings.kinds, settings.seed) == (ONCE, ("503",), 9)
+    capsys.readouterr()
+    assert main(["lab", "faults", "--lab-dir", str(tmp_path)]) == 0
+    assert "api-read=0.0,api-write=once" in capsys.readouterr().out
+    assert main(["lab", "faults", "api=2", "--lab-dir", str(tmp_path)]) == 2
