@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -120,60 +121,56 @@ def test_fix_writes_a_plan_that_rollout_plan_loads(
     assert "repair:" in out and "runtime handlers nvidia" in out
 
 
-def test_fix_profile_label_missing_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def fix_for_profile_label(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    label: str,
+    replicas: str,
+    profiles: dict[str, str],
+) -> tuple[Path, dict[str, Any]]:
+    """gpu-a-2 labelled with a profile its ConfigMap lacks; --fix's time-slicing change."""
     facts = tmp_path / "f"
     build_facts(
         facts,
         all_nodes=DEFAULTS["all_nodes"],
         node="gpu-a-2",
         node_yaml={
-            "labels": {"nvidia.com/device-plugin.config": "ts-8", "nvidia.com/gpu.replicas": "8"}
+            "labels": {
+                "nvidia.com/device-plugin.config": label,
+                "nvidia.com/gpu.replicas": replicas,
+            }
         },
         cluster={
             "runtime_classes": {"nvidia": "nvidia"},
             "cluster_policy": {"devicePlugin": {"config": {"name": "time-slicing-config"}}},
-            "configmaps": {"gpu-operator/time-slicing-config": {"default": "version: v1\n"}},
+            "configmaps": {"gpu-operator/time-slicing-config": profiles},
         },
     )
     fix = tmp_path / "fix.yaml"
     assert run(capsys, "--facts", str(facts), "--fix", str(fix))[0] == 1
     change = yaml.safe_load(fix.read_text())["changes"][0]["time-slicing"]
-    assert change["profile"] == "ts-8"
+    assert change["profile"] == label
+    assert main(["plan", str(fix), "--facts", str(facts)]) == 0
+    return facts, change
+
+
+def test_fix_profile_label_missing_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _, change = fix_for_profile_label(tmp_path, capsys, "ts-8", "8", {"default": "version: v1\n"})
     assert change["config"]["sharing"]["timeSlicing"]["resources"] == [
         {"name": "nvidia.com/gpu", "replicas": 8}
     ]
-    assert main(["plan", str(fix), "--facts", str(facts)]) == 0
 
 
 def test_fix_gives_an_unshared_node_a_profile_without_sharing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    facts = tmp_path / "f"
-    build_facts(
-        facts,
-        all_nodes=DEFAULTS["all_nodes"],
-        node="gpu-a-2",
-        node_yaml={
-            "labels": {"nvidia.com/device-plugin.config": "typo", "nvidia.com/gpu.replicas": "1"}
-        },
-        cluster={
-            "runtime_classes": {"nvidia": "nvidia"},
-            "cluster_policy": {"devicePlugin": {"config": {"name": "time-slicing-config"}}},
-            "configmaps": {
-                "gpu-operator/time-slicing-config": {
-                    "default": "version: v1\n",
-                    "ts-4": "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
-                    "    - name: nvidia.com/gpu\n      replicas: 4\n",
-                }
-            },
-        },
+    four = (
+        "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+        "    - name: nvidia.com/gpu\n      replicas: 4\n"
     )
-    fix = tmp_path / "fix.yaml"
-    assert run(capsys, "--facts", str(facts), "--fix", str(fix))[0] == 1
-    change = yaml.safe_load(fix.read_text())["changes"][0]["time-slicing"]
-    assert change["profile"] == "typo"
+    profiles = {"default": "version: v1\n", "ts-4": four}
+    _, change = fix_for_profile_label(tmp_path, capsys, "typo", "1", profiles)
     assert change["config"] == {"version": "v1"}
-    assert main(["plan", str(fix), "--facts", str(facts)]) == 0
     out, _ = capsys.readouterr()
     assert "add key 'typo'" in out
     assert "restart" in out  # the label already names the key: the device plugin restarts

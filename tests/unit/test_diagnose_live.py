@@ -341,6 +341,27 @@ def test_an_operand_stuck_in_an_init_container_names_it() -> None:
     assert finding.command.endswith("-c k8s-driver-manager --tail 20")
 
 
+def record_event(
+    registry: Registry, about: tuple[str, str], reason: str, message: str, count: int
+) -> None:
+    """A Warning event in namespace ml about (kind, name), as a controller records one."""
+    kind, name = about
+    registry.create(
+        EVENTS,
+        "ml",
+        {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{name}.1", "namespace": "ml"},
+            "involvedObject": {"kind": kind, "name": name, "namespace": "ml"},
+            "reason": reason,
+            "message": ("Error creating: " if reason == "FailedCreate" else "") + message,
+            "type": "Warning",
+            "count": count,
+        },
+    )
+
+
 def test_the_pod_checks_read_through_the_official_client() -> None:
     """The same reads against the API emulator in-process: what the server sends is judged."""
     registry = Registry()
@@ -355,35 +376,9 @@ def test_the_pod_checks_read_through_the_official_client() -> None:
     refused = pod_json("train-7d9f-x2x", {"requests": {"nvidia.com/gpu": "1"}})
     with pytest.raises(ApiError) as refusal:
         registry.create(PODS, "ml", refused)
-    registry.create(
-        EVENTS,
-        "ml",
-        {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": "train-7d9f.1", "namespace": "ml"},
-            "involvedObject": {"kind": "ReplicaSet", "name": "train-7d9f", "namespace": "ml"},
-            "reason": "FailedCreate",
-            "message": f"Error creating: {refusal.value.message}",
-            "type": "Warning",
-            "count": 3,
-        },
-    )
+    record_event(registry, ("ReplicaSet", "train-7d9f"), "FailedCreate", refusal.value.message, 3)
     registry.create(PODS, "ml", pod_json("bad-1", {"limits": {"nvidia.com/gpu": "1"}}))
-    registry.create(
-        EVENTS,
-        "ml",
-        {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": "bad-1.1", "namespace": "ml"},
-            "involvedObject": {"kind": "Pod", "name": "bad-1", "namespace": "ml"},
-            "reason": "FailedScheduling",
-            "message": SCHEDULER,
-            "type": "Warning",
-            "count": 2,
-        },
-    )
+    record_event(registry, ("Pod", "bad-1"), "FailedScheduling", SCHEDULER, 2)
     registry.ensure_namespace("gpu-operator")
     template = {
         "metadata": {"labels": {"app": "plugin"}},
