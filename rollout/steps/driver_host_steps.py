@@ -4,14 +4,16 @@
   `policy.driver.reload: modules` unload the nvidia modules, users first, after a reference
   count check (a module still held fails the node, or plans a reboot where
   `reboot_if_busy` allows it); with `reload: reboot` the modules stay loaded until the boot.
-  Saved: `stopped` (units it stopped), `unloaded` (modules, in unload order), `reboot`.
+  Saved: `stopped` (units it stopped), `loaded_before` and `unloaded` (modules, in unload
+  order), `reboot` (and `busy`, why, when a held module turned the reload into a reboot).
 - `driver.install` (rollout.steps.driver) calls `install_packages`: apt-get install of each
   package at the pinned version, downgrades allowed, then apt-mark hold. Saved before apt
   runs: `previous` (each package's version, None when absent) and `held_before`. A failed
   install puts the previous versions back itself before it fails the node (the executor
   undoes only completed steps); its undo does the same after a later failure.
 - `driver.reload`: modprobe the modules again, or reboot and prove it (a new boot_id, SSH,
-  containerd active, the node Ready), then start the units it stopped.
+  containerd active, the node Ready: rollout.steps.driver_reboot), then start the units it
+  stopped. Saved: `before` (nvidia-smi before the reboot) and `reboot` (the boot ids).
 - `driver.verify`: nvidia-smi reports the plan's version, with no library mismatch.
 
 Undo order follows from the executor undoing completed steps in reverse: driver.resume's
@@ -23,6 +25,7 @@ versions, driver.unload's makes the loaded module match the installed packages a
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from rollout.errors import RolloutError
@@ -75,17 +78,16 @@ def _plan_host(kind: str, facts: NodeFacts, spec: Spec) -> HostDriverPlan | Step
     return planned
 
 
-def _guard(ctx: StepContext, kind: str, body: Any) -> StepResult:
+def _guard(ctx: StepContext, kind: str, body: Callable[[StepContext], StepResult]) -> StepResult:
     """Run a step body: node errors fail the step, transient ones go to the retry policy."""
 
     def run(ctx: StepContext) -> StepResult:
         try:
-            result: StepResult = body(ctx)
+            return body(ctx)
         except (StepFailed, TransientError):
             raise
         except RolloutError as exc:
             raise StepFailed(ctx.node, kind, str(exc)) from exc
-        return result
 
     return report_step(ctx, kind, run)
 
