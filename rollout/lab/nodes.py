@@ -50,6 +50,8 @@ RUNNING_RECORD = "/var/lib/rollout-lab/containerd-running.toml"
 GPUS_FILE = "/etc/rollout-lab/gpus.json"
 UNIT_DROP_IN = "/etc/systemd/system/containerd.service.d/50-rollout-lab.conf"
 READY_TIMEOUT_S = 90.0
+# Password-prompt agents: nobody types a password into a lab node.
+INOTIFY_UNITS = ("systemd-ask-password-console.path", "systemd-ask-password-wall.path")
 STOP_TIMEOUT_S = 30.0
 START_TIMEOUT_S = 10.0
 # How long a reboot may leave a node without an nspawn before the next boot starts.
@@ -180,6 +182,7 @@ def create_node(spec: NodeSpec, image: NodeImage, dirs: NodeDirs, authorized_key
     options = f"lowerdir={lower},upperdir={dirs.upper},workdir={dirs.work}"
     _check(["mount", "-t", "overlay", "overlay", "-o", options, str(dirs.root)], spec.name)
     _write_identity(spec, dirs, authorized_key)
+    _mask_units(dirs)
     host_key = _generate_host_key(spec, dirs)
     _write_gpu_files(spec, dirs)
     write_containerd_config(spec, dirs)
@@ -200,6 +203,21 @@ def _write_identity(spec: NodeSpec, dirs: NodeDirs, authorized_key: str) -> None
     ssh_dir = dirs.host_path("/root/.ssh")
     ssh_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     _write(ssh_dir / "authorized_keys", authorized_key.strip() + "\n", mode=0o600)
+
+
+def _mask_units(dirs: NodeDirs) -> None:
+    """Mask units a lab node has no use for that each hold an inotify instance.
+
+    inotify instances are counted per user on the host (fs.inotify.max_user_instances, 128 by
+    default), and every node's processes run as root: a node used 9 (systemd 5, containerd 2,
+    dbus, logind). A boot that finds none left stalls with its mount jobs waiting forever, so
+    many labs on one host fail to boot or to come back from a reboot.
+    """
+    for unit in INOTIFY_UNITS:
+        link = dirs.host_path(f"/etc/systemd/system/{unit}")
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.unlink(missing_ok=True)
+        link.symlink_to("/dev/null")
 
 
 def _generate_host_key(spec: NodeSpec, dirs: NodeDirs) -> str:
