@@ -1,7 +1,8 @@
 """The lab's driver behaviour, through the real parts: systemd, sshd, apt and dpkg on a node.
 
-One lab of its own (one node): the tests reboot it, unload its stand-in modules and install
-driver packages. docs/lab.md "Drivers in the lab" is the contract these tests hold.
+One lab of its own (one node, with its control plane): the tests pause its GPU operands,
+unload and load its stand-in modules, install driver packages with apt (a failing one too),
+reboot it and power it off. docs/lab.md "Drivers in the lab" is the contract they hold.
 """
 
 from __future__ import annotations
@@ -32,10 +33,8 @@ pytestmark = pytest.mark.lab
 DEPLOY = "nvidia.com/gpu.deploy."
 PAUSED = "paused-for-driver-upgrade"
 SETTLE_S = 30.0
-
-NEWER, NEWEST = DRIVER_VERSIONS[1], DRIVER_VERSIONS[2]
-
 BOOT_TIMEOUT_S = 60.0
+NEWER, NEWEST = DRIVER_VERSIONS[1], DRIVER_VERSIONS[2]
 STAND_IN_MODULES = {"nvidia", "nvidia_modeset", "nvidia_drm", "nvidia_uvm"}
 CLIENTS = ("nvidia-persistenced", "nvidia-fabricmanager")
 NVML_MISMATCH = "Failed to initialize NVML: Driver/library version mismatch"
