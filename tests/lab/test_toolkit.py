@@ -30,7 +30,7 @@ from rollout.lab.simulation.probe import handlers_in_dump
 from rollout.lab.simulation.timing import REALISTIC, set_timing_profile
 from rollout.lab.toolkit import TOOLKIT_DROP_IN, TOOLKIT_UNIT, toolkit_script_text
 from rollout.transports.kube import KubeClient
-from tests.examples import PLAN
+from tests.examples import edited_plan
 from tests.lab.labapi import apply_args, wait_for
 from tests.lab.test_cluster_shared import (
     OWN_ADDRESS_PREFIX,
@@ -156,7 +156,11 @@ def test_the_toolkit_unit_configured_every_node_at_lab_up(lab: Lab) -> None:
 def test_rollouts_writes_survive_the_toolkit_restarting_exiting_and_a_reboot(
     lab: Lab, kube: KubeClient, tmp_path: Path
 ) -> None:
-    assert main(apply_args(lab, PLAN, tmp_path / "state")) == 0
+    # The example plan, every node in one wave (the order of nodes is not what is tested).
+    plan = edited_plan(
+        tmp_path, 'waves: [1, "50%"]\n  max_unavailable: 1', 'waves: ["100%"]\n  max_unavailable: 3'
+    )
+    assert main(apply_args(lab, plan, tmp_path / "state")) == 0
     intent = {node.name: effective(lab, node)[0] for node in lab.nodes}
     assert all(intent.values()), intent
     assert_kept(lab, intent, "after apply")
