@@ -19,8 +19,9 @@ left as it is (halt). Once the failure budget is exceeded, or a halt label or a 
 window is found, no further node starts; nodes already in flight then finish, rolling
 themselves back if they fail (rollback), or stop before their next step (halt) and are left
 for `rollout resume`. A lost lease stops every node before its next step whatever the
-policy: another run may own the cluster. The halt record is journalled once every node
-thread has returned.
+policy: another run may own the cluster; so does a node that stays unreachable past every
+retry (its state is unknown: its step stays in flight for `rollout resume` to re-check).
+The halt record is journalled once every node thread has returned.
 
 Journal records of concurrent nodes interleave; each record names its node and the fold
 keeps per-node state, so any interleaving folds to the same per-node state (the journal
