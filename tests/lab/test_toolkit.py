@@ -25,7 +25,7 @@ from rollout.cli import main
 from rollout.containerd.binaries import find_containerd
 from rollout.containerd.toolkit import NVIDIA_RUNTIMES, render_toolkit_dropin
 from rollout.lab.cluster import CONTEXT, Lab, bring_up_lab, launch_controlplane, tear_down_lab
-from rollout.lab.nodes import NodeSpec
+from rollout.lab.nodes import RUNNING_RECORD, NodeSpec
 from rollout.lab.simulation.probe import handlers_in_dump
 from rollout.lab.simulation.timing import REALISTIC, set_timing_profile
 from rollout.lab.toolkit import TOOLKIT_DROP_IN, TOOLKIT_UNIT, toolkit_script_text
@@ -321,3 +321,36 @@ def test_the_realistic_profile(lab: Lab, core: Any) -> None:
         assert status().restart_count == first.restart_count, "no restart within the back-off"
     finally:
         core.patch_node(node.name, {"metadata": {"annotations": {crash: None}}})
+
+
+@pytest.mark.lab
+def test_a_killed_node_is_unknown_its_record_cleared_and_it_comes_back(lab: Lab, core: Any) -> None:
+    """Node health is derived: a power cut leaves the running-config record on disk; the
+    control plane sees the node's nspawn gone, marks it Unknown and removes the record; booted
+    again, the node's toolkit re-runs and the GPU comes back."""
+    from rollout.lab.nodefaults import boot_node_again, kill_lab_node
+
+    node = lab.nodes[2]
+    record = lab.node_dirs(node).host_path(RUNNING_RECORD)
+    assert record.is_file()
+    kill_lab_node(lab, node.name)
+    wait_for(
+        lambda: (
+            ready_condition(core, node.name) == ("Unknown", "Kubelet stopped posting node status.")
+        ),
+        15,
+        what="the killed node Unknown",
+        interval_s=0.2,
+    )
+    wait_for(lambda: not record.exists(), 15, what="the stale record removed", interval_s=0.2)
+    boot_node_again(lab, node.name)
+    wait_for(
+        lambda: (
+            ready_condition(core, node.name)[0] == "True"
+            and settled(lab, node, 1, toolkit=True)
+            and allocatable(core, node.name) == "1"
+        ),
+        SETTLE_S,
+        what="the node Ready, its toolkit run again, its GPU back",
+        interval_s=0.5,
+    )
