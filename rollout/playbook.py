@@ -1,5 +1,7 @@
-"""Playbooks: the built-in step sequences shipped in rollout/playbooks/, one YAML file per change
-kind (inside the package, so a wheel install has them too)."""
+"""Playbooks: the built-in step sequences of playbooks/, one YAML file per change kind.
+
+They ship inside the package: rollout/playbooks is a link to the top-level playbooks/, which
+setuptools follows when it builds the wheel, so an installed rollout reads the same files."""
 
 from __future__ import annotations
 
