@@ -282,7 +282,7 @@ class ContainerdWrite:
         handlers = ", ".join(handlers_before) or "none"
         return StepResult.done(
             f"wrote {', '.join(f.path for f in original)} "
-            f"(backups under {backup_path_for(ctx.run_id, '/')}; handlers kept: {handlers})"
+            f"(backups under {backup_path_for(ctx.run_id, '/')}; handlers before: {handlers})"
         )
 
     def _predict(self, ctx: StepContext, planned: Sequence[FileChange]) -> engine.Prediction:
@@ -429,8 +429,8 @@ class ContainerdVerify(ReachingStep):
                 "restores the files",
             )
         return StepResult.done(
-            f"config dump matches the prediction; handlers kept: {', '.join(before) or 'none'}; "
-            f"{state.describe()}"
+            f"config dump matches the prediction; handlers now: {', '.join(now) or 'none'} "
+            f"(before: {', '.join(before) or 'none'}); {state.describe()}"
         )
 
     def undo(self, ctx: StepContext) -> None:

@@ -9,7 +9,7 @@ renameByDefault picks.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from rollout.facts import NodeFacts
@@ -106,8 +106,14 @@ class GpuWaitStep(ReachingStep):
     def _apply(self, ctx: StepContext) -> StepResult:
         expected = expect_gpus(ctx.spec, ctx.facts)
         deadline = Deadline(ctx.spec.policy.verify.gpu_wait_timeout_s, ctx.sleep)
+        follow_label = time_slicing_change(ctx.spec) is None
         while True:
             node = ctx.kube.get_node(ctx.node)
+            if follow_label:
+                # Without a profile of its own the plan keeps the one the node loads, which
+                # GFD's gpu.replicas label tells once the plugin runs: a plugin that could not
+                # start before (a lost handler) loads its profile only now.
+                expected = expect_gpus(ctx.spec, replace(ctx.facts, labels=node.labels))
             # Allocatable alone can still show the old count for a moment after a restart,
             # before the kubelet notices the plugin went away; a plugin pod that is not
             # ready means it has not (re)registered yet.

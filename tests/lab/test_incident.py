@@ -10,9 +10,9 @@ its new config. Then its sandbox is refused, allocatable drops to 0, the resourc
 node after the grace period, and a GPU pod is Pending with `Insufficient nvidia.com/gpu`.
 rollout diagnoses it (`runtime.shadowing` on both nodes), and its repair plan, applied,
 should restore both nodes (the smoke pod runs) and the repaired 1.7 node keep the repair
-and the handlers through a reboot, its toolkit re-running -- an expected failure today:
-rollout's repair rewrites the shadowing drop-in with a whole CRI table that lacks the
-toolkit's handlers. Everything through the official Kubernetes client and the nodes' real
+and the handlers through a reboot, its toolkit re-running. The repair's gpu.wait expects the
+profile the node's plugin loads once it can start again (GFD's replicas label then), not the
+one it last ran. Everything through the official Kubernetes client and the nodes' real
 containerd.
 """
 
@@ -242,12 +242,6 @@ def diagnose(
 
 
 @pytest.mark.lab
-@pytest.mark.xfail(
-    strict=True,
-    reason="rollout diagnose --fix after the toolkit re-ran over a shadowing drop-in rewrites "
-    "that drop-in with a whole CRI table without the nvidia handlers (containerd.verify: "
-    "'handlers kept: runc', the running config had lost them already), so the GPUs stay away",
-)
 def test_the_repair_plan_restores_the_nodes_and_survives_a_reboot(
     lab: Lab, core: Any, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

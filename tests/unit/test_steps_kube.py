@@ -464,6 +464,28 @@ def test_gpu_wait_returns_when_allocatable_matches(kube: FakeKube, journal: Jour
     assert "allocatable nvidia.com/gpu = 2" in result.detail
 
 
+def test_gpu_wait_follows_the_profile_the_restarted_plugin_loads(
+    kube: FakeKube, journal: Journal
+) -> None:
+    """A plan without a profile of its own waits for what the node's plugin loads: a plugin
+    that could not start before (a lost handler) loads a 2x profile only now, and GFD's
+    gpu.replicas label says so; the facts still carry the 1 of before."""
+    kube.node = replace(
+        kube.node,
+        labels={**kube.node.labels, "nvidia.com/gpu.replicas": "2"},
+        capacity={"nvidia.com/gpu": "4"},
+        allocatable={"nvidia.com/gpu": "4"},
+    )
+    facts = make_facts({"nvidia.com/gpu.replicas": "1"})
+    result = GpuWaitStep().apply(make_context(kube, journal, facts=facts))
+    assert result.kind is StepResultKind.DONE
+    assert "nvidia.com/gpu = 4 (2 GPUs x 2 replicas)" in result.detail
+    # a plan that sets the profile keeps its own expectation whatever the label says
+    spec = make_spec(slicing=True, policy="policy: {verify: {gpu_wait_timeout_s: 1}}\n")
+    with pytest.raises(StepFailed, match=r"expected nvidia\.com/gpu = 8"):
+        GpuWaitStep().apply(make_context(kube, journal, spec=spec, facts=facts))
+
+
 def test_gpu_wait_explains_a_lost_device_plugin(kube: FakeKube, journal: Journal) -> None:
     kube.node = replace(
         kube.node, capacity={"nvidia.com/gpu": "2"}, allocatable={"nvidia.com/gpu": "0"}
