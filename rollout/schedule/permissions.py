@@ -132,6 +132,8 @@ def configmap_grants(spec: Spec) -> list[Grant]:
     grants: list[Grant] = []
     for change in spec.changes_of(TimeSlicingChange):
         grants += _grants("", "configmaps", "get create update", change.configmap.namespace)
+        # configmap.update waits for the operator's DaemonSets to roll out after its write
+        grants += _grants("apps", "daemonsets", "list", change.configmap.namespace)
     return grants
 
 

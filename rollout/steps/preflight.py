@@ -44,17 +44,19 @@ class Preflight:
 
     def apply(self, ctx: StepContext) -> StepResult:
         node = ctx.kube.get_node(ctx.node)
-        if not node.ready:
-            raise StepFailed(
-                ctx.node, self.kind, "the node is NotReady before any change; fix it first"
-            )
+        # containerd first: a stopped runtime is also why the kubelet reports NotReady
         service = probe_service(ctx.runner)
         if not service.running:
             raise StepFailed(
                 ctx.node,
                 self.kind,
                 f"containerd is not running before any change ({service.describe()}); "
-                "check `systemctl status containerd` on the node",
+                "check `systemctl status containerd` on the node"
+                + ("" if node.ready else " (the node is NotReady too)"),
+            )
+        if not node.ready:
+            raise StepFailed(
+                ctx.node, self.kind, "the node is NotReady before any change; fix it first"
             )
         version = read_fact(ctx.runner, ContainerdVersionFact())
         try:

@@ -34,6 +34,7 @@ from rollout.steps.deviceplugin import (
 from rollout.steps.gpu_wait import GPU_RESOURCE
 from rollout.steps.nodechanges import node_changes
 from rollout.steps.nodemarks import ANNOTATION_DOMAIN, RUN_ANNOTATION, report_step
+from rollout.steps.operandsettle import wait_for_operands
 from rollout.steps.profile_changes import (
     DEVICE_PLUGIN_CONFIG_LABEL,
     SHARED_MEMORY_WARNING,
@@ -235,6 +236,11 @@ class ConfigMapUpdateStep:
             current, ctx.run_id, change.profile
         )
         ctx.save_data(self.kind, {**saved, "content_changed": content_changed})
+        if saved.get("policy_changed") and not saved.get("settled"):
+            # a resumed run whose write went through waits too
+            did.append(wait_for_operands(ctx, self.kind, change.configmap.namespace))
+            saved["settled"] = True
+            ctx.save_data(self.kind, {**saved, "content_changed": content_changed})
         if not did:
             return StepResult.noop(f"key {change.profile!r} already holds this profile")
         # Said once, when the profile is published: slices share one GPU's memory.

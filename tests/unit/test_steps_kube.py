@@ -44,6 +44,7 @@ from rollout.steps.timeslicing import (
 from rollout.transports.errors import Conflict, EvictionBlocked, NotFound
 from rollout.transports.kube import (
     ConfigMap,
+    DaemonSet,
     EventType,
     EvictionOutcome,
     KubeClient,
@@ -97,7 +98,7 @@ class FakeKube:
     """Just enough of KubeClient, in memory; records what the steps did."""
 
     def __init__(self) -> None:
-        self.node = Node(name=NODE, uid="n1", resource_version="1")
+        self.node = Node(name=NODE, uid="n1", resource_version="1", conditions={"Ready": "True"})
         self.pods: dict[tuple[str, str], Pod] = {}
         self.configmaps: dict[tuple[str, str], ConfigMap] = {}
         self.policy: dict[str, Any] = {
@@ -109,6 +110,16 @@ class FakeKube:
         self.blocked: dict[str, str] = {}  # pod name -> PDB refusing its eviction
         self.conflicts = 0  # replace_configmap answers Conflict this many times first
         self.versions = itertools.count(2)
+        # the operator's DaemonSets, one list per read (the last one repeats)
+        self.daemonset_reads: list[list[DaemonSet]] = [[]]
+
+    def list_daemonsets(self, namespace: str | None = None) -> list[DaemonSet]:
+        if len(self.daemonset_reads) > 1:
+            return self.daemonset_reads.pop(0)
+        return self.daemonset_reads[0]
+
+    def list_nodes(self, label_selector: str | None = None) -> list[Node]:
+        return [self.node]
 
     # nodes
     def get_node(self, name: str) -> Node:
@@ -598,6 +609,7 @@ def test_configmap_update_keeps_other_keys_and_retries_conflicts(
     saved = ctx.load_data("configmap.update")
     assert saved["previous"] is None and saved["content_changed"] is True
     assert saved["policy_name_before"] == ""
+    assert "the GPU Operator restarted no operand; GPU nodes Ready" in result.detail
     # a second node of the run: nothing to do, but it knows the content changed in this run
     again = ConfigMapUpdateStep().apply(ctx)
     assert again.kind is StepResultKind.NOOP
@@ -606,6 +618,39 @@ def test_configmap_update_keeps_other_keys_and_retries_conflicts(
     assert set(kube.configmaps[ref].data) == {"other", "late"}
     assert CHANGED_KEY_ANNOTATION not in kube.configmaps[ref].annotations
     assert kube.policy["spec"]["devicePlugin"]["config"]["name"] == ""
+
+
+def plugin_daemonset(updated: int, ready: int) -> DaemonSet:
+    return DaemonSet(
+        "gpu-operator", "nvidia-device-plugin-daemonset", desired=2, updated=updated, ready=ready
+    )
+
+
+def test_configmap_update_waits_for_the_operator_to_roll_its_operands(
+    kube: FakeKube, journal: Journal
+) -> None:
+    """The ClusterPolicy write restarts operands on every node: the step returns once the
+    rollout is over and has stayed over, so the next node does not start inside it."""
+    kube.daemonset_reads = [
+        [plugin_daemonset(2, 2)],  # the operator has not reacted yet
+        [plugin_daemonset(0, 2)],
+        [plugin_daemonset(1, 1)],
+        [plugin_daemonset(2, 2)],
+    ]
+    result = ConfigMapUpdateStep().apply(slicing_context(kube, journal))
+    assert result.kind is StepResultKind.DONE
+    assert "the GPU Operator rolled out its operands; GPU nodes Ready" in result.detail
+
+
+def test_configmap_update_fails_when_the_operator_never_settles(
+    kube: FakeKube, journal: Journal
+) -> None:
+    kube.daemonset_reads = [[plugin_daemonset(1, 1)]]
+    spec = make_spec(slicing=True, policy="policy: {verify: {gpu_wait_timeout_s: 3}}\n")
+    with pytest.raises(StepFailed) as failed:
+        ConfigMapUpdateStep().apply(make_context(kube, journal, spec=spec))
+    assert "did not settle" in str(failed.value)
+    assert "daemonset nvidia-device-plugin-daemonset: 1 updated, 1 ready of 2" in str(failed.value)
 
 
 def test_node_label_saves_the_previous_value_and_undo_restores_it(
