@@ -16,7 +16,7 @@ from rollout.lab.cluster import CONTEXT, Lab
 from rollout.lab.image import INSTALLED_DRIVER
 from rollout.run import list_runs, read_run
 from rollout.transports.kube import KubeClient
-from tests.lab.labapi import apply_args, fleet_args
+from tests.lab.labapi import apply_args, fleet_args, wait_for
 from tests.lab.test_cluster_shared import own_lab, ssh_check
 
 pytestmark = pytest.mark.lab
@@ -91,8 +91,14 @@ def test_operator_waves_halt_on_upgrade_failed_and_resume_converges(
         record = read_run(state, run.run_id)
         assert record.node("lab-node-4").outcome is None
 
-        # fixed: the next driver container installs, upgrade-failed clears itself
+        # fixed: the next driver container installs, upgrade-failed clears itself once the
+        # pod is in sync and Ready (its restart back-off first); then the operator resumes
         kube.patch_node_annotations("lab-node-3", {FAIL_KNOB: None})
+        wait_for(
+            lambda: kube.get_node("lab-node-3").labels.get(STATE) != "upgrade-failed",
+            120.0,
+            what="lab-node-3's upgrade-failed to clear itself",
+        )
         resumed = main(["resume", run.run_id, "--state-dir", str(state), "--output", "json"])
         report = json.loads(capsys.readouterr().out)
         assert resumed == 1  # node 3 failed in this run, even though it converged since
