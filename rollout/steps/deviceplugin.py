@@ -18,12 +18,19 @@ def find_device_plugin_pods(ctx: StepContext) -> list[Pod]:
     )
 
 
+def live_device_plugin(ctx: StepContext) -> Pod | None:
+    """The node's live device-plugin pod; None while the DaemonSet replaces a failed or
+    deleted one (its next pod loads the node's profile as it is now)."""
+    live = [p for p in find_device_plugin_pods(ctx) if not p.deleting]
+    return live[0] if live else None
+
+
 def find_device_plugin(ctx: StepContext, kind: str) -> Pod:
     """The node's live device-plugin pod; StepFailed when there is none."""
-    live = [p for p in find_device_plugin_pods(ctx) if not p.deleting]
-    if not live:
+    live = live_device_plugin(ctx)
+    if live is None:
         raise StepFailed(ctx.node, kind, "no device-plugin pod on the node to restart")
-    return live[0]
+    return live
 
 
 def wait_for_device_plugin(ctx: StepContext, kind: str, deleted_uid: str) -> Pod:

@@ -27,7 +27,7 @@ from rollout.plan import StepPlan
 from rollout.spec import MAX_REPLICAS, Spec, TimeSlicingChange
 from rollout.steps.base import StepContext, StepFailed, StepResult
 from rollout.steps.deviceplugin import (
-    find_device_plugin,
+    live_device_plugin,
     restart_device_plugin,
     wait_for_device_plugin,
 )
@@ -433,13 +433,12 @@ class DevicePluginRestartStep:
                 f"already labelled {change.profile} and the profile is unchanged"
             )
         deleted_uid = ctx.load_data(self.kind).get("deleted_uid")
-        if deleted_uid is None:
-            old = find_device_plugin(ctx, self.kind)
-            ctx.save_data(
-                self.kind, {"deleted_pod": f"{old.namespace}/{old.name}", "deleted_uid": old.uid}
-            )
-            ctx.kube.delete_pod(old.namespace, old.name, missing_ok=True)
-            deleted_uid = old.uid
+        if deleted_uid is None:  # no live pod: the DaemonSet's next one loads the profile
+            old = live_device_plugin(ctx)
+            deleted_uid, name = (old.uid, f"{old.namespace}/{old.name}") if old else ("", "")
+            ctx.save_data(self.kind, {"deleted_pod": name, "deleted_uid": deleted_uid})
+            if old is not None:
+                ctx.kube.delete_pod(old.namespace, old.name, missing_ok=True)
         pod = wait_for_device_plugin(ctx, self.kind, str(deleted_uid))
         return StepResult.done(
             f"restarted the device plugin to reload profile {change.profile}: "

@@ -40,7 +40,7 @@ from rollout.steps.systemd import SystemdRestart, probe_service
 from rollout.transports.kube import KubeClient
 from rollout.transports.ssh import SshRunner
 from tests.examples import PLAN
-from tests.lab.labapi import api_lab
+from tests.lab.labapi import api_lab, wait_for
 from tests.lab.test_cluster_shared import node_of_series, ssh_check, ssh_run
 
 pytestmark = pytest.mark.lab
@@ -115,6 +115,14 @@ def live_dump(lab: Lab, node: NodeSpec) -> str:
     return ssh_check(lab, node, ["sh", "-c", "cd / && containerd config dump"])
 
 
+def settled(lab: Lab, node: NodeSpec) -> bool:
+    """containerd active and running the toolkit's `nvidia` handler."""
+    if ssh_run(lab, node, ["systemctl", "is-active", "containerd"]).exit_code != 0:
+        return False
+    dump = ssh_run(lab, node, ["sh", "-c", "cd / && containerd config dump"])
+    return dump.exit_code == 0 and "nvidia" in handlers_of(dump.stdout)
+
+
 def restore_node(lab: Lab, run: NodeRun) -> None:
     """Whatever a test left, put the node back: files, service, and remove test drop-ins."""
     ssh_run(lab, run.node, ["rm", "-f", FAILING_DROP_IN])
@@ -135,6 +143,13 @@ def restore_node(lab: Lab, run: NodeRun) -> None:
 @pytest.fixture(params=SERIES)
 def node_run(lab: Lab, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[NodeRun]:
     node = node_of_series(lab, str(request.param))
+    # The shared lab's toolkits re-run when another test changes the ClusterPolicy (each
+    # deletes its drop-in and restarts containerd): start from a settled node.
+    wait_for(
+        lambda: settled(lab, node),
+        120.0,
+        what=f"{node.name}'s containerd to run with the toolkit's handlers",
+    )
     ctx, runner = make_context(lab, node, tmp_path / "state")
     run = NodeRun(node, ctx, runner, file_sums(lab, node), live_dump(lab, node))
     try:
