@@ -694,3 +694,32 @@ def test_the_device_plugin_restarts_only_for_new_content_under_an_old_label(
     result = DevicePluginRestartStep().apply(ctx)
     assert result.kind is StepResultKind.DONE and "plugin-2 ready" in result.detail
     assert ctx.load_data("deviceplugin.restart")["deleted_uid"] == "uid-plugin-1"
+
+
+def test_a_plugin_being_replaced_is_waited_for_not_restarted(
+    kube: FakeKube, journal: Journal
+) -> None:
+    """No live plugin pod (the DaemonSet replacing one whose config-manager failed, now that
+    the profile exists): nothing to delete; its replacement loads the profile."""
+    ref = ("gpu-operator", "time-slicing-config")
+    kube.configmaps[ref] = ConfigMap(*ref, data={"a100-4x": "version: v1\n"}, resource_version="1")
+    kube.policy["spec"]["devicePlugin"]["config"]["name"] = "time-slicing-config"
+    kube.patch_node_labels(NODE, {PROFILE_LABEL: "a100-4x"})
+    ctx = slicing_context(kube, journal)
+    ConfigMapUpdateStep().apply(ctx)
+    assert NodeLabelStep().apply(ctx).kind is StepResultKind.NOOP
+    reads = 0
+    listed = kube.list_pods
+
+    def replacing(*args: Any, **kw: Any) -> list[Pod]:
+        nonlocal reads
+        reads += 1
+        if reads == 2:  # the DaemonSet's new pod shows up while the step waits
+            labels = {"app": "nvidia-device-plugin-daemonset"}
+            add_pod(kube, "plugin-2", owner="DaemonSet", labels=labels, ready=True)
+        return listed(*args, **kw)
+
+    kube.list_pods = replacing  # type: ignore[method-assign]
+    result = DevicePluginRestartStep().apply(ctx)
+    assert result.kind is StepResultKind.DONE and "plugin-2 ready" in result.detail
+    assert ctx.load_data("deviceplugin.restart") == {"deleted_pod": "", "deleted_uid": ""}
