@@ -30,7 +30,7 @@ from rollout.lab.cluster import CONTEXT, Lab
 from rollout.lab.nodes import NodeSpec
 from rollout.run import list_runs
 from rollout.transports.kube import KubeClient
-from tests.lab.labapi import apply_args, fleet_args
+from tests.lab.labapi import apply_args, fleet_args, wait_for
 from tests.lab.test_cluster_shared import own_lab, ssh_check, ssh_run
 
 pytestmark = pytest.mark.lab
@@ -93,6 +93,12 @@ def package(lab: Lab, node: NodeSpec) -> str:
     """`<version> <dpkg status>` of the driver package."""
     fmt = "${Version} ${db:Status-Abbrev}"
     return ssh_check(lab, node, ["dpkg-query", "-W", f"-f={fmt}", PACKAGE]).strip()
+
+
+# An apt hook that waits, before dpkg runs, while HOLD_FILE exists.
+HOLD_FILE = "/run/rollout-test-hold-install"
+HOLD_CONF = "/etc/apt/apt.conf.d/00rollout-test-hold"
+HOLD_HOOK = f'DPkg::Pre-Invoke {{"while [ -e {HOLD_FILE} ]; do sleep 0.2; done";}};'
 
 
 def apt_running(lab: Lab, node: NodeSpec) -> bool:
@@ -170,9 +176,18 @@ def test_module_reload_wave_killed_during_an_install_resumes(
     assert smi(lab, first) == OLD
     state = tmp_path / "state"
     argv = apply_args(lab, plan_file(tmp_path, NEW, "modules"), state)
-    # killed while apt-get runs on the node
+    # killed while apt-get runs on the node: an apt hook holds it before dpkg until the kill
+    # is done, so the kill never races the install
+    ssh_check(
+        lab, first, ["sh", "-c", f"touch {HOLD_FILE} && printf '%s\\n' '{HOLD_HOOK}' > {HOLD_CONF}"]
+    )
     installing = step("driver.install", first.name, "step-started")
-    run_killed_when(argv, state, installing, then=lambda: apt_running(lab, first))
+    try:
+        run_killed_when(argv, state, installing, then=lambda: apt_running(lab, first))
+    finally:
+        ssh_check(lab, first, ["rm", "-f", HOLD_FILE, HOLD_CONF])
+    # the orphaned apt-get, let go, finishes or dies: the resumed run must find dpkg free
+    wait_for(lambda: not apt_running(lab, first), 120.0, what="the held apt-get to end")
     found = entries(state)
     assert not step("driver.install", first.name, "step-finished")(found), "killed too late"
     # killed mid-way: the operands are paused, the `false` labels as they were
