@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 
 from rollout.commands import CommandRunner
-from rollout.errors import RolloutError
 from rollout.facts.driver_host import read_driver_host
-from rollout.facts.fact import ProbeFailed
+from rollout.facts.extra import with_node_fact
 from rollout.facts.model import NodeFacts
-from rollout.retry import retry_transient
 from rollout.spec import DriverMode, DriverUpgradeChange, Spec
-from rollout.transports.fanout import run_on_nodes
 
 
 def with_driver_hosts(
@@ -27,18 +23,11 @@ def with_driver_hosts(
     if change is None or change.mode is not DriverMode.HOST:
         return list(nodes)
     packages, version = change.apt_packages, change.version
-    wanted = [runners[n.name] for n in nodes if n.name in runners]
-    results = run_on_nodes(
-        wanted,
-        lambda runner: retry_transient(lambda: read_driver_host(runner, packages, version)),
-        max_parallel=max_parallel,
+    return with_node_fact(
+        nodes,
+        runners,
+        "driver_host",
+        lambda runner: read_driver_host(runner, packages, version),
+        "the host driver facts",
+        max_parallel,
     )
-    failures = [f"{name}: {res}" for name, res in results.items() if isinstance(res, RolloutError)]
-    if failures:
-        raise ProbeFailed("could not read the host driver facts:\n  " + "\n  ".join(failures))
-    return [
-        dataclasses.replace(node, driver_host=found)
-        if not isinstance(found := results.get(node.name), RolloutError | None)
-        else node
-        for node in nodes
-    ]
