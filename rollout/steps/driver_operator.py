@@ -40,7 +40,7 @@ from rollout.facts.driver_operator import (
 from rollout.facts.fact import read_fact
 from rollout.facts.gpu import GpuQueryFact
 from rollout.plan import StepPlan
-from rollout.spec import Spec
+from rollout.spec import DriverUpgradeChange, Spec
 from rollout.spec.changes.driver import DEFAULT_OPERATOR_UPGRADE_TIMEOUT_S
 from rollout.steps.base import StepContext, StepFailed, StepResult
 from rollout.steps.deadline import POLL_INTERVAL_S, Deadline
@@ -110,8 +110,27 @@ def plan_node_work(facts: NodeFacts, spec: Spec, kind: str, action: str) -> Step
     )
 
 
+class OperatorStep:
+    """What the operator-mode steps share: applied through report_step, with nothing to do
+    unless the plan has an operator-mode driver change."""
+
+    kind: ClassVar[str]
+
+    def apply(self, ctx: StepContext) -> StepResult:
+        return report_step(ctx, self.kind, self._apply)
+
+    def _apply(self, ctx: StepContext) -> StepResult:
+        change = operator_change(ctx.spec)
+        if change is None:
+            return StepResult.noop("no operator-mode driver change")
+        return self.act(ctx, change)
+
+    def act(self, ctx: StepContext, change: DriverUpgradeChange) -> StepResult:
+        raise NotImplementedError
+
+
 @dataclass(frozen=True)
-class DriverPinStep:
+class DriverPinStep(OperatorStep):
     """Pin every node the driver DaemonSet serves, then change the ClusterPolicy's version.
 
     Saved data: version_before, policy, pinned (the nodes this step labelled), held (skip
@@ -136,13 +155,7 @@ class DriverPinStep:
             f"set spec.driver.version {driver.version or '(unset)'} -> {change.version}",
         )
 
-    def apply(self, ctx: StepContext) -> StepResult:
-        return report_step(ctx, self.kind, self._apply)
-
-    def _apply(self, ctx: StepContext) -> StepResult:
-        change = operator_change(ctx.spec)
-        if change is None:
-            return StepResult.noop("no operator-mode driver change")
+    def act(self, ctx: StepContext, change: DriverUpgradeChange) -> StepResult:
         name, driver = read_driver(ctx, self.kind)
         if driver.version == change.version:
             return StepResult.noop(f"the ClusterPolicy already asks for {change.version}")
@@ -216,7 +229,7 @@ class DriverPinStep:
 
 
 @dataclass(frozen=True)
-class DriverReleaseStep:
+class DriverReleaseStep(OperatorStep):
     """Take the skip label off the node; wait for the operator to reach upgrade-done."""
 
     kind: ClassVar[str] = "driver.release"
@@ -231,13 +244,7 @@ class DriverReleaseStep:
             "wait for upgrade-done",
         )
 
-    def apply(self, ctx: StepContext) -> StepResult:
-        return report_step(ctx, self.kind, self._apply)
-
-    def _apply(self, ctx: StepContext) -> StepResult:
-        change = operator_change(ctx.spec)
-        if change is None:
-            return StepResult.noop("no operator-mode driver change")
+    def act(self, ctx: StepContext, change: DriverUpgradeChange) -> StepResult:
         deadline = Deadline(upgrade_timeout_s(ctx.spec), ctx.sleep)
         node = ctx.kube.get_node(ctx.node)
         if is_pinned(node.labels):
@@ -342,7 +349,7 @@ class DriverReleaseStep:
 
 
 @dataclass(frozen=True)
-class DriverConfirmStep:
+class DriverConfirmStep(OperatorStep):
     """The node runs the target driver: new driver pod Ready, nvidia-smi and GFD agree."""
 
     kind: ClassVar[str] = "driver.confirm"
@@ -356,13 +363,7 @@ class DriverConfirmStep:
             "reports {target}",
         )
 
-    def apply(self, ctx: StepContext) -> StepResult:
-        return report_step(ctx, self.kind, self._apply)
-
-    def _apply(self, ctx: StepContext) -> StepResult:
-        change = operator_change(ctx.spec)
-        if change is None:
-            return StepResult.noop("no operator-mode driver change")
+    def act(self, ctx: StepContext, change: DriverUpgradeChange) -> StepResult:
         node = ctx.kube.get_node(ctx.node)
         pod = driver_pod(ctx, self.kind, ctx.node)
         problems: list[str] = []
