@@ -167,7 +167,10 @@ def test_api_faults_at_20_percent_leave_the_state_of_a_clean_run(
     lab: Lab, kube: KubeClient, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     starts = containerd_starts(lab)
-    write_settings(lab.lab_dir, parse_fault_spec("api=0.2,slow=3", seed=11))
+    # set on the running lab as an operator would
+    lab_dir = str(lab.lab_dir)
+    assert main(["lab", "faults", "api=0.2,slow=3", "--seed", "11", "--lab-dir", lab_dir]) == 0
+    capsys.readouterr()
     state = tmp_path / "state"
     assert main(apply_args(lab, plan_variant(tmp_path)[0], state)) == 0
     run_id = assert_same_end_state(lab, kube, state, starts)
@@ -202,6 +205,25 @@ def test_every_write_failing_once_is_retried_exactly_once(
         assert len(tied) == 1, (fault, retried)
 
 
+def kill_during_write(lab: Lab, victim: str, state: Path, killed: threading.Event) -> None:
+    """The moment the victim's containerd.write starts, the node dies."""
+
+    def writing() -> bool:
+        try:
+            return any(
+                e["kind"] == "step-started"
+                and e["node"] == victim
+                and e["step"] == "containerd.write"
+                for e in journal(state)
+            )
+        except (ValueError, OSError):
+            return False
+
+    wait_for(writing, timeout_s=240, what=f"{victim}'s containerd.write")
+    kill_lab_node(lab, victim)
+    killed.set()
+
+
 def test_a_node_killed_during_the_write_halts_the_run_and_resume_converges(
     lab: Lab, kube: KubeClient, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -209,25 +231,9 @@ def test_a_node_killed_during_the_write_halts_the_run_and_resume_converges(
     state = tmp_path / "state"
     plan, endpoint = plan_variant(tmp_path)
     killed = threading.Event()
-
-    def kill_during_write() -> None:
-        # the moment the victim's containerd.write starts, the node dies
-        def writing() -> bool:
-            try:
-                return any(
-                    e["kind"] == "step-started"
-                    and e["node"] == victim.name
-                    and e["step"] == "containerd.write"
-                    for e in journal(state)
-                )
-            except (ValueError, OSError):
-                return False
-
-        wait_for(writing, timeout_s=240, what=f"{victim.name}'s containerd.write")
-        kill_lab_node(lab, victim.name)
-        killed.set()
-
-    killer = threading.Thread(target=kill_during_write, daemon=True)
+    killer = threading.Thread(
+        target=kill_during_write, args=(lab, victim.name, state, killed), daemon=True
+    )
     killer.start()
     capsys.readouterr()
     assert main([*apply_args(lab, plan, state), "--output", "json"]) == 1
@@ -302,3 +308,43 @@ def test_ssh_faults_complete_or_halt_cleanly(lab: Lab, kube: KubeClient, tmp_pat
     assert final.outcome is not None and final.outcome.value == "succeeded"
     assert file_hashes(lab, state) == []
     assert not any(kube.get_node(n.name).unschedulable for n in lab.nodes)
+
+
+def test_a_node_that_never_comes_back_is_skipped_by_name_and_recorded(
+    lab: Lab, kube: KubeClient, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Last in the module: the skipped node is left as it died (cordoned, its write unknown)
+    until the lab goes. max_unavailable 2, since the dead node counts against the budget."""
+    victim = lab.nodes[1]
+    state = tmp_path / "state"
+    plan, endpoint = plan_variant(tmp_path)
+    plan.write_text(plan.read_text().replace("max_unavailable: 1", "max_unavailable: 2"))
+    killed = threading.Event()
+    killer = threading.Thread(
+        target=kill_during_write, args=(lab, victim.name, state, killed), daemon=True
+    )
+    killer.start()
+    try:
+        assert main(apply_args(lab, plan, state)) == 1
+        killer.join(timeout=10)
+        assert killed.is_set()
+        (run,) = list_runs(state)
+        capsys.readouterr()
+        argv = ["resume", run.run_id, "--skip-node", victim.name, "--state-dir", str(state)]
+        main(argv)
+        final = read_run(state, run.run_id)
+        assert final.outcome is not None, final
+        skipped = final.node(victim.name)
+        assert skipped.outcome is not None and skipped.outcome.value == "skipped"
+        assert "--skip-node" in (skipped.outcome_reason or "")
+        kinds = [e["kind"] for e in journal(state)]
+        assert "node-skipped" in kinds
+        for node in lab.nodes:
+            if node.name == victim.name:
+                continue
+            assert final.node(node.name).outcome.value == "succeeded", node.name
+            hosts = ssh_check(lab, node, ["cat", "/etc/containerd/certs.d/docker.io/hosts.toml"])
+            assert endpoint in hosts, node.name
+    finally:
+        killer.join(timeout=10)
+        boot_node_again(lab, victim.name)
