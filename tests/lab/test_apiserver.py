@@ -8,6 +8,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,9 +17,11 @@ from kubernetes.client import ApiException
 
 from rollout.lab.apiserver import ApiServer, Registry
 from rollout.lab.apiserver.authentication import Authenticator
+from rollout.lab.apiserver.faults import ApiFaultInjector
 from rollout.lab.apiserver.rbac import ANONYMOUS, UserInfo
 from rollout.lab.apiserver.resources import PODS
 from rollout.lab.apiserver.tables import format_age
+from rollout.lab.faults import parse_fault_spec, read_fault_log, write_settings
 
 CONFLICT_MESSAGE = (
     "the object has been modified; please apply your changes to the latest version and try again"
@@ -590,6 +593,32 @@ def test_watch_streams_node_changes(core: client.CoreV1Api) -> None:
     core.patch_node("n1", {"metadata": {"labels": {"step": "2"}}})
     follower.join(timeout=5)
     assert seen == [("ADDED", ""), ("MODIFIED", "1"), ("MODIFIED", "2")]
+
+
+def test_a_watch_cut_by_the_labs_faults_ends_mid_stream_and_is_logged(
+    registry: Registry, tmp_path: Path
+) -> None:
+    """`rollout lab faults kinds=watch-cut`: the official client's watch sees its stream end
+    without the server's closing chunk, as when a connection drops; faults.log says so."""
+    write_settings(tmp_path, parse_fault_spec("api-read=1,kinds=watch-cut", seed=1))
+    with ApiServer.start(registry) as server:
+        server.inject_faults(ApiFaultInjector(tmp_path))
+        with client.ApiClient(client.Configuration(host=server.url)) as api:
+            core = client.CoreV1Api(api)
+            server.inject_faults(None)
+            make_node(core, "n1")
+            server.inject_faults(ApiFaultInjector(tmp_path))
+            seen: list[str] = []
+            started = time.monotonic()
+            with pytest.raises(Exception) as cut:  # urllib3's ProtocolError, under any name
+                for event in watch.Watch().stream(core.list_node, timeout_seconds=10):
+                    seen.append(event["type"])
+            assert time.monotonic() - started < 8, "the stream was cut, not timed out"
+            assert seen == ["ADDED"]  # cut after the first events
+    assert "ended" in str(cut.value).lower() or "incomplete" in str(cut.value).lower(), cut
+    faults = read_fault_log(tmp_path)
+    assert [f.fault for f in faults] == ["watch-cut"], faults
+    assert "watch" in faults[0].request
 
 
 # ------------------------------------------------------- tables, access reviews
