@@ -272,6 +272,13 @@ def file_hashes(lab: Lab, state: Path) -> list[str]:
     problems = []
     for planned in (n for wave in plan["waves"] for n in wave["nodes"]):
         node = lab.find_node(planned["name"])
+        # a refused-sshd fault may outlast the run by a second or two: that is not a partial file
+        wait_for(
+            lambda node=node: ssh_run(lab, node, ["true"]).ok,
+            timeout_s=30,
+            what=f"sshd on {node.name} answering again",
+            interval_s=0.5,
+        )
         for change in planned.get("files") or []:
             listed = ssh_run(lab, node, ["sha256sum", change["path"]]).stdout.split()
             now = listed[0] if listed else None
