@@ -58,7 +58,7 @@ from rollout.run import (
     StepStarted,
     StepUndone,
 )
-from rollout.spec import OnFailure, Spec
+from rollout.spec import UPGRADE_FAILED_LABEL, OnFailure, Spec
 from rollout.steps.base import Step, StepContext, StepResult, StepResultKind
 from rollout.transports.errors import SshConnectError
 
@@ -325,9 +325,13 @@ class Executor:
             raise Halt(self._stop_reason)
         self._check_lease()
         halting: list[str] = []
+        # a plan that retries failed driver upgrades watches its own targets' upgrade-failed
+        retried = {n.name for n in self.plan.nodes} if self.spec.retries_failed_upgrades else set()
         for label in self.spec.policy.effective_halt_labels:
+            exempt = retried if str(label) == UPGRADE_FAILED_LABEL else set()
             for found in self.cluster.list_nodes(f"{label.key}={label.value}"):
-                halting.append(f"{found.name} ({label.key}={label.value})")
+                if found.name not in exempt:
+                    halting.append(f"{found.name} ({label.key}={label.value})")
         if halting:
             raise Halt("halt label on " + ", ".join(sorted(halting)))
         window = self.spec.policy.maintenance_window

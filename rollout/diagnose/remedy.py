@@ -7,6 +7,13 @@
   key into the ConfigMap, with the replicas the node last ran (GFD's label; 1 gives a profile
   without sharing) or the only sharing profile the ConfigMap holds.
 
+- a node stuck `upgrade-failed` under an operator-managed driver: an operator-mode driver
+  change to the version the ClusterPolicy already asks for, with `retry_failed: true`, which
+  relabels the node `upgrade-required` (the documented manual fix) and watches it to
+  `upgrade-done`. It comes first: the label halts every other run until it is gone. The
+  cause (the driver pod's reason and log, a pod the operator could not delete) is the
+  person's to fix before applying; the plan says so.
+
 Everything else needs a person, and says why. A plan carries one target list for all its
 changes, so one plan repairs one kind: the other kind is left for the next `--fix`.
 """
@@ -25,6 +32,7 @@ from rollout.diagnose.finding import Finding, Severity
 from rollout.diagnose.readings import GPU_REPLICAS_LABEL, node_profile
 from rollout.diagnose.tree import Diagnosis
 from rollout.facts import FleetFacts, NodeFacts
+from rollout.facts.driver_operator import OperatorDriver
 from rollout.steps.profile_changes import load_profile
 
 FIX_PLAN_NAME = "diagnose-fix"
@@ -33,8 +41,8 @@ DEFAULT_RUNTIME = "runc"
 MANUAL_REASONS: Mapping[str, str] = {
     "advertising.unhealthy-devices": "hardware: act on the Xid (reset the GPU, restart the node "
     "or follow NVIDIA's workflow)",
-    "operator.upgrade-failed": "needs a driver change (relabel the node upgrade-required once "
-    "the cause is fixed); rollout does not apply driver upgrades yet",
+    "operator.upgrade-failed": "relabel the node upgrade-required once the cause is fixed "
+    "(--fix plans it where the GPU Operator manages the driver)",
     "operator.driver-library-mismatch": "reload the nvidia kernel module or reboot the node",
     "operator.driver-kernel-mismatch": "reload the nvidia kernel module or reboot the node",
     "runtime.containerd-down": "read containerd's journal and fix its configuration by hand",
@@ -78,10 +86,17 @@ def plan_remedies(diagnosis: Diagnosis, fleet: FleetFacts) -> Remedies:
     problems = [f for f in diagnosis.findings if f.severity is not Severity.INFO]
     shadowed = [f for f in problems if f.check == "runtime.shadowing"]
     profiles = [f for f in problems if f.check == "operator.profile-label-missing-key"]
+    failed = [f for f in problems if f.check == "operator.upgrade-failed"]
     manual: list[tuple[Finding, str]] = []
     plan: dict[str, Any] | None = None
     repaired: list[Finding] = []
-    if shadowed:
+    if failed and _operator_version(fleet):
+        plan, repaired = _upgrade_retry(failed, _operator_version(fleet))
+        manual += [
+            (f, "run `rollout diagnose --fix` again once the failed upgrade is retried")
+            for f in shadowed + profiles
+        ]
+    elif shadowed:
         plan, repaired, left = _containerd_repair(shadowed, fleet)
         manual += left
         # the handlers a shadowing drop-in threw away come back with the repaired table
@@ -113,6 +128,25 @@ def _plan(nodes: list[str], change: Mapping[str, Any], what: str) -> dict[str, A
         "changes": [dict(change)],
         "policy": {"waves": [1], "max_unavailable": 1},
     }
+
+
+def _operator_version(fleet: FleetFacts) -> str:
+    """The driver version the ClusterPolicy asks for, where the operator manages the driver."""
+    driver = OperatorDriver.from_cluster_policy(fleet.cluster.cluster_policy)
+    return driver.version if fleet.cluster.cluster_policy and driver.enabled else ""
+
+
+def _upgrade_retry(findings: list[Finding], version: str) -> tuple[dict[str, Any], list[Finding]]:
+    nodes = sorted({f.node for f in findings if f.node})
+    plan = _plan(
+        nodes,
+        {"driver-upgrade": {"version": version, "mode": "operator", "retry_failed": True}},
+        f"retry the failed driver upgrade to {version}: relabel upgrade-failed -> "
+        "upgrade-required (fix the cause in the evidence first)",
+    )
+    # the failed nodes are down already: each retries at once, in one wave
+    plan["policy"] = {"waves": [len(nodes)], "max_unavailable": len(nodes)}
+    return plan, findings
 
 
 def _containerd_repair(

@@ -17,8 +17,9 @@ UPGRADE_SKIP_LABEL = "nvidia.com/gpu-driver-upgrade.skip"
 UPGRADE_STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
 UPGRADE_DONE = "upgrade-done"
 UPGRADE_FAILED = "upgrade-failed"
+UPGRADE_REQUIRED = "upgrade-required"
 # States in which a node is not being worked on by the upgrade controller.
-IDLE_STATES = frozenset({"", UPGRADE_DONE, "upgrade-required"})
+IDLE_STATES = frozenset({"", UPGRADE_DONE, UPGRADE_REQUIRED})
 CLUSTER_POLICY_TARGET = "ClusterPolicy spec.driver.version"
 
 

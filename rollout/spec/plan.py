@@ -12,6 +12,7 @@ from pydantic import Field, PlainValidator, PrivateAttr, model_validator
 from rollout.errors import InputError, InputErrors, SourceLocation
 from rollout.fieldproblems import FieldProblem, PathPart, describe_value, format_path, sort_errors
 from rollout.inputfile import MAX_INPUT_BYTES
+from rollout.spec.changes.driver import DriverUpgradeChange
 from rollout.spec.changes.entry import Change, ChangeEntry
 from rollout.spec.changes.kind import ChangeKind
 from rollout.spec.changes.registry import DEFAULT_CERTS_DIR
@@ -118,6 +119,12 @@ class Spec(SpecModel):
     def changes_of(self, kind: type[ChangeT]) -> tuple[ChangeT, ...]:
         """The changes of one model class, e.g. `spec.changes_of(RegistryChange)`."""
         return tuple(c for c in self.changes if isinstance(c, kind))
+
+    @property
+    def retries_failed_upgrades(self) -> bool:
+        """The plan's operator-mode driver change relabels its `upgrade-failed` targets
+        `upgrade-required`, so their label does not halt the run (their own step watches them)."""
+        return any(c.retry_failed for c in self.changes_of(DriverUpgradeChange))
 
     @property
     def source(self) -> str:

@@ -21,6 +21,7 @@ back (rollout.steps.driver_operator_plan.operator_run_notes).
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -30,6 +31,7 @@ from rollout.facts.driver_operator import (
     IDLE_STATES,
     UPGRADE_DONE,
     UPGRADE_FAILED,
+    UPGRADE_REQUIRED,
     UPGRADE_SKIP_LABEL,
     UPGRADE_STATE_LABEL,
     OperatorDriver,
@@ -235,7 +237,7 @@ class DriverReleaseStep(OperatorStep):
     kind: ClassVar[str] = "driver.release"
 
     def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
-        return plan_node_work(
+        planned = plan_node_work(
             facts,
             spec,
             self.kind,
@@ -243,17 +245,31 @@ class DriverReleaseStep(OperatorStep):
             "(cordon, GPU pods deleted, driver pod restarted, validation, uncordon; no reboot); "
             "wait for upgrade-done",
         )
+        change = operator_change(spec)
+        if planned.changes and change is not None and _retried(change, facts.labels):
+            return StepPlan.acting(
+                self.kind,
+                f"relabel {UPGRADE_STATE_LABEL} {UPGRADE_FAILED} -> {UPGRADE_REQUIRED} (the "
+                "documented manual fix: the cause must be fixed first); the GPU Operator "
+                f"retries the upgrade to {change.version}; wait for upgrade-done",
+            )
+        return planned
 
     def act(self, ctx: StepContext, change: DriverUpgradeChange) -> StepResult:
         deadline = Deadline(upgrade_timeout_s(ctx.spec), ctx.sleep)
         node = ctx.kube.get_node(ctx.node)
+        release: dict[str, str | None] = {}
         if is_pinned(node.labels):
             if PINNED_BY_ANNOTATION not in node.annotations:
                 return StepResult.noop(
                     f"{UPGRADE_SKIP_LABEL}=true was set before this run: left alone"
                 )
-            self._release(ctx, deadline)
-        else:
+            release[UPGRADE_SKIP_LABEL] = None
+        if _retried(change, node.labels):
+            release[UPGRADE_STATE_LABEL] = UPGRADE_REQUIRED  # the documented manual fix
+        if release:
+            self._release(ctx, deadline, release)
+        else:  # released already (a resumed run): watched, and counted against the budget
             with _release_lock:
                 _released.add(ctx.node)
         try:
@@ -262,22 +278,35 @@ class DriverReleaseStep(OperatorStep):
             with _release_lock:
                 _released.discard(ctx.node)
 
-    def _release(self, ctx: StepContext, deadline: Deadline) -> None:
-        """Remove the skip label once one more node upgrading stays within rollout's
-        max_unavailable; never while a served node is upgrade-failed (it halts the run)."""
+    def _release(
+        self, ctx: StepContext, deadline: Deadline, labels: Mapping[str, str | None]
+    ) -> None:
+        """Remove the skip label (and relabel a retried upgrade-failed node upgrade-required)
+        once one more node upgrading stays within rollout's max_unavailable; never while
+        another served node is upgrade-failed (it halts the run)."""
         while True:
             with _release_lock:
                 if self._budget_free(ctx, deadline):
                     _released.add(ctx.node)
-                    ctx.kube.patch_node_labels(ctx.node, {UPGRADE_SKIP_LABEL: None})
-                    ctx.progress(f"{ctx.node}: driver.release: skip label removed")
+                    ctx.kube.patch_node_labels(ctx.node, labels)
+                    done = ["skip label removed"] if UPGRADE_SKIP_LABEL in labels else []
+                    if UPGRADE_STATE_LABEL in labels:
+                        done.append(f"relabelled {UPGRADE_FAILED} -> {UPGRADE_REQUIRED}")
+                    ctx.progress(f"{ctx.node}: driver.release: {'; '.join(done)}")
                     return
             deadline.sleep(POLL_INTERVAL_S)
 
     def _budget_free(self, ctx: StepContext, deadline: Deadline) -> bool:
         nodes = ctx.kube.list_nodes()
         served = [n for n in nodes if served_by_driver_daemonset(n.labels)]
-        failed = [n.name for n in served if upgrade_state(n.labels) == UPGRADE_FAILED]
+        change = operator_change(ctx.spec)
+        failed = [
+            n.name
+            for n in served
+            if upgrade_state(n.labels) == UPGRADE_FAILED
+            # a target the plan retries is this run's to relabel, not a reason to stop
+            and not (change and change.retry_failed and ctx.spec.targets.includes(n.name, n.labels))
+        ]
         if failed:
             raise StepFailed(
                 ctx.node,
@@ -393,6 +422,11 @@ class DriverConfirmStep(OperatorStep):
 
     def undo(self, ctx: StepContext) -> None:
         """Nothing: confirm only reads."""
+
+
+def _retried(change: DriverUpgradeChange, labels: Mapping[str, str]) -> bool:
+    """The change retries failed targets and this node is one."""
+    return change.retry_failed and upgrade_state(labels) == UPGRADE_FAILED
 
 
 def _busy(node: Node) -> bool:

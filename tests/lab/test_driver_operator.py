@@ -1,7 +1,9 @@
-"""mode: operator end to end on a 5-node lab of its own: rollout pins every node the driver
-DaemonSet serves, changes the ClusterPolicy's version, releases the 4 targets wave by wave
-through the lab's upgrade controller, halts on upgrade-failed, and converges on resume.
-What each node's nvidia-smi reports comes from the driver state its driver pod installed."""
+"""mode: operator end to end on a 5-node lab of the module's own: rollout pins every node the
+driver DaemonSet serves, changes the ClusterPolicy's version, releases the 4 targets wave by
+wave through the lab's upgrade controller, halts on upgrade-failed, and converges on resume;
+then the node left pinned fails its own upgrade, and `diagnose --fix` retries it.
+What each node's nvidia-smi reports comes from the driver state its driver pod installed.
+The tests run in file order on one lab: the second starts where the first leaves it."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from rollout.cli import main
 from rollout.lab.cluster import CONTEXT, Lab
@@ -25,6 +28,7 @@ TARGET = "550.90.07"
 SKIP = "nvidia.com/gpu-driver-upgrade.skip"
 STATE = "nvidia.com/gpu-driver-upgrade-state"
 FAIL_KNOB = "lab.rollout/fail-upgrade"
+GPU = "nvidia.com/gpu"
 TARGETS = ("lab-node-1", "lab-node-2", "lab-node-3", "lab-node-4")
 PINNED = "lab-node-5"
 PLAN = f"""\
@@ -41,9 +45,9 @@ policy:
 """
 
 
-@pytest.fixture
-def lab(tmp_path: Path) -> Iterator[Lab]:
-    with own_lab(tmp_path / "lab", ("1.7",) * 5, gpus=1) as built:
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    with own_lab(tmp_path_factory.mktemp("driver-operator") / "lab", ("1.7",) * 5, gpus=1) as built:
         yield built
 
 
@@ -115,3 +119,56 @@ def test_operator_waves_halt_on_upgrade_failed_and_resume_converges(
         assert smi_version(lab, PINNED) == INSTALLED_DRIVER
         assert report["nodes"]["lab-node-4"]["outcome"] == "succeeded"
         assert any(n.startswith(f"NOT UPGRADED: {PINNED}") for n in report["notes"])
+
+
+def test_diagnose_fix_retries_an_upgrade_the_operator_failed(
+    lab: Lab, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """lab-node-5, left pinned on the old driver by the test above, runs a GPU pod no
+    controller owns: the operator's pod deletion refuses it (podDeletion.force is off), so the
+    node goes upgrade-failed before its driver pod restarts, and the label does not clear
+    itself (the pod is not in sync). diagnose names it; once the pod is gone, --fix's plan
+    relabels the node upgrade-required, the operator finishes, and diagnose is healthy."""
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(PLAN.replace(", ".join(TARGETS), PINNED))
+    notebook = {
+        "metadata": {"name": "notebook"},
+        "spec": {
+            "nodeName": PINNED,
+            "containers": [{"name": "c", "image": "busybox", "resources": {"limits": {GPU: "1"}}}],
+        },
+    }
+    with KubeClient.from_kubeconfig(str(lab.kubeconfig), context=CONTEXT) as kube:
+        kube.create_pod("default", notebook)
+        assert main(apply_args(lab, plan, tmp_path / "state")) == 1
+        assert kube.get_node(PINNED).labels.get(STATE) == "upgrade-failed"
+
+        capsys.readouterr()
+        fix = tmp_path / "fix.yaml"
+        code = main(["diagnose", PINNED, *fleet_args(lab), "--fix", str(fix), "-o", "json"])
+        findings = json.loads(capsys.readouterr().out)["findings"]
+        assert code == 1
+        errors = [f for f in findings if f["severity"] == "error"]
+        assert errors[0]["check"] == "operator.upgrade-failed", errors
+        document = yaml.safe_load(fix.read_text())
+        assert document["targets"] == {"nodes": [PINNED]}
+        assert document["changes"] == [
+            {"driver-upgrade": {"version": TARGET, "mode": "operator", "retry_failed": True}}
+        ]
+
+        # the person fixes the cause; the label stays, the driver pod being out of sync
+        kube.delete_pod("default", "notebook")
+        wait_for(
+            lambda: all(p.name != "notebook" for p in kube.list_pods("default")),
+            60.0,
+            what="the notebook pod to go",
+        )
+        assert kube.get_node(PINNED).labels.get(STATE) == "upgrade-failed"
+
+        assert main(["plan", str(fix), *fleet_args(lab)]) == 0
+        assert "upgrade-failed -> upgrade-required" in capsys.readouterr().out
+        assert main(apply_args(lab, fix, tmp_path / "fix-state")) == 0
+        node = kube.get_node(PINNED)
+        assert node.labels.get(STATE) == "upgrade-done" and not node.unschedulable
+        assert smi_version(lab, PINNED) == TARGET
+        assert main(["diagnose", PINNED, *fleet_args(lab)]) == 0

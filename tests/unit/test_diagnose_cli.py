@@ -191,5 +191,44 @@ def test_fix_leaves_what_needs_a_person(tmp_path: Path, capsys: pytest.CaptureFi
     code, _, err = run(capsys, "--facts", str(facts), "--fix", str(fix))
     assert code == 1
     assert not fix.exists()
-    assert "needs a person: gpu-b-1: operator.upgrade-failed: needs a driver change" in err
+    # no ClusterPolicy in the facts: the driver is not the operator's to retry
+    assert "needs a person: gpu-b-1: operator.upgrade-failed: relabel the node" in err
     assert "nothing rollout can repair" in err
+
+
+def test_fix_retries_a_failed_operator_upgrade_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """upgrade-failed under an operator-managed driver: a driver change to the version the
+    ClusterPolicy asks for, retrying the failed node; the shadowing elsewhere waits (the
+    label would halt its run)."""
+    facts = tmp_path / "f"
+    served = {"nvidia.com/gpu.deploy.driver": "true"}
+    build_facts(
+        facts,
+        all_nodes={**DEFAULTS["all_nodes"], "labels": served},
+        node="gpu-a-2",
+        node_yaml={"labels": {"nvidia.com/gpu-driver-upgrade-state": "upgrade-failed"}},
+        files={
+            "/etc/containerd/conf.d/registry.toml": '[plugins."io.containerd.grpc.v1.cri"'
+            '.registry]\n  config_path = "/etc/containerd/certs.d"\n'
+        },
+        cluster={
+            **DEFAULTS["cluster"],
+            "cluster_policy": {
+                "driver": {"version": "550.90.07", "upgradePolicy": {"autoUpgrade": True}}
+            },
+        },
+    )
+    fix = tmp_path / "fix.yaml"
+    assert run(capsys, "--facts", str(facts), "--fix", str(fix))[0] == 1
+    document = yaml.safe_load(fix.read_text())
+    assert document["targets"] == {"nodes": ["gpu-a-2"]}
+    assert document["changes"] == [
+        {"driver-upgrade": {"version": "550.90.07", "mode": "operator", "retry_failed": True}}
+    ]
+    assert "repairs: gpu-a-2: operator.upgrade-failed" in fix.read_text()
+    assert "gpu-a-2: runtime.shadowing: run `rollout diagnose --fix` again" in fix.read_text()
+    assert main(["plan", str(fix), "--facts", str(facts)]) == 0
+    out = capsys.readouterr().out
+    assert "relabel nvidia.com/gpu-driver-upgrade-state upgrade-failed -> upgrade-required" in out

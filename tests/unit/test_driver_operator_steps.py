@@ -12,7 +12,7 @@ from typing import Any, cast
 import pytest
 
 from rollout.containerd import ConfigFiles, ContainerdVersion
-from rollout.facts import GpuFacts, NodeFacts
+from rollout.facts import ClusterFacts, GpuFacts, NodeFacts
 from rollout.plan import NodePlan
 from rollout.run import Journal
 from rollout.spec import parse_spec
@@ -26,8 +26,7 @@ OLD, NEW = "535.183.01", "550.90.07"
 SKIP = "nvidia.com/gpu-driver-upgrade.skip"
 STATE = "nvidia.com/gpu-driver-upgrade-state"
 SERVED = {"nvidia.com/gpu.deploy.driver": "true"}
-SPEC = parse_spec(
-    f"""\
+SPEC_TEXT = f"""\
 apiVersion: rollout/v1
 kind: Plan
 metadata: {{name: unit}}
@@ -35,9 +34,8 @@ targets: {{nodes: [n1, n2]}}
 changes:
   - driver-upgrade: {{version: "{NEW}", mode: operator, upgrade_timeout_s: 60}}
 policy: {{max_unavailable: 1}}
-""",
-    "unit.yaml",
-)
+"""
+SPEC = parse_spec(SPEC_TEXT, "unit.yaml")
 
 
 class FakeCluster:
@@ -220,6 +218,41 @@ def test_no_release_while_a_served_node_is_upgrade_failed(
     with pytest.raises(StepFailed, match=r"n3 nvidia\.com/gpu-driver-upgrade-state=upgrade-failed"):
         DriverReleaseStep().apply(context(cluster, journal, "n2"))
     assert cluster.nodes["n2"].labels[SKIP] == "true"
+
+
+RETRY = parse_spec(
+    SPEC_TEXT.replace("upgrade_timeout_s: 60", "upgrade_timeout_s: 60, retry_failed: true")
+    # the failed nodes are down already: each counts against the budget
+    .replace("max_unavailable: 1", "max_unavailable: 2"),
+    "retry.yaml",
+)
+
+
+def test_retry_relabels_a_failed_target_and_watches_it_to_done(
+    cluster: FakeCluster, journal: Journal
+) -> None:
+    """The documented fix: upgrade-failed -> upgrade-required; a failed target of the same
+    plan (n2) does not hold the release, a failed node outside it (n3) does."""
+    cluster.policy["spec"]["driver"]["version"] = NEW
+    cluster.patch_node_labels("n1", {STATE: "upgrade-failed"})
+    cluster.patch_node_labels("n2", {STATE: "upgrade-failed"})
+    ctx = replace(context(cluster, journal, "n1"), spec=RETRY)
+    facts = replace(ctx.facts, labels=dict(cluster.nodes["n1"].labels))
+    planned = DriverReleaseStep().plan(facts, ClusterFacts(), RETRY)
+    assert (planned.action or "").startswith(f"relabel {STATE} upgrade-failed -> upgrade-required")
+    cluster.writes.clear()
+    cluster.on_read["n1"] = [
+        {},
+        {STATE: "upgrade-required"},
+        {STATE: "pod-restart-required"},
+        {STATE: "upgrade-done"},
+    ]
+    result = DriverReleaseStep().apply(ctx)
+    assert cluster.writes[0] == f"label n1 {{'{STATE}': 'upgrade-required'}}"
+    assert "upgrade-required -> pod-restart-required -> upgrade-done" in result.detail
+    cluster.patch_node_labels("n3", {STATE: "upgrade-failed"})
+    with pytest.raises(StepFailed, match=r"n3 nvidia\.com/gpu-driver-upgrade-state=upgrade-failed"):
+        DriverReleaseStep().apply(replace(context(cluster, journal, "n2"), spec=RETRY))
 
 
 def test_release_waits_for_max_unavailable(cluster: FakeCluster, journal: Journal) -> None:

@@ -156,6 +156,26 @@ def test_upgrade_failed_label_halts_before_the_next_node(tmp_path: Path) -> None
     assert log.calls == []  # halted before the first step of the first node
 
 
+def test_a_plan_retrying_failed_upgrades_is_not_halted_by_its_own_targets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A retry plan's driver.release relabels and watches its targets' upgrade-failed; a node
+    outside the plan still halts the run."""
+    plan, spec, cluster, _, journal, steps = setup(tmp_path)
+    monkeypatch.setattr(type(spec), "retries_failed_upgrades", property(lambda _: True))
+    cluster.nodes["gpu-b-1"].labels["nvidia.com/gpu-driver-upgrade-state"] = "upgrade-failed"
+    report = make_executor(plan, spec, cluster, journal, steps).run()
+    assert report.outcome is RunOutcome.SUCCEEDED
+    cluster.nodes["gpu-z-9"] = FakeNode("gpu-z-9")
+    cluster.nodes["gpu-z-9"].labels["nvidia.com/gpu-driver-upgrade-state"] = "upgrade-failed"
+    plan, _, _, _, journal, steps = setup(tmp_path / "again")
+    report = make_executor(plan, spec, cluster, journal, steps).run()
+    assert report.outcome is RunOutcome.HALTED
+    assert report.halt_reason == (
+        "halt label on gpu-z-9 (nvidia.com/gpu-driver-upgrade-state=upgrade-failed)"
+    )
+
+
 def test_budget_counts_nodes_already_unavailable(tmp_path: Path) -> None:
     plan, spec, cluster, log, journal, steps = setup(tmp_path)
     cluster.nodes["gpu-b-1"].unschedulable = True  # cordoned by hand, max_unavailable 1

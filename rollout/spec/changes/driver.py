@@ -10,7 +10,7 @@ from pydantic import AfterValidator, Field, PlainValidator, model_validator
 
 from rollout.fieldproblems import FieldProblem, describe_value
 from rollout.spec.changes.kind import ChangeKind
-from rollout.spec.fieldtypes import Int, SpecModel, Str
+from rollout.spec.fieldtypes import Bool, Int, SpecModel, Str
 
 _DRIVER_VERSION = re.compile(r"^[0-9]{3}\.[0-9]{1,3}\.[0-9]{1,3}$")
 _DEB_PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
@@ -64,6 +64,10 @@ class DriverUpgradeChange(SpecModel):
     # mode: operator only: how long one node may take through the GPU Operator's upgrade
     # states, from its skip label's removal to upgrade-done (docs/drivers-operator.md)
     upgrade_timeout_s: Annotated[Int, Field(ge=60, le=MAX_OPERATOR_UPGRADE_TIMEOUT_S)] | None = None
+    # mode: operator only: a target the GPU Operator left `upgrade-failed` is relabelled
+    # `upgrade-required` (the documented manual fix) instead of halting the run; written by
+    # `rollout diagnose --fix` once the cause is fixed
+    retry_failed: Bool = False
 
     @model_validator(mode="after")
     def _check_packages(self) -> DriverUpgradeChange:
@@ -77,6 +81,11 @@ class DriverUpgradeChange(SpecModel):
             raise FieldProblem(
                 "`upgrade_timeout_s` applies only to mode: operator",
                 hint="host mode's timeouts are under policy.driver; remove upgrade_timeout_s",
+            )
+        if self.mode is DriverMode.HOST and self.retry_failed:
+            raise FieldProblem(
+                "`retry_failed` applies only to mode: operator",
+                hint="host mode has no upgrade-failed state to retry; remove retry_failed",
             )
         if self.mode is DriverMode.HOST and self.packages == ():
             raise FieldProblem("mode: host needs at least one package in `packages`")
