@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from rollout.commands import DEFAULT_TIMEOUT_S, CommandResult
+from rollout.commands import CommandResult
 from rollout.diagnose import diagnose
 from rollout.diagnose.finding import Finding
 from rollout.facts import ClusterFacts, FleetFacts
@@ -33,6 +33,7 @@ from rollout.transports.kube import (
     RuntimeClass,
     Taint,
 )
+from tests.fakes import ScriptedRunner
 from tests.unit.diagnose_facts import EXAMPLES, NOW
 
 MAIN = (EXAMPLES / "gpu-a-2/files/etc/containerd/config.toml").read_text()
@@ -40,27 +41,19 @@ TOOLKIT = (EXAMPLES / "gpu-a-2/files/etc/containerd/conf.d/99-nvidia.toml").read
 FILES = f"/etc/containerd/config.toml\0{MAIN}\0/etc/containerd/conf.d/99-nvidia.toml\0{TOOLKIT}\0"
 
 
-@dataclass
-class ScriptedRunner:
-    """Answers each command by its first words; anything else exits 127."""
+@dataclass(kw_only=True)
+class LineRunner(ScriptedRunner):
+    """Answers each command by the first words of its command line; anything else exits 127."""
 
+    name: str = "gpu-a-2"
     answers: Mapping[str, tuple[int, str]]
-    host: str = "gpu-a-2"
-    ran: list[str] = field(default_factory=list)
 
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        stdin: bytes | None = None,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
-    ) -> CommandResult:
+    def answer(self, argv: tuple[str, ...], stdin: bytes | None, timeout_s: float) -> CommandResult:
         line = " ".join(argv)
-        self.ran.append(line)
         for prefix, (code, out) in self.answers.items():
             if line.startswith(prefix):
-                return CommandResult(tuple(argv), code, out, "boom" if code else "", self.host)
-        return CommandResult(tuple(argv), 127, "", "not found", self.host)
+                return CommandResult(argv, code, out, "boom" if code else "", self.host)
+        return CommandResult(argv, 127, "", "not found", self.host)
 
 
 NODE = Node(
@@ -79,8 +72,8 @@ BASE = {
 
 
 def test_a_stopped_containerd_is_a_finding_not_a_failed_probe() -> None:
-    runner = ScriptedRunner(
-        {
+    runner = LineRunner(
+        answers={
             **BASE,
             "systemctl show containerd": (
                 0,
@@ -109,8 +102,8 @@ def test_a_stopped_containerd_is_a_finding_not_a_failed_probe() -> None:
 
 
 def test_no_nvidia_smi_and_no_log_reader_say_nothing() -> None:
-    runner = ScriptedRunner(
-        {
+    runner = LineRunner(
+        answers={
             **BASE,
             "systemctl show containerd": (
                 0,
@@ -209,7 +202,7 @@ class FakeKube:
 
 
 def diagnose_live(kube: FakeKube) -> list[Finding]:
-    runner = ScriptedRunner(RUNNING)
+    runner = LineRunner(answers=RUNNING)
     fleet, unreachable = gather_diagnosis_facts({"gpu-a-2": runner}, kube)  # type: ignore[arg-type]
     assert unreachable == {}
     return list(diagnose(fleet, NOW).findings)

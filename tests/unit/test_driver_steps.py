@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import shlex
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
 
-from rollout.commands import DEFAULT_TIMEOUT_S, CommandResult
+from rollout.commands import CommandResult
 from rollout.containerd import ConfigFiles, ContainerdVersion
 from rollout.executor import Executor
 from rollout.facts import ClusterFacts, FleetFacts, GpuFacts, NodeFacts
@@ -27,6 +27,7 @@ from rollout.steps.base import StepContext, StepFailed
 from rollout.steps.driver_host import PAUSED
 from rollout.transports.errors import SshConnectError
 from rollout.transports.kube import KubeClient, Node, Pod
+from tests.fakes import ScriptedRunner
 
 NODE = "gpu-1"
 OLD, NEW, BROKEN = "535.183.01", "550.127.05", "560.35.03"
@@ -35,8 +36,8 @@ DEVICE_PLUGIN = "nvidia.com/gpu.deploy.device-plugin"
 DCGM = "nvidia.com/gpu.deploy.dcgm"
 
 
-@dataclass
-class FakeHost:
+@dataclass(kw_only=True)
+class FakeHost(ScriptedRunner):
     """A node with a host-installed driver: packages, holds, loaded modules, GPU clients."""
 
     installed: str = OLD
@@ -52,32 +53,20 @@ class FakeHost:
     boot_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     reboots: int = 0
     down_polls: int = 0  # SSH answers nothing for this many commands after a reboot
-    calls: list[tuple[str, ...]] = field(default_factory=list)
 
-    @property
-    def host(self) -> str:
-        return NODE
-
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        stdin: bytes | None = None,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
-    ) -> CommandResult:
-        argv = tuple(argv)
-        self.calls.append(argv)
+    def answer(self, argv: tuple[str, ...], stdin: bytes | None, timeout_s: float) -> CommandResult:
         if self.down_polls > 0:
             self.down_polls -= 1
             raise SshConnectError(NODE, "root@gpu-1", "cannot connect: connection refused")
-        code, out = self.answer(argv)
+        code, out = self.respond(argv)
         return CommandResult(argv, code, out, "", NODE)
 
     def held_by(self) -> int:
         """References on `nvidia` from processes: a holder, and each running GPU client."""
         return self.holders + sum(self.services.values())
 
-    def answer(self, argv: tuple[str, ...]) -> tuple[int, str]:
+    def respond(self, argv: tuple[str, ...]) -> tuple[int, str]:
+        """The exit code and stdout the real tool gives, after changing the node as it would."""
         line = shlex.join(argv)
         if "nvidia-smi --query-gpu=driver_version" in line:
             if self.loaded is None:
@@ -405,7 +394,7 @@ def test_a_reboot_resumed_after_a_kill_waits_instead_of_rebooting_again(tmp_path
     before = host.boot_id
     # the first attempt: boot id saved, reboot requested, then the process is killed
     journal.save_step_data(NODE, "driver.reload", {"reboot": {"boot_before": before}})
-    host.answer(("systemctl", "reboot"))
+    host.respond(("systemctl", "reboot"))
     result = builtin_steps()["driver.reload"].apply(ctx)
     assert host.reboots == 1, "a resumed wait must not reboot again"
     assert result.kind.value == "done" and before[:8] in result.detail
@@ -416,7 +405,7 @@ def test_a_reboot_that_never_comes_back_times_out_naming_the_stage(tmp_path: Pat
     spec = make_spec("reboot", extra=", reboot_timeout_s: 30")
     journal = Journal.create(tmp_path, "unit", "{}")
     journal.save_step_data(NODE, "driver.unload", {"stopped": [], "reboot": True})
-    host.answer = lambda argv, real=host.answer: (  # type: ignore[method-assign]
+    host.respond = lambda argv, real=host.respond: (  # type: ignore[method-assign]
         (0, "") if argv == ("systemctl", "reboot") else real(argv)
     )
     ctx = StepContext(NODE, NodePlan(NODE, "1.7.24", ()), node_facts(host, spec), spec,
