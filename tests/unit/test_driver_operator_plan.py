@@ -6,12 +6,12 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from rollout.cli.render import make_console, plan_to_json, plan_to_markdown, print_plan_text
-from rollout.containerd import ConfigFiles, ContainerdVersion
 from rollout.facts import ClusterFacts, FleetFacts, GpuFacts, NodeFacts
 from rollout.facts.driver_operator_live import with_operator_kernels
 from rollout.plan import Plan
@@ -25,6 +25,7 @@ from rollout.steps.driver_operator_plan import (
     operator_run_notes,
 )
 from tests.fakes import ScriptedRunner
+from tests.node_facts import containerd_node
 
 OLD, NEW = "535.183.01", "550.90.07"
 SKIP = "nvidia.com/gpu-driver-upgrade.skip"
@@ -51,13 +52,8 @@ def node(
     annotations: Mapping[str, str] | None = None,
     unschedulable: bool = False,
 ) -> NodeFacts:
-    return NodeFacts(
-        name=name,
-        containerd=ContainerdVersion.from_series("1.7.24"),
-        config_files=ConfigFiles(
-            main_path="/etc/containerd/config.toml",
-            files={"/etc/containerd/config.toml": "version = 2\n"},
-        ),
+    return replace(
+        containerd_node(name),
         labels=dict(labels),
         annotations=dict(annotations or {}),
         unschedulable=unschedulable,

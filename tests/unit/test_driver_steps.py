@@ -13,7 +13,6 @@ from typing import Any, cast
 import pytest
 
 from rollout.commands import CommandResult
-from rollout.containerd import ConfigFiles, ContainerdVersion
 from rollout.executor import Executor
 from rollout.facts import ClusterFacts, FleetFacts, GpuFacts, NodeFacts
 from rollout.facts.driver_host import read_driver_host
@@ -28,6 +27,7 @@ from rollout.steps.driver_host import PAUSED
 from rollout.transports.errors import SshConnectError
 from rollout.transports.kube import KubeClient, Node, Pod
 from tests.fakes import ScriptedRunner
+from tests.node_facts import containerd_node
 
 NODE = "gpu-1"
 OLD, NEW, BROKEN = "535.183.01", "550.127.05", "560.35.03"
@@ -229,12 +229,8 @@ def make_spec(reload: str = "modules", version: str = NEW, extra: str = "") -> S
 
 def node_facts(host: FakeHost, spec: Spec) -> NodeFacts:
     change_packages = (PACKAGE,)
-    return NodeFacts(
-        name=NODE,
-        containerd=ContainerdVersion.from_series("1.7.24"),
-        config_files=ConfigFiles(
-            "/etc/containerd/config.toml", {"/etc/containerd/config.toml": ""}
-        ),
+    return replace(
+        containerd_node(NODE, config=""),
         labels=dict(LABELS),
         gpus=GpuFacts(count=0, driver_version=host.installed),
         driver_host=read_driver_host(cast(Any, host), change_packages, NEW),

@@ -13,18 +13,17 @@ from typing import Any
 import pytest
 
 from rollout.containerd import (
-    ConfigFiles,
     ContainerdVersion,
     CriSetting,
     SettingTypeError,
     UnknownCriSetting,
     place_setting,
 )
-from rollout.facts import NodeFacts
 from rollout.facts.model import NodeFactsError
 from rollout.spec.plan import parse_spec
 from rollout.steps.containerd_changes import plan_containerd
 from tests.hostile import EXAMPLE_FACTS, HostileCase, case_id, run_case
+from tests.node_facts import containerd_node
 
 V16, V17, V21 = "gpu-a-1", "gpu-a-2", "gpu-b-1"  # the example nodes of each series
 HEAD = """\
@@ -309,13 +308,7 @@ LIVE_BROKEN = [
 def test_a_live_nodes_broken_config_names_the_node_and_file(
     text: str, where: str, says: str
 ) -> None:
-    node = NodeFacts(
-        name="gpu-9",
-        containerd=ContainerdVersion.from_series("1.7.24"),
-        config_files=ConfigFiles(
-            "/etc/containerd/config.toml", {"/etc/containerd/config.toml": text}
-        ),
-    )
+    node = containerd_node("gpu-9", config=text)
     spec = parse_spec(settings_plan("gpu-9", "enable_cdi", "true"), "plan.yaml")
     with pytest.raises(NodeFactsError) as info:
         plan_containerd(spec, node)

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from rollout.cli import main
-from rollout.containerd import ConfigFiles, ContainerdVersion
 from rollout.errors import InputError
 from rollout.facts import ClusterFacts, NodeFacts
 from rollout.lab.simulation.profiles import ProfileError, parse_profile, select_profile
@@ -28,6 +27,7 @@ from rollout.steps.profile_changes import (
     plan_publication,
 )
 from tests.examples import FACTS
+from tests.node_facts import containerd_node
 from tests.planning import time_slicing_plan
 
 REF = "gpu-operator/time-slicing-config"
@@ -176,14 +176,7 @@ def test_a_policy_pointing_at_another_configmap_is_refused() -> None:
 
 
 def node(labels: Mapping[str, str]) -> NodeFacts:
-    return NodeFacts(
-        name="gpu-a-2",
-        containerd=ContainerdVersion.from_series("1.7.24"),
-        config_files=ConfigFiles(
-            "/etc/containerd/config.toml", {"/etc/containerd/config.toml": "version = 2\n"}
-        ),
-        labels=dict(labels),
-    )
+    return replace(containerd_node("gpu-a-2"), labels=dict(labels))
 
 
 def test_a_node_labelled_with_a_profile_the_configmap_lacks_is_refused() -> None:

@@ -17,8 +17,6 @@ from rollout.retry import (
     retry_kind,
     watch_retries,
 )
-from rollout.steps.base import StepResultKind
-from rollout.steps.systemd import SystemdRestart
 from rollout.transports.errors import (
     Conflict,
     KubeUnreachable,
@@ -33,8 +31,6 @@ from rollout.transports.idempotence import (
     classify_request,
 )
 from rollout.transports.kube.calls import JsonCalls, retryable_blindly
-from tests.fakes import ScriptedRunner
-from tests.unit.test_steps_node import dropped, make_context, show
 
 IDEMPOTENT, CHECKED = Idempotence.IDEMPOTENT, Idempotence.CHECKED
 
@@ -156,27 +152,6 @@ def test_guarded_rechecks_before_each_retry_and_stops_when_done() -> None:
 
 def test_request_policy_has_jitter_and_a_deadline() -> None:
     assert REQUEST_POLICY.jitter > 0 and REQUEST_POLICY.deadline_s <= 60
-
-
-def test_a_restart_is_rechecked_against_the_mainpid_before_a_retry(tmp_path: Path) -> None:
-    """The answer of `systemctl restart` lost, and no write time to compare with: the MainPID
-    recorded before the restart is gone, so the retry does not restart containerd again."""
-    runner = (
-        ScriptedRunner()
-        .on(
-            ["systemctl", "show"],
-            show(37, at="Sun 2026-11-29 23:38:01 UTC"),
-            show(37, at="Sun 2026-11-29 23:38:01 UTC"),
-            show(88, at="Sun 2026-11-29 23:40:00 UTC"),
-        )
-        .on(["systemctl", "restart"], dropped)
-    )
-    ctx = make_context(tmp_path, runner)
-    policy = RetryPolicy(attempts=3, first_wait_s=0)
-    result = call_with_policy(lambda: SystemdRestart().apply(ctx), policy, sleep=lambda _: None)
-    assert result.kind is StepResultKind.NOOP
-    assert "MainPID 37 -> active/running MainPID=88" in result.detail
-    assert sum(1 for call in runner.calls if call[:2] == ("systemctl", "restart")) == 1
 
 
 def test_an_error_a_final_policy_gave_up_on_is_not_retried_again_outside() -> None:

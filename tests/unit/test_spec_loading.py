@@ -15,6 +15,7 @@ from rollout.spec import (
     NodeAmount,
     OnFailure,
     RegistryChange,
+    Spec,
     TimeSlicingChange,
     Weekday,
     load_spec,
@@ -23,6 +24,13 @@ from rollout.spec import (
 
 DATA = Path(__file__).parent / "data" / "spec"
 MINIMAL = (DATA / "valid" / "minimal.yaml").read_text()
+
+
+def spec_with_change(change: str) -> Spec:
+    """The minimal plan with `change` (one YAML line) instead of its containerd change."""
+    return parse_spec(
+        MINIMAL.replace("  - containerd: {settings: {enable_cdi: true}}", f"  - {change}"), "p"
+    )
 
 
 def errors_of(text: str, name: str = "plan.yaml") -> str:
@@ -170,12 +178,8 @@ def test_defaults() -> None:
 
 
 def test_registry_defaults() -> None:
-    spec = parse_spec(
-        MINIMAL.replace(
-            "  - containerd: {settings: {enable_cdi: true}}",
-            "  - registry: {host: r.example.com, endpoints: [{url: 'https://m.example.com'}]}",
-        ),
-        "p",
+    spec = spec_with_change(
+        "registry: {host: r.example.com, endpoints: [{url: 'https://m.example.com'}]}"
     )
     (registry,) = spec.changes_of(RegistryChange)
     assert registry.config_path == "/etc/containerd/certs.d"
@@ -200,13 +204,7 @@ def test_operator_driver_and_time_slicing_defaults() -> None:
 
 
 def test_time_slicing_profile_without_sharing_shares_nothing() -> None:
-    spec = parse_spec(
-        MINIMAL.replace(
-            "  - containerd: {settings: {enable_cdi: true}}",
-            "  - time-slicing: {profile: whole, config: {version: v1}}",
-        ),
-        "p",
-    )
+    spec = spec_with_change("time-slicing: {profile: whole, config: {version: v1}}")
     (change,) = spec.changes_of(TimeSlicingChange)
     assert change.config_document() == {"version": "v1"}
     assert change.replicas_for("nvidia.com/gpu") == 1
@@ -214,13 +212,7 @@ def test_time_slicing_profile_without_sharing_shares_nothing() -> None:
 
 
 def test_host_driver_default_package() -> None:
-    spec = parse_spec(
-        MINIMAL.replace(
-            "  - containerd: {settings: {enable_cdi: true}}",
-            "  - driver-upgrade: {version: '535.154.05', mode: host}",
-        ),
-        "p",
-    )
+    spec = spec_with_change("driver-upgrade: {version: '535.154.05', mode: host}")
     assert spec.changes_of(DriverUpgradeChange)[0].apt_packages == ("nvidia-driver",)
 
 

@@ -11,7 +11,6 @@ from typing import Any, cast
 import pytest
 import yaml
 
-from rollout.containerd import ConfigFiles, ContainerdVersion
 from rollout.facts import GpuFacts, NodeFacts
 from rollout.plan import NodePlan
 from rollout.run import Journal
@@ -53,6 +52,7 @@ from rollout.transports.kube import (
     Pod,
 )
 from rollout.transports.local import LocalRunner
+from tests.node_facts import containerd_node
 
 NODE = "gpu-1"
 UUIDS = ("GPU-11111111-2222-3333-4444-555555555555", "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee")
@@ -82,13 +82,8 @@ def make_spec(*, slicing: bool = False, rename: bool = False, policy: str = "") 
 
 
 def make_facts(labels: Mapping[str, str] | None = None, gpus: int = 2) -> NodeFacts:
-    return NodeFacts(
-        name=NODE,
-        containerd=ContainerdVersion.from_series("1.7.24"),
-        config_files=ConfigFiles(
-            main_path="/etc/containerd/config.toml",
-            files={"/etc/containerd/config.toml": "version = 2\n"},
-        ),
+    return replace(
+        containerd_node(NODE),
         labels=dict(labels or {}),
         gpus=GpuFacts(count=gpus, product="NVIDIA A100-SXM4-40GB", uuids=UUIDS[:gpus]),
     )

@@ -509,9 +509,21 @@ def test_verify_succeeds_when_the_retry_policy_tries_again(tmp_path: Path) -> No
     assert sum(1 for call in runner.calls if "rollout-dump" in call) == 2
 
 
-def test_a_restart_whose_answer_was_lost_is_not_repeated(tmp_path: Path) -> None:
-    """systemctl restart ran, the connection dropped before its answer: the retry finds the
-    new process started after the write and does not restart containerd again."""
+@pytest.mark.parametrize(
+    ("written_at", "says"),
+    [
+        # the retry finds the new process started after the write
+        ("2026-11-29T23:39:00+00:00", "already restarted"),
+        # no write time to compare with: the MainPID recorded before the restart is gone
+        (None, "MainPID 37 -> active/running MainPID=88"),
+    ],
+    ids=["started-after-the-write", "mainpid-changed"],
+)
+def test_a_restart_whose_answer_was_lost_is_not_repeated(
+    tmp_path: Path, written_at: str | None, says: str
+) -> None:
+    """systemctl restart ran, the connection dropped before its answer: the retry sees that
+    containerd restarted and does not restart it again."""
     runner = (
         ScriptedRunner()
         .on(
@@ -523,10 +535,11 @@ def test_a_restart_whose_answer_was_lost_is_not_repeated(tmp_path: Path) -> None
         .on(["systemctl", "restart"], dropped)
     )
     ctx = make_context(tmp_path, runner)
-    ctx.save_data("containerd.write", {"written_at": "2026-11-29T23:39:00+00:00"})
+    if written_at is not None:
+        ctx.save_data("containerd.write", {"written_at": written_at})
     policy = RetryPolicy(attempts=3, first_wait_s=0)
     result = call_with_policy(lambda: SystemdRestart().apply(ctx), policy, sleep=lambda _: None)
-    assert result.kind is StepResultKind.NOOP and "already restarted" in result.detail
+    assert result.kind is StepResultKind.NOOP and says in result.detail
     assert sum(1 for call in runner.calls if call[:2] == ("systemctl", "restart")) == 1
 
 
