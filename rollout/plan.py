@@ -216,7 +216,7 @@ def _redact_effective(change: EffectiveChange) -> EffectiveChange:
 
 def plan_to_data(plan: Plan) -> dict[str, Any]:
     """The plan as plain JSON-able data: every dataclass field, nothing derived."""
-    data: dict[str, Any] = _to_data(plan)
+    data: dict[str, Any] = to_data(plan)
     return data
 
 
@@ -226,13 +226,14 @@ def plan_from_data(data: Mapping[str, Any]) -> Plan:
     return plan
 
 
-def _to_data(value: Any) -> Any:
+def to_data(value: Any) -> Any:
+    """Any part of a plan as plain JSON-able data (plan_to_data's conversion)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _to_data(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {f.name: to_data(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, tuple | list):
-        return [_to_data(v) for v in value]
+        return [to_data(v) for v in value]
     if isinstance(value, Mapping):
-        return {str(k): _to_data(v) for k, v in value.items()}
+        return {str(k): to_data(v) for k, v in value.items()}
     return value
 
 

@@ -6,6 +6,7 @@ Part of the CLI layer, the only one that imports rich: everything else hands it 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import html
 import io
@@ -22,7 +23,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from rollout.executor import RunReport
-from rollout.plan import DriverChange, NodePlan, Plan, plan_to_data, redact_plan
+from rollout.plan import DriverChange, NodePlan, Plan, StepPlan, plan_to_data, redact_plan, to_data
 
 SCHEMA_VERSION = 1
 MAX_EFFECTIVE_LINES = 12
@@ -323,23 +324,179 @@ def plan_to_json(plan: Plan, forecast: Mapping[str, object] | None = None) -> st
 
 
 # Encoded pieces written at once: a fleet's JSON is written as it is encoded, never held whole
-# (10,000 nodes make 170 MB of text, and millions of pieces before they are joined).
-JSON_PIECES_PER_WRITE = 16384
+# (10,000 nodes make 170 MB of text). A piece is at most a node's text (17 KB in the examples).
+JSON_PIECES_PER_WRITE = 64
+_INDENT = "  "
 
 
 def write_plan_json(
     plan: Plan, stream: TextIO, forecast: Mapping[str, object] | None = None
 ) -> None:
-    """plan_to_json's text, written to `stream` as it is encoded."""
-    encoder = json.JSONEncoder(indent=2, sort_keys=False, default=str)
-    pieces: list[str] = []
-    for piece in encoder.iterencode(_plan_json_data(plan, forecast)):
-        pieces.append(piece)
-        if len(pieces) >= JSON_PIECES_PER_WRITE:
-            stream.write("".join(pieces))
-            pieces.clear()
-    pieces.append("\n")
+    """plan_to_json's text, written to `stream` as it is encoded.
+
+    The text is `json.dumps(_plan_json_data(plan, forecast), indent=2, default=str)`'s,
+    written node by node: copies of a node share their parts (the planner's memo), so each
+    shared part is encoded once (_NodeJson) instead of once per node.
+    """
+    plan = redact_plan(plan)
+    # the plan's fields as plan_to_data makes them, then what _plan_json_data adds as it is
+    top = {
+        f.name: None if f.name == "waves" else to_data(getattr(plan, f.name))
+        for f in dataclasses.fields(plan)
+    }
+    top["schema_version"] = SCHEMA_VERSION
+    top["has_changes"] = plan.has_changes
+    if forecast is not None:
+        top["forecast"] = dict(forecast)
+    nodes = _NodeJson()
+    pieces: list[str] = ["{"]
+    for index, (key, value) in enumerate(top.items()):
+        pieces.append(("," if index else "") + "\n" + _INDENT + json_text(key, 1) + ": ")
+        if key != "waves" or not plan.waves:
+            pieces.append(json_text([] if key == "waves" else value, 1))
+            continue
+        pieces.append("[")
+        for wave_index, wave in enumerate(plan.waves):
+            pieces.append(("," if wave_index else "") + "\n" + _INDENT * 2)
+            for field_index, f in enumerate(dataclasses.fields(wave)):
+                field = getattr(wave, f.name)
+                name = (
+                    ("{" if field_index == 0 else ",") + "\n" + _INDENT * 3 + json_text(f.name, 3)
+                )
+                if f.name != "nodes" or not field:
+                    pieces.append(name + ": " + json_text(to_data(field), 3))
+                    continue
+                pieces.append(name + ": [")
+                for node_index, node in enumerate(field):
+                    pieces.append(("," if node_index else "") + "\n" + _INDENT * 4)
+                    pieces.append(nodes.text(node, 4))
+                    if len(pieces) >= JSON_PIECES_PER_WRITE:
+                        stream.write("".join(pieces))
+                        pieces.clear()
+                pieces.append("\n" + _INDENT * 3 + "]")
+            pieces.append("\n" + _INDENT * 2 + "}")
+        pieces.append("\n" + _INDENT + "]")
+    pieces.append("\n}\n")
     stream.write("".join(pieces))
+
+
+class _NodeJson:
+    """A node's JSON text in write_plan_json: its shared parts encoded once per write.
+
+    The containerd parts (files, effective changes, shadowing, repairs) are the planner's
+    memo's tuples, shared by every copy of a node: encoded once per object (kept alive here,
+    so no id is reused while the text is). Steps are fresh per node but repeat by value;
+    StepPlan's fields are strings, so equal steps are the same text.
+    """
+
+    SHARED = ("files", "effective_changes", "shadowing", "repairs")
+
+    def __init__(self) -> None:
+        self._by_id: dict[tuple[str, int, int], tuple[object, str]] = {}
+        self._steps: dict[tuple[int, tuple[StepPlan, ...]], str] = {}
+
+    def text(self, node: NodePlan, level: int) -> str:
+        inner = "\n" + _INDENT * (level + 1)
+        pieces = ["{"]
+        for index, f in enumerate(dataclasses.fields(node)):
+            value = getattr(node, f.name)
+            if f.name in self.SHARED:
+                shown = self._shared(f.name, value, level + 1)
+            elif f.name == "steps":
+                shown = self._steps_text(value, level + 1)
+            else:
+                shown = json_text(to_data(value), level + 1)
+            pieces.append(("," if index else "") + inner + json_text(f.name, 0) + ": " + shown)
+        pieces.append("," + inner + '"changes": ' + json_text(node.changes, 0))
+        pieces.append("\n" + _INDENT * level + "}")
+        return "".join(pieces)
+
+    def _shared(self, name: str, value: tuple[Any, ...], level: int) -> str:
+        key = (name, id(value), level)
+        hit = self._by_id.get(key)
+        if hit is None or hit[0] is not value:
+            data = to_data(value)
+            if name == "files":
+                for file_data, change in zip(data, value, strict=True):
+                    file_data["action"] = change.action
+                    file_data["diff"] = change.unified_diff()
+            hit = self._by_id[key] = (value, json_text(data, level))
+        return hit[1]
+
+    def _steps_text(self, steps: tuple[StepPlan, ...], level: int) -> str:
+        key = (level, steps)
+        text = self._steps.get(key)
+        if text is None:
+            text = self._steps[key] = json_text(to_data(steps), level)
+        return text
+
+
+def json_text(value: Any, level: int) -> str:
+    """`json.dumps(value, indent=2, default=str)` of plain data, as if nested `level` deep."""
+    pieces: list[str] = []
+    _append_json(value, level, pieces)
+    return "".join(pieces)
+
+
+def _append_json(value: Any, level: int, out: list[str]) -> None:
+    # the json module's own order of checks (json.encoder._make_iterencode), so that a bool
+    # is never taken for an int nor a str subclass for anything but a str
+    if isinstance(value, str):
+        out.append(json.encoder.encode_basestring_ascii(value))
+    elif value is None:
+        out.append("null")
+    elif value is True:
+        out.append("true")
+    elif value is False:
+        out.append("false")
+    elif isinstance(value, int):
+        out.append(int.__repr__(value))
+    elif isinstance(value, float):
+        out.append(_float_text(value))
+    elif isinstance(value, list | tuple):
+        if not value:
+            out.append("[]")
+            return
+        inner = "\n" + _INDENT * (level + 1)
+        for index, item in enumerate(value):
+            out.append(("[" if index == 0 else ",") + inner)
+            _append_json(item, level + 1, out)
+        out.append("\n" + _INDENT * level + "]")
+    elif isinstance(value, dict):
+        if not value:
+            out.append("{}")
+            return
+        inner = "\n" + _INDENT * (level + 1)
+        for index, (key, item) in enumerate(value.items()):
+            out.append(("{" if index == 0 else ",") + inner + _key_text(key) + ": ")
+            _append_json(item, level + 1, out)
+        out.append("\n" + _INDENT * level + "}")
+    else:  # default=str
+        _append_json(str(value), level, out)
+
+
+def _float_text(value: float) -> str:
+    if value != value:
+        return "NaN"
+    if value == float("inf"):
+        return "Infinity"
+    if value == float("-inf"):
+        return "-Infinity"
+    return float.__repr__(value)
+
+
+def _key_text(key: object) -> str:
+    if isinstance(key, str):
+        text = key
+    elif isinstance(key, float):
+        text = _float_text(key)
+    elif key is True or key is False or key is None:
+        text = json.dumps(key)
+    elif isinstance(key, int):
+        text = int.__repr__(key)
+    else:
+        raise TypeError(f"keys must be str, int, float, bool or None, not {type(key).__name__}")
+    return json.encoder.encode_basestring_ascii(text)
 
 
 def _plan_json_data(plan: Plan, forecast: Mapping[str, object] | None) -> dict[str, Any]:

@@ -285,27 +285,30 @@ def read_recorded_files(root: Path, node: str) -> dict[str, str]:
         where = SourceLocation(str(exc.filename or root))
         errors.append(NodeFactsError(node, where, f"cannot read: {exc.strerror or exc}"))
 
-    for dirpath, dirnames, filenames in os.walk(root, onerror=walk_error):
-        here = Path(dirpath)
+    # paths as strings: a fleet is tens of thousands of files, and pathlib's parsing of each
+    # cost more than reading it
+    top = os.fspath(root)
+    for dirpath, dirnames, filenames in os.walk(top, onerror=walk_error):
         for name in sorted(dirnames):
-            if (here / name).is_symlink():
+            if os.path.islink(os.path.join(dirpath, name)):
                 errors.append(
                     NodeFactsError(
                         node,
-                        SourceLocation(str(here / name)),
+                        SourceLocation(os.path.join(dirpath, name)),
                         "a symlink to a directory; record the directory's files themselves",
                     )
                 )
+        below = dirpath[len(top) :]  # "" or "/etc/containerd": os.walk joins onto `top`
         for name in sorted(filenames):
-            local = here / name
-            node_path = "/" + local.relative_to(root).as_posix()
+            local = os.path.join(dirpath, name)
+            node_path = f"{below}/{name}"
             try:
                 if _CONTROL.search(node_path):
                     raise InputError(
-                        SourceLocation(str(local)),
+                        SourceLocation(local),
                         f"the file name holds a control character: {describe_value(node_path)}",
                     )
-                files[node_path] = _read_recorded_file(local, real_root)
+                files[node_path] = _read_recorded_file(Path(local), real_root)
             except InputError as exc:
                 errors.append(_for_node(node, exc))
     if errors:
@@ -319,7 +322,7 @@ _TEXTS: BoundedCache[str, str] = BoundedCache(4096)
 
 
 def _read_recorded_file(local: Path, real_root: Path) -> str:
-    if not local.is_symlink():
+    if not os.path.islink(local):
         # os.walk does not follow directory links and reports them (read_recorded_files), so
         # a plain file under the root is inside it: no path to resolve
         text = read_text(local, max_bytes=MAX_FILE_BYTES)
