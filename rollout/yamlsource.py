@@ -201,6 +201,9 @@ class SourceDocument:
         control characters and documents over the depth or expansion limits."""
         check_characters(text, path)
         if _CParser is not None:
+            plain = _PlainReader(_FastLoader(text, path, max_values)).read()
+            if plain is not None:
+                return plain
             try:
                 return cls._compose(_FastLoader(text, path, max_values), path, max_values)
             except (InputError, InputErrors, RecursionError, yaml.YAMLError):
@@ -444,6 +447,102 @@ class _Builder:
             self.marks.pop(child, None)
             result[key] = self.build(value_node, child, _position(key_node.start_mark))
         return result
+
+
+class _NotPlain(Exception):
+    """The document uses what only the composing path reads (or refuses) as it should."""
+
+
+_STR_TAG = "tag:yaml.org,2002:str"
+
+
+class _PlainReader:
+    """A plain document built straight from libyaml's events, without composing a node graph.
+
+    Most input (every recorded node.yaml of a fleet) is plain YAML: no anchors, aliases or
+    tags on mappings and lists, no merge keys, string keys each once, well within the limits.
+    For such a document the composed graph is a tree and its expansion is itself, so building
+    from the events gives _Builder's data and marks at a fraction of the cost. Anything else
+    (or any error) reads as None, and SourceDocument composes the document as it always has.
+    """
+
+    def __init__(self, loader: _Loader) -> None:
+        self.loader = loader
+        # PyYAML's parser and resolver methods are untyped; events are read as Any
+        self.events: Any = loader
+        self.marks: dict[ValuePath, NodeMarks] = {}
+        self.values = 0
+
+    def read(self) -> SourceDocument | None:
+        loader = self.events
+        try:
+            loader.get_event()  # StreamStartEvent
+            if not loader.check_event(yaml.DocumentStartEvent):
+                return None
+            loader.get_event()
+            data = self._value((), None, 1)
+            if not loader.check_event(yaml.DocumentEndEvent):
+                return None
+            loader.get_event()
+            if not loader.check_event(yaml.StreamEndEvent):
+                return None
+        except (_NotPlain, yaml.YAMLError, ValueError, OverflowError, TypeError):
+            return None
+        finally:
+            loader.dispose()
+        marks = types.MappingProxyType(self.marks)
+        return SourceDocument(path=self.loader.source, data=data, marks=marks)
+
+    def _value(self, path: ValuePath, key: Position | None, depth: int) -> Any:
+        event = self._next(depth)
+        self.marks[path] = NodeMarks(_position(event.start_mark), key)
+        if isinstance(event, yaml.ScalarEvent):
+            return self._scalar(event)
+        if getattr(event, "tag", None) not in (None, "!"):
+            raise _NotPlain  # a tag on a mapping or list: refused, worded by _Builder
+        loader = self.events
+        if isinstance(event, yaml.SequenceStartEvent):
+            items: list[Any] = []
+            while not loader.check_event(yaml.SequenceEndEvent):
+                items.append(self._value((*path, len(items)), None, depth + 1))
+            loader.get_event()
+            return items
+        if not isinstance(event, yaml.MappingStartEvent):
+            raise _NotPlain  # an alias
+        result: dict[str, Any] = {}
+        while not loader.check_event(yaml.MappingEndEvent):
+            key_event = self._next(depth + 1)
+            key = _position(key_event.start_mark)
+            if not isinstance(key_event, yaml.ScalarEvent):
+                raise _NotPlain
+            name = self._scalar(key_event, _STR_TAG)
+            if not isinstance(name, str) or name in result:
+                raise _NotPlain  # merge keys, other keys than strings, a repeated key
+            result[name] = self._value((*path, name), key, depth + 1)
+        loader.get_event()
+        return result
+
+    def _next(self, depth: int) -> Any:
+        """The next event, counted as _Loader.compose_node counts values and depth."""
+        self.values += 1
+        if self.values >= self.loader.max_values or depth >= MAX_DEPTH:
+            raise _NotPlain
+        event = self.events.get_event()
+        if getattr(event, "anchor", None) is not None:
+            raise _NotPlain
+        return event
+
+    def _scalar(self, event: Any, only_tag: str | None = None) -> Any:
+        """The value composing and constructing the event's node gives (Composer, _Builder)."""
+        tag = event.tag
+        if tag is None or tag == "!":
+            tag = self.events.resolve(ScalarNode, event.value, event.implicit)
+        if only_tag is not None and tag != only_tag:
+            raise _NotPlain
+        if tag == _STR_TAG:  # SafeConstructor's str is the scalar's text (construct_yaml_str)
+            return event.value
+        node = ScalarNode(tag, event.value, event.start_mark, event.end_mark, style=event.style)
+        return self.loader.construct_object(node, deep=True)
 
 
 def _shown(key: object) -> str:

@@ -277,7 +277,6 @@ def read_recorded_files(root: Path, node: str) -> dict[str, str]:
     """
     if not root.is_dir():
         return {}
-    real_root = root.resolve()
     files: dict[str, str] = {}
     errors: list[InputError] = []
 
@@ -308,7 +307,7 @@ def read_recorded_files(root: Path, node: str) -> dict[str, str]:
                         SourceLocation(local),
                         f"the file name holds a control character: {describe_value(node_path)}",
                     )
-                files[node_path] = _read_recorded_file(Path(local), real_root)
+                files[node_path] = _read_recorded_file(Path(local), root)
             except InputError as exc:
                 errors.append(_for_node(node, exc))
     if errors:
@@ -321,7 +320,7 @@ def read_recorded_files(root: Path, node: str) -> dict[str, str]:
 _TEXTS: BoundedCache[str, str] = BoundedCache(4096)
 
 
-def _read_recorded_file(local: Path, real_root: Path) -> str:
+def _read_recorded_file(local: Path, root: Path) -> str:
     if not os.path.islink(local):
         # os.walk does not follow directory links and reports them (read_recorded_files), so
         # a plain file under the root is inside it: no path to resolve
@@ -334,7 +333,7 @@ def _read_recorded_file(local: Path, real_root: Path) -> str:
         raise InputError(where, "a symlink loop") from exc
     except OSError as exc:
         raise InputError(where, f"a symlink to nothing ({exc.strerror or exc})") from exc
-    if local.is_symlink() and not target.is_relative_to(real_root):
+    if local.is_symlink() and not target.is_relative_to(root.resolve()):
         # a link out of the facts could carry any file of this machine into a plan's diff
         raise InputError(
             where,

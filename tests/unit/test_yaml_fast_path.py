@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from rollout.errors import BadInput
-from rollout.yamlsource import SourceDocument, _FastLoader, _Loader
+from rollout.yamlsource import SourceDocument, _FastLoader, _Loader, _PlainReader
 from tests.examples import REPO
 
 CORPUS_FILES = sorted(
@@ -77,3 +77,32 @@ def test_a_refusal_reads_as_pyyaml_words_it(tmp_path: Path) -> None:
     with pytest.raises(BadInput) as slow:
         SourceDocument._compose(_Loader(text, "doc.yaml", 100_000), "doc.yaml", 100_000)
     assert str(fast.value) == str(slow.value)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        *DOCUMENTS,
+        "a: {b: [1, {c: 2}]}\nempty: {}\nnone: []\n'quoted key': x\n",
+        "=: 1\n",
+        "a: !!str 1\nb: !!int '2'\n",
+        "!!map {a: 1}\n",
+        "a: &x 1\nb: 2\n",
+        "1: a\n",
+        "just a scalar\n",
+        *(p.read_text(encoding="utf-8", errors="replace") for p in CORPUS_FILES),
+    ],
+)
+def test_a_plain_document_built_from_events_reads_as_pyyaml_reads_it(text: str) -> None:
+    """_PlainReader's data and marks are PyYAML's, or it leaves the document to the composer."""
+    slow = read_with(_Loader, text, "doc.yaml")
+    plain = _PlainReader(_FastLoader(text, "doc.yaml", 100_000)).read()
+    if plain is not None:
+        assert (plain.data, dict(plain.marks)) == slow
+        assert plain.path == "doc.yaml"
+
+
+def test_recorded_node_facts_read_as_plain_documents() -> None:
+    for path in sorted((REPO / "examples" / "facts").glob("*/node.yaml")):
+        text = path.read_text(encoding="utf-8")
+        assert _PlainReader(_FastLoader(text, str(path), 100_000)).read() is not None
