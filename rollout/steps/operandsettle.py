@@ -31,7 +31,7 @@ def wait_for_operands(ctx: StepContext, kind: str, namespace: str) -> str:
     settled_since: float | None = None
     unsettled_seen = False
     while True:
-        waiting = _unsettled(
+        waiting = unsettled_operands(
             ctx.kube.list_daemonsets(namespace), ctx.kube.list_nodes(GPU_PRESENT_LABEL)
         )
         if waiting:
@@ -52,7 +52,7 @@ def wait_for_operands(ctx: StepContext, kind: str, namespace: str) -> str:
         deadline.sleep(POLL_INTERVAL_S)
 
 
-def _unsettled(daemonsets: list[DaemonSet], nodes: list[Node]) -> list[str]:
+def unsettled_operands(daemonsets: list[DaemonSet], nodes: list[Node]) -> list[str]:
     """What is still moving: DaemonSets mid-rollout, GPU nodes not Ready."""
     waiting = [
         f"daemonset {d.name}: {d.updated} updated, {d.ready} ready of {d.desired}"

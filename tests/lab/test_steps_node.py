@@ -7,6 +7,7 @@ byte for byte, containerd restarted on them), so the other lab tests see it as i
 
 from __future__ import annotations
 
+import time
 import tomllib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from rollout.commands import CommandRunner
 from rollout.containerd.staging import normalise_dump
 from rollout.errors import RolloutError
 from rollout.facts import ClusterFacts, FleetFacts
-from rollout.facts.live import node_facts_from, probe_node
+from rollout.facts.live import OPERATOR_NAMESPACE, node_facts_from, probe_node
 from rollout.inventory import load_inventory
 from rollout.lab.cluster import CONTEXT, Lab
 from rollout.lab.nodes import NodeSpec
@@ -36,6 +37,7 @@ from rollout.steps.containerd import (
     describe_dump_difference,
     list_runtime_handlers,
 )
+from rollout.steps.operandsettle import SETTLE_S, unsettled_operands
 from rollout.steps.systemd import SystemdRestart, probe_service
 from rollout.transports.kube import KubeClient
 from rollout.transports.ssh import SshRunner
@@ -115,12 +117,36 @@ def live_dump(lab: Lab, node: NodeSpec) -> str:
     return ssh_check(lab, node, ["sh", "-c", "cd / && containerd config dump"])
 
 
-def settled(lab: Lab, node: NodeSpec) -> bool:
-    """containerd active and running the toolkit's `nvidia` handler."""
-    if ssh_run(lab, node, ["systemctl", "is-active", "containerd"]).exit_code != 0:
-        return False
+def settled(lab: Lab, node: NodeSpec, kube: KubeClient) -> str | None:
+    """The operator's DaemonSets rolled out, containerd active and running the toolkit's
+    `nvidia` handler: containerd's MainPID then, else None."""
+    if unsettled_operands(kube.list_daemonsets(OPERATOR_NAMESPACE), kube.list_nodes()):
+        return None
+    shown = ssh_run(lab, node, ["systemctl", "show", "-p", "MainPID,ActiveState", "containerd"])
+    if "ActiveState=active" not in shown.stdout:
+        return None
     dump = ssh_run(lab, node, ["sh", "-c", "cd / && containerd config dump"])
-    return dump.exit_code == 0 and "nvidia" in handlers_of(dump.stdout)
+    if dump.exit_code != 0 or "nvidia" not in handlers_of(dump.stdout):
+        return None
+    return shown.stdout.split("MainPID=")[1].split()[0]
+
+
+def wait_until_settled(lab: Lab, node: NodeSpec) -> None:
+    """Settled, and still so with the same containerd SETTLE_S later: a toolkit re-run that
+    another test's ClusterPolicy change set off deletes the drop-in and restarts containerd
+    only after the operator's next reconcile."""
+    with KubeClient.from_kubeconfig(str(lab.kubeconfig), context=CONTEXT) as kube:
+        for _ in range(12):
+            pid = wait_for(
+                lambda: settled(lab, node, kube),
+                120.0,
+                what=f"{node.name}'s containerd to run with the toolkit's handlers",
+                interval_s=0.5,
+            )
+            time.sleep(SETTLE_S)
+            if settled(lab, node, kube) == pid:
+                return
+    raise AssertionError(f"{node.name}'s containerd kept restarting")
 
 
 def restore_node(lab: Lab, run: NodeRun) -> None:
@@ -145,11 +171,7 @@ def node_run(lab: Lab, request: pytest.FixtureRequest, tmp_path: Path) -> Iterat
     node = node_of_series(lab, str(request.param))
     # The shared lab's toolkits re-run when another test changes the ClusterPolicy (each
     # deletes its drop-in and restarts containerd): start from a settled node.
-    wait_for(
-        lambda: settled(lab, node),
-        120.0,
-        what=f"{node.name}'s containerd to run with the toolkit's handlers",
-    )
+    wait_until_settled(lab, node)
     ctx, runner = make_context(lab, node, tmp_path / "state")
     run = NodeRun(node, ctx, runner, file_sums(lab, node), live_dump(lab, node))
     try:
