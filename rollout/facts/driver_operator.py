@@ -18,6 +18,10 @@ UPGRADE_STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
 UPGRADE_DONE = "upgrade-done"
 UPGRADE_FAILED = "upgrade-failed"
 UPGRADE_REQUIRED = "upgrade-required"
+# Set by the operator on a node already cordoned when its upgrade starts: it stays cordoned
+UPGRADE_INITIAL_UNSCHEDULABLE_ANNOTATION = (
+    "nvidia.com/gpu-driver-upgrade.node-initial-state.unschedulable"
+)
 # States in which a node is not being worked on by the upgrade controller.
 IDLE_STATES = frozenset({"", UPGRADE_DONE, UPGRADE_REQUIRED})
 CLUSTER_POLICY_TARGET = "ClusterPolicy spec.driver.version"

@@ -31,6 +31,7 @@ from rollout.facts.driver_operator import (
     IDLE_STATES,
     UPGRADE_DONE,
     UPGRADE_FAILED,
+    UPGRADE_INITIAL_UNSCHEDULABLE_ANNOTATION,
     UPGRADE_REQUIRED,
     UPGRADE_SKIP_LABEL,
     UPGRADE_STATE_LABEL,
@@ -267,16 +268,28 @@ class DriverReleaseStep(OperatorStep):
             release[UPGRADE_SKIP_LABEL] = None
         if _retried(change, node.labels):
             release[UPGRADE_STATE_LABEL] = UPGRADE_REQUIRED  # the documented manual fix
+            if node.unschedulable and UPGRADE_INITIAL_UNSCHEDULABLE_ANNOTATION not in (
+                node.annotations
+            ):
+                # the failed upgrade's own cordon: the operator would take the node as
+                # cordoned before the retry and leave it so at upgrade-done
+                ctx.save_data(self.kind, {"uncordon": True})
         if release:
             self._release(ctx, deadline, release)
         else:  # released already (a resumed run): watched, and counted against the budget
             with _release_lock:
                 _released.add(ctx.node)
         try:
-            return self._watch(ctx, node.annotations.get(REVISION_BEFORE_ANNOTATION), deadline)
+            done = self._watch(ctx, node.annotations.get(REVISION_BEFORE_ANNOTATION), deadline)
         finally:
             with _release_lock:
                 _released.discard(ctx.node)
+        if not ctx.load_data(self.kind).get("uncordon"):
+            return done
+        ctx.kube.set_unschedulable(ctx.node, False)
+        return StepResult.done(
+            f"{done.detail}; uncordoned (the failed upgrade's cordon, which the operator keeps)"
+        )
 
     def _release(
         self, ctx: StepContext, deadline: Deadline, labels: Mapping[str, str | None]

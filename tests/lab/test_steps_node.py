@@ -37,7 +37,7 @@ from rollout.steps.containerd import (
     describe_dump_difference,
     list_runtime_handlers,
 )
-from rollout.steps.operandsettle import SETTLE_S, unsettled_operands
+from rollout.steps.operandsettle import unsettled_operands
 from rollout.steps.systemd import SystemdRestart, probe_service
 from rollout.transports.kube import KubeClient
 from rollout.transports.ssh import SshRunner
@@ -117,6 +117,10 @@ def live_dump(lab: Lab, node: NodeSpec) -> str:
     return ssh_check(lab, node, ["sh", "-c", "cd / && containerd config dump"])
 
 
+# The lab's operator re-renders its DaemonSets within a tick of a ClusterPolicy write
+STABLE_S = 3.0
+
+
 def settled(lab: Lab, node: NodeSpec, kube: KubeClient) -> str | None:
     """The operator's DaemonSets rolled out, containerd active and running the toolkit's
     `nvidia` handler: containerd's MainPID then, else None."""
@@ -132,9 +136,9 @@ def settled(lab: Lab, node: NodeSpec, kube: KubeClient) -> str | None:
 
 
 def wait_until_settled(lab: Lab, node: NodeSpec) -> None:
-    """Settled, and still so with the same containerd SETTLE_S later: a toolkit re-run that
+    """Settled, and still so with the same containerd STABLE_S later: a toolkit re-run that
     another test's ClusterPolicy change set off deletes the drop-in and restarts containerd
-    only after the operator's next reconcile."""
+    once the operator has re-rendered its DaemonSets, a moment after the write."""
     with KubeClient.from_kubeconfig(str(lab.kubeconfig), context=CONTEXT) as kube:
         for _ in range(12):
             pid = wait_for(
@@ -143,7 +147,7 @@ def wait_until_settled(lab: Lab, node: NodeSpec) -> None:
                 what=f"{node.name}'s containerd to run with the toolkit's handlers",
                 interval_s=0.5,
             )
-            time.sleep(SETTLE_S)
+            time.sleep(STABLE_S)
             if settled(lab, node, kube) == pid:
                 return
     raise AssertionError(f"{node.name}'s containerd kept restarting")

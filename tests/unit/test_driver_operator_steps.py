@@ -88,6 +88,11 @@ class FakeCluster:
         self.nodes[name] = replace(self.nodes[name], labels=clean)
         return self.nodes[name]
 
+    def set_unschedulable(self, name: str, unschedulable: bool) -> Node:
+        self.writes.append(f"unschedulable {name} {unschedulable}")
+        self.nodes[name] = replace(self.nodes[name], unschedulable=unschedulable)
+        return self.nodes[name]
+
     def patch_node_annotations(self, name: str, annotations: Mapping[str, str | None]) -> Node:
         merged = {**self.nodes[name].annotations, **annotations}
         clean = {k: v for k, v in merged.items() if v is not None}
@@ -236,6 +241,7 @@ def test_retry_relabels_a_failed_target_and_watches_it_to_done(
     cluster.policy["spec"]["driver"]["version"] = NEW
     cluster.patch_node_labels("n1", {STATE: "upgrade-failed"})
     cluster.patch_node_labels("n2", {STATE: "upgrade-failed"})
+    cluster.nodes["n1"] = replace(cluster.nodes["n1"], unschedulable=True)  # the failure's
     ctx = replace(context(cluster, journal, "n1"), spec=RETRY)
     facts = replace(ctx.facts, labels=dict(cluster.nodes["n1"].labels))
     planned = DriverReleaseStep().plan(facts, ClusterFacts(), RETRY)
@@ -250,6 +256,8 @@ def test_retry_relabels_a_failed_target_and_watches_it_to_done(
     result = DriverReleaseStep().apply(ctx)
     assert cluster.writes[0] == f"label n1 {{'{STATE}': 'upgrade-required'}}"
     assert "upgrade-required -> pod-restart-required -> upgrade-done" in result.detail
+    # the operator keeps a node cordoned at the start cordoned: rollout takes its cordon off
+    assert not cluster.nodes["n1"].unschedulable and "uncordoned" in result.detail
     cluster.patch_node_labels("n3", {STATE: "upgrade-failed"})
     with pytest.raises(StepFailed, match=r"n3 nvidia\.com/gpu-driver-upgrade-state=upgrade-failed"):
         DriverReleaseStep().apply(replace(context(cluster, journal, "n2"), spec=RETRY))
