@@ -7,6 +7,7 @@ kept (a computation that raises stores nothing), so a failing input always repor
 
 from __future__ import annotations
 
+import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
@@ -61,12 +62,25 @@ class IdentityMemo(Generic[V]):
         self._cache: BoundedCache[tuple[int, ...], tuple[tuple[object, ...], V]] = BoundedCache(
             entries
         )
+        # the entry last asked for: a planner asks for one node's value many times in a row
+        # (one read, one assignment: safe across threads without the lock)
+        self._last: tuple[tuple[object, ...], V] | None = None
 
     def get_or_compute(self, inputs: tuple[object, ...], compute: Callable[[], V]) -> V:
+        last = self._last
+        if last is not None and _same_objects(last[0], inputs):
+            return last[1]
         key = tuple(id(x) for x in inputs)
         hit = self._cache.get(key)
-        if hit is not None and all(a is b for a, b in zip(hit[0], inputs, strict=True)):
+        if hit is not None and _same_objects(hit[0], inputs):
+            self._last = hit
             return hit[1]
         value = compute()
-        self._cache.put(key, (inputs, value))
+        entry = (inputs, value)
+        self._cache.put(key, entry)
+        self._last = entry
         return value
+
+
+def _same_objects(kept: tuple[object, ...], inputs: tuple[object, ...]) -> bool:
+    return len(kept) == len(inputs) and all(map(operator.is_, kept, inputs))

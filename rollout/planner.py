@@ -7,7 +7,6 @@ node, and `rollout apply` asks the very same code.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 
 from rollout.errors import BadInput
@@ -127,7 +126,7 @@ def plan_node(
     planned: list[StepPlan] = []
     for step in steps:
         decided = planners[step.kind].plan(node, cluster, spec)
-        planned.append(dataclasses.replace(decided, kind=step.kind, why=step.why))
+        planned.append(decided.with_step(step.kind, step.why))
     work = changes.containerd
     warnings = list(work.notes) + [w for p in planned for w in p.warnings]
     label = changes.profile.label

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -117,9 +117,10 @@ class _Loader(yaml.SafeLoader):
 
     def __init__(self, text: str, source: str, max_values: int) -> None:
         super().__init__(text)
-        self.limit(source, max_values)
+        self.limit(text, source, max_values)
 
-    def limit(self, source: str, max_values: int) -> None:
+    def limit(self, text: str, source: str, max_values: int) -> None:
+        self.text = text
         self.source = source
         self.depth = 0
         self.values = 0
@@ -168,7 +169,7 @@ class _FastLoader(_Loader, _CParser):
         yaml.composer.Composer.__init__(self)
         yaml.constructor.SafeConstructor.__init__(self)
         yaml.resolver.Resolver.__init__(self)
-        self.limit(source, max_values)
+        self.limit(text, source, max_values)
 
     if _CParser is not None:
         check_event = _CParser.check_event
@@ -464,13 +465,16 @@ class _PlainReader:
     For such a document the composed graph is a tree and its expansion is itself, so building
     from the events gives _Builder's data and marks at a fraction of the cost. Anything else
     (or any error) reads as None, and SourceDocument composes the document as it always has.
+
+    The data is read first without marks (_LazyMarks reads the text again for them, on the
+    first location asked for): a valid file is never asked where its values are.
     """
 
-    def __init__(self, loader: _Loader) -> None:
+    def __init__(self, loader: _Loader, *, with_marks: bool = False) -> None:
         self.loader = loader
         # PyYAML's parser and resolver methods are untyped; events are read as Any
         self.events: Any = loader
-        self.marks: dict[ValuePath, NodeMarks] = {}
+        self.marks: dict[ValuePath, NodeMarks] | None = {} if with_marks else None
         self.values = 0
 
     def read(self) -> SourceDocument | None:
@@ -490,21 +494,28 @@ class _PlainReader:
             return None
         finally:
             loader.dispose()
-        marks = types.MappingProxyType(self.marks)
-        return SourceDocument(path=self.loader.source, data=data, marks=marks)
+        source = self.loader.source
+        marks: Mapping[ValuePath, NodeMarks]
+        if self.marks is None:
+            marks = _LazyMarks(self.loader.text, source, self.loader.max_values)
+        else:
+            marks = types.MappingProxyType(self.marks)
+        return SourceDocument(path=source, data=data, marks=marks)
 
     def _value(self, path: ValuePath, key: Position | None, depth: int) -> Any:
         event = self._next(depth)
-        self.marks[path] = NodeMarks(_position(event.start_mark), key)
-        if isinstance(event, yaml.ScalarEvent):
+        if self.marks is not None:
+            self.marks[path] = NodeMarks(_position(event.start_mark), key)
+        if event.__class__ is yaml.ScalarEvent:
             return self._scalar(event)
         if getattr(event, "tag", None) not in (None, "!"):
             raise _NotPlain  # a tag on a mapping or list: refused, worded by _Builder
         loader = self.events
+        marked = self.marks is not None
         if isinstance(event, yaml.SequenceStartEvent):
             items: list[Any] = []
             while not loader.check_event(yaml.SequenceEndEvent):
-                items.append(self._value((*path, len(items)), None, depth + 1))
+                items.append(self._value((*path, len(items)) if marked else (), None, depth + 1))
             loader.get_event()
             return items
         if not isinstance(event, yaml.MappingStartEvent):
@@ -512,13 +523,16 @@ class _PlainReader:
         result: dict[str, Any] = {}
         while not loader.check_event(yaml.MappingEndEvent):
             key_event = self._next(depth + 1)
-            key = _position(key_event.start_mark)
-            if not isinstance(key_event, yaml.ScalarEvent):
+            key_mark = key_event.start_mark
+            if key_event.__class__ is not yaml.ScalarEvent:
                 raise _NotPlain
             name = self._scalar(key_event, _STR_TAG)
             if not isinstance(name, str) or name in result:
                 raise _NotPlain  # merge keys, other keys than strings, a repeated key
-            result[name] = self._value((*path, name), key, depth + 1)
+            if marked:
+                result[name] = self._value((*path, name), _position(key_mark), depth + 1)
+            else:
+                result[name] = self._value((), None, depth + 1)
         loader.get_event()
         return result
 
@@ -536,13 +550,56 @@ class _PlainReader:
         """The value composing and constructing the event's node gives (Composer, _Builder)."""
         tag = event.tag
         if tag is None or tag == "!":
-            tag = self.events.resolve(ScalarNode, event.value, event.implicit)
+            value = event.value
+            if not event.implicit[0] or (value and value[0] not in _RESOLVED_FIRST):
+                # what Resolver.resolve gives a quoted scalar, or a plain one no implicit
+                # resolver looks at (none is keyed on its first character)
+                tag = _STR_TAG
+            else:
+                tag = self.events.resolve(ScalarNode, value, event.implicit)
         if only_tag is not None and tag != only_tag:
             raise _NotPlain
         if tag == _STR_TAG:  # SafeConstructor's str is the scalar's text (construct_yaml_str)
             return event.value
         node = ScalarNode(tag, event.value, event.start_mark, event.end_mark, style=event.style)
         return self.loader.construct_object(node, deep=True)
+
+
+# The first characters _Loader's implicit resolvers are keyed on; a plain scalar starting
+# with any other character is a string (there are no wildcard or path resolvers).
+# (tests/unit/test_yaml_fast_path.py checks there are none)
+_RESOLVED_FIRST = frozenset(k for k in _Loader.yaml_implicit_resolvers if k)
+
+
+class _LazyMarks(Mapping[ValuePath, NodeMarks]):
+    """A plain document's marks, read from its text when first asked for."""
+
+    def __init__(self, text: str, source: str, max_values: int) -> None:
+        self._text = text
+        self._source = source
+        self._max_values = max_values
+        self._marks: Mapping[ValuePath, NodeMarks] | None = None
+
+    def _read(self) -> Mapping[ValuePath, NodeMarks]:
+        if self._marks is None:
+            loader = _FastLoader(self._text, self._source, self._max_values)
+            document = _PlainReader(loader, with_marks=True).read()
+            if document is None:  # the text read as plain once; it cannot change its mind
+                raise AssertionError(f"{self._source}: marks of a plain document not read")
+            self._marks = document.marks
+        return self._marks
+
+    def __getitem__(self, path: ValuePath) -> NodeMarks:
+        return self._read()[path]
+
+    def __iter__(self) -> Iterator[ValuePath]:
+        return iter(self._read())
+
+    def __len__(self) -> int:
+        return len(self._read())
+
+    def __contains__(self, path: object) -> bool:
+        return path in self._read()
 
 
 def _shown(key: object) -> str:

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import os
 import posixpath
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -41,7 +40,6 @@ from rollout.containerd import ConfigFiles, ContainerdConfigError, merge_files
 from rollout.errors import InputError, InputErrors, RolloutError, SourceLocation
 from rollout.facts.containerd import (
     DEFAULT_CONTAINERD_CONFIG,
-    MAX_FILE_BYTES,
     ContainerdVersionFact,
 )
 from rollout.facts.driver import parse_driver_kernel, parse_driver_status
@@ -51,26 +49,29 @@ from rollout.facts.gpu import GpuFacts
 from rollout.facts.kernel import parse_xids
 from rollout.facts.model import ClusterFacts, FleetFacts, NodeFacts, NodeFactsError
 from rollout.facts.recorded_cluster import load_cluster_facts, strings, valid_name
+from rollout.facts.recorded_files import (
+    CONTROL_CHARACTERS,
+    for_node,
+    read_plain_text,
+    read_recorded_files,
+)
 from rollout.facts.service import ServiceState, parse_service_journal, parse_service_show
 from rollout.fieldproblems import FieldProblem, describe_value
-from rollout.inputfile import read_text
-from rollout.memo import BoundedCache
+from rollout.inputfile import MAX_INPUT_BYTES
 from rollout.spec.fieldtypes import Bool, KubeName, SpecModel, Str
 from rollout.yamlsource import SourceDocument
 
 NODE_FILE = "node.yaml"
 CLUSTER_FILE = "cluster.yaml"
 FILES_DIR = "files"
-# Control characters have no place in a node-side path; a newline in one would forge lines
-# of rollout's own output.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 if TYPE_CHECKING:  # the kube transport loads kubernetes (0.3 s): facts need it only for pods
     from rollout.transports.kube import Pod
 
 
 def _check_node_path(value: str) -> str:
-    if not value.startswith("/") or posixpath.normpath(value) != value or _CONTROL.search(value):
+    normal = value.startswith("/") and posixpath.normpath(value) == value
+    if not normal or CONTROL_CHARACTERS.search(value):
         raise FieldProblem(
             f"expected an absolute, normalised path on the node, found {describe_value(value)}",
             hint="e.g. /etc/containerd/config.toml",
@@ -194,7 +195,11 @@ def load_node_facts(node_dir: Path) -> NodeFacts:
     path = node_dir / NODE_FILE
     fallback = node_dir.name
     try:
-        doc = SourceDocument.from_path(path)
+        text = read_plain_text(str(path), MAX_INPUT_BYTES)
+        if text is None:  # read_text words why
+            doc = SourceDocument.from_path(path)
+        else:
+            doc = SourceDocument.from_text(text, str(path))
         if not isinstance(doc.data, dict):
             raise InputError(
                 doc.location_of(()),
@@ -206,9 +211,9 @@ def load_node_facts(node_dir: Path) -> NodeFacts:
             fallback = named
         record = doc.validate(NodeRecord)
     except InputErrors as exc:
-        raise InputErrors([_for_node(fallback, e) for e in exc.errors]) from exc
+        raise InputErrors([for_node(fallback, e) for e in exc.errors]) from exc
     except InputError as exc:
-        raise InputErrors([_for_node(fallback, exc)]) from exc
+        raise InputErrors([for_node(fallback, exc)]) from exc
     name = record.name or node_dir.name
     if record.name is None and not valid_name(name):
         raise NodeFactsError(
@@ -266,87 +271,6 @@ def load_node_facts(node_dir: Path) -> NodeFacts:
     except ContainerdConfigError as exc:
         raise node.config_error(exc) from exc
     return node
-
-
-def read_recorded_files(root: Path, node: str) -> dict[str, str]:
-    """Every recorded file under `root`, as node path -> text; refuses what is not config.
-
-    Only regular files (or symlinks to regular files inside `root`) of valid UTF-8 and at
-    most MAX_FILE_BYTES are read (by rollout.inputfile, as every input file); anything else
-    is an error naming the node and the path.
-    """
-    if not root.is_dir():
-        return {}
-    files: dict[str, str] = {}
-    errors: list[InputError] = []
-
-    def walk_error(exc: OSError) -> None:
-        where = SourceLocation(str(exc.filename or root))
-        errors.append(NodeFactsError(node, where, f"cannot read: {exc.strerror or exc}"))
-
-    # paths as strings: a fleet is tens of thousands of files, and pathlib's parsing of each
-    # cost more than reading it
-    top = os.fspath(root)
-    for dirpath, dirnames, filenames in os.walk(top, onerror=walk_error):
-        for name in sorted(dirnames):
-            if os.path.islink(os.path.join(dirpath, name)):
-                errors.append(
-                    NodeFactsError(
-                        node,
-                        SourceLocation(os.path.join(dirpath, name)),
-                        "a symlink to a directory; record the directory's files themselves",
-                    )
-                )
-        below = dirpath[len(top) :]  # "" or "/etc/containerd": os.walk joins onto `top`
-        for name in sorted(filenames):
-            local = os.path.join(dirpath, name)
-            node_path = f"{below}/{name}"
-            try:
-                if _CONTROL.search(node_path):
-                    raise InputError(
-                        SourceLocation(local),
-                        f"the file name holds a control character: {describe_value(node_path)}",
-                    )
-                files[node_path] = _read_recorded_file(Path(local), root)
-            except InputError as exc:
-                errors.append(_for_node(node, exc))
-    if errors:
-        raise InputErrors(errors)
-    return files
-
-
-# Recorded fleets repeat a few configurations many times (the toolkit writes byte-identical
-# drop-ins across a node pool): one string per distinct text, shared by every node holding it.
-_TEXTS: BoundedCache[str, str] = BoundedCache(4096)
-
-
-def _read_recorded_file(local: Path, root: Path) -> str:
-    if not os.path.islink(local):
-        # os.walk does not follow directory links and reports them (read_recorded_files), so
-        # a plain file under the root is inside it: no path to resolve
-        text = read_text(local, max_bytes=MAX_FILE_BYTES)
-        return _TEXTS.get_or_compute(text, lambda: text)
-    where = SourceLocation(str(local))
-    try:
-        target = local.resolve(strict=True)
-    except RuntimeError as exc:
-        raise InputError(where, "a symlink loop") from exc
-    except OSError as exc:
-        raise InputError(where, f"a symlink to nothing ({exc.strerror or exc})") from exc
-    if local.is_symlink() and not target.is_relative_to(root.resolve()):
-        # a link out of the facts could carry any file of this machine into a plan's diff
-        raise InputError(
-            where,
-            f"a symlink out of the node's recorded files (to {target})",
-            hint="record a copy of the file itself",
-        )
-    return read_text(local, max_bytes=MAX_FILE_BYTES)
-
-
-def _for_node(node: str, error: InputError) -> InputError:
-    if isinstance(error, NodeFactsError):
-        return error
-    return NodeFactsError(node, error.location, error.message, field=error.field, hint=error.hint)
 
 
 def _bound_pods(

@@ -621,3 +621,23 @@ def test_the_unbroken_fleet_plans(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 @pytest.mark.parametrize("error", [UnsupportedVersion("x"), ImportMissing("x")])
 def test_engine_refusals_of_node_configs_are_bad_input(error: BadInput) -> None:
     assert isinstance(error, BadInput) and error.exit_code == 2
+
+
+def test_the_fast_read_leaves_every_refusal_to_read_text(tmp_path: Path) -> None:
+    """read_plain_text reads what read_text reads, and None wherever read_text would refuse
+    or follow a link (it then reads the file again and words why)."""
+    from rollout.facts.recorded_files import read_plain_text
+    from rollout.inputfile import read_text
+
+    (tmp_path / "ok.toml").write_text("version = 2\n# é\n", encoding="utf-8")
+    (tmp_path / "big.toml").write_bytes(b"x" * 101)
+    (tmp_path / "limit.toml").write_bytes(b"x" * 100)
+    (tmp_path / "latin1.toml").write_bytes(b"caf\xe9\n")
+    (tmp_path / "dir").mkdir()
+    os.mkfifo(tmp_path / "fifo")
+    os.symlink(tmp_path / "ok.toml", tmp_path / "link.toml")
+    for name in ("ok.toml", "limit.toml"):
+        path = tmp_path / name
+        assert read_plain_text(str(path), 100) == read_text(path, max_bytes=100)
+    for name in ("big.toml", "latin1.toml", "dir", "fifo", "link.toml", "missing"):
+        assert read_plain_text(str(tmp_path / name), 100) is None, name

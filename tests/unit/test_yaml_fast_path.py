@@ -106,3 +106,21 @@ def test_recorded_node_facts_read_as_plain_documents() -> None:
     for path in sorted((REPO / "examples" / "facts").glob("*/node.yaml")):
         text = path.read_text(encoding="utf-8")
         assert _PlainReader(_FastLoader(text, str(path), 100_000)).read() is not None
+
+
+def test_only_first_characters_pick_an_implicit_tag() -> None:
+    """_PlainReader takes a plain scalar whose first character no resolver is keyed on for a
+    string: true while there are no wildcard or path resolvers."""
+    assert None not in _Loader.yaml_implicit_resolvers
+    assert not _Loader.yaml_path_resolvers
+
+
+def test_marks_are_read_when_first_asked_for() -> None:
+    text = "a: 1\nb:\n  - x\n  - {c: 'd'}\n"
+    doc = SourceDocument.from_text(text, "doc.yaml")
+    eager = _PlainReader(_FastLoader(text, "doc.yaml", 100_000), with_marks=True).read()
+    assert eager is not None
+    slow = read_with(_Loader, text, "doc.yaml")
+    assert isinstance(slow, tuple)
+    assert dict(doc.marks) == dict(eager.marks) == slow[1]
+    assert str(doc.location_of(("b", 1, "c"))) == "doc.yaml:4:9"
