@@ -8,7 +8,6 @@ result: the files to write, the effective-config diff, shadowing found and repai
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import posixpath
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -80,12 +79,12 @@ class ContainerdPlans:
 
     A real fleet is a few node configurations repeated many times (the toolkit writes
     byte-identical drop-ins across a node pool), and the result depends only on the
-    containerd version, the node's files and what the plan asks: the key is a hash of
-    exactly those. Errors are never kept, so each failing node reports itself by name.
+    containerd version, the node's files and what the plan asks: the key is exactly
+    those. Errors are never kept, so each failing node reports itself by name.
     """
 
     def __init__(self, entries: int = 256) -> None:
-        self._results: BoundedCache[bytes, ContainerdChanges] = BoundedCache(entries)
+        self._results: BoundedCache[InputKey, ContainerdChanges] = BoundedCache(entries)
         self._lock = threading.Lock()
         self.enabled = True
         self.runs = 0  # engine runs (the misses), for tests and the benchmark
@@ -120,24 +119,25 @@ class ContainerdPlans:
             self.enabled = before
 
 
-def input_key(spec: Spec, node: NodeFacts, asked: str | None = None) -> bytes:
-    """A hash of everything plan_node_containerd reads: the version, the files, the changes.
+# everything plan_node_containerd reads: the version, the main file, the files, the changes
+InputKey = tuple[str, str, tuple[tuple[str, str], ...], str]
+
+
+def input_key(spec: Spec, node: NodeFacts, asked: str | None = None) -> InputKey:
+    """Everything plan_node_containerd reads: the version, the files, the changes.
 
     The version's raw `--version` text is in the key, so a note quoting it stays exact; the
-    spec's changes are hashed by their repr (every field, in the plan's order), which is
-    what they ask whichever line of which plan file states them (`asked`, when known).
+    spec's changes are keyed by their repr (every field, in the plan's order), which is
+    what they ask whichever line of which plan file states them (`asked`, when known). The
+    files are compared whole, in their order: a string keeps its hash, and recorded nodes
+    share one string per distinct text, so a repeated configuration costs identity checks.
     """
-    digest = hashlib.sha256()
-    for part in (
+    return (
         repr(node.containerd),
         node.config_files.main_path,
-        *(f"{path}\0{text}" for path, text in node.config_files.files.items()),
+        tuple(node.config_files.files.items()),
         repr(spec.changes) if asked is None else asked,
-    ):
-        encoded = part.encode("utf-8", "surrogatepass")
-        digest.update(len(encoded).to_bytes(8, "big"))
-        digest.update(encoded)
-    return digest.digest()
+    )
 
 
 CONTAINERD_PLANS = ContainerdPlans()
