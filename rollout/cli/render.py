@@ -23,6 +23,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from rollout.executor import RunReport
+from rollout.memo import BoundedCache
 from rollout.plan import DriverChange, NodePlan, Plan, StepPlan, plan_to_data, redact_plan, to_data
 
 SCHEMA_VERSION = 1
@@ -61,6 +62,8 @@ def make_console(stream: IO[str] | None = None, color: bool | None = None) -> Co
 def print_plan_text(plan: Plan, console: Console) -> None:
     """The plan as a reviewer reads it on a terminal."""
     plan, out = redact_plan(plan), _Lines()
+    # copies of a node print the same body under their own names: rendered once each
+    bodies: BoundedCache[str, str] = BoundedCache(64)
     total = len(plan.nodes)
     changing = sum(1 for n in plan.nodes if n.changes)
     out.print(
@@ -95,8 +98,10 @@ def print_plan_text(plan: Plan, console: Console) -> None:
         names = ", ".join(n.name for n in wave.nodes)
         out.print(f"\n[bold]Wave {wave.index}[/bold]: {safe(names)}")
         for node in wave.nodes:
-            _print_node(out, node)
+            _print_node_header(out, node)
             out.flush_to(console)
+            _print_node(out, node)
+            out.flush_to(console, bodies)
     out.print()
     if plan.has_changes:
         files = sum(len(n.files) for n in plan.nodes)
@@ -122,19 +127,37 @@ class _Lines:
     def print(self, text: str = "") -> None:
         self.lines.append(text)
 
-    def flush_to(self, console: Console) -> None:
-        if self.lines:
-            console.print("\n".join(self.lines))
-            self.lines.clear()
+    def flush_to(self, console: Console, rendered: BoundedCache[str, str] | None = None) -> None:
+        """Print the lines; with `rendered`, lines printed before are written as rich wrote
+        them then (rich renders markup at a per-character cost)."""
+        if not self.lines:
+            return
+        text = "\n".join(self.lines)
+        self.lines.clear()
+        if rendered is None or console.is_jupyter or console.legacy_windows or console.record:
+            console.print(text)
+            return
+        output = rendered.get(text)
+        if output is None:
+            # what console.print writes to its file on a POSIX or modern Windows console
+            with console.capture() as capture:
+                console.print(text)
+            output = capture.get()
+            rendered.put(text, output)
+        console.file.write(output)
+        console.file.flush()
 
 
-def _print_node(out: _Lines, node: NodePlan) -> None:
+def _print_node_header(out: _Lines, node: NodePlan) -> None:
     marker = "[cyan]~[/cyan]" if node.changes else "[green]=[/green]"
     state = " (cordoned or NotReady: counts against max unavailable)" if node.unavailable else ""
     out.print(
         f"\n  {marker} [bold]{safe(node.name)}[/bold]  "
         f"containerd {safe(node.containerd_version)}{state}"
     )
+
+
+def _print_node(out: _Lines, node: NodePlan) -> None:
     if node.status:
         out.print(f"    [dim]{safe(node.status)}[/dim]")
     if node.driver is not None:

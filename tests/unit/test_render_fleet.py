@@ -1,7 +1,8 @@
 """Rendering a fleet's plan with its caches gives the output rendered node by node, uncached.
 
 The caches (redaction and diffs per distinct text, redaction per shared change tuple, diff
-markup per distinct diff, text printed once per node instead of once per line) change no
+markup per distinct diff, text printed once per node instead of once per line, a node's
+body rendered once per distinct text and written again for its copies) change no
 byte of text, markdown or JSON: shown on a generated 200-node fleet (bench/fleet.py) and on
 hostile values, against a reference rendered the way it was before the caches.
 """
@@ -57,8 +58,8 @@ def redact_node_by_node(plan: Plan) -> Plan:
     return dataclasses.replace(plan, waves=waves)
 
 
-def print_line_by_line(self: render._Lines, console: Console) -> None:
-    """Text as it was printed: one rich call per line."""
+def print_line_by_line(self: render._Lines, console: Console, rendered: object = None) -> None:
+    """Text as it was printed: one rich call per line, nothing kept as rendered."""
     for line in self.lines:
         console.print(line)
     self.lines.clear()
