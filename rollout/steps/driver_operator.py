@@ -53,6 +53,7 @@ from rollout.steps.driver_operator_plan import (
     REVISION_BEFORE_ANNOTATION,
     VERSION_BEFORE_ANNOTATION,
     operator_change,
+    plan_node_work,
 )
 from rollout.steps.nodemarks import RUN_ANNOTATION, report_step
 from rollout.transports.kube import Node, Pod
@@ -90,27 +91,6 @@ def upgrade_timeout_s(spec: Spec) -> int:
     if change is None or change.upgrade_timeout_s is None:
         return DEFAULT_OPERATOR_UPGRADE_TIMEOUT_S
     return change.upgrade_timeout_s
-
-
-def node_upgraded(facts: NodeFacts, target: str) -> bool:
-    return facts.gpus.driver_version == target and upgrade_state(facts.labels) in ("", UPGRADE_DONE)
-
-
-def plan_node_work(facts: NodeFacts, spec: Spec, kind: str, action: str) -> StepPlan:
-    """The shared decision of release and confirm: act unless the node is already there or
-    someone else's skip label holds it."""
-    change = operator_change(spec)
-    if change is None:
-        return StepPlan.skipping(kind, "no operator-mode driver change")
-    if is_pinned(facts.labels) and PINNED_BY_ANNOTATION not in facts.annotations:
-        return StepPlan.skipping(
-            kind, f"{UPGRADE_SKIP_LABEL}=true was set before this run: left alone"
-        )
-    if node_upgraded(facts, change.version) and not is_pinned(facts.labels):
-        return StepPlan.skipping(kind, f"already runs driver {change.version}")
-    return StepPlan.acting(
-        kind, action.format(current=facts.gpus.driver_version or "(unknown)", target=change.version)
-    )
 
 
 class OperatorStep:

@@ -17,12 +17,14 @@ from rollout.errors import BadInput
 from rollout.facts import FleetFacts, NodeFacts
 from rollout.facts.driver_operator import (
     CLUSTER_POLICY_TARGET,
+    UPGRADE_DONE,
     UPGRADE_SKIP_LABEL,
     OperatorDriver,
     is_pinned,
     served_by_driver_daemonset,
+    upgrade_state,
 )
-from rollout.plan import ClusterChange, Plan
+from rollout.plan import ClusterChange, Plan, StepPlan
 from rollout.spec import DriverMode, DriverUpgradeChange, Spec
 
 # rollout marks the skip labels it set, so a label someone else set is told apart and left alone
@@ -45,6 +47,32 @@ def operator_change(spec: Spec) -> DriverUpgradeChange | None:
     """The spec's `driver-upgrade` change in mode: operator, if there is one."""
     change = next(iter(spec.changes_of(DriverUpgradeChange)), None)
     return change if change is not None and change.mode is DriverMode.OPERATOR else None
+
+
+def node_upgraded(facts: NodeFacts, target: str) -> bool:
+    return facts.gpus.driver_version == target and upgrade_state(facts.labels) in ("", UPGRADE_DONE)
+
+
+def plan_node_work(facts: NodeFacts, spec: Spec, kind: str, action: str) -> StepPlan:
+    """The shared decision of release and confirm: act unless the node is already there or
+    someone else's skip label holds it."""
+    change = operator_change(spec)
+    if change is None:
+        return StepPlan.skipping(kind, "no operator-mode driver change")
+    if is_pinned(facts.labels) and PINNED_BY_ANNOTATION not in facts.annotations:
+        return StepPlan.skipping(
+            kind, f"{UPGRADE_SKIP_LABEL}=true was set before this run: left alone"
+        )
+    if node_upgraded(facts, change.version) and not is_pinned(facts.labels):
+        return StepPlan.skipping(kind, f"already runs driver {change.version}")
+    return StepPlan.acting(
+        kind, action.format(current=facts.gpus.driver_version or "(unknown)", target=change.version)
+    )
+
+
+def operator_driver_pending(spec: Spec, facts: NodeFacts) -> bool:
+    """An operator-mode driver change has work on this node (release and confirm act)."""
+    return plan_node_work(facts, spec, "driver.release", "").changes
 
 
 def release_command(nodes: Sequence[str]) -> str:

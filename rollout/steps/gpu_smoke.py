@@ -1,4 +1,6 @@
-"""gpu.smoke: run `nvidia-smi -L` in a one-GPU pod on the node; the node's GPUs must show up."""
+"""gpu.smoke: run `nvidia-smi -L` in a one-GPU pod on the node; the node's GPUs must show up,
+and the driver the pod reports (`nvidia-smi --query-gpu=driver_version`) must be the plan's
+target when the plan upgrades the driver."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from typing import Any, ClassVar
 
 from rollout.facts import NodeFacts
 from rollout.plan import StepPlan
-from rollout.spec import Spec
+from rollout.spec import DriverUpgradeChange, Spec
 from rollout.steps.base import StepContext, StepFailed, StepResult
 from rollout.steps.deadline import POLL_INTERVAL_S, Deadline
 from rollout.steps.gpu_wait import GPU_RESOURCE, expect_gpus
@@ -31,6 +33,9 @@ _UUID_TOKEN = re.compile(
     r"MIG-GPU-[0-9a-fA-F-]+/\d+/\d+|MIG-[0-9a-fA-F][0-9a-fA-F-]*|GPU-[0-9a-fA-F][0-9a-fA-F-]*"
 )
 _EMBEDDED_GPU = re.compile(r"^MIG-(GPU-[0-9a-fA-F-]+)/\d+/\d+$")
+# --query-gpu=driver_version --format=csv,noheader: one version per visible GPU
+_DRIVER_LINE = re.compile(r"^\s*(\d{3}\.\d{1,3}(?:\.\d{1,3})?)\s*$")
+SMOKE_SCRIPT = "nvidia-smi -L && nvidia-smi --query-gpu=driver_version --format=csv,noheader"
 
 
 @dataclass(frozen=True)
@@ -39,6 +44,7 @@ class SmokeVerdict:
 
     uuids: tuple[str, ...]
     problems: tuple[str, ...]
+    drivers: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -53,15 +59,29 @@ def parse_gpu_uuids(log: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(m.group(0) for m in _UUID_TOKEN.finditer(log)))
 
 
-def judge_smoke_log(log: str, node_uuids: Iterable[str]) -> SmokeVerdict:
-    """At least one GPU listed, and every GPU UUID printed is one of the node's own.
+def parse_driver_versions(log: str) -> tuple[str, ...]:
+    """The driver versions `--query-gpu=driver_version` printed, without repeats."""
+    found = (_DRIVER_LINE.match(line) for line in log.splitlines())
+    return tuple(dict.fromkeys(m.group(1) for m in found if m))
+
+
+def judge_smoke_log(
+    log: str, node_uuids: Iterable[str], target_driver: str | None = None
+) -> SmokeVerdict:
+    """At least one GPU listed, every GPU UUID printed one of the node's own, and the driver
+    the pod sees the target one (when the plan upgrades it).
 
     A MIG device of the old form (MIG-GPU-<uuid>/gi/ci) names its GPU and is checked by it;
     a new-form MIG UUID cannot be tied to a GPU from the facts and is accepted.
     """
     uuids = parse_gpu_uuids(log)
+    drivers = parse_driver_versions(log)
     known = {u.upper() for u in node_uuids}
     problems: list[str] = []
+    if target_driver is not None and drivers != (target_driver,):
+        problems.append(
+            f"the pod sees driver {', '.join(drivers) or '(none reported)'}, not {target_driver}"
+        )
     if not uuids:
         problems.append("nvidia-smi -L listed no GPU")
     elif known:
@@ -72,7 +92,7 @@ def judge_smoke_log(log: str, node_uuids: Iterable[str]) -> SmokeVerdict:
                 problems.append(
                     f"{token} is not one of the node's GPUs ({', '.join(sorted(known))})"
                 )
-    return SmokeVerdict(uuids, tuple(problems))
+    return SmokeVerdict(uuids, tuple(problems), drivers)
 
 
 def smoke_pod_name(node: str, run_id: str) -> str:
@@ -125,7 +145,7 @@ def smoke_pod_manifest(
                     "name": SMOKE_CONTAINER,
                     "image": image,
                     "imagePullPolicy": "IfNotPresent",
-                    "command": ["nvidia-smi", "-L"],
+                    "command": ["sh", "-c", SMOKE_SCRIPT],
                     # Strings: the client validates quantities as strings.
                     "resources": {"limits": {resource: "1"}},
                 }
@@ -146,7 +166,11 @@ class GpuSmokeStep(ReachingStep):
     reach: ClassVar[Reach] = Reach.NODE
 
     def plan_change(self, facts: NodeFacts, spec: Spec) -> StepPlan:
-        return StepPlan.acting(self.kind, "run nvidia-smi -L in a one-GPU pod pinned to the node")
+        target = _target_driver(spec)
+        driver = f"; the pod must see driver {target}" if target is not None else ""
+        return StepPlan.acting(
+            self.kind, f"run nvidia-smi -L in a one-GPU pod pinned to the node{driver}"
+        )
 
     def apply(self, ctx: StepContext) -> StepResult:
         return report_step(ctx, self.kind, self._apply)
@@ -170,7 +194,7 @@ class GpuSmokeStep(ReachingStep):
             log = self._read_log(ctx, name)
             if pod.phase != "Succeeded":
                 raise StepFailed(ctx.node, self.kind, self._describe_failure(pod, log, deadline))
-            verdict = judge_smoke_log(log, ctx.facts.gpus.uuids)
+            verdict = judge_smoke_log(log, ctx.facts.gpus.uuids, _target_driver(ctx.spec))
             if not verdict.ok:
                 raise StepFailed(
                     ctx.node,
@@ -185,8 +209,9 @@ class GpuSmokeStep(ReachingStep):
             except KubeError as exc:
                 ctx.progress(f"{ctx.node}: gpu.smoke: could not delete pod {where}: {exc}")
         checked = "" if ctx.facts.gpus.uuids else " (facts hold no UUIDs to check them against)"
+        driver = f"; driver {', '.join(verdict.drivers)}" if verdict.drivers else ""
         return StepResult.done(
-            f"nvidia-smi -L in pod {where} listed {', '.join(verdict.uuids)}{checked}"
+            f"nvidia-smi -L in pod {where} listed {', '.join(verdict.uuids)}{checked}{driver}"
         )
 
     @staticmethod
@@ -243,3 +268,9 @@ class GpuSmokeStep(ReachingStep):
 
 def _indent(text: str, prefix: str = "    ") -> str:
     return "\n".join(prefix + line for line in (text.splitlines() or [""]))
+
+
+def _target_driver(spec: Spec) -> str | None:
+    """The driver version the plan moves the node to, if it does."""
+    change = next(iter(spec.changes_of(DriverUpgradeChange)), None)
+    return change.version if change is not None else None

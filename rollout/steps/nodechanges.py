@@ -19,6 +19,7 @@ from rollout.plan import ClusterChange, StepPlan
 from rollout.spec import Spec
 from rollout.steps.containerd_changes import ContainerdChanges, plan_containerd
 from rollout.steps.driver_host import host_driver_pending
+from rollout.steps.driver_operator_plan import operator_driver_pending
 from rollout.steps.profile_changes import ProfileChange, plan_cluster_changes, plan_profile
 
 # Planning one node reads every step; the cache keeps the answer for the node being planned
@@ -35,6 +36,9 @@ class NodeChanges:
     cluster: tuple[ClusterChange, ...]
     # a host-mode driver upgrade has work on the node (rollout.steps.driver_host)
     driver_host: bool = False
+    # the GPU Operator upgrades this node's driver (rollout.steps.driver_operator): nothing
+    # for rollout to cordon, but the node changes and its smoke pod must see the new driver
+    driver_operator: bool = False
 
     @property
     def restarts_containerd(self) -> bool:
@@ -48,7 +52,12 @@ class NodeChanges:
     @property
     def touches_node(self) -> bool:
         """Whether anything on the node itself changes (files, label, device plugin)."""
-        return self.restarts_containerd or self.profile.changes_node or self.driver_host
+        return (
+            self.restarts_containerd
+            or self.profile.changes_node
+            or self.driver_host
+            or self.driver_operator
+        )
 
     @property
     def cluster_pending(self) -> bool:
@@ -68,6 +77,7 @@ def node_changes(facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> NodeCha
             profile=plan_profile(spec, facts, cluster),
             cluster=tuple(plan_cluster_changes(spec, cluster)),
             driver_host=host_driver_pending(spec, facts),
+            driver_operator=operator_driver_pending(spec, facts),
         ),
     )
 

@@ -21,6 +21,7 @@ from rollout.steps.cordon import CordonStep, UncordonStep
 from rollout.steps.deadline import Deadline
 from rollout.steps.drain import DrainStep
 from rollout.steps.gpu_smoke import (
+    SMOKE_SCRIPT,
     GpuSmokeStep,
     judge_smoke_log,
     parse_gpu_uuids,
@@ -551,6 +552,22 @@ def test_judge_smoke_log() -> None:
     assert judge_smoke_log(stranger, ()).ok  # nothing known to compare with
 
 
+def test_the_smoke_pod_must_see_the_plans_driver() -> None:
+    log = SMI + "550.90.07\n"
+    assert judge_smoke_log(log, UUIDS).drivers == ("550.90.07",)
+    assert judge_smoke_log(log, UUIDS, "550.90.07").ok
+    (problem,) = judge_smoke_log(log, UUIDS, "560.35.03").problems
+    assert problem == "the pod sees driver 550.90.07, not 560.35.03"
+    (problem,) = judge_smoke_log(SMI, UUIDS, "560.35.03").problems
+    assert problem == "the pod sees driver (none reported), not 560.35.03"
+    mismatch = "Failed to initialize NVML: Driver/library version mismatch\n"
+    assert (
+        judge_smoke_log(mismatch, UUIDS, "560.35.03")
+        .problems[0]
+        .endswith("(none reported), not 560.35.03")
+    )
+
+
 def test_the_smoke_pod_goes_through_the_scheduler_to_the_cordoned_node() -> None:
     name = smoke_pod_name(NODE, "20240501-100000-unit-ab12")
     assert name == smoke_pod_name(NODE, "20240501-100000-unit-ab12")  # same on every attempt
@@ -562,7 +579,7 @@ def test_the_smoke_pod_goes_through_the_scheduler_to_the_cordoned_node() -> None
     assert {"key": "node.kubernetes.io/unschedulable", "operator": "Exists",
             "effect": "NoSchedule"} in spec["tolerations"]  # fmt: skip
     (container,) = spec["containers"]
-    assert container["command"] == ["nvidia-smi", "-L"]
+    assert container["command"] == ["sh", "-c", SMOKE_SCRIPT]
     assert container["resources"] == {"limits": {"nvidia.com/gpu": "1"}}
     assert spec["runtimeClassName"] == "nvidia" and spec["restartPolicy"] == "Never"
 

@@ -24,9 +24,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from rollout.errors import RolloutError
 from rollout.lab.apiserver.errors import ApiError
 from rollout.lab.apiserver.metadata import format_timestamp
 from rollout.lab.apiserver.registry import DeleteOptions, Registry
@@ -49,6 +51,7 @@ from rollout.lab.simulation.kernellog import read_critical_xids
 from rollout.lab.simulation.operandholders import holder_stopped, sync_operand_holders
 from rollout.lab.simulation.pods import (
     GPU_RESOURCE,
+    container_command,
     gpu_request,
     is_deleting,
     is_ready,
@@ -60,11 +63,11 @@ from rollout.lab.simulation.podstatus import (
     set_create_error,
     set_failed,
     set_running,
-    set_succeeded,
+    set_terminated,
     set_waiting,
     waiting_reason,
 )
-from rollout.lab.simulation.probe import NodeRuntimeProbe, RuntimeState
+from rollout.lab.simulation.probe import NodeCommandOutcome, NodeRuntimeProbe, RuntimeState
 from rollout.lab.simulation.profiles import (
     CONFIG_LABEL,
     NO_SHARING,
@@ -159,11 +162,17 @@ class Kubelet:
     _restart: set[str] = field(default_factory=set, init=False)
     _boot: str | None = field(default=None, init=False)
     _runtime: RuntimeState = field(init=False)
+    # uid -> a smoke container's command running on the node (one at a time per node)
+    _commands: dict[str, Future[NodeCommandOutcome | None]] = field(
+        default_factory=dict, init=False
+    )
+    _pool: ThreadPoolExecutor = field(init=False)
 
     def __post_init__(self) -> None:
         self._recorder = EventRecorder(self.registry, "kubelet", self.node.name, self.clock)
         self.driver_version = self.node.driver_version
         self.toolkit = ToolkitUnit(self.probe, self.node.name)
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"pod-{self.name}")
         self._runtime = self.probe.state(self.node.name)
 
     @property
@@ -295,11 +304,10 @@ class Kubelet:
         self._running_since[uid] = now
         container = runs_nvidia_smi(pod)
         if container is not None:
-            self.registry.write_log(
-                pod["metadata"]["namespace"],
-                pod["metadata"]["name"],
-                container,
-                format_gpu_list(self._visible_gpus(uid)),
+            # the container's command, run on the node with the GPUs the pod was given
+            visible = ",".join(g.uuid for g in self._visible_gpus(uid))
+            self._commands[uid] = self._pool.submit(
+                self._run_command, container_command(pod, container), visible
             )
 
     def _restart_pod(self, pod: dict[str, Any], now: float) -> None:
@@ -370,8 +378,17 @@ class Kubelet:
         if crash:
             self._crash(pod, crash, now)
             return
-        if runs_nvidia_smi(pod) is not None and now - since >= self.timings.smoke_run_s:
-            self._write_pod(pod, lambda p: set_succeeded(p, now))
+        container = runs_nvidia_smi(pod)
+        if container is not None and now - since >= self.timings.smoke_run_s:
+            command = self._commands.get(uid)
+            if command is not None and not command.done():
+                return
+            outcome = command.result() if command is not None else None
+            if outcome is None:  # a control plane without nodes: the node's description
+                outcome = NodeCommandOutcome(0, format_gpu_list(self._visible_gpus(uid)))
+            meta = pod["metadata"]
+            self.registry.write_log(meta["namespace"], meta["name"], container, outcome.output)
+            self._write_pod(pod, lambda p: set_terminated(p, now, outcome.exit_code))
             self._release(uid)
 
     def _crash(self, pod: dict[str, Any], line: str, now: float) -> None:
@@ -449,6 +466,13 @@ class Kubelet:
 
     def _release(self, uid: str) -> None:
         self._devices.allocations.pop(uid, None)
+        self._commands.pop(uid, None)
+
+    def _run_command(self, argv: list[str], visible: str) -> NodeCommandOutcome | None:
+        try:
+            return self.probe.run_in_node(self.name, argv, {"NVIDIA_VISIBLE_DEVICES": visible})
+        except RolloutError as error:  # a hung command, killed
+            return NodeCommandOutcome(137, f"{error}\n")
 
     def _release_finished(self, pods: list[dict[str, Any]]) -> None:
         active = {p["metadata"]["uid"] for p in pods if not is_terminal(p)}

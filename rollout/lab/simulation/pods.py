@@ -50,10 +50,21 @@ def gpu_request(pod: Mapping[str, Any]) -> int:
 def runs_nvidia_smi(pod: Mapping[str, Any]) -> str | None:
     """The name of the container whose command runs nvidia-smi (a smoke pod), if any."""
     for container in (pod.get("spec") or {}).get("containers") or []:
-        words = [*(container.get("command") or []), *(container.get("args") or [])]
-        if any("nvidia-smi" in str(w) for w in words):
+        if any("nvidia-smi" in w for w in _words(container)):
             return str(container["name"])
     return None
+
+
+def container_command(pod: Mapping[str, Any], name: str) -> list[str]:
+    """The command and arguments of the pod's container `name`."""
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        if container.get("name") == name:
+            return _words(container)
+    return []
+
+
+def _words(container: Mapping[str, Any]) -> list[str]:
+    return [str(w) for w in [*(container.get("command") or []), *(container.get("args") or [])]]
 
 
 def pod_key(pod: Mapping[str, Any]) -> tuple[str, str]:

@@ -205,8 +205,13 @@ def _duration(seconds: float) -> str:
 
 def set_succeeded(pod: dict[str, Any], now: float) -> None:
     """Completed: every container terminated with exit code 0."""
+    set_terminated(pod, now, 0)
+
+
+def set_terminated(pod: dict[str, Any], now: float, exit_code: int) -> None:
+    """Every container terminated with `exit_code`: Succeeded for 0, Failed (Error) else."""
     status = pod["status"]
-    status["phase"] = "Succeeded"
+    status["phase"] = "Succeeded" if exit_code == 0 else "Failed"
     _set_conditions(
         pod,
         [
@@ -226,8 +231,8 @@ def set_succeeded(pod: dict[str, Any], now: float) -> None:
                 "started": False,
                 "state": {
                     "terminated": {
-                        "exitCode": 0,
-                        "reason": "Completed",
+                        "exitCode": exit_code,
+                        "reason": "Completed" if exit_code == 0 else "Error",
                         "startedAt": started,
                         "finishedAt": format_timestamp(now),
                         "containerID": entry.get("containerID", ""),

@@ -14,7 +14,7 @@ import itertools
 import logging
 import threading
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -33,6 +33,8 @@ _CRI_RUNTIME_PLUGINS = ("io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runti
 # Beside the node's root (<node dir>/merged): the pid of the nspawn of the current boot.
 NSPAWN_PID_NAME = "nspawn.pid"
 TOOLKIT_TIMEOUT_S = 120.0
+# A smoke pod's nvidia-smi answers in well under a second; a hung one is killed.
+NODE_COMMAND_TIMEOUT_S = 30.0
 
 ToolkitAction = Literal["start", "stop"]
 
@@ -60,6 +62,14 @@ class ToolkitOutcome:
     detail: str = ""
 
 
+@dataclass(frozen=True)
+class NodeCommandOutcome:
+    """How a container's command, run on its node, ended: exit status and what it printed."""
+
+    exit_code: int
+    output: str
+
+
 class NodeRuntimeProbe(Protocol):
     """The seam between the simulation and real (or fake) node runtimes."""
 
@@ -73,6 +83,13 @@ class NodeRuntimeProbe(Protocol):
 
     def run_toolkit(self, node: str, action: ToolkitAction) -> ToolkitOutcome:
         """Start or stop the node's toolkit unit; blocks until systemd has done it."""
+        ...
+
+    def run_in_node(
+        self, node: str, argv: Sequence[str], env: Mapping[str, str]
+    ) -> NodeCommandOutcome | None:
+        """Run a container's command on its node, with the environment the container runtime
+        gives it; None where there is no node to run it on (a control plane without nodes)."""
         ...
 
 
@@ -148,6 +165,21 @@ class RunningConfigProbe:
         detail = (result.stderr or result.stdout).strip()
         return ToolkitOutcome(result.ok, detail[-500:])
 
+    def run_in_node(
+        self, node: str, argv: Sequence[str], env: Mapping[str, str]
+    ) -> NodeCommandOutcome | None:
+        root = self._roots.get(node)
+        if root is None:
+            return None
+        leader = _container_leader(root.parent / NSPAWN_PID_NAME)
+        if leader is None:
+            return NodeCommandOutcome(128, f"{node} is not running\n")
+        pid = leader.split(":")[1]
+        variables = [f"{key}={value}" for key, value in env.items()]
+        command = ["nsenter", f"--target={pid}", "--all", "env", *variables, *argv]
+        result = LocalRunner().run(command, timeout_s=NODE_COMMAND_TIMEOUT_S)
+        return NodeCommandOutcome(result.exit_code, result.stdout + result.stderr)
+
 
 def _container_leader(pid_file: Path) -> str | None:
     """ "<nspawn pid>:<container init pid>" while the node's nspawn runs its container."""
@@ -210,6 +242,12 @@ class FixedRuntimeProbe:
                 return ToolkitOutcome(False, f"{node} is not running")
             self._states[node] = RuntimeState(True, True, old.boot, f"run-{next(self._runs)}")
             return ToolkitOutcome(True)
+
+    def run_in_node(
+        self, node: str, argv: Sequence[str], env: Mapping[str, str]
+    ) -> NodeCommandOutcome | None:
+        """No node to run it on."""
+        return None
 
     def _default_state(self) -> RuntimeState:
         return RuntimeState(True, True, "boot-0", f"run-{next(self._runs)}")
