@@ -417,19 +417,30 @@ class _NodeJson:
     def __init__(self) -> None:
         self._by_id: dict[tuple[str, int, int], tuple[object, str]] = {}
         self._steps: dict[tuple[int, tuple[StepPlan, ...]], str] = {}
+        # the other fields but the name, by value: copies repeat their version, effective
+        # diff (the memo's one string), status, warnings, labels and driver
+        self._values: dict[tuple[str, int, object], str] = {}
+        self._fields: dict[type[NodePlan], tuple[tuple[str, str], ...]] = {}
 
     def text(self, node: NodePlan, level: int) -> str:
         inner = "\n" + _INDENT * (level + 1)
         pieces = ["{"]
-        for index, f in enumerate(dataclasses.fields(node)):
-            value = getattr(node, f.name)
-            if f.name in self.SHARED:
-                shown = self._shared(f.name, value, level + 1)
-            elif f.name == "steps":
+        names = self._fields.get(type(node))
+        if names is None:
+            names = self._fields[type(node)] = tuple(
+                (f.name, json_text(f.name, 0)) for f in dataclasses.fields(node)
+            )
+        for index, (name, key) in enumerate(names):
+            value = getattr(node, name)
+            if name in self.SHARED:
+                shown = self._shared(name, value, level + 1)
+            elif name == "steps":
                 shown = self._steps_text(value, level + 1)
-            else:
+            elif name == "name":
                 shown = json_text(to_data(value), level + 1)
-            pieces.append(("," if index else "") + inner + json_text(f.name, 0) + ": " + shown)
+            else:
+                shown = self._value_text(name, value, level + 1)
+            pieces.append(("," if index else "") + inner + key + ": " + shown)
         pieces.append("," + inner + '"changes": ' + json_text(node.changes, 0))
         pieces.append("\n" + _INDENT * level + "}")
         return "".join(pieces)
@@ -445,6 +456,16 @@ class _NodeJson:
                     file_data["diff"] = change.unified_diff()
             hit = self._by_id[key] = (value, json_text(data, level))
         return hit[1]
+
+    def _value_text(self, name: str, value: object, level: int) -> str:
+        key = (name, level, value)
+        try:
+            text = self._values.get(key)
+        except TypeError:  # not hashable: encoded every time
+            return json_text(to_data(value), level)
+        if text is None:
+            text = self._values[key] = json_text(to_data(value), level)
+        return text
 
     def _steps_text(self, steps: tuple[StepPlan, ...], level: int) -> str:
         key = (level, steps)
