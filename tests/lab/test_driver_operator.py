@@ -168,6 +168,11 @@ def test_diagnose_fix_retries_an_upgrade_the_operator_failed(
         assert main(["plan", str(fix), *fleet_args(lab)]) == 0
         assert "upgrade-failed -> upgrade-required" in capsys.readouterr().out
         assert main(apply_args(lab, fix, tmp_path / "fix-state")) == 0
+        # the smoke pod's nvidia-smi ran on the node and saw the new driver
+        (smoke,) = [
+            line for line in capsys.readouterr().err.splitlines() if "gpu.smoke done" in line
+        ]
+        assert smoke.endswith(f"; driver {TARGET}"), smoke
         node = kube.get_node(PINNED)
         assert node.labels.get(STATE) == "upgrade-done" and not node.unschedulable
         assert smi_version(lab, PINNED) == TARGET
