@@ -3,20 +3,27 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
 from rollout.cli.plan import add_fleet_arguments, connect_fleet
 from rollout.cli.render import show_controls
 from rollout.errors import BadInput, ExitCode
-from rollout.facts.live import gather_diagnosis_facts
+from rollout.facts.live import gather_diagnosis_facts, with_plan_facts
 from rollout.facts.recording import record_fleet
+from rollout.spec import load_spec
 
 HELP = """\
 Probe every node of the inventory over SSH and the cluster through the Kubernetes API, and
 write the facts in the layout `rollout plan --facts` and `rollout diagnose --facts` read:
 DIR/<node>/node.yaml, DIR/<node>/files/etc/containerd/..., DIR/cluster.yaml. Registry
 credentials are redacted before they are written.
+
+Some plans need facts of their own: a `mode: host` driver upgrade reads each node's driver
+packages, holds and the apt candidates for its version, a `mode: operator` one the running
+kernel. With --plan PLAN those are recorded too, so that `rollout plan PLAN --facts DIR`
+gives the plan the live `rollout plan PLAN` would.
 """
 
 
@@ -30,6 +37,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     record.add_argument("directory", metavar="DIR", type=Path, help="a new, empty directory")
+    record.add_argument(
+        "--plan",
+        metavar="PLAN",
+        type=Path,
+        help="also record the facts this plan's changes need (driver upgrades)",
+    )
     add_fleet_arguments(record)
     record.set_defaults(func=run_record)
 
@@ -39,6 +52,7 @@ def run_record(args: argparse.Namespace) -> int:
         raise BadInput("facts record probes the nodes: pass --inventory FILE (and --kubeconfig)")
     if args.directory.exists() and not args.directory.is_dir():
         raise BadInput(f"{args.directory}: exists and is not a directory")
+    spec = load_spec(args.plan) if args.plan is not None else None  # bad input: nothing probed
     with connect_fleet(args) as connection:
         fleet, unreachable = gather_diagnosis_facts(
             connection.runners,
@@ -46,6 +60,9 @@ def run_record(args: argparse.Namespace) -> int:
             max_parallel=args.parallel,
             source=str(args.inventory),
         )
+        if spec is not None:
+            nodes = with_plan_facts(spec, connection.runners, fleet.nodes, args.parallel)
+            fleet = dataclasses.replace(fleet, nodes=tuple(nodes))
     for name, why in unreachable.items():
         print(f"not recorded: {show_controls(name)}: {show_controls(why)}", file=sys.stderr)
     written = record_fleet(fleet, args.directory)

@@ -151,8 +151,7 @@ def gather_fleet_facts(
         if name in api_errors:
             raise api_errors[name]  # the API's own error and hint, as the cluster answered
     nodes = [result for result in results.values() if isinstance(result, NodeFacts)]
-    nodes = with_driver_hosts(spec, runners, nodes, max_parallel)  # mode: host drivers only
-    nodes = with_operator_kernels(spec, runners, nodes, max_parallel)  # mode: operator only
+    nodes = with_plan_facts(spec, runners, nodes, max_parallel)
     return FleetFacts(
         nodes=tuple(sorted(nodes, key=lambda n: n.name)),
         cluster=gather_cluster_facts(spec, kube),
@@ -204,6 +203,15 @@ def probe_node_tolerantly(
         service_journal=optional(ServiceJournalFact(), ()),
         probe_errors=errors,
     )
+
+
+def with_plan_facts(
+    spec: Spec, runners: Mapping[str, CommandRunner], nodes: Sequence[NodeFacts], max_parallel: int
+) -> list[NodeFacts]:
+    """The nodes with the extra facts the plan's changes need: host driver facts for a
+    `mode: host` driver upgrade, the running kernel for `mode: operator`; unchanged otherwise."""
+    found = with_driver_hosts(spec, runners, nodes, max_parallel)
+    return with_operator_kernels(spec, runners, found, max_parallel)
 
 
 def gather_diagnosis_facts(

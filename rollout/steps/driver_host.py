@@ -128,7 +128,8 @@ def _plan(spec: Spec, facts: NodeFacts) -> HostDriverPlan | None:
             reason="" if pending else f"driver {change.version} already installed",
             warnings=(
                 "no host driver facts (driver_host in node.yaml): the node's apt sources "
-                "and packages were not read; apply reads them before installing",
+                "and packages were not read; apply reads them before installing (record "
+                "them with `rollout facts record --plan PLAN`)",
             )
             if pending
             else (),

@@ -11,7 +11,7 @@ import pytest
 
 from rollout.cli import main
 from rollout.lab.cluster import Lab
-from tests.examples import PLAN
+from tests.examples import PLAN, REPO
 from tests.lab.labapi import api_lab
 
 pytestmark = pytest.mark.lab
@@ -49,3 +49,29 @@ def test_record_then_plan_facts_equals_the_live_plan(
     offline = run_json(capsys, ["diagnose", "--facts", str(facts), "--output", "json"])
     assert healthy["healthy"] is True, healthy["findings"]
     assert offline == healthy
+
+
+def test_record_with_a_driver_plan_keeps_its_host_driver_facts(
+    lab: Lab, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A host-mode driver plan reads each node's packages, holds and apt candidates: recorded
+    with --plan, `plan --facts` gives the live plan; recorded without, the plan says they were
+    not read and how to record them."""
+    live_args = ["--inventory", str(lab.inventory), "--kubeconfig", str(lab.kubeconfig)]
+    driver_plan = REPO / "examples" / "driver-host.yaml"
+    with_plan, without = tmp_path / "with-plan", tmp_path / "without"
+    record = ["facts", "record", *live_args]
+    assert main([*record, str(with_plan), "--plan", str(driver_plan)]) == 0
+    assert main([*record, str(without)]) == 0
+    capsys.readouterr()
+    live = run_json(capsys, ["plan", str(driver_plan), *live_args, "--output", "json"])
+    recorded = run_json(
+        capsys, ["plan", str(driver_plan), "--facts", str(with_plan), "--output", "json"]
+    )
+    bare = run_json(capsys, ["plan", str(driver_plan), "--facts", str(without), "--output", "json"])
+    for plan in (live, recorded, bare):
+        plan.pop("facts_source", None)
+        plan.pop("source", None)
+    assert recorded == live
+    assert "no host driver facts" not in json.dumps(live)
+    assert "record them with `rollout facts record --plan PLAN`" in json.dumps(bare)
