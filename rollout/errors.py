@@ -15,6 +15,8 @@ class ExitCode:
     FAILED = 1
     BAD_INPUT = 2
     ABORTED = 3
+    # apply/resume stopped at the end of the maintenance window; the next run continues
+    WINDOW_CLOSED = 4
 
 
 class RolloutError(Exception):

@@ -39,7 +39,7 @@ import queue
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 from rollout.errors import RolloutError
@@ -65,6 +65,10 @@ from rollout.transports.errors import SshConnectError
 
 class Halt(RolloutError):
     """The run must stop before the next node; the message says why."""
+
+
+class WindowClosed(Halt):
+    """The maintenance window has closed, or would before the next node could finish."""
 
 
 class ClusterView(Protocol):
@@ -127,6 +131,7 @@ class RunReport:
     outcome: RunOutcome
     halt_reason: str
     nodes: Mapping[str, tuple[str, str]]  # node -> (outcome, reason)
+    window_closed: bool = False  # halted at the maintenance window's end
 
 
 ContextFactory = Callable[[NodePlan], StepContext]
@@ -193,6 +198,9 @@ class Executor:
     _stop_reason: str = field(default="", init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
     _cluster_wide: threading.Lock = field(default_factory=threading.Lock, init=False)
+    # how long each node that succeeded in this process took: the next one's expected time
+    _durations: list[timedelta] = field(default_factory=list, init=False)
+    _window_closed: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         missing = sorted({s.kind for n in self.plan.nodes for s in n.steps} - self.steps.keys())
@@ -243,6 +251,7 @@ class Executor:
                             ).start()
                     except Halt as exc:
                         halt = str(exc)
+                        self._window_closed = isinstance(exc, WindowClosed)
                         self._halting(halt)
                 if not running:
                     break
@@ -335,11 +344,28 @@ class Executor:
         if halting:
             raise Halt("halt label on " + ", ".join(sorted(halting)))
         window = self.spec.policy.maintenance_window
-        if window is not None and not window.contains(self.clock()):
-            raise Halt(
-                f"outside the maintenance window ({window.start:%H:%M}-{window.end:%H:%M} "
-                f"{window.timezone}); resume the run inside it"
+        if window is None:
+            return
+        now = self.clock()
+        span = f"{window.start:%H:%M}-{window.end:%H:%M} {window.timezone}"
+        closes = window.closes_at(now)
+        if closes is None:
+            raise WindowClosed(
+                f"window closed ({span}): {self._nodes_left()} node(s) left; resume the run "
+                "inside the window"
             )
+        expected = max(self._durations, default=None)
+        if expected is not None and now + expected > closes:
+            raise WindowClosed(
+                f"window closes at {closes:%H:%M} ({span}): the next node would need about "
+                f"{round(expected.total_seconds())}s (the longest node of this run), so it is "
+                f"not started; {self._nodes_left()} node(s) left; resume the run inside the "
+                "next window"
+            )
+
+    def _nodes_left(self) -> int:
+        state = self.journal.replay()
+        return sum(1 for n in self.plan.nodes if state.node(n.name).outcome is None)
 
     def _check_lease(self) -> None:
         if self.lease is None:
@@ -354,10 +380,16 @@ class Executor:
     # --- one node (its own thread) -------------------------------------------------------
 
     def _node_thread(self, node: NodePlan, results: queue.Queue[_Done]) -> None:
+        started = self.clock()
         try:
-            results.put(_Done(node, self._run_node(node)))
+            outcome = self._run_node(node)
         except BaseException as exc:  # handed to the scheduling thread, which raises it
             results.put(_Done(node, None, exc))
+            return
+        if outcome is NodeOutcome.SUCCEEDED:
+            with self._lock:
+                self._durations.append(self.clock() - started)
+        results.put(_Done(node, outcome))
 
     def _run_node(self, node: NodePlan) -> NodeOutcome | None:
         """The node's pending steps; its outcome, or None when stopped before a step."""
@@ -451,7 +483,7 @@ class Executor:
                 ns.outcome.value if ns.outcome else "pending",
                 ns.outcome_reason,
             )
-        return RunReport(outcome, reason, nodes)
+        return RunReport(outcome, reason, nodes, self._window_closed)
 
 
 _NO_LOCK = contextlib.nullcontext()

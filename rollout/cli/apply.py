@@ -66,7 +66,11 @@ def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
             "point continues with `rollout resume RUN`. One run per cluster at a time (a "
             "Lease in kube-system). A failed node is rolled back (policy.on_failure) and the "
             "run halts; any node labelled nvidia.com/gpu-driver-upgrade-state=upgrade-failed "
-            "halts it before the next node."
+            "halts it before the next node. With policy.maintenance_window no node starts "
+            "outside the window, nor one that the longest node of the run so far says would "
+            "not finish before it closes; the nodes in flight finish.\n\n"
+            "Exit status: 0 done, 1 failed or halted, 2 bad input, 3 not confirmed, 4 stopped "
+            "at the window's end (`rollout resume RUN` in the next window continues)."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -373,6 +377,8 @@ def confirm(yes: bool) -> None:
 
 
 def exit_code(report: RunReport) -> int:
+    if report.window_closed:
+        return ExitCode.WINDOW_CLOSED
     return ExitCode.OK if report.outcome is RunOutcome.SUCCEEDED else ExitCode.FAILED
 
 

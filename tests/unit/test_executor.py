@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
 
+from rollout.cli.apply import exit_code
+from rollout.errors import ExitCode
 from rollout.executor import Executor
 from rollout.facts import load_recorded_facts
 from rollout.plan import NodePlan, Plan
@@ -300,3 +303,47 @@ def test_live_progress_table_shows_each_node_state() -> None:
     assert "gpu-a-1" in text and "succeeded" in text
     assert "gpu-a-2" in text and "drain" in text and "running" in text
     assert "halted: drain of gpu-a-2 timed out" in text
+
+
+WINDOWED = PLAN.read_text().replace(
+    "policy:\n",
+    'policy:\n  maintenance_window: {start: "22:00", end: "23:00", timezone: UTC}\n',
+)
+
+
+def test_no_node_starts_that_would_not_finish_before_the_window_closes(tmp_path: Path) -> None:
+    """Each node takes 25 minutes (its uncordon moves the clock): the third would start at
+    22:50 and end after 23:00, so the run stops there with window_closed, two nodes left."""
+    plan, spec, cluster, _, journal, steps = setup(tmp_path, WINDOWED)
+    now = [datetime(2026, 11, 30, 22, 0, tzinfo=UTC)]
+    uncordon = steps["uncordon"].apply
+
+    def slow_uncordon(ctx: StepContext) -> StepResult:
+        now[0] += timedelta(minutes=25)
+        return uncordon(ctx)
+
+    steps["uncordon"].apply = slow_uncordon
+    executor = make_executor(plan, spec, cluster, journal, steps)
+    executor.clock = lambda: now[0]
+    report = executor.run()
+    assert report.outcome is RunOutcome.HALTED and report.window_closed
+    outcomes = [outcome for outcome, _ in report.nodes.values()]
+    assert outcomes == ["succeeded", "succeeded", "pending", "pending"]
+    assert report.halt_reason == (
+        "window closes at 23:00 (22:00-23:00 UTC): the next node would need about 1500s (the "
+        "longest node of this run), so it is not started; 2 node(s) left; resume the run "
+        "inside the next window"
+    )
+    assert exit_code(report) == ExitCode.WINDOW_CLOSED
+
+
+def test_outside_the_window_nothing_starts(tmp_path: Path) -> None:
+    plan, spec, cluster, log, journal, steps = setup(tmp_path, WINDOWED)
+    executor = make_executor(plan, spec, cluster, journal, steps)
+    executor.clock = lambda: datetime(2026, 11, 30, 23, 0, tzinfo=UTC)  # the end is not in it
+    report = executor.run()
+    assert report.window_closed and log.calls == []
+    assert report.halt_reason == (
+        f"window closed (22:00-23:00 UTC): {len(plan.nodes)} node(s) left; resume the run "
+        "inside the window"
+    )
