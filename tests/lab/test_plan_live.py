@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from rollout.facts import ConfigFilesFact, ProbeFailed, parse_file_dump, parse_g
 from rollout.lab.cluster import Lab
 from rollout.transports.local import LocalRunner
 from tests.examples import PLAN
-from tests.lab.labapi import api_lab
+from tests.lab.labapi import api_lab, apply_args
 from tests.lab.test_cluster_shared import node_of_series, ssh_check
 
 pytestmark = pytest.mark.lab
@@ -161,3 +162,30 @@ def test_live_plan_shows_service_gpus_and_what_drain_would_do(
     assert next(s for s in planned[other]["steps"] if s["kind"] == "drain")["action"] == (
         "nothing to evict now (checked again at apply time)"
     )
+
+
+CONTAINERD_SUMS = ["sh", "-c", "find /etc/containerd -type f | sort | xargs sha256sum"]
+
+
+def test_apply_outside_the_window_starts_no_node_and_exits_4(
+    lab: Lab, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A window that opens in two hours: apply journals the run as halted at the window, names
+    the nodes left, changes nothing and exits 4, the status a scheduled run reads as "the
+    next window continues"."""
+    opens = datetime.now(UTC) + timedelta(hours=2)
+    window = (
+        f'  maintenance_window: {{start: "{opens:%H:%M}", '
+        f'end: "{opens + timedelta(hours=1):%H:%M}", timezone: UTC}}\n'
+    )
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(PLAN.read_text().replace("policy:\n", "policy:\n" + window))
+    before = {n.name: ssh_check(lab, n, CONTAINERD_SUMS) for n in lab.nodes}
+    state = tmp_path / "state"
+    capsys.readouterr()
+    assert main(apply_args(lab, plan, state)) == 4
+    out = capsys.readouterr().out
+    assert f"window closed ({opens:%H:%M}-" in out
+    assert f"{len(lab.nodes)} node(s) left; resume the run inside the window" in out
+    after = {n.name: ssh_check(lab, n, CONTAINERD_SUMS) for n in lab.nodes}
+    assert after == before
