@@ -58,6 +58,7 @@ from rollout.run import (
     StepStarted,
     StepUndone,
 )
+from rollout.schedule.window import span_at
 from rollout.spec import UPGRADE_FAILED_LABEL, OnFailure, Spec
 from rollout.steps.base import Step, StepContext, StepResult, StepResultKind
 from rollout.transports.errors import SshConnectError
@@ -347,17 +348,18 @@ class Executor:
         if window is None:
             return
         now = self.clock()
-        span = f"{window.start:%H:%M}-{window.end:%H:%M} {window.timezone}"
-        closes = window.closes_at(now)
-        if closes is None:
+        hours = f"{window.start:%H:%M}-{window.end:%H:%M} {window.timezone}"
+        span = span_at(window, now)
+        if span is None:
             raise WindowClosed(
-                f"window closed ({span}): {self._nodes_left()} node(s) left; resume the run "
+                f"window closed ({hours}): {self._nodes_left()} node(s) left; resume the run "
                 "inside the window"
             )
         expected = max(self._durations, default=None)
+        closes = span.closes.astimezone(window.zone)
         if expected is not None and now + expected > closes:
             raise WindowClosed(
-                f"window closes at {closes:%H:%M} ({span}): the next node would need about "
+                f"window closes at {closes:%H:%M} ({hours}): the next node would need about "
                 f"{round(expected.total_seconds())}s (the longest node of this run), so it is "
                 f"not started; {self._nodes_left()} node(s) left; resume the run inside the "
                 "next window"

@@ -19,6 +19,7 @@ from rollout.cli.render import (
     report_to_json,
     safe,
 )
+from rollout.cli.status import run_status
 from rollout.connection import FleetConnection
 from rollout.errors import Aborted, BadInput, ExitCode
 from rollout.executor import Executor, RunReport
@@ -33,20 +34,13 @@ from rollout.retry import RetryEvent, watch_retries
 from rollout.run import (
     Invocation,
     Journal,
-    LockHolder,
     NodeSkipped,
     Retried,
     RunOutcome,
-    RunPhase,
     RunResumed,
     current_user,
     default_state_dir,
-    latest_run,
-    list_runs,
-    lock_holder,
     make_run_id,
-    read_plan_json,
-    read_run,
     utc_now,
 )
 from rollout.spec import Spec, parse_spec
@@ -380,65 +374,3 @@ def exit_code(report: RunReport) -> int:
     if report.window_closed:
         return ExitCode.WINDOW_CLOSED
     return ExitCode.OK if report.outcome is RunOutcome.SUCCEEDED else ExitCode.FAILED
-
-
-def run_status(args: argparse.Namespace) -> int:
-    state_dir = args.state_dir or default_state_dir()
-    console = make_console(sys.stdout)
-    if args.all:
-        for run in list_runs(state_dir):
-            if run.phase is None:
-                where = f"unreadable: {run.problem}"
-            else:
-                where = describe_phase(
-                    run.run_id, run.phase, run.outcome, run.halted_reason, run.holder
-                )
-            console.print(safe(f"{run.run_id}  {run.plan_name}  {where}"))
-        return ExitCode.OK
-    run_id = args.run_id
-    if run_id is None:
-        latest = latest_run(state_dir)
-        if latest is None:
-            console.print(safe(f"no runs in {state_dir}"))
-            return ExitCode.OK
-        run_id = latest.run_id
-    state = read_run(state_dir, run_id)
-    plan = plan_from_data(json.loads(read_plan_json(state_dir, run_id)))
-    holder = lock_holder(state_dir, run_id)
-    phase = state.phase(locked=holder is not None)
-    where = describe_phase(run_id, phase, state.outcome, state.halted_reason, holder)
-    console.print(safe(f"run {run_id}: {where}"))
-    for node in plan.nodes:
-        ns = state.node(node.name)
-        done = len(ns.completed)
-        flying = f", in flight: {ns.in_flight.kind}" if ns.in_flight else ""
-        result = ns.outcome.value if ns.outcome else "pending"
-        reason = f" ({ns.outcome_reason})" if ns.outcome_reason else ""
-        cordoned = ", cordoned by rollout" if ns.cordoned_by_rollout else ""
-        console.print(
-            safe(
-                f"  {node.name}: {result}{reason}; {done}/{len(node.steps)} steps{flying}{cordoned}"
-            )
-        )
-    return ExitCode.OK
-
-
-def describe_phase(
-    run_id: str,
-    phase: RunPhase,
-    outcome: RunOutcome | None,
-    halted_reason: str | None,
-    holder: LockHolder | None,
-) -> str:
-    """Where a run stands, in words, and what to do about it."""
-    resume = f"continue with `rollout resume {run_id}`"
-    match phase:
-        case RunPhase.FINISHED:
-            text = outcome.value if outcome else "finished"
-            return text + (f" ({halted_reason})" if halted_reason else "")
-        case RunPhase.HALTED:
-            return f"halted: {halted_reason}; {resume} once that is dealt with"
-        case RunPhase.RUNNING:
-            return f"running ({holder or 'a live process'} holds it)"
-        case RunPhase.INTERRUPTED:
-            return f"interrupted (no process holds it); {resume}"

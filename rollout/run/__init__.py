@@ -49,6 +49,7 @@ from rollout.run.journal import (
     read_journal,
     read_plan_json,
     read_run,
+    read_run_invocation,
 )
 from rollout.run.listing import RunSummary, latest_run, list_runs, lock_holder
 from rollout.run.lock import LockHolder
@@ -156,5 +157,6 @@ __all__ = [
     "read_journal",
     "read_plan_json",
     "read_run",
+    "read_run_invocation",
     "utc_now",
 ]

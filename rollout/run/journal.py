@@ -137,6 +137,11 @@ def read_plan_json(state_dir: Path, run_id: str) -> str:
     return _checked_plan(run_dir, run_id, fold.freeze().plan_digest)
 
 
+def read_run_invocation(state_dir: Path, run_id: str) -> Invocation:
+    """How a run was started, without taking its lock (for `rollout status`)."""
+    return read_invocation(find_run_dir(state_dir, run_id), run_id)
+
+
 def digest_plan(plan_json: str) -> str:
     return "sha256:" + hashlib.sha256(plan_json.encode()).hexdigest()
 

@@ -279,16 +279,6 @@ class MaintenanceWindow(SpecModel):
             yesterday in self.days and clock < self.end
         )
 
-    def closes_at(self, moment: datetime) -> datetime | None:
-        """When the window open at `moment` closes; None when it is not open then."""
-        if not self.contains(moment):
-            return None
-        local = moment.astimezone(self.zone)
-        day = local.date()
-        if self.start > self.end and local.time().replace(tzinfo=None) >= self.start:
-            day += timedelta(days=1)  # opened today, closes after midnight
-        return datetime.combine(day, self.end, tzinfo=self.zone)
-
 
 class Policy(SpecModel):
     """Waves, failure handling and health gates of a rollout."""

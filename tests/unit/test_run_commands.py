@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 import rollout.cli.apply as cli_apply
 import rollout.cli.plan as cli_plan
 from rollout.cli import main
+from rollout.cli.status import window_note
 from rollout.executor import RunReport
 from rollout.lab.apiserver import ApiServer, Registry
 from rollout.lease import RunLease
@@ -315,3 +317,28 @@ def test_status_reads_the_plan_through_its_digest(
     assert main(["status", run_id, "--state-dir", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert f"{journal.plan_path} does not match the plan run {run_id} started with" in err
+
+
+def test_status_names_the_nodes_left_and_the_maintenance_window(
+    plan: Plan, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = PLAN.read_text().replace(
+        "policy:\n",
+        'policy:\n  maintenance_window: {days: [fri], start: "22:00", end: "04:00", '
+        "timezone: Europe/Berlin}\n",
+    )
+    invocation = Invocation(str(PLAN), text, "/srv/inventory.yaml", None, None, False)
+    with make_run(tmp_path, plan, invocation=invocation) as journal:
+        journal.append(RunHalted("window closed"))
+        run_id = journal.run_id
+    out = status(tmp_path, capsys, run_id)
+    assert f"{len(plan.nodes)} node(s) left; the " in out
+    # Thursday 2024-01-04 noon: the next opening is Friday 22:00 in Berlin
+    thursday = datetime(2024, 1, 4, 12, 0, tzinfo=UTC)
+    assert window_note(tmp_path, run_id, thursday) == (
+        "; the next maintenance window opens Fri 2024-01-05 22:00 CET"
+    )
+    saturday_early = datetime(2024, 1, 6, 1, 0, tzinfo=UTC)  # 02:00 in Berlin
+    assert window_note(tmp_path, run_id, saturday_early) == (
+        "; the maintenance window is open until 04:00 CET"
+    )

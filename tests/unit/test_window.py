@@ -159,19 +159,3 @@ def test_the_cron_schedule_opens_the_window() -> None:
 def test_spans_need_aware_moments() -> None:
     with pytest.raises(ValueError, match="timezone-aware"):
         span_at(FRIDAY_NIGHT, datetime(2024, 1, 6, 1))
-
-
-def test_closes_at_is_the_end_of_the_window_open_now() -> None:
-    berlin = ZoneInfo("Europe/Berlin")
-    overnight = window(start="22:00", end="04:00", timezone="Europe/Berlin", days=["fri"])
-    friday_late = datetime(2024, 1, 5, 23, 30, tzinfo=berlin)
-    saturday_early = datetime(2024, 1, 6, 3, 0, tzinfo=berlin)
-    closes = datetime(2024, 1, 6, 4, 0, tzinfo=berlin)
-    assert overnight.closes_at(friday_late) == closes
-    assert overnight.closes_at(saturday_early) == closes
-    assert overnight.closes_at(datetime(2024, 1, 6, 4, 0, tzinfo=berlin)) is None
-    same_day = window(start="09:00", end="17:00")
-    assert same_day.closes_at(datetime(2024, 1, 5, 16, 59, tzinfo=UTC)) == datetime(
-        2024, 1, 5, 17, 0, tzinfo=ZoneInfo("UTC")
-    )
-    assert same_day.closes_at(datetime(2024, 1, 5, 8, 0, tzinfo=UTC)) is None

@@ -1,0 +1,111 @@
+"""`rollout status`: where a run stands, its nodes, what is left and when the plan's
+maintenance window next lets it go on; read without taking the run's lock."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+from rollout.cli.render import make_console, safe
+from rollout.errors import ExitCode, RolloutError
+from rollout.plan import plan_from_data
+from rollout.run import (
+    LockHolder,
+    RunOutcome,
+    RunPhase,
+    default_state_dir,
+    latest_run,
+    list_runs,
+    lock_holder,
+    read_plan_json,
+    read_run,
+    read_run_invocation,
+)
+from rollout.schedule.window import next_span
+from rollout.spec import parse_spec
+
+
+def run_status(args: argparse.Namespace) -> int:
+    state_dir = args.state_dir or default_state_dir()
+    console = make_console(sys.stdout)
+    if args.all:
+        for run in list_runs(state_dir):
+            if run.phase is None:
+                where = f"unreadable: {run.problem}"
+            else:
+                where = describe_phase(
+                    run.run_id, run.phase, run.outcome, run.halted_reason, run.holder
+                )
+            console.print(safe(f"{run.run_id}  {run.plan_name}  {where}"))
+        return ExitCode.OK
+    run_id = args.run_id
+    if run_id is None:
+        latest = latest_run(state_dir)
+        if latest is None:
+            console.print(safe(f"no runs in {state_dir}"))
+            return ExitCode.OK
+        run_id = latest.run_id
+    state = read_run(state_dir, run_id)
+    plan = plan_from_data(json.loads(read_plan_json(state_dir, run_id)))
+    holder = lock_holder(state_dir, run_id)
+    phase = state.phase(locked=holder is not None)
+    where = describe_phase(run_id, phase, state.outcome, state.halted_reason, holder)
+    console.print(safe(f"run {run_id}: {where}"))
+    for node in plan.nodes:
+        ns = state.node(node.name)
+        done = len(ns.completed)
+        flying = f", in flight: {ns.in_flight.kind}" if ns.in_flight else ""
+        result = ns.outcome.value if ns.outcome else "pending"
+        reason = f" ({ns.outcome_reason})" if ns.outcome_reason else ""
+        cordoned = ", cordoned by rollout" if ns.cordoned_by_rollout else ""
+        console.print(
+            safe(
+                f"  {node.name}: {result}{reason}; {done}/{len(node.steps)} steps{flying}{cordoned}"
+            )
+        )
+    left = sum(1 for n in plan.nodes if state.node(n.name).outcome is None)
+    if left and state.outcome is None:
+        console.print(safe(f"{left} node(s) left{window_note(state_dir, run_id)}"))
+    return ExitCode.OK
+
+
+def window_note(state_dir: Path, run_id: str, now: datetime | None = None) -> str:
+    """When the plan's maintenance window is open until, or next opens ("" without one)."""
+    try:
+        invocation = read_run_invocation(state_dir, run_id)
+        window = parse_spec(invocation.spec_text, invocation.spec_source).policy.maintenance_window
+    except RolloutError as exc:
+        return f"; the plan's maintenance window cannot be read: {exc}"
+    if window is None:
+        return ""
+    moment = now or datetime.now(UTC)
+    span = next_span(window, moment)
+    if span.holds(moment):
+        closes = span.closes.astimezone(window.zone)
+        return f"; the maintenance window is open until {closes:%H:%M %Z}"
+    opens = span.opens.astimezone(window.zone)
+    return f"; the next maintenance window opens {opens:%a %Y-%m-%d %H:%M %Z}"
+
+
+def describe_phase(
+    run_id: str,
+    phase: RunPhase,
+    outcome: RunOutcome | None,
+    halted_reason: str | None,
+    holder: LockHolder | None,
+) -> str:
+    """Where a run stands, in words, and what to do about it."""
+    resume = f"continue with `rollout resume {run_id}`"
+    match phase:
+        case RunPhase.FINISHED:
+            text = outcome.value if outcome else "finished"
+            return text + (f" ({halted_reason})" if halted_reason else "")
+        case RunPhase.HALTED:
+            return f"halted: {halted_reason}; {resume} once that is dealt with"
+        case RunPhase.RUNNING:
+            return f"running ({holder or 'a live process'} holds it)"
+        case RunPhase.INTERRUPTED:
+            return f"interrupted (no process holds it); {resume}"
