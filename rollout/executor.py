@@ -59,7 +59,7 @@ from rollout.run import (
     StepUndone,
 )
 from rollout.schedule.window import span_at
-from rollout.spec import UPGRADE_FAILED_LABEL, OnFailure, Spec
+from rollout.spec import UPGRADE_FAILED_LABEL, OnFailure, Spec, parse_label
 from rollout.steps.base import Step, StepContext, StepResult, StepResultKind
 from rollout.transports.errors import SshConnectError
 
@@ -335,13 +335,14 @@ class Executor:
             raise Halt(self._stop_reason)
         self._check_lease()
         halting: list[str] = []
-        # a plan that retries failed driver upgrades watches its own targets' upgrade-failed
-        retried = {n.name for n in self.plan.nodes} if self.spec.retries_failed_upgrades else set()
+        upgrade_failed = parse_label(UPGRADE_FAILED_LABEL)
         for label in self.spec.policy.effective_halt_labels:
-            exempt = retried if str(label) == UPGRADE_FAILED_LABEL else set()
             for found in self.cluster.list_nodes(f"{label.key}={label.value}"):
-                if found.name not in exempt:
-                    halting.append(f"{found.name} ({label.key}={label.value})")
+                if label == upgrade_failed and self.spec.retries_failed_upgrade_of(
+                    found.name, found.labels
+                ):
+                    continue  # the plan retries it: its driver.release watches it
+                halting.append(f"{found.name} ({label.key}={label.value})")
         if halting:
             raise Halt("halt label on " + ", ".join(sorted(halting)))
         window = self.spec.policy.maintenance_window

@@ -90,8 +90,9 @@ def plan_remedies(diagnosis: Diagnosis, fleet: FleetFacts) -> Remedies:
     manual: list[tuple[Finding, str]] = []
     plan: dict[str, Any] | None = None
     repaired: list[Finding] = []
-    if failed and _operator_version(fleet):
-        plan, repaired = _upgrade_retry(failed, _operator_version(fleet))
+    version = _operator_version(fleet)
+    if failed and version:
+        plan, repaired = _upgrade_retry(failed, version)
         manual += [
             (f, "run `rollout diagnose --fix` again once the failed upgrade is retried")
             for f in shadowed + profiles

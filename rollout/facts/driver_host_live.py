@@ -8,7 +8,7 @@ from rollout.commands import CommandRunner
 from rollout.facts.driver_host import read_driver_host
 from rollout.facts.extra import with_node_fact
 from rollout.facts.model import NodeFacts
-from rollout.spec import DriverMode, DriverUpgradeChange, Spec
+from rollout.spec import DriverMode, Spec
 
 
 def with_driver_hosts(
@@ -19,7 +19,7 @@ def with_driver_hosts(
 ) -> list[NodeFacts]:
     """The nodes with their host driver facts, where the spec installs a driver on the host;
     unchanged otherwise. A node whose facts cannot be read fails the gathering, named."""
-    change = next(iter(spec.changes_of(DriverUpgradeChange)), None)
+    change = spec.driver_upgrade
     if change is None or change.mode is not DriverMode.HOST:
         return list(nodes)
     packages, version = change.apt_packages, change.version

@@ -10,7 +10,7 @@ from rollout.facts.driver import DriverKernelFact
 from rollout.facts.extra import with_node_fact
 from rollout.facts.fact import read_fact
 from rollout.facts.model import NodeFacts
-from rollout.spec import DriverMode, DriverUpgradeChange, Spec
+from rollout.spec import DriverMode, Spec
 
 
 def with_operator_kernels(
@@ -21,7 +21,7 @@ def with_operator_kernels(
 ) -> list[NodeFacts]:
     """The nodes with their kernel read (`driver_kernel`), where the spec upgrades the GPU
     Operator's driver; unchanged otherwise. A node that cannot be read fails the gathering."""
-    change = next(iter(spec.changes_of(DriverUpgradeChange)), None)
+    change = spec.driver_upgrade
     if change is None or change.mode is not DriverMode.OPERATOR:
         return list(nodes)
     return with_node_fact(

@@ -121,10 +121,16 @@ class Spec(SpecModel):
         return tuple(c for c in self.changes if isinstance(c, kind))
 
     @property
-    def retries_failed_upgrades(self) -> bool:
-        """The plan's operator-mode driver change relabels its `upgrade-failed` targets
-        `upgrade-required`, so their label does not halt the run (their own step watches them)."""
-        return any(c.retry_failed for c in self.changes_of(DriverUpgradeChange))
+    def driver_upgrade(self) -> DriverUpgradeChange | None:
+        """The plan's `driver-upgrade` change (a plan has at most one), if any."""
+        return next(iter(self.changes_of(DriverUpgradeChange)), None)
+
+    def retries_failed_upgrade_of(self, node: str, labels: Mapping[str, str]) -> bool:
+        """Whether the plan's operator-mode driver change relabels this node's
+        `upgrade-failed` `upgrade-required` (`retry_failed`, the node a target): that label is
+        then the node's own step's to watch, not a reason to halt or hold a release."""
+        change = self.driver_upgrade
+        return change is not None and change.retry_failed and self.targets.includes(node, labels)
 
     @property
     def source(self) -> str:

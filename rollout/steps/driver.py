@@ -40,7 +40,7 @@ class DriverInstall:
     kind: ClassVar[str] = "driver.install"
 
     def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
-        change = next(iter(spec.changes_of(DriverUpgradeChange)), None)
+        change = spec.driver_upgrade
         if change is None:
             return StepPlan.skipping(self.kind, "no driver change")
         if change.mode is DriverMode.HOST:
@@ -48,7 +48,7 @@ class DriverInstall:
         return plan_operator(change, facts)
 
     def apply(self, ctx: StepContext) -> StepResult:
-        change = next(iter(ctx.spec.changes_of(DriverUpgradeChange)), None)
+        change = ctx.spec.driver_upgrade
         if change is None:
             return StepResult.noop("no driver change")
         if change.mode is DriverMode.HOST:
@@ -58,14 +58,14 @@ class DriverInstall:
         )
 
     def undo(self, ctx: StepContext) -> None:
-        change = next(iter(ctx.spec.changes_of(DriverUpgradeChange)), None)
+        change = ctx.spec.driver_upgrade
         if change is not None and change.mode is DriverMode.HOST:
             undo_install(ctx)
 
 
 def driver_change(spec: Spec, facts: NodeFacts) -> DriverChange | None:
     """The node's driver change for the plan output (None: no driver change there)."""
-    change = next(iter(spec.changes_of(DriverUpgradeChange)), None)
+    change = spec.driver_upgrade
     if change is None:
         return None
     if change.mode is DriverMode.HOST:

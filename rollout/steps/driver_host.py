@@ -68,7 +68,7 @@ class HostDriverPlan:
 
 def host_change(spec: Spec) -> DriverUpgradeChange | None:
     """The spec's driver change when it installs the driver on the host; else None."""
-    change = next(iter(spec.changes_of(DriverUpgradeChange)), None)
+    change = spec.driver_upgrade
     return change if change is not None and change.mode is DriverMode.HOST else None
 
 

@@ -292,13 +292,11 @@ class DriverReleaseStep(OperatorStep):
     def _budget_free(self, ctx: StepContext, deadline: Deadline) -> bool:
         nodes = ctx.kube.list_nodes()
         served = [n for n in nodes if served_by_driver_daemonset(n.labels)]
-        change = operator_change(ctx.spec)
         failed = [
             n.name
             for n in served
             if upgrade_state(n.labels) == UPGRADE_FAILED
-            # a target the plan retries is this run's to relabel, not a reason to stop
-            and not (change and change.retry_failed and ctx.spec.targets.includes(n.name, n.labels))
+            and not ctx.spec.retries_failed_upgrade_of(n.name, n.labels)
         ]
         if failed:
             raise StepFailed(

@@ -45,7 +45,7 @@ class OperatorUpgradeRefused(BadInput):
 
 def operator_change(spec: Spec) -> DriverUpgradeChange | None:
     """The spec's `driver-upgrade` change in mode: operator, if there is one."""
-    change = next(iter(spec.changes_of(DriverUpgradeChange)), None)
+    change = spec.driver_upgrade
     return change if change is not None and change.mode is DriverMode.OPERATOR else None
 
 
@@ -57,14 +57,10 @@ def plan_node_work(facts: NodeFacts, spec: Spec, kind: str, action: str) -> Step
     """The shared decision of release and confirm: act unless the node is already there or
     someone else's skip label holds it."""
     change = operator_change(spec)
-    if change is None:
-        return StepPlan.skipping(kind, "no operator-mode driver change")
-    if is_pinned(facts.labels) and PINNED_BY_ANNOTATION not in facts.annotations:
-        return StepPlan.skipping(
-            kind, f"{UPGRADE_SKIP_LABEL}=true was set before this run: left alone"
-        )
-    if node_upgraded(facts, change.version) and not is_pinned(facts.labels):
-        return StepPlan.skipping(kind, f"already runs driver {change.version}")
+    reason = _no_node_work(facts, change)
+    if reason is not None:
+        return StepPlan.skipping(kind, reason)
+    assert change is not None  # _no_node_work gave a reason otherwise
     return StepPlan.acting(
         kind, action.format(current=facts.gpus.driver_version or "(unknown)", target=change.version)
     )
@@ -72,7 +68,18 @@ def plan_node_work(facts: NodeFacts, spec: Spec, kind: str, action: str) -> Step
 
 def operator_driver_pending(spec: Spec, facts: NodeFacts) -> bool:
     """An operator-mode driver change has work on this node (release and confirm act)."""
-    return plan_node_work(facts, spec, "driver.release", "").changes
+    return _no_node_work(facts, operator_change(spec)) is None
+
+
+def _no_node_work(facts: NodeFacts, change: DriverUpgradeChange | None) -> str | None:
+    """Why the node has nothing to do for the change; None when it has."""
+    if change is None:
+        return "no operator-mode driver change"
+    if is_pinned(facts.labels) and PINNED_BY_ANNOTATION not in facts.annotations:
+        return f"{UPGRADE_SKIP_LABEL}=true was set before this run: left alone"
+    if node_upgraded(facts, change.version) and not is_pinned(facts.labels):
+        return f"already runs driver {change.version}"
+    return None
 
 
 def release_command(nodes: Sequence[str]) -> str:

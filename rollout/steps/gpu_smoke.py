@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 from rollout.facts import NodeFacts
 from rollout.plan import StepPlan
-from rollout.spec import DriverUpgradeChange, Spec
+from rollout.spec import Spec
 from rollout.steps.base import StepContext, StepFailed, StepResult
 from rollout.steps.deadline import POLL_INTERVAL_S, Deadline
 from rollout.steps.gpu_wait import GPU_RESOURCE, expect_gpus
@@ -272,5 +272,5 @@ def _indent(text: str, prefix: str = "    ") -> str:
 
 def _target_driver(spec: Spec) -> str | None:
     """The driver version the plan moves the node to, if it does."""
-    change = next(iter(spec.changes_of(DriverUpgradeChange)), None)
+    change = spec.driver_upgrade
     return change.version if change is not None else None

@@ -19,7 +19,7 @@ from rollout.plan import NodePlan, Plan
 from rollout.planner import build_plan
 from rollout.playbook import load_playbooks
 from rollout.run import Journal, NodeOutcome, RunOutcome
-from rollout.spec import Spec, load_spec, parse_spec
+from rollout.spec import DriverMode, DriverUpgradeChange, Spec, load_spec, parse_spec
 from rollout.steps.base import StepContext, StepFailed, StepResult
 from tests.examples import FACTS, PLAN
 
@@ -163,15 +163,20 @@ def test_a_plan_retrying_failed_upgrades_is_not_halted_by_its_own_targets(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A retry plan's driver.release relabels and watches its targets' upgrade-failed; a node
-    outside the plan still halts the run."""
+    outside the plan still halts the run. (The plan's steps stay the containerd ones: the
+    driver change only decides which labels halt.)"""
     plan, spec, cluster, _, journal, steps = setup(tmp_path)
-    monkeypatch.setattr(type(spec), "retries_failed_upgrades", property(lambda _: True))
-    cluster.nodes["gpu-b-1"].labels["nvidia.com/gpu-driver-upgrade-state"] = "upgrade-failed"
+    again = setup(tmp_path / "again")  # planned before the change is patched in
+    retry = DriverUpgradeChange(version="550.90.07", mode=DriverMode.OPERATOR, retry_failed=True)
+    monkeypatch.setattr(type(spec), "driver_upgrade", property(lambda _: retry))
+    node = cluster.nodes["gpu-b-1"]
+    node.labels.update({"nvidia.com/gpu.present": "true"})  # the plan's selector
+    node.labels["nvidia.com/gpu-driver-upgrade-state"] = "upgrade-failed"
     report = make_executor(plan, spec, cluster, journal, steps).run()
     assert report.outcome is RunOutcome.SUCCEEDED
     cluster.nodes["gpu-z-9"] = FakeNode("gpu-z-9")
     cluster.nodes["gpu-z-9"].labels["nvidia.com/gpu-driver-upgrade-state"] = "upgrade-failed"
-    plan, _, _, _, journal, steps = setup(tmp_path / "again")
+    plan, _, _, _, journal, steps = again
     report = make_executor(plan, spec, cluster, journal, steps).run()
     assert report.outcome is RunOutcome.HALTED
     assert report.halt_reason == (

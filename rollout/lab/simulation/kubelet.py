@@ -51,7 +51,6 @@ from rollout.lab.simulation.kernellog import read_critical_xids
 from rollout.lab.simulation.operandholders import holder_stopped, sync_operand_holders
 from rollout.lab.simulation.pods import (
     GPU_RESOURCE,
-    container_command,
     gpu_request,
     is_deleting,
     is_ready,
@@ -302,13 +301,11 @@ class Kubelet:
         self._ip_counter += 1
         self._write_pod(pod, lambda p: set_running(p, self.node.address, ip, now))
         self._running_since[uid] = now
-        container = runs_nvidia_smi(pod)
-        if container is not None:
+        smoke = runs_nvidia_smi(pod)
+        if smoke is not None:
             # the container's command, run on the node with the GPUs the pod was given
             visible = ",".join(g.uuid for g in self._visible_gpus(uid))
-            self._commands[uid] = self._pool.submit(
-                self._run_command, container_command(pod, container), visible
-            )
+            self._commands[uid] = self._pool.submit(self._run_command, smoke[1], visible)
 
     def _restart_pod(self, pod: dict[str, Any], now: float) -> None:
         """After a reboot: a new sandbox, then the containers, one restart more."""
@@ -378,8 +375,8 @@ class Kubelet:
         if crash:
             self._crash(pod, crash, now)
             return
-        container = runs_nvidia_smi(pod)
-        if container is not None and now - since >= self.timings.smoke_run_s:
+        smoke = runs_nvidia_smi(pod)
+        if smoke is not None and now - since >= self.timings.smoke_run_s:
             command = self._commands.get(uid)
             if command is not None and not command.done():
                 return
@@ -387,7 +384,7 @@ class Kubelet:
             if outcome is None:  # a control plane without nodes: the node's description
                 outcome = NodeCommandOutcome(0, format_gpu_list(self._visible_gpus(uid)))
             meta = pod["metadata"]
-            self.registry.write_log(meta["namespace"], meta["name"], container, outcome.output)
+            self.registry.write_log(meta["namespace"], meta["name"], smoke[0], outcome.output)
             self._write_pod(pod, lambda p: set_terminated(p, now, outcome.exit_code))
             self._release(uid)
 

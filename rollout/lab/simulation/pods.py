@@ -47,24 +47,15 @@ def gpu_request(pod: Mapping[str, Any]) -> int:
     return int(pod_requests(pod).get(GPU_RESOURCE, Fraction(0)))
 
 
-def runs_nvidia_smi(pod: Mapping[str, Any]) -> str | None:
-    """The name of the container whose command runs nvidia-smi (a smoke pod), if any."""
+def runs_nvidia_smi(pod: Mapping[str, Any]) -> tuple[str, list[str]] | None:
+    """The container whose command runs nvidia-smi (a smoke pod), if any: its name and its
+    command and arguments."""
     for container in (pod.get("spec") or {}).get("containers") or []:
-        if any("nvidia-smi" in w for w in _words(container)):
-            return str(container["name"])
+        given = [*(container.get("command") or []), *(container.get("args") or [])]
+        words = [str(w) for w in given]
+        if any("nvidia-smi" in w for w in words):
+            return str(container["name"]), words
     return None
-
-
-def container_command(pod: Mapping[str, Any], name: str) -> list[str]:
-    """The command and arguments of the pod's container `name`."""
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        if container.get("name") == name:
-            return _words(container)
-    return []
-
-
-def _words(container: Mapping[str, Any]) -> list[str]:
-    return [str(w) for w in [*(container.get("command") or []), *(container.get("args") or [])]]
 
 
 def pod_key(pod: Mapping[str, Any]) -> tuple[str, str]:

@@ -155,12 +155,10 @@ class RunningConfigProbe:
         )
 
     def run_toolkit(self, node: str, action: ToolkitAction) -> ToolkitOutcome:
-        root = self._roots.get(node)
-        leader = _container_leader(root.parent / NSPAWN_PID_NAME) if root else None
-        if leader is None:
+        enter = self._enter(node)
+        if enter is None:
             return ToolkitOutcome(False, f"{node} is not running")
-        pid = leader.split(":")[1]
-        argv = ["nsenter", f"--target={pid}", "--all", "systemctl", action, TOOLKIT_UNIT]
+        argv = [*enter, "systemctl", action, TOOLKIT_UNIT]
         result = LocalRunner().run(argv, timeout_s=TOOLKIT_TIMEOUT_S)
         detail = (result.stderr or result.stdout).strip()
         return ToolkitOutcome(result.ok, detail[-500:])
@@ -168,17 +166,24 @@ class RunningConfigProbe:
     def run_in_node(
         self, node: str, argv: Sequence[str], env: Mapping[str, str]
     ) -> NodeCommandOutcome | None:
-        root = self._roots.get(node)
-        if root is None:
+        if node not in self._roots:
             return None
-        leader = _container_leader(root.parent / NSPAWN_PID_NAME)
-        if leader is None:
+        enter = self._enter(node)
+        if enter is None:
             return NodeCommandOutcome(128, f"{node} is not running\n")
-        pid = leader.split(":")[1]
         variables = [f"{key}={value}" for key, value in env.items()]
-        command = ["nsenter", f"--target={pid}", "--all", "env", *variables, *argv]
+        command = [*enter, "env", *variables, *argv]
         result = LocalRunner().run(command, timeout_s=NODE_COMMAND_TIMEOUT_S)
         return NodeCommandOutcome(result.exit_code, result.stdout + result.stderr)
+
+    def _enter(self, node: str) -> list[str] | None:
+        """The nsenter words that run a command inside the node's container; None while the
+        node is not running."""
+        root = self._roots.get(node)
+        leader = _container_leader(root.parent / NSPAWN_PID_NAME) if root else None
+        if leader is None:
+            return None
+        return ["nsenter", f"--target={leader.split(':')[1]}", "--all"]
 
 
 def _container_leader(pid_file: Path) -> str | None:
