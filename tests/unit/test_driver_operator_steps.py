@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -127,11 +126,6 @@ class FakeCluster:
 @pytest.fixture
 def cluster() -> FakeCluster:
     return FakeCluster()
-
-
-@pytest.fixture
-def journal(tmp_path: Path) -> Journal:
-    return Journal.create(tmp_path, "unit", "{}")
 
 
 def context(cluster: FakeCluster, journal: Journal, node: str, smi: str = NEW) -> StepContext:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,7 @@ from rollout.run import (
     list_runs,
     read_run,
 )
-from tests.unit.runfakes import PLAN_JSON, open_journal
+from tests.unit.runfakes import PLAN_JSON
 
 INVOCATION = Invocation(
     spec_source="plans/mirror.yaml",
@@ -32,11 +31,6 @@ INVOCATION = Invocation(
     context="lab",
     accept_new_host_keys=False,
 )
-
-
-@pytest.fixture
-def journal(tmp_path: Path) -> Iterator[Journal]:
-    yield from open_journal(tmp_path)
 
 
 def test_invocation_round_trips(tmp_path: Path) -> None:

@@ -10,7 +10,6 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -40,16 +39,9 @@ from tests.unit.runfakes import (
     PLAN_JSON,
     REPO,
     kill_lock_holder,
-    open_journal,
     run_node,
     start_lock_holder,
 )
-
-
-@pytest.fixture
-def journal(tmp_path: Path) -> Iterator[Journal]:
-    yield from open_journal(tmp_path)
-
 
 # --- creating and opening -----------------------------------------------------------------
 

@@ -3,18 +3,12 @@ contradict it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from rollout import run
-from tests.unit.runfakes import STEPS, FakeClock, open_journal, run_node
-
-
-@pytest.fixture
-def journal(tmp_path: Path) -> Iterator[run.Journal]:
-    yield from open_journal(tmp_path)
+from tests.unit.runfakes import STEPS, FakeClock, run_node
 
 
 def test_replay_of_a_complete_node(journal: run.Journal) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -234,11 +233,6 @@ class FakeKube:
 @pytest.fixture
 def kube() -> FakeKube:
     return FakeKube()
-
-
-@pytest.fixture
-def journal(tmp_path: Path) -> Journal:
-    return Journal.create(tmp_path, "test", "{}")
 
 
 def make_context(
