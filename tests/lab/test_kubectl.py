@@ -193,6 +193,24 @@ def add_node(registry: Registry, name: str, *, role: str = "gpu", gpus: int = 4)
     )
 
 
+def add_plugin_daemonset(registry: Registry) -> dict[str, Any]:
+    """DaemonSet default/plugin, its pods labelled app=plugin."""
+    return registry.create(
+        DAEMONSETS,
+        "default",
+        {
+            "metadata": {"name": "plugin"},
+            "spec": {
+                "selector": {"matchLabels": {"app": "plugin"}},
+                "template": {
+                    "metadata": {"labels": {"app": "plugin"}},
+                    "spec": {"containers": [{"name": "main", "image": "busybox:1.36"}]},
+                },
+            },
+        },
+    )
+
+
 def add_pod(
     registry: Registry,
     name: str,
@@ -324,20 +342,7 @@ def test_other_kinds_have_their_columns_or_name_and_age(
         "default",
         {"metadata": {"name": "web"}, "spec": {"minAvailable": 1, "selector": {}}},
     )
-    registry.create(
-        DAEMONSETS,
-        "default",
-        {
-            "metadata": {"name": "plugin"},
-            "spec": {
-                "selector": {"matchLabels": {"app": "plugin"}},
-                "template": {
-                    "metadata": {"labels": {"app": "plugin"}},
-                    "spec": {"containers": [{"name": "main", "image": "busybox:1.36"}]},
-                },
-            },
-        },
-    )
+    add_plugin_daemonset(registry)
     budgets = table(kubectl("get", "pdb").stdout)
     assert budgets[0]["MIN AVAILABLE"] == "1"
     assert budgets[0]["MAX UNAVAILABLE"] == "N/A"
@@ -475,20 +480,7 @@ def test_drain_honours_budgets_and_leaves_daemonset_pods(
     kubectl: Kubectl, registry: Registry
 ) -> None:
     add_node(registry, "gpu-1")
-    plugin = registry.create(
-        DAEMONSETS,
-        "default",
-        {
-            "metadata": {"name": "plugin"},
-            "spec": {
-                "selector": {"matchLabels": {"app": "plugin"}},
-                "template": {
-                    "metadata": {"labels": {"app": "plugin"}},
-                    "spec": {"containers": [{"name": "main", "image": "busybox:1.36"}]},
-                },
-            },
-        },
-    )
+    plugin = add_plugin_daemonset(registry)
     ds_owner = {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
