@@ -31,7 +31,7 @@ def check_runtime(node: NodeFacts, cluster: ClusterFacts) -> list[Finding]:
             evidence.append(config_error)
         evidence += [f"{what}: {why}" for what, why in node.probe_errors.items() if "dump" in what]
         findings.append(
-            _error(
+            _finding(
                 node,
                 "runtime.containerd-down",
                 f"containerd is not running on {node.name}"
@@ -39,16 +39,18 @@ def check_runtime(node: NodeFacts, cluster: ClusterFacts) -> list[Finding]:
                 tuple(evidence),
                 f"ssh {q(node.name)} systemctl status containerd; "
                 f"ssh {q(node.name)} journalctl -u containerd -n 50",
+                Severity.ERROR,
             )
         )
     elif config_error:
         findings.append(
-            _error(
+            _finding(
                 node,
                 "runtime.config-invalid",
                 f"containerd on {node.name} will not start again: its configuration does not load",
                 (config_error,),
                 f"ssh {q(node.name)} containerd config dump",
+                Severity.ERROR,
             )
         )
     if config_error:
@@ -69,10 +71,8 @@ def _restarts(node: NodeFacts) -> list[Finding]:
         return []
     hups = sum("SIGHUP" in line for line in node.service_journal)
     return [
-        Finding(
-            node.name,
-            None,
-            Branch.RUNTIME,
+        _finding(
+            node,
             "runtime.restarts",
             f"containerd on {node.name} was restarted by systemd {restarts or 0} time(s) since the "
             f"unit started; the journal shows {hups} SIGHUP(s) (a SIGHUP restarts containerd, "
@@ -112,7 +112,7 @@ def _shadowing(node: NodeFacts) -> list[Finding]:
         command = f"ssh {q(node.name)} containerd config dump | grep -A2 'runtimes\\.'"
         if s.kind is ShadowKind.TABLE_REPLACED and handlers:
             findings.append(
-                _error(
+                _finding(
                     node,
                     "runtime.shadowing",
                     f"{s.shadowing_file} replaces the whole CRI table of {s.shadowed_file} on "
@@ -120,14 +120,13 @@ def _shadowing(node: NodeFacts) -> list[Finding]:
                     f"{', '.join(h.rsplit('.', 1)[-1] for h in handlers)} are lost",
                     evidence,
                     command,
+                    Severity.ERROR,
                 )
             )
         else:
             findings.append(
-                Finding(
-                    node.name,
-                    None,
-                    Branch.RUNTIME,
+                _finding(
+                    node,
                     "runtime.shadowing-settings",
                     f"{s.shadowing_file} hides settings of {s.shadowed_file} "
                     f"({len(s.lost)} key(s)); no runtime handler is lost",
@@ -165,7 +164,7 @@ def _handlers(node: NodeFacts, cluster: ClusterFacts) -> list[Finding]:
         else "a file defines them, but containerd does not load them"
     )
     return [
-        _error(
+        _finding(
             node,
             "runtime.handler-missing",
             f"containerd on {node.name} has no runtime handler {', '.join(missing)}: pods with "
@@ -181,6 +180,7 @@ def _handlers(node: NodeFacts, cluster: ClusterFacts) -> list[Finding]:
                 ),
             ),
             f"ssh {q(node.name)} containerd config dump | grep -c runtimes.nvidia",
+            Severity.ERROR,
         )
     ]
 
@@ -198,10 +198,8 @@ def _changed_since_start(node: NodeFacts) -> list[Finding]:
     if not changed:
         return []
     return [
-        Finding(
-            node.name,
-            None,
-            Branch.RUNTIME,
+        _finding(
+            node,
             "runtime.files-changed",
             f"{len(changed)} file(s) under {CONTAINERD_DIR} changed since containerd started on "
             f"{node.name}: the next restart loads them",
@@ -229,10 +227,8 @@ def _not_loaded(node: NodeFacts) -> list[Finding]:
     if not unloaded:
         return []
     return [
-        Finding(
-            node.name,
-            None,
-            Branch.RUNTIME,
+        _finding(
+            node,
             "runtime.dropin-not-loaded",
             f"containerd {node.containerd.series} on {node.name} does not load "
             f"{', '.join(unloaded[:_SHOWN])}: no import of {node.config_files.main_path} "
@@ -244,7 +240,13 @@ def _not_loaded(node: NodeFacts) -> list[Finding]:
     ]
 
 
-def _error(
-    node: NodeFacts, check: str, cause: str, evidence: tuple[str, ...], command: str
+def _finding(
+    node: NodeFacts,
+    check: str,
+    cause: str,
+    evidence: tuple[str, ...],
+    command: str,
+    severity: Severity,
 ) -> Finding:
-    return Finding(node.name, None, Branch.RUNTIME, check, cause, evidence, command, Severity.ERROR)
+    """A finding of the runtime branch about the whole node."""
+    return Finding(node.name, None, Branch.RUNTIME, check, cause, evidence, command, severity)

@@ -83,7 +83,7 @@ class _Supervisor:
         for directory in self.cgroups:
             subs = sorted((p for p in directory.rglob("*") if p.is_dir()), reverse=True)
             for sub in subs:
-                _rmdir_patiently(sub)
+                remove_cgroup(sub)
             directory.mkdir(exist_ok=True)
 
     def _log(self, line: str) -> None:
@@ -98,15 +98,18 @@ def _join_cgroups(cgroups: Sequence[Path]) -> None:
         (directory / "cgroup.procs").write_text("0\n")
 
 
-def _rmdir_patiently(directory: Path) -> None:
+def remove_cgroup(directory: Path) -> bool:
+    """Remove a cgroup directory (gone already counts); False while it still has processes
+    after 5 s."""
     for _ in range(50):
         try:
             directory.rmdir()
-            return
+            return True
         except FileNotFoundError:
-            return
+            return True
         except OSError:
             time.sleep(0.1)  # the kernel frees a cgroup a moment after its last process
+    return False
 
 
 def _write_atomic(path: Path, text: str) -> None:

@@ -39,7 +39,7 @@ from rollout.errors import RolloutError
 from rollout.lab.description import LabNode
 from rollout.lab.image import DRIVER_VERSION_FILE, NodeImage
 from rollout.lab.nodedriver import install_driver_stand_ins
-from rollout.lab.nodeprocess import NSPAWN_PID_FILE, SUPERVISOR_PID_FILE
+from rollout.lab.nodeprocess import NSPAWN_PID_FILE, SUPERVISOR_PID_FILE, remove_cgroup
 from rollout.lab.toolkit import install_toolkit
 from rollout.transports.local import LocalRunner
 
@@ -349,16 +349,8 @@ def node_cgroup_dirs(spec: NodeSpec) -> tuple[Path, ...]:
 
 
 def _rmdir_cgroup(directory: Path, spec: NodeSpec) -> None:
-    for _ in range(50):
-        try:
-            directory.rmdir()
-            return
-        except FileNotFoundError:
-            return
-        except OSError:
-            # The kernel releases a cgroup a moment after its last process exits.
-            time.sleep(0.1)
-    raise NodeFailed(f"{spec.name}: cgroup {directory} still has processes")
+    if not remove_cgroup(directory):
+        raise NodeFailed(f"{spec.name}: cgroup {directory} still has processes")
 
 
 def _host_runs_systemd() -> bool:
