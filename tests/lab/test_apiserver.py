@@ -44,6 +44,24 @@ def status_of(error: ApiException) -> dict[str, Any]:
     return body
 
 
+def failure(
+    code: int, reason: str, message: str, *, details: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """The Status body of a failed request, every field as kube-apiserver writes it."""
+    status: dict[str, Any] = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+    if details is not None:
+        status["details"] = details
+    return status
+
+
 def make_node(core: client.CoreV1Api, name: str, labels: dict[str, str] | None = None) -> Any:
     return core.create_node(
         {
@@ -222,16 +240,9 @@ def test_not_found_is_a_status_body(core: client.CoreV1Api) -> None:
     with pytest.raises(ApiException) as missing:
         core.read_namespaced_pod("nope", "default")
     assert missing.value.status == 404
-    assert status_of(missing.value) == {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": 'pods "nope" not found',
-        "reason": "NotFound",
-        "details": {"name": "nope", "kind": "pods"},
-        "code": 404,
-    }
+    assert status_of(missing.value) == failure(
+        404, "NotFound", 'pods "nope" not found', details={"name": "nope", "kind": "pods"}
+    )
 
 
 def test_create_twice_is_already_exists(core: client.CoreV1Api) -> None:
@@ -706,16 +717,12 @@ def test_a_pod_naming_a_missing_runtime_class_is_refused_at_admission(
     with pytest.raises(ApiException) as refused:
         core.create_namespaced_pod("default", {"metadata": {"name": "smoke"}, "spec": spec})
     assert refused.value.status == 403
-    assert status_of(refused.value) == {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": 'pods "smoke" is forbidden: pod rejected: RuntimeClass "nvidia" not found',
-        "reason": "Forbidden",
-        "details": {"name": "smoke", "kind": "pods"},
-        "code": 403,
-    }
+    assert status_of(refused.value) == failure(
+        403,
+        "Forbidden",
+        'pods "smoke" is forbidden: pod rejected: RuntimeClass "nvidia" not found',
+        details={"name": "smoke", "kind": "pods"},
+    )
     with pytest.raises(ApiException) as generated:
         core.create_namespaced_pod(
             "default", {"metadata": {"generateName": "smoke-"}, "spec": spec}
@@ -797,15 +804,7 @@ def test_an_unknown_token_is_401(api_url: str) -> None:
     ):
         client.CoreV1Api(stranger).list_node()
     assert refused.value.status == 401
-    assert status_of(refused.value) == {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": "Unauthorized",
-        "reason": "Unauthorized",
-        "code": 401,
-    }
+    assert status_of(refused.value) == failure(401, "Unauthorized", "Unauthorized")
 
 
 def test_anonymous_requests_on_a_real_server_are_forbidden() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -15,6 +14,7 @@ from rollout.lab.controlplane import ControlPlane
 from rollout.lab.simulation import FixedRuntimeProbe, LabDescription, SimulationTimings
 from rollout.lab.simulation.probe import handlers_in_dump
 from tests.lab.labapi import wait_for
+from tests.sampler import sampling
 
 UUIDS = {
     "lab-node-1": [
@@ -547,28 +547,17 @@ def test_driver_upgrade_walks_every_node_through_the_states(
     api: client.ApiClient, core: client.CoreV1Api
 ) -> None:
     wait_for(lambda: gpus(core, "lab-node-1") == ("2", "2"))
-    in_progress: list[int] = []
-    done = threading.Event()
 
-    def sample() -> None:
-        while not done.is_set():
-            states = [
-                (n.metadata.labels or {}).get("nvidia.com/gpu-driver-upgrade-state", "")
-                for n in core.list_node().items
-            ]
-            in_progress.append(
-                sum(1 for s in states if s not in ("", "upgrade-done", "upgrade-required"))
-            )
-            time.sleep(0.01)
+    def in_progress() -> list[int]:
+        states = [
+            (n.metadata.labels or {}).get("nvidia.com/gpu-driver-upgrade-state", "")
+            for n in core.list_node().items
+        ]
+        return [sum(1 for s in states if s not in ("", "upgrade-done", "upgrade-required"))]
 
-    sampler = threading.Thread(target=sample)
-    sampler.start()
-    try:
+    with sampling(in_progress, 0.01) as at_once:
         set_driver_version(api, "550.90.07")
         seen = upgrade_states(core, lambda s: all(upgraded(s.get(n) or []) for n in UUIDS))
-    finally:
-        done.set()
-        sampler.join()
     expected = [
         "upgrade-required",
         "cordon-required",
@@ -587,7 +576,7 @@ def test_driver_upgrade_walks_every_node_through_the_states(
         assert core.read_node(node).metadata.labels["nvidia.com/cuda.driver-version.full"] == (
             "550.90.07"
         )
-    assert max(in_progress) == 1  # maxParallelUpgrades 1
+    assert max(at_once) == 1  # maxParallelUpgrades 1
     drivers = core.list_namespaced_pod("gpu-operator", label_selector="app=nvidia-driver-daemonset")
     assert {p.spec.containers[0].image for p in drivers.items} == {
         "nvidia/driver:550.90.07-ubuntu22.04"

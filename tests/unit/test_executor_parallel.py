@@ -22,6 +22,7 @@ from rollout.run import Entry, Journal, NodeOutcome, RunOutcome, RunStarted, rea
 from rollout.run.state import Fold
 from rollout.steps.base import StepContext, StepFailed, StepResult
 from tests.examples import PLAN
+from tests.sampler import sampling
 from tests.unit.test_executor import KINDS, FakeCluster, FakeStep, Log, make_executor, setup
 
 NODES = ("gpu-a-1", "gpu-a-2", "gpu-a-3", "gpu-b-1")
@@ -70,21 +71,10 @@ def slow_setup(
 @contextmanager
 def watch_unavailable(cluster: FakeCluster) -> Iterator[list[int]]:
     """Poll the cluster from another thread, as an operator's kubectl would; yields the counts."""
-    seen: list[int] = []
-    stop = threading.Event()
-
-    def poll() -> None:
-        while not stop.is_set():
-            seen.append(sum(1 for n in list(cluster.nodes.values()) if n.unschedulable))
-            time.sleep(0.001)
-
-    watcher = threading.Thread(target=poll, daemon=True)
-    watcher.start()
-    try:
+    with sampling(
+        lambda: [sum(1 for n in list(cluster.nodes.values()) if n.unschedulable)], 0.001
+    ) as seen:
         yield seen
-    finally:
-        stop.set()
-        watcher.join()
 
 
 def test_a_wave_runs_its_nodes_at_once_up_to_max_unavailable(tmp_path: Path) -> None:
