@@ -59,6 +59,7 @@ from rollout.yamllimits import (
     measure_expansion,
     too_many_values,
 )
+from rollout.yamllines import BlockReader, NotPlain
 
 ValuePath = tuple[PathPart, ...]
 ModelT = TypeVar("ModelT", bound=pydantic.BaseModel)
@@ -202,6 +203,10 @@ class SourceDocument:
         control characters and documents over the depth or expansion limits."""
         check_characters(text, path)
         if _CParser is not None:
+            # the marks are read by _PlainReader when first asked for (_LazyMarks)
+            data = _BLOCK_LINES.read(text, max_values)
+            if data is not None:
+                return cls(path=path, data=data, marks=_LazyMarks(text, path, max_values))
             plain = _PlainReader(_FastLoader(text, path, max_values)).read()
             if plain is not None:
                 return plain
@@ -569,6 +574,24 @@ class _PlainReader:
 # with any other character is a string (there are no wildcard or path resolvers).
 # (tests/unit/test_yaml_fast_path.py checks there are none)
 _RESOLVED_FIRST = frozenset(k for k in _Loader.yaml_implicit_resolvers if k)
+
+
+def _plain_scalar(text: str) -> Any:
+    """A one-line plain scalar's value, as _PlainReader reads it; NotPlain where PyYAML's
+    constructor raises (the document is then read by the composer, which words it)."""
+    if text[0] not in _RESOLVED_FIRST:
+        return text
+    loader: Any = _Loader("", "<scalar>", 1)
+    tag = loader.resolve(ScalarNode, text, (True, False))
+    if tag == _STR_TAG:
+        return text
+    try:
+        return loader.construct_object(ScalarNode(tag, text, None, None), deep=True)
+    except (yaml.YAMLError, ValueError, OverflowError, TypeError) as exc:
+        raise NotPlain from exc
+
+
+_BLOCK_LINES = BlockReader(_plain_scalar)
 
 
 class _LazyMarks(Mapping[ValuePath, NodeMarks]):
