@@ -16,11 +16,11 @@ from rollout.run import CordonedByRollout, Uncordoned
 from rollout.spec import Spec
 from rollout.steps.base import StepContext, StepFailed, StepResult
 from rollout.steps.nodechanges import Reach, ReachingStep, node_changes
-from rollout.steps.nodemarks import LEFT_CORDONED_ANNOTATION, mark_released, report_step
+from rollout.steps.nodemarks import LEFT_CORDONED_ANNOTATION, MarkingStep, mark_released
 
 
 @dataclass(frozen=True)
-class CordonStep(ReachingStep):
+class CordonStep(ReachingStep, MarkingStep):
     """Mark the node unschedulable, journalled first, unless someone else already did."""
 
     kind: ClassVar[str] = "cordon"
@@ -32,9 +32,6 @@ class CordonStep(ReachingStep):
                 self.kind, "already cordoned (by someone else: it stays cordoned afterwards)"
             )
         return StepPlan.acting(self.kind, "mark the node unschedulable")
-
-    def apply(self, ctx: StepContext) -> StepResult:
-        return report_step(ctx, self.kind, self._apply)
 
     def _apply(self, ctx: StepContext) -> StepResult:
         node = ctx.kube.get_node(ctx.node)
@@ -81,7 +78,7 @@ def uncordon_node(ctx: StepContext, kind: str) -> None:
 
 
 @dataclass(frozen=True)
-class UncordonStep:
+class UncordonStep(MarkingStep):
     """Make the node schedulable again, only where rollout cordoned it (invariant 4)."""
 
     kind: ClassVar[str] = "uncordon"
@@ -90,9 +87,6 @@ class UncordonStep:
         if node_changes(facts, cluster, spec).disruptive and not facts.unschedulable:
             return StepPlan.acting(self.kind, "mark the node schedulable again")
         return StepPlan.skipping(self.kind, "rollout does not cordon this node")
-
-    def apply(self, ctx: StepContext) -> StepResult:
-        return report_step(ctx, self.kind, self._apply)
 
     def _apply(self, ctx: StepContext) -> StepResult:
         if not ctx.journal.replay().node(ctx.node).cordoned_by_rollout:

@@ -17,14 +17,14 @@ from rollout.spec import Spec
 from rollout.steps.base import StepContext, StepFailed, StepResult
 from rollout.steps.deadline import POLL_INTERVAL_S, Deadline
 from rollout.steps.nodechanges import Reach, ReachingStep
-from rollout.steps.nodemarks import report_step
+from rollout.steps.nodemarks import MarkingStep
 from rollout.steps.pods import describe_pod, is_pod_gone, read_pod
 from rollout.transports.errors import EvictionBlocked, TooManyRequests
 from rollout.transports.kube import Pod
 
 
 @dataclass(frozen=True)
-class DrainStep(ReachingStep):
+class DrainStep(ReachingStep, MarkingStep):
     """Evict the node's pods through the Eviction API, as `kubectl drain` would."""
 
     kind: ClassVar[str] = "drain"
@@ -33,9 +33,6 @@ class DrainStep(ReachingStep):
     def plan_change(self, facts: NodeFacts, spec: Spec) -> StepPlan:
         action, refusal = describe_drain(spec, facts)
         return StepPlan.acting(self.kind, action, tuple(refusal))
-
-    def apply(self, ctx: StepContext) -> StepResult:
-        return report_step(ctx, self.kind, self._apply)
 
     def _apply(self, ctx: StepContext) -> StepResult:
         policy = ctx.spec.policy.drain

@@ -26,7 +26,7 @@ from rollout.steps.driver_host import (
     plan_host_driver,
     running_operands,
 )
-from rollout.steps.nodemarks import report_step
+from rollout.steps.nodemarks import MarkingStep
 from rollout.steps.pods import describe_pod
 from rollout.transports.kube import Pod
 
@@ -119,7 +119,7 @@ def _plan_operands(kind: str, facts: NodeFacts, spec: Spec, action: str) -> Step
     return StepPlan.acting(kind, action.format(labels=", ".join(planned.operands)))
 
 
-class DriverPause:
+class DriverPause(MarkingStep):
     """Pause the GPU Operator's operands on the node and wait until their pods have left."""
 
     kind: ClassVar[str] = PAUSE_STEP
@@ -131,9 +131,6 @@ class DriverPause:
             spec,
             f"set {{labels}} to {PAUSED} (false values kept), wait for their pods to leave",
         )
-
-    def apply(self, ctx: StepContext) -> StepResult:
-        return report_step(ctx, self.kind, self._apply)
 
     def _apply(self, ctx: StepContext) -> StepResult:
         paused = pause_operands(ctx, self.kind)
@@ -150,16 +147,13 @@ class DriverPause:
         restore_operands(ctx, self.kind)
 
 
-class DriverResume:
+class DriverResume(MarkingStep):
     """The operands' original deploy labels back, after the new driver is verified."""
 
     kind: ClassVar[str] = "driver.resume"
 
     def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
         return _plan_operands(self.kind, facts, spec, "set {labels} back to true")
-
-    def apply(self, ctx: StepContext) -> StepResult:
-        return report_step(ctx, self.kind, self._apply)
 
     def _apply(self, ctx: StepContext) -> StepResult:
         restored = restore_operands(ctx, self.kind)

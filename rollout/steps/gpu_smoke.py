@@ -17,7 +17,7 @@ from rollout.steps.base import StepContext, StepFailed, StepResult
 from rollout.steps.deadline import POLL_INTERVAL_S, Deadline
 from rollout.steps.gpu_wait import GPU_RESOURCE, expect_gpus
 from rollout.steps.nodechanges import Reach, ReachingStep
-from rollout.steps.nodemarks import RUN_ANNOTATION, report_step
+from rollout.steps.nodemarks import RUN_ANNOTATION, MarkingStep
 from rollout.steps.pods import describe_pod
 from rollout.transports.errors import KubeError, NotFound
 from rollout.transports.kube import Pod
@@ -159,7 +159,7 @@ def tail_lines(text: str, lines: int = LOG_TAIL_LINES) -> str:
 
 
 @dataclass(frozen=True)
-class GpuSmokeStep(ReachingStep):
+class GpuSmokeStep(ReachingStep, MarkingStep):
     """Run `nvidia-smi -L` in a one-GPU pod on the node; the node's GPUs must show up."""
 
     kind: ClassVar[str] = "gpu.smoke"
@@ -171,9 +171,6 @@ class GpuSmokeStep(ReachingStep):
         return StepPlan.acting(
             self.kind, f"run nvidia-smi -L in a one-GPU pod pinned to the node{driver}"
         )
-
-    def apply(self, ctx: StepContext) -> StepResult:
-        return report_step(ctx, self.kind, self._apply)
 
     def _apply(self, ctx: StepContext) -> StepResult:
         verify = ctx.spec.policy.verify

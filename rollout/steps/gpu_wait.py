@@ -19,7 +19,7 @@ from rollout.steps.base import StepContext, StepFailed, StepResult
 from rollout.steps.deadline import POLL_INTERVAL_S, Deadline
 from rollout.steps.deviceplugin import DEVICE_PLUGIN_SELECTOR, find_device_plugin_pods
 from rollout.steps.nodechanges import Reach, ReachingStep
-from rollout.steps.nodemarks import report_step
+from rollout.steps.nodemarks import MarkingStep
 from rollout.steps.pods import describe_pod
 from rollout.steps.profile_changes import time_slicing_change
 from rollout.transports.kube import Node, Pod
@@ -88,7 +88,7 @@ def gpus_match(node: Node, expected: GpuExpectation) -> bool:
 
 
 @dataclass(frozen=True)
-class GpuWaitStep(ReachingStep):
+class GpuWaitStep(ReachingStep, MarkingStep):
     """Wait until the node advertises its GPUs again: allocatable = GPUs x replicas."""
 
     kind: ClassVar[str] = "gpu.wait"
@@ -99,9 +99,6 @@ class GpuWaitStep(ReachingStep):
         return StepPlan.acting(
             self.kind, f"wait for allocatable {expected.resource} = {expected.count}"
         )
-
-    def apply(self, ctx: StepContext) -> StepResult:
-        return report_step(ctx, self.kind, self._apply)
 
     def _apply(self, ctx: StepContext) -> StepResult:
         expected = expect_gpus(ctx.spec, ctx.facts)

@@ -2,16 +2,18 @@
 
 Each step marks the node it works on: the `rollout.dev/run` and `rollout.dev/step`
 annotations and an Event, so `kubectl describe node` shows how far a run got
-(`report_step`). A node rollout leaves cordoned after a failed rollback also says so, why,
-and in which run (`mark_left_cordoned`); rollout's own uncordon removes that mark again
-(`mark_released`). Rollout writes under a domain of its own, never under `nvidia.com`,
-which belongs to the GPU Operator.
+(`report_step`; a `MarkingStep` applies through it). A node rollout leaves cordoned after
+a failed rollback also says so, why, and in which run (`mark_left_cordoned`); rollout's
+own uncordon removes that mark again (`mark_released`). Rollout writes under a domain of
+its own, never under `nvidia.com`, which belongs to the GPU Operator.
 """
 
 from __future__ import annotations
 
+import abc
 import re
 from collections.abc import Callable
+from typing import ClassVar
 
 from rollout.errors import RolloutError
 from rollout.steps.base import StepContext, StepResult
@@ -69,6 +71,19 @@ def report_step(
         raise
     mark_node(ctx, kind, f"{result.kind.value}: {result.detail}")
     return result
+
+
+class MarkingStep(abc.ABC):
+    """A step that marks its node as it goes: `apply` runs `_apply` through `report_step`."""
+
+    kind: ClassVar[str]
+
+    def apply(self, ctx: StepContext) -> StepResult:
+        return report_step(ctx, self.kind, self._apply)
+
+    @abc.abstractmethod
+    def _apply(self, ctx: StepContext) -> StepResult:
+        """The step's work on the node."""
 
 
 def short_reason(reason: str) -> str:
