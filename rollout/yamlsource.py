@@ -28,6 +28,7 @@ Two deliberate departures from PyYAML's YAML 1.1 behaviour:
 
 from __future__ import annotations
 
+import functools
 import re
 import types
 from collections.abc import Iterator, Mapping, Sequence
@@ -576,17 +577,25 @@ class _PlainReader:
 _RESOLVED_FIRST = frozenset(k for k in _Loader.yaml_implicit_resolvers if k)
 
 
+# Resolves and constructs one-line plain scalars for the line reader: resolving reads only the
+# class's resolvers, and a scalar's constructor keeps no state, so one loader serves all.
+_SCALARS: Any = _Loader("", "<scalar>", 1)
+
+
+@functools.lru_cache(maxsize=4096)
 def _plain_scalar(text: str) -> Any:
     """A one-line plain scalar's value, as _PlainReader reads it; NotPlain where PyYAML's
     constructor raises (the document is then read by the composer, which words it)."""
     if text[0] not in _RESOLVED_FIRST:
         return text
-    loader: Any = _Loader("", "<scalar>", 1)
-    tag = loader.resolve(ScalarNode, text, (True, False))
+    tag = _SCALARS.resolve(ScalarNode, text, (True, False))
     if tag == _STR_TAG:
         return text
+    construct = _SCALARS.yaml_constructors.get(tag)
+    if construct is None:
+        raise NotPlain
     try:
-        return loader.construct_object(ScalarNode(tag, text, None, None), deep=True)
+        return construct(_SCALARS, ScalarNode(tag, text, None, None))
     except (yaml.YAMLError, ValueError, OverflowError, TypeError) as exc:
         raise NotPlain from exc
 

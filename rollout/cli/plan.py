@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -168,7 +169,11 @@ def run_plan(args: argparse.Namespace) -> int:
             "where do the facts come from? pass --inventory FILE (with --kubeconfig/--context) "
             "to probe the nodes, or --facts DIR for recorded facts"
         )
+    # the facts and the plan live until the command ends: a fleet's are millions of objects,
+    # which the garbage collector would otherwise walk again on each full collection
+    gc.freeze()
     plan = build_plan(spec, str(args.plan_file), fleet, load_playbooks())
+    gc.freeze()
     from rollout.cli.render import forecast_to_markdown, print_forecast
     from rollout.schedule.forecast import forecast_for, forecast_lines
 

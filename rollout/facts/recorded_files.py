@@ -35,20 +35,36 @@ def read_recorded_files(root: Path, node: str) -> dict[str, str]:
     """
     if not root.is_dir():
         return {}
-    files: dict[str, str] = {}
-    errors: list[InputError] = []
+    walk = _Walk(root, node)
+    # paths as strings and directory entries' own types: a fleet is tens of thousands of
+    # files, and pathlib's parsing or a stat of each cost more than reading it
+    walk.visit(os.fspath(root), "")
+    if walk.errors:
+        raise InputErrors(walk.errors)
+    return walk.files
 
-    def walk_error(exc: OSError) -> None:
-        where = SourceLocation(str(exc.filename or root))
-        errors.append(NodeFactsError(node, where, f"cannot read: {exc.strerror or exc}"))
 
-    def walk(directory: str, below: str) -> None:
-        """os.walk's visit of `directory` (top-down, in listing order), read as it goes."""
+class _Walk:
+    """One node's recorded files, read as os.walk visits them (top-down, in listing order).
+
+    A class rather than nested functions: a recursive closure is a reference cycle, and a
+    fleet's ten thousand of them kept the garbage collector busy.
+    """
+
+    def __init__(self, root: Path, node: str) -> None:
+        self.root = root
+        self.node = node
+        self.files: dict[str, str] = {}
+        self.errors: list[InputError] = []
+
+    def visit(self, directory: str, below: str) -> None:
+        node, errors = self.node, self.errors
         try:
             with os.scandir(directory) as listing:
                 entries = list(listing)
         except OSError as exc:
-            walk_error(exc)
+            where = SourceLocation(str(exc.filename or self.root))
+            errors.append(NodeFactsError(node, where, f"cannot read: {exc.strerror or exc}"))
             return
         dirs: list[os.DirEntry[str]] = []
         others: list[os.DirEntry[str]] = []
@@ -75,19 +91,12 @@ def read_recorded_files(root: Path, node: str) -> dict[str, str]:
                         SourceLocation(entry.path),
                         f"the file name holds a control character: {describe_value(node_path)}",
                     )
-                files[node_path] = _read_recorded_file(entry, root)
+                self.files[node_path] = _read_recorded_file(entry, self.root)
             except InputError as exc:
                 errors.append(for_node(node, exc))
         for entry in dirs:
             if not entry.is_symlink():
-                walk(entry.path, f"{below}/{entry.name}")
-
-    # paths as strings and directory entries' own types: a fleet is tens of thousands of
-    # files, and pathlib's parsing or a stat of each cost more than reading it
-    walk(os.fspath(root), "")
-    if errors:
-        raise InputErrors(errors)
-    return files
+                self.visit(entry.path, f"{below}/{entry.name}")
 
 
 def _entry_name(entry: os.DirEntry[str]) -> str:
