@@ -23,10 +23,14 @@ from rollout.spec import (
 )
 from rollout.steps import step_planners
 from rollout.steps.base import StepPlanner
+from rollout.steps.containerd_changes import CONTAINERD_PLANS
 from rollout.steps.driver import driver_change
 from rollout.steps.driver_operator_plan import plan_operator_upgrade
 from rollout.steps.nodechanges import node_changes
 from rollout.steps.profile_changes import SHARED_MEMORY_WARNING, plan_cluster_changes
+
+# Distinct node configurations planned at once (each mostly waits for `containerd config dump`).
+ENGINE_RUNS_AT_ONCE = 4
 
 
 class TargetError(BadInput):
@@ -45,6 +49,7 @@ def build_plan(
     steps = compose_steps(playbooks[kind] for kind in kinds)
     planners = step_planners()
     cluster_changes = plan_cluster_changes(spec, fleet.cluster)
+    CONTAINERD_PLANS.plan_distinct(spec, targets, ENGINE_RUNS_AT_ONCE)
     node_plans = [plan_node(spec, node, fleet.cluster, steps, planners) for node in targets]
     sizes = spec.policy.wave_sizes(len(node_plans)) if node_plans else []
     waves: list[Wave] = []

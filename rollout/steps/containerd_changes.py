@@ -11,6 +11,7 @@ import contextlib
 import posixpath
 import threading
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,6 +103,29 @@ class ContainerdPlans:
         return self._results.get_or_compute(
             input_key(spec, node, asked), lambda: self._run(spec, node)
         )
+
+    def plan_distinct(self, spec: Spec, nodes: Sequence[NodeFacts], max_parallel: int) -> None:
+        """Compute the distinct configurations of `nodes` ahead, up to max_parallel at once.
+
+        An engine run mostly waits for the real `containerd config dump` (a process of its
+        own), so the runs of a fleet's few configurations overlap. Nothing is raised here:
+        errors are not kept, and each node's own plan raises its error again, by name.
+        """
+        if not self.enabled:
+            return
+        asked = repr(spec.changes)
+        firsts: dict[InputKey, NodeFacts] = {}
+        for node in nodes:
+            firsts.setdefault(input_key(spec, node, asked), node)
+        if len(firsts) < 2:
+            return  # nothing to overlap: the plan computes it in turn
+
+        def plan_one(node: NodeFacts) -> None:
+            with contextlib.suppress(Exception):  # raised again, named, by the node's plan
+                self.plan(spec, node)
+
+        with ThreadPoolExecutor(max_workers=min(max_parallel, len(firsts))) as pool:
+            list(pool.map(plan_one, firsts.values()))
 
     def _run(self, spec: Spec, node: NodeFacts) -> ContainerdChanges:
         result = plan_node_containerd(spec, node)
