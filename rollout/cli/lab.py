@@ -22,6 +22,7 @@ from rollout.lab.cluster import (
     read_lab_status,
     tear_down_lab,
 )
+from rollout.lab.driverpools import split_driver_pools
 from rollout.lab.faults import (
     SPEC_HELP,
     parse_fault_spec,
@@ -50,7 +51,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     commands = lab.add_subparsers(
         dest="lab_command",
-        metavar="{up,down,status,break,heal,faults,kill,boot}",
+        metavar="{up,down,status,break,heal,faults,kill,boot,driver-pools}",
         required=True,
     )
 
@@ -106,6 +107,23 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     breaker.add_argument("scenario", metavar="SCENARIO", help="one of the scenarios below")
     breaker.add_argument("node", metavar="NODE", nargs="?", help="default: the first that suits")
     breaker.set_defaults(func=run_break)
+
+    pools = commands.add_parser(
+        "driver-pools",
+        help="manage the drivers by NVIDIADriver resources, one per pool of nodes",
+        description="Label each pool's nodes, create one NVIDIADriver per pool at the "
+        "ClusterPolicy's driver version, and set the ClusterPolicy's "
+        "driver.useNvidiaDriverCRD: the operator then runs one driver DaemonSet per pool.",
+    )
+    _add_lab_dir(pools)
+    pools.add_argument(
+        "pools",
+        metavar="POOL=NODE[,NODE...]",
+        nargs="+",
+        type=_pool,
+        help="a pool (the NVIDIADriver's name) and its nodes",
+    )
+    pools.set_defaults(func=run_driver_pools)
 
     heal = commands.add_parser("heal", help="undo what `lab break` did (one node or all)")
     _add_lab_dir(heal)
@@ -249,6 +267,24 @@ def run_heal(args: argparse.Namespace) -> int:
     for entry in healed:
         print(f"healed {entry['node']}: {entry['scenario']}")
     return 0
+
+
+def run_driver_pools(args: argparse.Namespace) -> int:
+    """Handler of `lab driver-pools`."""
+    pools = dict(args.pools)
+    with open_lab(args.lab_dir) as access:
+        split_driver_pools(access, pools)
+    for name, nodes in pools.items():
+        print(f"NVIDIADriver {name}: {', '.join(nodes)}")
+    return 0
+
+
+def _pool(text: str) -> tuple[str, tuple[str, ...]]:
+    name, equals, nodes = text.partition("=")
+    members = tuple(n.strip() for n in nodes.split(",") if n.strip())
+    if not equals or not name.strip() or not members:
+        raise argparse.ArgumentTypeError(f"{text!r}: use POOL=NODE[,NODE...]")
+    return name.strip(), members
 
 
 def format_status(status: LabStatus) -> str:

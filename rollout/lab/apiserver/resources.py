@@ -150,6 +150,20 @@ CLUSTERPOLICIES = ResourceKind(
     custom=True,
     tracks_generation=True,
 )
+# The GPU Operator's per-node-pool driver (api/nvidia/v1alpha1, cluster-scoped, short names
+# from its kubebuilder markers); reconciled only with ClusterPolicy driver.useNvidiaDriverCRD
+NVIDIADRIVERS = ResourceKind(
+    "nvidia.com",
+    "v1alpha1",
+    "nvidiadrivers",
+    "NVIDIADriver",
+    "nvidiadriver",
+    False,
+    frozenset({"status"}),
+    ("nvd", "nvdriver", "nvdrivers"),
+    custom=True,
+    tracks_generation=True,
+)
 RUNTIMECLASSES = ResourceKind(
     "node.k8s.io", "v1", "runtimeclasses", "RuntimeClass", "runtimeclass", False
 )
@@ -236,6 +250,7 @@ ALL_KINDS: tuple[ResourceKind, ...] = (
     PODDISRUPTIONBUDGETS,
     LEASES,
     CLUSTERPOLICIES,
+    NVIDIADRIVERS,
     RUNTIMECLASSES,
     SERVICEACCOUNTS,
     ROLES,

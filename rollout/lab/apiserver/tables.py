@@ -21,6 +21,7 @@ from rollout.lab.apiserver.resources import (
     LEASES,
     NAMESPACES,
     NODES,
+    NVIDIADRIVERS,
     PODDISRUPTIONBUDGETS,
     PODS,
     ROLEBINDINGS,
@@ -331,6 +332,14 @@ def _daemonset_selector(obj: Mapping[str, Any], _now: float) -> str:
     return _format_labels(selector.get("matchLabels"))
 
 
+def _driver_state(obj: Mapping[str, Any], _now: float) -> str:
+    return str(_status(obj).get("state") or "")
+
+
+def _creation_timestamp(obj: Mapping[str, Any], _now: float) -> str:
+    return str(_metadata(obj).get("creationTimestamp") or "")
+
+
 def _lease_holder(obj: Mapping[str, Any], _now: float) -> str:
     return str(_spec(obj).get("holderIdentity") or "")
 
@@ -633,6 +642,13 @@ _COLUMNS: dict[str, tuple[Column, ...]] = {
         Column("First Seen", "string", "Time since it was first seen.", _event_first_seen, 1),
         Column("Count", "string", "How often it happened.", _event_count, 1),
         Column("Name", "string", "The event's name.", _name, 1),
+    ),
+    # the CRD's additionalPrinterColumns: Status (.status.state) and Age, a string column of
+    # .metadata.creationTimestamp, so the real server prints the timestamp itself
+    NVIDIADRIVERS.resource: (
+        _NAME,
+        Column("Status", "string", "", _driver_state),
+        Column("Age", "string", "", _creation_timestamp),
     ),
     LEASES.resource: (
         _NAME,

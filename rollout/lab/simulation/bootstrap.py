@@ -20,14 +20,17 @@ from rollout.lab.apiserver.resources import (
 )
 from rollout.lab.description import LabDescription, NodeDescription
 from rollout.lab.simulation.gpuoperator import (
+    CLUSTER_POLICY_NAME,
     DEPLOY_COMPONENTS,
     DEPLOY_LABEL_PREFIX,
+    DRIVER,
     GPU_PRESENT_LABEL,
     NVIDIA_HANDLER,
     OPERANDS,
     OPERATOR_NAMESPACE,
     to_cluster_policy,
     to_daemonset,
+    uses_driver_crd,
 )
 
 KUBELET_VERSION = "v1.31.0"
@@ -50,7 +53,9 @@ def seed_cluster(registry: Registry, lab: LabDescription) -> None:
     for index, node in enumerate(lab.nodes):
         _create_quietly(registry, NODES, None, to_node(node, index))
     driver_version = next((n.driver_version for n in lab.nodes if n.driver_version), "")
-    for operand in OPERANDS:
+    # with NVIDIADriver resources the ClusterPolicy runs no driver DaemonSet of its own
+    crd = uses_driver_crd(registry.find(CLUSTERPOLICIES, None, CLUSTER_POLICY_NAME))
+    for operand in OPERANDS if not crd else [o for o in OPERANDS if o is not DRIVER]:
         _create_quietly(
             registry, DAEMONSETS, OPERATOR_NAMESPACE, to_daemonset(operand, driver_version)
         )

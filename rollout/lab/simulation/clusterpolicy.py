@@ -41,6 +41,38 @@ def policy_hash(spec: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(rest, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def set_container_env(
+    registry: Registry, daemonset_name: str, values: dict[str, str], image: str | None = None
+) -> None:
+    """Set env values (and the image) of an operator DaemonSet's first container, through
+    the generic patch path so the DaemonSet's generation moves, as it would; no change, no
+    write."""
+    daemonset = registry.find(DAEMONSETS, OPERATOR_NAMESPACE, daemonset_name)
+    if daemonset is None:
+        return
+    containers = daemonset["spec"]["template"]["spec"]["containers"]
+    changed = False
+    for container in containers[:1]:
+        env = container.setdefault("env", [])
+        current = {e.get("name"): e.get("value") for e in env}
+        for name, value in values.items():
+            if current.get(name) != value:
+                env[:] = [e for e in env if e.get("name") != name]
+                env.append({"name": name, "value": value})
+                changed = True
+        if image is not None and container.get("image") != image:
+            container["image"] = image
+            changed = True
+    if changed:
+        registry.patch(
+            DAEMONSETS,
+            OPERATOR_NAMESPACE,
+            daemonset_name,
+            PatchType.MERGE,
+            {"spec": {"template": {"spec": {"containers": containers}}}},
+        )
+
+
 @dataclass(eq=False)
 class ClusterPolicyController:
     """Keeps operand DaemonSet templates in step with the ClusterPolicy."""
@@ -53,47 +85,20 @@ class ClusterPolicyController:
         spec = cluster_policy.get("spec") or {}
         version = str((spec.get("driver") or {}).get("version") or "")
         if version:
-            self._set_env(DRIVER.name, {DRIVER_VERSION_ENV: version}, image=driver_image(version))
+            set_container_env(
+                self.registry, DRIVER.name, {DRIVER_VERSION_ENV: version}, driver_image(version)
+            )
         self._stamp_toolkit(policy_hash(spec))
         if not self._rolled_out(TOOLKIT.name):
             return  # the device-plugin state waits for the toolkit state
         config = (spec.get("devicePlugin") or {}).get("config") or {}
-        self._set_env(
+        set_container_env(
+            self.registry,
             DEVICE_PLUGIN.name,
             {
                 CONFIG_NAME_ENV: str(config.get("name") or ""),
                 DEFAULT_CONFIG_ENV: str(config.get("default") or ""),
             },
-        )
-
-    def _set_env(
-        self, daemonset_name: str, values: dict[str, str], image: str | None = None
-    ) -> None:
-        daemonset = self.registry.find(DAEMONSETS, OPERATOR_NAMESPACE, daemonset_name)
-        if daemonset is None:
-            return
-        containers = daemonset["spec"]["template"]["spec"]["containers"]
-        changed = False
-        for container in containers[:1]:
-            env = container.setdefault("env", [])
-            current = {e.get("name"): e.get("value") for e in env}
-            for name, value in values.items():
-                if current.get(name) != value:
-                    env[:] = [e for e in env if e.get("name") != name]
-                    env.append({"name": name, "value": value})
-                    changed = True
-            if image is not None and container.get("image") != image:
-                container["image"] = image
-                changed = True
-        if not changed:
-            return
-        # Through the generic patch path so the DaemonSet's generation moves, as it would.
-        self.registry.patch(
-            DAEMONSETS,
-            OPERATOR_NAMESPACE,
-            daemonset_name,
-            PatchType.MERGE,
-            {"spec": {"template": {"spec": {"containers": containers}}}},
         )
 
     def _stamp_toolkit(self, digest: str) -> None:

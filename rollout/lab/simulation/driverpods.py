@@ -30,7 +30,7 @@ from rollout.lab.simulation.gpuoperator import (
     DRIVER,
     FAIL_UPGRADE_ANNOTATION,
     driver_version_of,
-    owner_daemonset,
+    is_driver_pod,
 )
 from rollout.lab.simulation.pods import is_deleting
 from rollout.lab.simulation.podstatus import set_running
@@ -77,7 +77,7 @@ class DriverContainers:
             return  # host-installed drivers: the operator runs no driver container
         nodes = {n["metadata"]["name"]: n for n in self.registry.list_objects(NODES)}
         for pod in self.registry.list_objects(PODS):
-            if owner_daemonset(pod) != DRIVER.name or is_deleting(pod):
+            if not is_driver_pod(pod) or is_deleting(pod):
                 continue
             if (pod.get("status") or {}).get("phase") != "Running":
                 continue  # the kubelet has not started it

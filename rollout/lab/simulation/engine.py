@@ -1,7 +1,7 @@
 """The simulation loop: every controller of the lab cluster, ticking in one background thread.
 
-One thread and a fixed order per tick (node lifecycle, operator, DaemonSets, scheduler,
-kubelets, driver containers, upgrade controller) keep runs deterministic enough to test;
+One thread and a fixed order per tick (node lifecycle, operator, NVIDIADrivers, DaemonSets,
+scheduler, kubelets, driver containers, upgrade controller) keep runs deterministic enough to test;
 clients see the same eventual consistency they see on a real cluster.
 """
 
@@ -26,6 +26,7 @@ from rollout.lab.simulation.events import EventRecorder
 from rollout.lab.simulation.gpuoperator import CLUSTER_POLICY_NAME
 from rollout.lab.simulation.kubelet import Kubelet, KubeletTimings
 from rollout.lab.simulation.nodelifecycle import NodeLifecycleController
+from rollout.lab.simulation.nvidiadrivers import NVIDIADriverController
 from rollout.lab.simulation.probe import NodeRuntimeProbe
 from rollout.lab.simulation.scheduler import Scheduler
 from rollout.lab.simulation.upgrade import UpgradeController
@@ -96,6 +97,7 @@ class Simulation:
         )
         self._lifecycle = NodeLifecycleController(registry, clock)
         self._operator = ClusterPolicyController(registry)
+        self._nvidia_drivers = NVIDIADriverController(registry)
         self._daemonsets = DaemonSetController(registry)
         self._scheduler = Scheduler(
             registry, EventRecorder(registry, "default-scheduler", clock=clock), clock
@@ -135,6 +137,7 @@ class Simulation:
             policy = self.registry.find(CLUSTERPOLICIES, None, CLUSTER_POLICY_NAME)
             self._lifecycle.reconcile()
             self._operator.reconcile(policy)
+            self._nvidia_drivers.reconcile(policy)
             self._daemonsets.reconcile()
             self._scheduler.reconcile()
             for kubelet in self.kubelets:

@@ -31,6 +31,16 @@ UPGRADE_INITIAL_UNSCHEDULABLE_ANNOTATION = (
     "nvidia.com/gpu-driver-upgrade.node-initial-state.unschedulable"
 )
 DRIVER_VERSION_ENV = "DRIVER_VERSION"
+# NVIDIADriver resources (ClusterPolicy spec.driver.useNvidiaDriverCRD): each one's DaemonSet
+# carries the component label, which the upgrade controller selects driver pods by, and runs
+# on the nodes the operator labelled managed-by the resource (its nodeSelector matched them).
+DRIVER_COMPONENT_LABEL = "app.kubernetes.io/component"
+DRIVER_COMPONENT = "nvidia-driver"
+DRIVER_MANAGED_BY_LABEL = "nvidia.com/gpu.driver.managed-by"
+# An NVIDIADriver without a nodeSelector serves every GPU node (GetNodeSelector).
+DEFAULT_DRIVER_NODE_SELECTOR = {"nvidia.com/gpu.present": "true"}
+# The nodePool OS the driver image tag and DaemonSet name carry (the lab's nodes are Debian 12)
+NODE_OS_VERSION = "debian12"
 
 # Knobs of the lab, not of the GPU Operator.
 UNHEALTHY_GPUS_ANNOTATION = "lab.rollout/unhealthy-gpus"
@@ -130,9 +140,11 @@ def to_daemonset(operand: Operand, driver_version: str) -> dict[str, Any]:
     }
 
 
-def to_cluster_policy(driver_version: str) -> dict[str, Any]:
-    """A ClusterPolicy like the operator's Helm chart installs, with auto-upgrade on."""
-    return {
+def to_cluster_policy(driver_version: str, use_driver_crd: bool = False) -> dict[str, Any]:
+    """A ClusterPolicy like the operator's Helm chart installs, with auto-upgrade on; with
+    `use_driver_crd` the driver is left to NVIDIADriver resources (and their upgradePolicy is
+    still this one's: the upgrade controller reads only the ClusterPolicy)."""
+    policy: dict[str, Any] = {
         "apiVersion": "nvidia.com/v1",
         "kind": "ClusterPolicy",
         "metadata": {"name": CLUSTER_POLICY_NAME},
@@ -163,6 +175,44 @@ def to_cluster_policy(driver_version: str) -> dict[str, Any]:
             "validator": {"plugin": {"env": [{"name": "WITH_WORKLOAD", "value": "false"}]}},
         },
     }
+    if use_driver_crd:
+        policy["spec"]["driver"]["useNvidiaDriverCRD"] = True
+    return policy
+
+
+def uses_driver_crd(cluster_policy: Mapping[str, Any] | None) -> bool:
+    """The ClusterPolicy delegates the driver to NVIDIADriver resources."""
+    driver = ((cluster_policy or {}).get("spec") or {}).get("driver") or {}
+    return driver.get("useNvidiaDriverCRD") is True
+
+
+def to_nvidia_driver(
+    name: str, version: str, node_selector: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """An NVIDIADriver resource as a user writes one (the CRD's defaults filled in)."""
+    spec: dict[str, Any] = {
+        "driverType": "gpu",
+        "image": "driver",
+        "repository": "nvcr.io/nvidia",
+        "version": version,
+        "kernelModuleType": "auto",
+    }
+    if node_selector:
+        spec["nodeSelector"] = dict(node_selector)
+    return {
+        "apiVersion": "nvidia.com/v1alpha1",
+        "kind": "NVIDIADriver",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def is_driver_pod(pod: Mapping[str, Any]) -> bool:
+    """A pod of the ClusterPolicy's driver DaemonSet or of an NVIDIADriver's."""
+    labels = pod["metadata"].get("labels") or {}
+    return owner_daemonset(pod) == DRIVER.name or labels.get(DRIVER_COMPONENT_LABEL) == (
+        DRIVER_COMPONENT
+    )
 
 
 def driver_version_of(pod: Mapping[str, Any]) -> str | None:

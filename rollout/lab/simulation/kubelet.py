@@ -45,6 +45,7 @@ from rollout.lab.simulation.gpuoperator import (
     UNHEALTHY_GPUS_ANNOTATION,
     VALIDATOR,
     driver_version_of,
+    is_driver_pod,
     owner_daemonset,
 )
 from rollout.lab.simulation.kernellog import read_critical_xids
@@ -580,7 +581,7 @@ class Kubelet:
         labels = node["metadata"].get("labels") or {}
         if labels.get(DRIVER.deploy_label) != "true":
             return True  # a host-installed driver, not the operator's
-        drivers = [p for p in pods if owner_daemonset(p) == DRIVER.name and not is_deleting(p)]
+        drivers = [p for p in pods if is_driver_pod(p) and not is_deleting(p)]
         ready = [p for p in drivers if is_ready(p)]
         for pod in ready:
             self.driver_version = driver_version_of(pod) or self.driver_version

@@ -2,9 +2,14 @@
 "Operator-managed driver upgrades" describes it.
 
 - The driver DaemonSet is OnDelete: a version change restarts nothing by itself. A node is out
-  of date when its driver pod's `controller-revision-hash` differs from the DaemonSet's newest
-  revision (here: the hash the DaemonSet controller gives pods of the current template); it
-  then goes to `upgrade-required`, as it does when annotated upgrade-requested.
+  of date when its driver pod's `controller-revision-hash` differs from the newest revision
+  of the DaemonSet that owns the pod (here: the hash the DaemonSet controller gives pods of
+  the current template); it then goes to `upgrade-required`, as it does when annotated
+  upgrade-requested.
+- With NVIDIADriver resources (ClusterPolicy `driver.useNvidiaDriverCRD`) the driver pods are
+  those labelled `app.kubernetes.io/component=nvidia-driver`, of one DaemonSet per resource;
+  the ClusterPolicy's upgradePolicy still governs them all, in one state over every managed
+  node (controllers/upgrade_controller.go), each pod judged by its own DaemonSet's revision.
 - Each reconcile builds one snapshot and moves each node at most one state, in the real order
   (done/unknown, required, cordon, wait-for-jobs, pod-deletion, drain, pod-restart, failed,
   validation, uncordon).
@@ -14,7 +19,8 @@
   (a percentage of the managed nodes, rounded up) minus cordoned or NotReady nodes. A node
   already cordoned proceeds when no slot is free. Order is the API's list order.
 - It reconciles when a node's state or skip label changes, when the ClusterPolicy changes, and
-  every `resync_s` (the operator's 2 minutes; the lab shortens it); annotations are not watched.
+  every `resync_s` (the operator's 2 minutes; the lab shortens it), and when a driver
+  DaemonSet's generation moves; annotations are not watched.
 - Pod deletion and drain evict (PodDisruptionBudgets answer 429) and give up after their
   timeout with `upgrade-failed`; a driver container restarted more than 10 times fails the
   node too; `upgrade-failed` clears itself once the driver pod is in sync and Ready.
@@ -32,9 +38,12 @@ from typing import Any
 from rollout.lab.apiserver.errors import ApiError
 from rollout.lab.apiserver.registry import Registry
 from rollout.lab.apiserver.resources import DAEMONSETS, NODES, PODS
+from rollout.lab.apiserver.selectors import LabelSelector
 from rollout.lab.simulation.gpuoperator import (
     DEPLOY_OPERANDS_LABEL,
     DRIVER,
+    DRIVER_COMPONENT,
+    DRIVER_COMPONENT_LABEL,
     OPERATOR_NAMESPACE,
     UPGRADE_DRAIN_SKIP_LABEL,
     UPGRADE_INITIAL_UNSCHEDULABLE_ANNOTATION,
@@ -43,6 +52,7 @@ from rollout.lab.simulation.gpuoperator import (
     UPGRADE_STATE_LABEL,
     VALIDATOR,
     owner_daemonset,
+    uses_driver_crd,
 )
 from rollout.lab.simulation.pods import is_deleting, is_ready, is_terminal
 from rollout.lab.simulation.upgradestate import (
@@ -81,8 +91,8 @@ class UpgradeController:
             return
         driver = (cluster_policy.get("spec") or {}).get("driver") or {}
         policy = UpgradePolicy.from_spec(driver.get("upgradePolicy") or {})
-        daemonset = self.registry.find(DAEMONSETS, OPERATOR_NAMESPACE, DRIVER.name)
-        if daemonset is None or driver.get("enabled") is False:
+        daemonsets = driver_daemonsets(self.registry, cluster_policy)
+        if not daemonsets or driver.get("enabled") is False:
             return
         if not policy.auto_upgrade:
             self._strip_states()
@@ -99,6 +109,7 @@ class UpgradeController:
                 )
                 for n in nodes
             ),
+            tuple((d["metadata"]["name"], d["metadata"].get("generation")) for d in daemonsets),
         )
         now = self.clock()
         if self._last_s is not None:
@@ -107,34 +118,32 @@ class UpgradeController:
             if trigger == self._trigger and now - self._last_s < self.timings.resync_s:
                 return
         self._trigger, self._last_s = trigger, now
-        self.apply_state(self.build_state(daemonset, nodes), current_revision(daemonset), policy)
+        self.apply_state(self.build_state(daemonsets, nodes), policy)
 
     def build_state(
-        self, daemonset: Mapping[str, Any], nodes: list[dict[str, Any]]
+        self, daemonsets: list[dict[str, Any]], nodes: list[dict[str, Any]]
     ) -> list[NodeState]:
-        """The managed nodes: those where the driver DaemonSet has a pod, in list order."""
+        """The managed nodes: those where a driver DaemonSet has a pod, in list order, each
+        with the newest revision of its pod's DaemonSet."""
         pods = self.registry.list_objects(PODS)
         by_node: dict[str, list[dict[str, Any]]] = {}
         for pod in pods:
             by_node.setdefault(str(pod["spec"].get("nodeName") or ""), []).append(pod)
-        uid = daemonset["metadata"]["uid"]
+        revisions = {d["metadata"]["uid"]: current_revision(d) for d in daemonsets}
         states = []
         for node in nodes:
             name = node["metadata"]["name"]
             if (node["metadata"].get("labels") or {}).get(DEPLOY_OPERANDS_LABEL) == "false":
                 continue
             on_node = by_node.get(name, [])
-            drivers = [
-                p
-                for p in on_node
-                if any(r.get("uid") == uid for r in p["metadata"].get("ownerReferences") or [])
-            ]
+            drivers = [p for p in on_node if _owner_uid(p) in revisions]
             if drivers:
                 live = [p for p in drivers if not is_deleting(p)] or drivers
-                states.append(NodeState(node, live[0], tuple(on_node)))
+                revision = revisions[_owner_uid(live[0])]
+                states.append(NodeState(node, live[0], tuple(on_node), revision))
         return states
 
-    def apply_state(self, states: list[NodeState], revision: str, policy: UpgradePolicy) -> None:
+    def apply_state(self, states: list[NodeState], policy: UpgradePolicy) -> None:
         """One pass over the snapshot: each node moves at most one state."""
         by_state: dict[UpgradeState, list[NodeState]] = {}
         for state in states:
@@ -143,7 +152,7 @@ class UpgradeController:
         now = self.clock()
         for s in by_state.get(UpgradeState.UNKNOWN, []) + by_state.get(UpgradeState.DONE, []):
             requested = s.annotations.get(UPGRADE_REQUESTED_ANNOTATION) == "true"
-            if not pod_in_sync(s.driver_pod, revision) or requested:
+            if not pod_in_sync(s.driver_pod, s.revision) or requested:
                 self._set_state(s.name, UpgradeState.REQUIRED)
             elif s.state is UpgradeState.UNKNOWN:
                 self._set_state(s.name, UpgradeState.DONE)
@@ -168,9 +177,9 @@ class UpgradeController:
         for s in by_state.get(UpgradeState.DRAIN, []):
             self._drain(s, policy, now)
         for s in by_state.get(UpgradeState.POD_RESTART, []):
-            self._restart_driver(s, revision)
+            self._restart_driver(s)
         for s in by_state.get(UpgradeState.FAILED, []):
-            if pod_in_sync(s.driver_pod, revision) and driver_pod_ready(s.driver_pod):
+            if pod_in_sync(s.driver_pod, s.revision) and driver_pod_ready(s.driver_pod):
                 self._finish(s)
         for s in by_state.get(UpgradeState.VALIDATION, []):
             self._validate(s, now)
@@ -275,9 +284,9 @@ class UpgradeController:
             self._fail(s.name)
         return False
 
-    def _restart_driver(self, s: NodeState, revision: str) -> None:
+    def _restart_driver(self, s: NodeState) -> None:
         pod = s.driver_pod
-        if not pod_in_sync(pod, revision):
+        if not pod_in_sync(pod, s.revision):
             if not is_deleting(pod):
                 self._delete_pod(pod)
             return
@@ -363,6 +372,26 @@ class UpgradeController:
         except ApiError as error:
             # raced with a client's write; the next reconcile sees the new state
             log.debug("driver upgrade of %s raced: %s", name, error)
+
+
+def driver_daemonsets(
+    registry: Registry, cluster_policy: Mapping[str, Any] | None
+) -> list[dict[str, Any]]:
+    """The driver DaemonSets the upgrade controller manages: the ClusterPolicy's, or with
+    NVIDIADriver resources every DaemonSet labelled as the nvidia-driver component."""
+    if uses_driver_crd(cluster_policy):
+        selector = LabelSelector.from_text(f"{DRIVER_COMPONENT_LABEL}={DRIVER_COMPONENT}")
+        return registry.list_objects(DAEMONSETS, OPERATOR_NAMESPACE, selector)
+    found = registry.find(DAEMONSETS, OPERATOR_NAMESPACE, DRIVER.name)
+    return [] if found is None else [found]
+
+
+def _owner_uid(pod: Mapping[str, Any]) -> str | None:
+    """The uid of the controller that owns the pod."""
+    for reference in pod["metadata"].get("ownerReferences") or []:
+        if reference.get("controller"):
+            return str(reference.get("uid"))
+    return None
 
 
 def _drop_state_label(node: dict[str, Any]) -> None:

@@ -103,6 +103,8 @@ class NodeState:
     node: Mapping[str, Any]
     driver_pod: Mapping[str, Any]
     pods: tuple[Mapping[str, Any], ...]
+    # the newest revision of the DaemonSet that owns the driver pod
+    revision: str
 
     @property
     def name(self) -> str:
