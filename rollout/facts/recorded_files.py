@@ -9,6 +9,7 @@ is read without rollout.inputfile's checks that its directory entry already answ
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
@@ -33,12 +34,11 @@ def read_recorded_files(root: Path, node: str) -> dict[str, str]:
     most MAX_FILE_BYTES are read (by rollout.inputfile, as every input file); anything else
     is an error naming the node and the path.
     """
-    if not root.is_dir():
-        return {}
     walk = _Walk(root, node)
     # paths as strings and directory entries' own types: a fleet is tens of thousands of
     # files, and pathlib's parsing or a stat of each cost more than reading it
-    walk.visit(os.fspath(root), "")
+    if not walk.visit(os.fspath(root), ""):
+        return {}  # no directory there (Path.is_dir's answer, without a stat of its own)
     if walk.errors:
         raise InputErrors(walk.errors)
     return walk.files
@@ -57,15 +57,18 @@ class _Walk:
         self.files: dict[str, str] = {}
         self.errors: list[InputError] = []
 
-    def visit(self, directory: str, below: str) -> None:
+    def visit(self, directory: str, below: str) -> bool:
+        """Read `directory`; False, and nothing read, when it is not a directory at all."""
         node, errors = self.node, self.errors
         try:
             with os.scandir(directory) as listing:
                 entries = list(listing)
         except OSError as exc:
+            if not below and exc.errno in _NOT_A_DIRECTORY:
+                return False
             where = SourceLocation(str(exc.filename or self.root))
             errors.append(NodeFactsError(node, where, f"cannot read: {exc.strerror or exc}"))
-            return
+            return True
         dirs: list[os.DirEntry[str]] = []
         others: list[os.DirEntry[str]] = []
         for entry in entries:
@@ -97,6 +100,11 @@ class _Walk:
         for entry in dirs:
             if not entry.is_symlink():
                 self.visit(entry.path, f"{below}/{entry.name}")
+        return True
+
+
+# What Path.is_dir answers False to rather than raise: no directory there to read.
+_NOT_A_DIRECTORY = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP})
 
 
 def _entry_name(entry: os.DirEntry[str]) -> str:
@@ -153,9 +161,14 @@ def read_plain_text(local: str, max_bytes: int) -> str | None:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode) or info.st_size > max_bytes:
             return None
-        chunks: list[bytes] = []
-        size = 0
-        while size <= max_bytes:
+        # the size it has, and a byte more to see its end: one read of a buffer that small
+        # (a max_bytes buffer costs the allocator a map and an unmap per file)
+        data = os.read(fd, info.st_size + 1)
+        if len(data) == info.st_size:
+            return data.decode("utf-8")
+        chunks: list[bytes] = [data]
+        size = len(data)
+        while data and size <= max_bytes:
             chunk = os.read(fd, max_bytes + 1 - size)
             if not chunk:
                 break

@@ -169,7 +169,16 @@ class Forecast:
 
 def node_estimate(node: NodePlan, policy: Policy) -> tuple[float, float]:
     """(expected, worst) seconds for the node's acting steps; (0, 0) when nothing changes."""
-    acting = [step.kind for step in node.steps if step.changes]
+    return estimate_steps(acting_kinds(node), policy)
+
+
+def acting_kinds(node: NodePlan) -> tuple[str, ...]:
+    """The kinds of the node's steps that act, in order."""
+    return tuple(step.kind for step in node.steps if step.changes)
+
+
+def estimate_steps(acting: tuple[str, ...], policy: Policy) -> tuple[float, float]:
+    """(expected, worst) seconds for steps of these kinds."""
     expected = sum(STEP_EXPECTED_S.get(kind, DEFAULT_STEP_WORST_S) for kind in acting)
     worst = sum(step_worst_s(kind, policy) for kind in acting)
     return expected, worst
@@ -187,10 +196,15 @@ def forecast_plan(
     typical = sum(samples) / len(samples) if samples else None
     parallel = max(1, plan.max_unavailable - len(plan.already_unavailable))
     waves: list[list[NodeForecast]] = []
+    estimates: dict[tuple[str, ...], tuple[float, float]] = {}  # a fleet repeats its steps
     for wave in plan.waves:
         nodes = []
         for node in wave.nodes:
-            expected, worst = node_estimate(node, policy)
+            acting = acting_kinds(node)
+            estimate = estimates.get(acting)
+            if estimate is None:
+                estimate = estimates[acting] = estimate_steps(acting, policy)
+            expected, worst = estimate
             if typical is not None and worst > 0:
                 nodes.append(
                     NodeForecast(node.name, wave.index, typical, max(worst, typical), True)
