@@ -1,14 +1,24 @@
-"""The GPU Operator's driver, as the ClusterPolicy states it: version, upgradePolicy, and which
-nodes the driver DaemonSet serves (FACTS.md "Operator-managed driver upgrades").
+"""The GPU Operator's driver, as the ClusterPolicy or one NVIDIADriver resource states it:
+version, upgradePolicy, and which nodes the driver DaemonSet serves (FACTS.md
+"Operator-managed driver upgrades").
 
-Pure: read from the ClusterPolicy spec already in the cluster facts and from node labels.
+With the ClusterPolicy's `driver.useNvidiaDriverCRD: true` each NVIDIADriver (nvidia.com/v1alpha1,
+cluster-scoped) has its own `spec.version` and driver DaemonSet, which runs on the nodes the
+operator labelled `nvidia.com/gpu.driver.managed-by=<name>` (those its `nodeSelector` matches)
+that carry `nvidia.com/gpu.deploy.driver=true`. The upgradePolicy stays the ClusterPolicy's:
+the operator's upgrade controller reads only that one, over every driver pod of the cluster
+(gpu-operator controllers/upgrade_controller.go).
+
+Pure: read from the ClusterPolicy and NVIDIADriver specs in the cluster facts and node labels.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 DRIVER_DEPLOY_LABEL = "nvidia.com/gpu.deploy.driver"
@@ -24,7 +34,63 @@ UPGRADE_INITIAL_UNSCHEDULABLE_ANNOTATION = (
 )
 # States in which a node is not being worked on by the upgrade controller.
 IDLE_STATES = frozenset({"", UPGRADE_DONE, UPGRADE_REQUIRED})
-CLUSTER_POLICY_TARGET = "ClusterPolicy spec.driver.version"
+MANAGED_BY_LABEL = "nvidia.com/gpu.driver.managed-by"
+# The Helm chart's name for the ClusterPolicy, used in the commands rollout prints
+DEFAULT_CLUSTER_POLICY = "cluster-policy"
+# The driver pods of the ClusterPolicy's DaemonSet, and of every NVIDIADriver's
+CLUSTER_POLICY_POD_SELECTOR = "app=nvidia-driver-daemonset"
+NVIDIADRIVER_POD_SELECTOR = "app.kubernetes.io/component=nvidia-driver"
+_NVIDIADRIVER_TARGET = re.compile(r"^NVIDIADriver (?P<name>\S+) spec\.version$")
+
+
+@dataclass(frozen=True)
+class DriverSource:
+    """Where the driver version is set: the ClusterPolicy (resource None) or one NVIDIADriver."""
+
+    resource: str | None = None
+
+    @classmethod
+    def from_target(cls, target: str) -> DriverSource:
+        """Back from `target` (a plan's driver.version entry names its source so)."""
+        found = _NVIDIADRIVER_TARGET.match(target)
+        return cls(found.group("name") if found else None)
+
+    @property
+    def target(self) -> str:
+        if self.resource is None:
+            return "ClusterPolicy spec.driver.version"
+        return f"NVIDIADriver {self.resource} spec.version"
+
+    @property
+    def what(self) -> str:
+        """The object, for messages."""
+        return "the ClusterPolicy" if self.resource is None else f"NVIDIADriver {self.resource}"
+
+    @property
+    def pod_selector(self) -> str:
+        """The label selector of the driver pods (the node's one is its DaemonSet's)."""
+        if self.resource is None:
+            return CLUSTER_POLICY_POD_SELECTOR
+        return NVIDIADRIVER_POD_SELECTOR
+
+    def serves(self, labels: Mapping[str, str]) -> bool:
+        """Whether this source's driver DaemonSet runs a pod on a node with these labels."""
+        if not served_by_driver_daemonset(labels):
+            return False
+        return self.resource is None or labels.get(MANAGED_BY_LABEL) == self.resource
+
+    def version_patch(self, version: str) -> dict[str, Any]:
+        """The merge patch that sets the version on this source."""
+        if self.resource is None:
+            return {"spec": {"driver": {"version": version}}}
+        return {"spec": {"version": version}}
+
+    def version_command(self, version: str, policy: str = DEFAULT_CLUSTER_POLICY) -> str:
+        """What sets the version (to go back to the old one)."""
+        patch = json.dumps(self.version_patch(version), separators=(",", ":"))
+        if self.resource is None:
+            return f"kubectl patch clusterpolicy {policy} --type merge -p '{patch}'"
+        return f"kubectl patch nvidiadriver {self.resource} --type merge -p '{patch}'"
 
 
 @dataclass(frozen=True)
@@ -65,11 +131,14 @@ class UpgradePolicyFacts:
 
 @dataclass(frozen=True)
 class OperatorDriver:
-    """The operator's driver as the ClusterPolicy asks for it."""
+    """The operator's driver as the ClusterPolicy (or one NVIDIADriver) asks for it."""
 
     enabled: bool
     version: str
     policy: UpgradePolicyFacts
+    source: DriverSource = DriverSource()
+    # the ClusterPolicy delegates the driver to NVIDIADriver resources
+    uses_driver_crd: bool = False
 
     @classmethod
     def from_cluster_policy(cls, spec: Mapping[str, Any]) -> OperatorDriver:
@@ -79,7 +148,13 @@ class OperatorDriver:
             enabled=driver.get("enabled", True) is not False,
             version=str(driver.get("version") or ""),
             policy=UpgradePolicyFacts.from_spec(driver.get("upgradePolicy")),
+            uses_driver_crd=driver.get("useNvidiaDriverCRD") is True,
         )
+
+    def with_nvidia_driver(self, name: str, spec: Mapping[str, Any]) -> OperatorDriver:
+        """The driver as the NVIDIADriver `name` (its spec) asks for it, under this
+        ClusterPolicy's upgradePolicy."""
+        return replace(self, version=str(spec.get("version") or ""), source=DriverSource(name))
 
 
 def served_by_driver_daemonset(labels: Mapping[str, str]) -> bool:

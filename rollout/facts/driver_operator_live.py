@@ -1,9 +1,11 @@
 """Facts gathered live for `mode: operator` plans: each node's running kernel, which the plan
-shows beside the driver's from -> to (the operator's driver container builds its module for it)."""
+shows beside the driver's from -> to (the operator's driver container builds its module for it),
+and the NVIDIADriver resources where the change names one."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from rollout.commands import CommandRunner
 from rollout.facts.driver import DriverKernelFact
@@ -11,6 +13,8 @@ from rollout.facts.extra import with_node_fact
 from rollout.facts.fact import read_fact
 from rollout.facts.model import NodeFacts
 from rollout.spec import DriverMode, Spec
+from rollout.transports.errors import NotFound
+from rollout.transports.kube import KubeClient
 
 
 def with_operator_kernels(
@@ -32,3 +36,16 @@ def with_operator_kernels(
         "the nodes' kernels",
         max_parallel,
     )
+
+
+def read_nvidia_drivers(spec: Spec, kube: KubeClient) -> dict[str, Mapping[str, Any]]:
+    """Every NVIDIADriver's spec by name, where the spec's change names one (the plan refuses
+    a name not among them, listing those present); none where the cluster serves no such kind."""
+    change = spec.driver_upgrade
+    if change is None or change.nvidiadriver is None:
+        return {}
+    try:
+        found = kube.list_nvidia_drivers()
+    except NotFound:  # no NVIDIADriver CRD: the plan says the resource is not there
+        return {}
+    return {str(d["metadata"]["name"]): dict(d.get("spec") or {}) for d in found}

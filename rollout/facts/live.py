@@ -26,7 +26,7 @@ from rollout.facts.containerd import (
 from rollout.facts.daemonsets import DaemonSetFacts
 from rollout.facts.driver import DriverKernelFact, DriverStatusFact
 from rollout.facts.driver_host_live import with_driver_hosts
-from rollout.facts.driver_operator_live import with_operator_kernels
+from rollout.facts.driver_operator_live import read_nvidia_drivers, with_operator_kernels
 from rollout.facts.fact import ProbeFailed, read_fact
 from rollout.facts.gpu import GpuFacts, GpuQueryFact
 from rollout.facts.kernel import KernelXidFact
@@ -97,7 +97,8 @@ def node_facts_from(name: str, probe: NodeProbe, node: Node, pods: Sequence[Pod]
 
 
 def gather_cluster_facts(spec: Spec, kube: KubeClient) -> ClusterFacts:
-    """The ConfigMaps the plan's time-slicing changes touch, and the ClusterPolicy spec."""
+    """The ConfigMaps the plan's time-slicing changes touch, the ClusterPolicy spec, and the
+    NVIDIADrivers where the plan names one."""
     configmaps: dict[str, Mapping[str, str]] = {}
     for change in spec.changes_of(TimeSlicingChange):
         ref = change.configmap
@@ -113,7 +114,12 @@ def gather_cluster_facts(spec: Spec, kube: KubeClient) -> ClusterFacts:
         f"{b.namespace}/{b.name}: {b.disruptions_allowed} disruption(s) allowed"
         for b in kube.list_pdbs(None)
     )
-    return ClusterFacts(configmaps=configmaps, cluster_policy=policy, pdbs=pdbs)
+    return ClusterFacts(
+        configmaps=configmaps,
+        cluster_policy=policy,
+        nvidia_drivers=read_nvidia_drivers(spec, kube),
+        pdbs=pdbs,
+    )
 
 
 def gather_fleet_facts(

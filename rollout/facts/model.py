@@ -105,10 +105,13 @@ class NodeFactsError(InputError):
 
 @dataclass(frozen=True)
 class ClusterFacts:
-    """Cluster-wide objects the plan touches: ConfigMaps by namespace/name, the ClusterPolicy."""
+    """Cluster-wide objects the plan touches: ConfigMaps by namespace/name, the ClusterPolicy,
+    NVIDIADrivers."""
 
     configmaps: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     cluster_policy: Mapping[str, Any] = field(default_factory=dict)
+    # NVIDIADriver resources by name, each its spec (read for a plan that names one)
+    nvidia_drivers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     # PodDisruptionBudgets as "namespace/name: N disruption(s) allowed"
     pdbs: tuple[str, ...] = ()
     # For diagnose: RuntimeClass name -> handler (None: not known), and the pods as manifests

@@ -26,6 +26,8 @@ class ClusterRecord(SpecModel):
 
     configmaps: Mapping[Str, Mapping[Str, Str | None]] = Field(default_factory=dict)
     cluster_policy: Mapping[Str, Any] | None = None
+    # NVIDIADriver resources by name, each its spec
+    nvidia_drivers: Mapping[Str, Mapping[Str, Any]] = Field(default_factory=dict)
     # for diagnose: RuntimeClass name -> handler, pods as the API returns them, their events
     runtime_classes: Mapping[Str, Str] | None = None
     pods: tuple[Mapping[Str, Any], ...] = ()
@@ -60,6 +62,7 @@ def load_cluster_facts(path: Path) -> ClusterFacts:
     return ClusterFacts(
         configmaps={k: strings(v) for k, v in record.configmaps.items()},
         cluster_policy=dict(record.cluster_policy or {}),
+        nvidia_drivers={k: dict(v) for k, v in record.nvidia_drivers.items()},
         runtime_classes=None if record.runtime_classes is None else dict(record.runtime_classes),
         pods=tuple(parse_pod_manifest(p) for p in record.pods),
         pod_events=dict(record.pod_events),

@@ -162,6 +162,8 @@ def _cluster_document(fleet: FleetFacts) -> dict[str, Any]:
         "pods": [p.to_manifest() for p in cluster.pods],
         "pod_events": {k: list(v) for k, v in cluster.pod_events.items()},
     }
+    if cluster.nvidia_drivers:
+        doc["nvidia_drivers"] = _plain(cluster.nvidia_drivers)
     if cluster.runtime_classes is not None:
         doc["runtime_classes"] = dict(cluster.runtime_classes)
     if cluster.daemonsets is not None:

@@ -137,6 +137,15 @@ def configmap_grants(spec: Spec) -> list[Grant]:
     return grants
 
 
+def nvidiadriver_grants(spec: Spec) -> list[Grant]:
+    """The NVIDIADriver a driver-upgrade names: listed for facts (facts/driver_operator_live.py),
+    read and patched by driver.pin (steps/driver_operator.py)."""
+    change = spec.driver_upgrade
+    if change is None or change.nvidiadriver is None:
+        return []
+    return _grants("nvidia.com", "nvidiadrivers", "get list patch")
+
+
 def step_kinds_of(spec: Spec, playbooks: Mapping[str, Playbook]) -> tuple[str, ...]:
     """The step kinds a plan's nodes go through, in playbook order."""
     books = [playbooks[kind] for kind in change_kinds(spec)]
@@ -150,7 +159,9 @@ def grants_for(spec: Spec, playbooks: Mapping[str, Playbook]) -> tuple[Grant, ..
     if unknown:
         # a new step kind must say what it asks of the API before it can be scheduled
         raise KeyError(f"no permissions listed for step kind(s) {', '.join(unknown)}")
-    grants: set[Grant] = set(RUN_GRANTS) | set(configmap_grants(spec))
+    grants: set[Grant] = (
+        set(RUN_GRANTS) | set(configmap_grants(spec)) | set(nvidiadriver_grants(spec))
+    )
     for kind in kinds:
         grants |= set(STEP_GRANTS[kind])
     # a namespaced grant that a cluster-wide one already covers adds nothing
@@ -221,6 +232,7 @@ _RESOURCE_ORDER = (
     "configmaps",
     "leases",
     "clusterpolicies",
+    "nvidiadrivers",
     "poddisruptionbudgets",
 )
 

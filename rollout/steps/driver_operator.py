@@ -4,7 +4,8 @@
   first node of a run labels every node the driver DaemonSet serves
   `nvidia.com/gpu-driver-upgrade.skip=true` (a label someone else set is recorded and left
   alone), records each node's driver-pod revision, and only then sets the ClusterPolicy's
-  `spec.driver.version`; every later node finds it done. The skip label is read only when a
+  `spec.driver.version` (or the named NVIDIADriver's `spec.version`, whose own DaemonSet's
+  nodes are the served ones); every later node finds it done. The skip label is read only when a
   node leaves `upgrade-required` (FACTS.md), so it must be on before the version moves.
 - `driver.release` takes the label off its node once rollout's max_unavailable allows and no
   served node is `upgrade-failed`, then watches `nvidia.com/gpu-driver-upgrade-state` until
@@ -35,6 +36,7 @@ from rollout.facts.driver_operator import (
     UPGRADE_REQUIRED,
     UPGRADE_SKIP_LABEL,
     UPGRADE_STATE_LABEL,
+    DriverSource,
     OperatorDriver,
     is_pinned,
     served_by_driver_daemonset,
@@ -54,11 +56,12 @@ from rollout.steps.driver_operator_plan import (
     VERSION_BEFORE_ANNOTATION,
     operator_change,
     plan_node_work,
+    planned_driver,
 )
 from rollout.steps.nodemarks import RUN_ANNOTATION, report_step
+from rollout.transports.errors import NotFound
 from rollout.transports.kube import Node, Pod
 
-DRIVER_POD_SELECTOR = "app=nvidia-driver-daemonset"
 REVISION_LABEL = "controller-revision-hash"
 GFD_DRIVER_LABEL = "nvidia.com/cuda.driver-version.full"
 LOG_LINES = 5
@@ -68,22 +71,33 @@ _release_lock = threading.Lock()
 _released: set[str] = set()
 
 
-def driver_pod(ctx: StepContext, kind: str, node: str) -> Pod | None:
-    """The driver DaemonSet's live pod on the node, if any."""
-    pods = ctx.kube.list_pods(None, DRIVER_POD_SELECTOR, f"spec.nodeName={node}")
+def driver_pod(ctx: StepContext, change: DriverUpgradeChange, node: str) -> Pod | None:
+    """The live pod of the change's driver DaemonSet on the node, if any."""
+    selector = DriverSource(change.nvidiadriver).pod_selector
+    pods = ctx.kube.list_pods(None, selector, f"spec.nodeName={node}")
     live = [p for p in pods if not p.deleting]
     return live[0] if live else None
 
 
-def read_driver(ctx: StepContext, kind: str) -> tuple[str, OperatorDriver]:
-    """The live ClusterPolicy's name and driver section."""
+def read_driver(
+    ctx: StepContext, kind: str, change: DriverUpgradeChange
+) -> tuple[str, OperatorDriver]:
+    """The live ClusterPolicy's name and the driver the change moves (its driver section, or
+    the named NVIDIADriver's version under its upgradePolicy)."""
     policies = ctx.kube.list_cluster_policies()
     if not policies:
         raise StepFailed(ctx.node, kind, "no ClusterPolicy: is the GPU Operator installed?")
     policy = policies[0]
-    return str(policy["metadata"]["name"]), OperatorDriver.from_cluster_policy(
-        policy.get("spec") or {}
-    )
+    driver = OperatorDriver.from_cluster_policy(policy.get("spec") or {})
+    if change.nvidiadriver is not None:
+        try:
+            found = ctx.kube.get_nvidia_driver(change.nvidiadriver)
+        except NotFound as error:
+            raise StepFailed(
+                ctx.node, kind, f"no NVIDIADriver {change.nvidiadriver}: {error}"
+            ) from error
+        driver = driver.with_nvidia_driver(change.nvidiadriver, found.get("spec") or {})
+    return str(policy["metadata"]["name"]), driver
 
 
 def upgrade_timeout_s(spec: Spec) -> int:
@@ -126,22 +140,22 @@ class DriverPinStep(OperatorStep):
         change = operator_change(spec)
         if change is None:
             return StepPlan.skipping(self.kind, "no operator-mode driver change")
-        driver = OperatorDriver.from_cluster_policy(cluster.cluster_policy)
+        driver = planned_driver(change, cluster)
         if driver.version == change.version:
             return StepPlan.skipping(
-                self.kind, f"the ClusterPolicy already asks for {change.version}"
+                self.kind, f"{driver.source.what} already asks for {change.version}"
             )
         # cluster-wide: the first node's step makes the change, later ones find it made
         return StepPlan.acting(
             self.kind,
             f"label every node the driver DaemonSet serves {UPGRADE_SKIP_LABEL}=true, then "
-            f"set spec.driver.version {driver.version or '(unset)'} -> {change.version}",
+            f"set {driver.source.target} {driver.version or '(unset)'} -> {change.version}",
         )
 
     def act(self, ctx: StepContext, change: DriverUpgradeChange) -> StepResult:
-        name, driver = read_driver(ctx, self.kind)
+        name, driver = read_driver(ctx, self.kind, change)
         if driver.version == change.version:
-            return StepResult.noop(f"the ClusterPolicy already asks for {change.version}")
+            return StepResult.noop(f"{driver.source.what} already asks for {change.version}")
         if not driver.policy.auto_upgrade:
             raise StepFailed(
                 ctx.node,
@@ -154,7 +168,7 @@ class DriverPinStep(OperatorStep):
         saved.setdefault("version_before", driver.version)
         saved["policy"] = name
         pinned, held = set(saved.get("pinned") or []), set(saved.get("held") or [])
-        served = [n for n in ctx.kube.list_nodes() if served_by_driver_daemonset(n.labels)]
+        served = [n for n in ctx.kube.list_nodes() if driver.source.serves(n.labels)]
         for node in served:
             if is_pinned(node.labels) and PINNED_BY_ANNOTATION not in node.annotations:
                 held.add(node.name)
@@ -162,7 +176,7 @@ class DriverPinStep(OperatorStep):
             pinned.add(node.name)
             # recorded before the patch, so a resumed run knows which labels are rollout's
             ctx.save_data(self.kind, {**saved, "pinned": sorted(pinned), "held": sorted(held)})
-            pod = driver_pod(ctx, self.kind, node.name)
+            pod = driver_pod(ctx, change, node.name)
             annotations = {PINNED_BY_ANNOTATION: ctx.run_id}
             if pod is not None and pod.labels.get(REVISION_LABEL):
                 annotations[REVISION_BEFORE_ANNOTATION] = pod.labels[REVISION_LABEL]
@@ -171,7 +185,7 @@ class DriverPinStep(OperatorStep):
         missing = [
             n.name
             for n in ctx.kube.list_nodes()
-            if served_by_driver_daemonset(n.labels) and not is_pinned(n.labels)
+            if driver.source.serves(n.labels) and not is_pinned(n.labels)
         ]
         if missing:
             raise StepFailed(
@@ -181,29 +195,28 @@ class DriverPinStep(OperatorStep):
                 "the version was not changed: is another tool removing the label?",
             )
         ctx.save_data(self.kind, {**saved, "pinned": sorted(pinned), "held": sorted(held)})
-        ctx.kube.patch_cluster_policy(
-            name,
-            {
-                "metadata": {
-                    "annotations": {
-                        VERSION_BEFORE_ANNOTATION: driver.version,
-                        RUN_ANNOTATION: ctx.run_id,
-                    }
-                },
-                "spec": {"driver": {"version": change.version}},
-            },
-        )
-        _, after = read_driver(ctx, self.kind)
+        annotations = {VERSION_BEFORE_ANNOTATION: driver.version, RUN_ANNOTATION: ctx.run_id}
+        patch = {
+            "metadata": {"annotations": annotations},
+            **driver.source.version_patch(change.version),
+        }
+        if driver.source.resource is None:
+            ctx.kube.patch_cluster_policy(name, patch)
+        else:
+            ctx.kube.patch_nvidia_driver(driver.source.resource, patch)
+        _, after = read_driver(ctx, self.kind, change)
+        what = f"ClusterPolicy {name}" if driver.source.resource is None else driver.source.what
         if after.version != change.version:
             raise StepFailed(
                 ctx.node,
                 self.kind,
-                f"ClusterPolicy {name} reads driver version {after.version!r} after the patch",
+                f"{what} reads driver version {after.version!r} after the patch",
             )
         left = f"; left alone (skip label set before): {', '.join(sorted(held))}" if held else ""
+        field = "spec.driver.version" if driver.source.resource is None else "spec.version"
         return StepResult.done(
             f"pinned {len(pinned)} node(s) with {UPGRADE_SKIP_LABEL}=true{left}; "
-            f"ClusterPolicy {name} spec.driver.version {driver.version} -> {change.version}"
+            f"{what} {field} {driver.version} -> {change.version}"
         )
 
     def undo(self, ctx: StepContext) -> None:
@@ -260,7 +273,8 @@ class DriverReleaseStep(OperatorStep):
             with _release_lock:
                 _released.add(ctx.node)
         try:
-            done = self._watch(ctx, node.annotations.get(REVISION_BEFORE_ANNOTATION), deadline)
+            before = node.annotations.get(REVISION_BEFORE_ANNOTATION)
+            done = self._watch(ctx, change, before, deadline)
         finally:
             with _release_lock:
                 _released.discard(ctx.node)
@@ -318,14 +332,20 @@ class DriverReleaseStep(OperatorStep):
             )
         return False
 
-    def _watch(self, ctx: StepContext, before: str | None, deadline: Deadline) -> StepResult:
+    def _watch(
+        self,
+        ctx: StepContext,
+        change: DriverUpgradeChange,
+        before: str | None,
+        deadline: Deadline,
+    ) -> StepResult:
         seen: list[str] = []
         while True:
             node = ctx.kube.get_node(ctx.node)
             state = upgrade_state(node.labels)
             if not seen or seen[-1] != state:
                 seen.append(state)
-            pod = driver_pod(ctx, self.kind, ctx.node)
+            pod = driver_pod(ctx, change, ctx.node)
             if state == UPGRADE_FAILED:
                 raise StepFailed(
                     ctx.node,
@@ -385,7 +405,7 @@ class DriverConfirmStep(OperatorStep):
 
     def act(self, ctx: StepContext, change: DriverUpgradeChange) -> StepResult:
         node = ctx.kube.get_node(ctx.node)
-        pod = driver_pod(ctx, self.kind, ctx.node)
+        pod = driver_pod(ctx, change, ctx.node)
         problems: list[str] = []
         before = node.annotations.get(REVISION_BEFORE_ANNOTATION)
         if pod is None or not pod.ready:

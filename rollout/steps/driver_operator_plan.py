@@ -1,11 +1,13 @@
 """`mode: operator` driver upgrades, planned for the whole cluster: what changes on the
-ClusterPolicy, which nodes the driver DaemonSet serves, who stays pinned, and the budget.
+ClusterPolicy (or the NVIDIADriver the change names), which nodes its driver DaemonSet
+serves, who stays pinned, and the budget.
 
 The GPU Operator's upgrade controller does the upgrade; rollout paces it through the skip
 label (FACTS.md): every served node is labelled `nvidia.com/gpu-driver-upgrade.skip=true`
 before the version changes, and each wave's nodes are released by removing it. Served nodes
 that are not targeted stay pinned on the old driver; the plan and the run summary say so
-with the command that releases them.
+with the command that releases them. Nodes another NVIDIADriver serves are not touched at all:
+the version change is not theirs, and the plan says they stay on their driver.
 """
 
 from __future__ import annotations
@@ -13,12 +15,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from rollout.errors import BadInput
-from rollout.facts import FleetFacts, NodeFacts
+from rollout.errors import BadInput, SourceLocation
+from rollout.facts import ClusterFacts, FleetFacts, NodeFacts
 from rollout.facts.driver_operator import (
-    CLUSTER_POLICY_TARGET,
+    DEFAULT_CLUSTER_POLICY,
+    MANAGED_BY_LABEL,
     UPGRADE_DONE,
     UPGRADE_SKIP_LABEL,
+    DriverSource,
     OperatorDriver,
     is_pinned,
     served_by_driver_daemonset,
@@ -31,10 +35,8 @@ from rollout.spec import DriverMode, DriverUpgradeChange, Spec
 PINNED_BY_ANNOTATION = "rollout.dev/driver-pinned-by"
 # The driver pod's controller-revision-hash before the version changed (set with the pin)
 REVISION_BEFORE_ANNOTATION = "rollout.dev/driver-revision-before"
-# On the ClusterPolicy: the version rollout changed it from
+# On the ClusterPolicy (or NVIDIADriver): the version rollout changed it from
 VERSION_BEFORE_ANNOTATION = "rollout.dev/driver-version-before"
-# The Helm chart's name for the ClusterPolicy, used in the commands rollout prints
-DEFAULT_CLUSTER_POLICY = "cluster-policy"
 PINNED_WARNING_PREFIX = "NOT UPGRADED"
 AUTO_UPGRADE_PATCH = '{"spec":{"driver":{"upgradePolicy":{"autoUpgrade":true}}}}'
 
@@ -47,6 +49,16 @@ def operator_change(spec: Spec) -> DriverUpgradeChange | None:
     """The spec's `driver-upgrade` change in mode: operator, if there is one."""
     change = spec.driver_upgrade
     return change if change is not None and change.mode is DriverMode.OPERATOR else None
+
+
+def planned_driver(change: DriverUpgradeChange, cluster: ClusterFacts) -> OperatorDriver:
+    """The driver the change moves, as the facts state it: the ClusterPolicy's, or the named
+    NVIDIADriver's version under the ClusterPolicy's upgradePolicy (version "" when absent)."""
+    driver = OperatorDriver.from_cluster_policy(cluster.cluster_policy)
+    if change.nvidiadriver is None:
+        return driver
+    spec = cluster.nvidia_drivers.get(change.nvidiadriver) or {}
+    return driver.with_nvidia_driver(change.nvidiadriver, spec)
 
 
 def node_upgraded(facts: NodeFacts, target: str) -> bool:
@@ -85,12 +97,6 @@ def _no_node_work(facts: NodeFacts, change: DriverUpgradeChange | None) -> str |
 def release_command(nodes: Sequence[str]) -> str:
     """What releases pinned nodes to the operator's own pace."""
     return f"kubectl label node {' '.join(nodes)} {UPGRADE_SKIP_LABEL}-"
-
-
-def version_command(version: str, policy: str = DEFAULT_CLUSTER_POLICY) -> str:
-    """What sets the ClusterPolicy's driver version (to go back to the old one)."""
-    patch = '{"spec":{"driver":{"version":"' + version + '"}}}'
-    return f"kubectl patch clusterpolicy {policy} --type merge -p '{patch}'"
 
 
 @dataclass(frozen=True)
@@ -147,6 +153,8 @@ class OperatorUpgrade:
     held: tuple[str, ...]
     budget: Budget
     versions: Mapping[str, str]
+    # served by another NVIDIADriver's DaemonSet (node -> that resource): not touched
+    elsewhere: Mapping[str, str]
 
     def to_cluster_changes(self) -> tuple[ClusterChange, ...]:
         to_pin = [n for n in self.served if n not in self.held]
@@ -156,9 +164,11 @@ class OperatorUpgrade:
             for n in to_pin
         ] + [f"  {n}: skip label set before this run, left alone" for n in self.held]
         moving = self.driver.version != self.target
+        source = self.driver.source
+        daemonset = "the driver DaemonSet" if source.resource is None else _daemonset_of(source)
         pin = ClusterChange(
             kind="driver.pin",
-            target=f"{len(self.served)} node(s) the driver DaemonSet serves",
+            target=f"{len(self.served)} node(s) {daemonset} serves",
             action=(
                 f"label {UPGRADE_SKIP_LABEL}=true on {', '.join(to_pin) or 'no node'} "
                 "before the version changes"
@@ -167,11 +177,11 @@ class OperatorUpgrade:
             if moving
             else None,
             diff="\n".join(lines) if moving else "",
-            noop_reason=None if moving else f"the ClusterPolicy already asks for {self.target}",
+            noop_reason=None if moving else f"{source.what} already asks for {self.target}",
         )
         version = ClusterChange(
             kind="driver.version",
-            target=CLUSTER_POLICY_TARGET,
+            target=source.target,
             action=f"{self.driver.version or '(unset)'} -> {self.target}" if moving else None,
             diff=f"- version: {self.driver.version}\n+ version: {self.target}" if moving else "",
             noop_reason=None if moving else f"already {self.target}",
@@ -193,6 +203,13 @@ class OperatorUpgrade:
                 f"({UPGRADE_SKIP_LABEL}=true) after this run; release it with: "
                 f"{release_command([name])}"
             )
+        for name, other in self.elsewhere.items():
+            found.append(
+                f"{PINNED_WARNING_PREFIX}: {name} is served by NVIDIADriver {other}, not "
+                f"{self.driver.source.resource}: it stays on driver "
+                f"{self.versions.get(name) or '(unknown)'} (its DaemonSet is not changed); "
+                f"upgrade it with a change naming nvidiadriver: {other}"
+            )
         for name in self.held:
             found.append(
                 f"{name} carried {UPGRADE_SKIP_LABEL}=true before this run: left alone, it is "
@@ -200,8 +217,8 @@ class OperatorUpgrade:
             )
         if self.driver.version == self.target:
             found.append(
-                f"the ClusterPolicy already asks for driver {self.target}: nodes without the "
-                "skip label upgrade at the operator's pace, not in rollout's waves"
+                f"{self.driver.source.what} already asks for driver {self.target}: nodes "
+                "without the skip label upgrade at the operator's pace, not in rollout's waves"
             )
         return tuple(found)
 
@@ -221,7 +238,7 @@ def plan_operator_upgrade(
             f"{fleet.source} has none; gather live facts (--kubeconfig) or record them with "
             "`rollout facts record`"
         )
-    driver = OperatorDriver.from_cluster_policy(fleet.cluster.cluster_policy)
+    driver = planned_driver(change, fleet.cluster)
     if not driver.enabled:
         raise OperatorUpgradeRefused(
             f"{where}: the ClusterPolicy has driver.enabled=false: the GPU Operator does not "
@@ -234,25 +251,29 @@ def plan_operator_upgrade(
             "upgrade-state labels rollout watches)\n  hint: turn it on first: kubectl patch "
             f"clusterpolicy {DEFAULT_CLUSTER_POLICY} --type merge -p '{AUTO_UPGRADE_PATCH}'"
         )
-    served = [n for n in fleet.nodes if served_by_driver_daemonset(n.labels)]
+    if change.nvidiadriver is not None:
+        check_nvidia_driver(where, change.nvidiadriver, driver, fleet)
+    # every driver pod counts toward the operator's maxUnavailable, whichever DaemonSet's
+    managed = [n for n in fleet.nodes if served_by_driver_daemonset(n.labels)]
+    served = [n for n in managed if driver.source.serves(n.labels)]
     served_names = {n.name for n in served}
     strays = [n.name for n in targets if n.name not in served_names]
     if strays:
         raise OperatorUpgradeRefused(
-            f"{spec.location_of('targets')}: {', '.join(strays)} not served by the GPU "
-            "Operator's driver DaemonSet (no nvidia.com/gpu.deploy.driver=true): the operator "
-            "cannot upgrade their driver; target only served nodes, or use mode: host there"
+            f"{spec.location_of('targets')}: {', '.join(strays)} not served by "
+            f"{_daemonset_of(driver.source)} ({_serving(driver.source)}): the operator cannot "
+            "upgrade their driver through it; target only served nodes, or use mode: host there"
         )
     target_names = {n.name for n in targets}
     held = tuple(
         n.name for n in served if is_pinned(n.labels) and PINNED_BY_ANNOTATION not in n.annotations
     )
     waves = spec.policy.wave_sizes(len(targets)) or [0]
-    unavailable = sum(1 for n in served if not n.available)
+    unavailable = sum(1 for n in managed if not n.available)
     budget = Budget(
         rollout_max_unavailable=max_unavailable,
         max_parallel=driver.policy.max_parallel,
-        operator_max_unavailable=driver.policy.max_unavailable_count(len(served)),
+        operator_max_unavailable=driver.policy.max_unavailable_count(len(managed)),
         already_unavailable=unavailable,
         largest_wave=max(waves),
     )
@@ -264,8 +285,48 @@ def plan_operator_upgrade(
         pinned=tuple(n.name for n in served if n.name not in target_names and n.name not in held),
         held=held,
         budget=budget,
-        versions={n.name: n.gpus.driver_version for n in served},
+        versions={n.name: n.gpus.driver_version for n in managed},
+        elsewhere={
+            n.name: n.labels.get(MANAGED_BY_LABEL, "")
+            for n in managed
+            if n.name not in served_names and change.nvidiadriver is not None
+        },
     )
+
+
+def check_nvidia_driver(
+    where: SourceLocation, name: str, driver: OperatorDriver, fleet: FleetFacts
+) -> None:
+    """Refuse an NVIDIADriver the cluster lacks, or one the operator does not reconcile."""
+    present = sorted(fleet.cluster.nvidia_drivers)
+    if name not in present:
+        listed = ", ".join(present) if present else "none"
+        raise OperatorUpgradeRefused(
+            f"{where}: nvidiadriver: {name}: {fleet.source} has no NVIDIADriver {name}\n"
+            f"  hint: the NVIDIADriver resources present: {listed} (`kubectl get nvidiadrivers`);"
+            " without any, the ClusterPolicy's spec.driver.version is the driver's: drop"
+            " nvidiadriver"
+        )
+    if not driver.uses_driver_crd:
+        raise OperatorUpgradeRefused(
+            f"{where}: nvidiadriver: {name}: the ClusterPolicy's spec.driver.useNvidiaDriverCRD "
+            "is not true, so the GPU Operator does not reconcile NVIDIADriver resources and its "
+            "version change would upgrade nothing\n  hint: drop nvidiadriver to change the "
+            "ClusterPolicy's spec.driver.version, which drives the driver today"
+        )
+
+
+def _daemonset_of(source: DriverSource) -> str:
+    if source.resource is None:
+        return "the GPU Operator's driver DaemonSet"
+    return f"the driver DaemonSet of {source.what}"
+
+
+def _serving(source: DriverSource) -> str:
+    """The node labels the DaemonSet needs."""
+    if source.resource is None:
+        return "no nvidia.com/gpu.deploy.driver=true"
+    return f"needs nvidia.com/gpu.deploy.driver=true and {MANAGED_BY_LABEL}={source.resource}"
 
 
 def operator_run_notes(plan: Plan, outcome: str) -> list[str]:
@@ -277,9 +338,10 @@ def operator_run_notes(plan: Plan, outcome: str) -> list[str]:
     )
     if version is not None and outcome != "succeeded":
         before = version.action.split(" -> ")[0] if version.action else ""
+        source = DriverSource.from_target(version.target)
         notes.append(
             "the remaining nodes stay pinned on the old driver; to go back to driver "
-            f"{before} on the nodes already upgraded: {version_command(before)} (the "
-            "operator then moves every unpinned node back)"
+            f"{before} on the nodes already upgraded: {source.version_command(before)} (the "
+            f"operator then moves every unpinned node {source.what} serves back)"
         )
     return notes

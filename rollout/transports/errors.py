@@ -217,6 +217,8 @@ _RBAC_RESOURCES = {
     "poddisruptionbudgets": "poddisruptionbudgets.policy",
     "clusterpolicy": "clusterpolicies.nvidia.com",
     "clusterpolicies": "clusterpolicies.nvidia.com",
+    "nvidiadriver": "nvidiadrivers.nvidia.com",
+    "nvidiadrivers": "nvidiadrivers.nvidia.com",
 }
 # Requests whose RBAC verb, or subresource, is not the request's own verb.
 _RBAC_REQUESTS = {

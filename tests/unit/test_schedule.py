@@ -53,12 +53,17 @@ CHANGES = {
     "driver-operator": (
         'changes:\n  - driver-upgrade:\n      version: "550.127.05"\n      mode: operator\n'
     ),
+    "driver-nvidiadriver": (
+        'changes:\n  - driver-upgrade:\n      version: "550.127.05"\n      mode: operator\n'
+        "      nvidiadriver: pool-a\n"
+    ),
 }
 DOC_SECTIONS = {
     "containerd": "`containerd` plans",
     "time-slicing": "`time-slicing` plans",
     "driver-upgrade": "`driver-upgrade` plans, mode: host",
     "driver-operator": "`driver-upgrade` plans, mode: operator",
+    "driver-nvidiadriver": "`driver-upgrade` plans, mode: operator, `nvidiadriver: NAME`",
 }
 
 
@@ -232,6 +237,9 @@ def test_each_kind_gets_only_what_its_steps_use() -> None:
     assert has(slicing, "pods", "delete", "gpu-operator")  # the device-plugin restart
     assert has(driver, "pods/eviction", "create")
     assert not has(driver, "clusterpolicies", "patch")
+    assert not has(driver, "nvidiadrivers", "patch")
+    assert not has(grants_of("driver-operator"), "nvidiadrivers", "list")
+    assert has(grants_of("driver-nvidiadriver"), "nvidiadrivers", "patch")
 
 
 def test_every_step_kind_says_what_it_asks_of_the_api() -> None:
@@ -269,6 +277,8 @@ def test_every_kind_together_is_the_audited_manifest_less_diagnose() -> None:
     text += CHANGES["time-slicing"].replace("changes:\n", "")
     text = text.replace("namespace: operators", "namespace: gpu-operator")
     union = grants_for(parse_spec(text, "plan.yaml"), load_playbooks())
+    # a driver-upgrade is a plan of its own: its NVIDIADriver grants join the union
+    union += grants_for(parse_spec(plan_text("driver-nvidiadriver"), "plan.yaml"), load_playbooks())
     audited = rbac_manifest_grants()
     for grant in union:
         key = (grant.group, grant.resource, grant.verb)

@@ -10,7 +10,7 @@ from pydantic import AfterValidator, Field, PlainValidator, model_validator
 
 from rollout.fieldproblems import FieldProblem, describe_value
 from rollout.spec.changes.kind import ChangeKind
-from rollout.spec.fieldtypes import Bool, Int, SpecModel, Str
+from rollout.spec.fieldtypes import Bool, Int, KubeName, SpecModel, Str
 
 _DRIVER_VERSION = re.compile(r"^[0-9]{3}\.[0-9]{1,3}\.[0-9]{1,3}$")
 _DEB_PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
@@ -54,7 +54,8 @@ def check_package(value: str) -> str:
 
 
 class DriverUpgradeChange(SpecModel):
-    """Move the GPU driver to `version`, by apt (host) or through the ClusterPolicy (operator)."""
+    """Move the GPU driver to `version`, by apt (host) or through the GPU Operator (operator):
+    the ClusterPolicy's spec.driver.version, or one NVIDIADriver's spec.version."""
 
     kind: ClassVar[ChangeKind] = ChangeKind.DRIVER_UPGRADE
 
@@ -68,6 +69,9 @@ class DriverUpgradeChange(SpecModel):
     # `upgrade-required` (the documented manual fix) instead of halting the run; written by
     # `rollout diagnose --fix` once the cause is fixed
     retry_failed: Bool = False
+    # mode: operator only: the NVIDIADriver resource whose spec.version changes (its own driver
+    # DaemonSet and nodes) instead of the ClusterPolicy's spec.driver.version
+    nvidiadriver: KubeName | None = None
 
     @model_validator(mode="after")
     def _check_packages(self) -> DriverUpgradeChange:
@@ -86,6 +90,12 @@ class DriverUpgradeChange(SpecModel):
             raise FieldProblem(
                 "`retry_failed` applies only to mode: operator",
                 hint="host mode has no upgrade-failed state to retry; remove retry_failed",
+            )
+        if self.mode is DriverMode.HOST and self.nvidiadriver is not None:
+            raise FieldProblem(
+                "`nvidiadriver` applies only to mode: operator",
+                hint="an NVIDIADriver resource is the GPU Operator's; host-installed drivers are "
+                "upgraded by apt: remove nvidiadriver, or use mode: operator",
             )
         if self.mode is DriverMode.HOST and self.packages == ():
             raise FieldProblem("mode: host needs at least one package in `packages`")

@@ -40,6 +40,7 @@ DEFAULT_REQUEST_TIMEOUT_S = (5.0, 30.0)
 REQUEST_TIMEOUT_ENV = "ROLLOUT_API_TIMEOUT_S"
 MERGE_PATCH = "application/merge-patch+json"
 CLUSTER_POLICY = ("nvidia.com", "v1", "clusterpolicies")
+NVIDIA_DRIVER = ("nvidia.com", "v1alpha1", "nvidiadrivers")
 EVENT_SOURCE = "rollout"
 
 
@@ -435,6 +436,39 @@ class KubeClient(Closeable):
             f"clusterpolicy {name}",
             self._custom.patch_cluster_custom_object,
             *CLUSTER_POLICY,
+            name,
+            plain(patch),
+            _content_type=MERGE_PATCH,
+        )
+        return result
+
+    # ------------------------------------------------------------------ NVIDIADriver
+
+    def list_nvidia_drivers(self) -> list[dict[str, Any]]:
+        """The GPU Operator's NVIDIADriver resources (cluster-scoped), as JSON; NotFound where
+        the cluster does not serve the kind."""
+        data = self._calls.request(
+            "list", "nvidiadrivers", self._custom.list_cluster_custom_object, *NVIDIA_DRIVER
+        )
+        return list(data.get("items") or [])
+
+    def get_nvidia_driver(self, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._calls.request(
+            "get",
+            f"nvidiadriver {name}",
+            self._custom.get_cluster_custom_object,
+            *NVIDIA_DRIVER,
+            name,
+        )
+        return result
+
+    def patch_nvidia_driver(self, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        """A JSON merge patch (custom resources take no strategic merge); None deletes."""
+        result: dict[str, Any] = self._calls.request(
+            "patch",
+            f"nvidiadriver {name}",
+            self._custom.patch_cluster_custom_object,
+            *NVIDIA_DRIVER,
             name,
             plain(patch),
             _content_type=MERGE_PATCH,
