@@ -21,9 +21,11 @@ from rollout.lab.apiserver.resources import (
     DAEMONSETS,
     EVENTS,
     NODES,
+    NVIDIADRIVERS,
     PODS,
     RUNTIMECLASSES,
 )
+from rollout.lab.simulation.gpuoperator import to_nvidia_driver
 from rollout.transports.errors import (
     Conflict,
     EvictionBlocked,
@@ -538,6 +540,17 @@ def test_cluster_policy_get_and_patch(kube: KubeClient, registry: Registry) -> N
     assert kube.get_cluster_policy("cluster-policy")["spec"] == patched["spec"]
     with pytest.raises(NotFound):
         kube.get_cluster_policy("other")
+
+
+def test_nvidia_driver_list_get_and_patch(kube: KubeClient, registry: Registry) -> None:
+    registry.create(NVIDIADRIVERS, None, to_nvidia_driver("pool-a", "535.183.01", {"p": "a"}))
+    assert [d["metadata"]["name"] for d in kube.list_nvidia_drivers()] == ["pool-a"]
+    patched = kube.patch_nvidia_driver("pool-a", {"spec": {"version": "550.90.07"}})
+    assert patched["spec"]["version"] == "550.90.07"
+    assert patched["spec"]["nodeSelector"] == {"p": "a"}
+    assert kube.get_nvidia_driver("pool-a")["spec"] == patched["spec"]
+    with pytest.raises(NotFound):
+        kube.get_nvidia_driver("pool-b")
 
 
 def test_events_on_a_node(kube: KubeClient) -> None:

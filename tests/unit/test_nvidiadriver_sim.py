@@ -11,6 +11,7 @@ import pytest
 
 from rollout.lab.apiserver.patches import PatchType
 from rollout.lab.apiserver.resources import DAEMONSETS, NODES, NVIDIADRIVERS, PODS
+from rollout.lab.apiserver.tables import to_table
 from rollout.lab.simulation.driverpods import INSTALLED_ANNOTATION
 from rollout.lab.simulation.gpuoperator import (
     DRIVER_MANAGED_BY_LABEL,
@@ -114,3 +115,14 @@ def test_a_version_change_upgrades_only_that_resources_released_nodes(pooled: Cl
     pooled.run_until(lambda: settled(pooled, "n2", NEW))
     image = driver_daemonsets(pooled)["pool-a"]["spec"]["template"]["spec"]["containers"][0]
     assert image["image"] == f"nvcr.io/nvidia/driver:{NEW}-debian12"
+
+
+def test_kubectl_get_shows_the_crd_printer_columns() -> None:
+    driver = {
+        **to_nvidia_driver("pool-a", OLD),
+        "metadata": {"name": "pool-a", "creationTimestamp": "2024-05-01T10:00:00Z"},
+        "status": {"state": "ready"},
+    }
+    table = to_table(NVIDIADRIVERS, [driver], now_s=0.0)
+    assert [c["name"] for c in table["columnDefinitions"]] == ["Name", "Status", "Age"]
+    assert table["rows"][0]["cells"] == ["pool-a", "ready", "2024-05-01T10:00:00Z"]

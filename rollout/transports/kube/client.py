@@ -414,61 +414,51 @@ class KubeClient(Closeable):
 
     def list_cluster_policies(self) -> list[dict[str, Any]]:
         """The GPU Operator's ClusterPolicies (there is normally one), as JSON."""
-        data = self._calls.request(
-            "list", "clusterpolicies", self._custom.list_cluster_custom_object, *CLUSTER_POLICY
-        )
-        return list(data.get("items") or [])
+        return self._list_cluster_objects("clusterpolicies", CLUSTER_POLICY)
 
     def get_cluster_policy(self, name: str) -> dict[str, Any]:
-        result: dict[str, Any] = self._calls.request(
-            "get",
-            f"clusterpolicy {name}",
-            self._custom.get_cluster_custom_object,
-            *CLUSTER_POLICY,
-            name,
-        )
-        return result
+        return self._get_cluster_object(f"clusterpolicy {name}", CLUSTER_POLICY, name)
 
     def patch_cluster_policy(self, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
         """A JSON merge patch (custom resources take no strategic merge); None deletes."""
-        result: dict[str, Any] = self._calls.request(
-            "patch",
-            f"clusterpolicy {name}",
-            self._custom.patch_cluster_custom_object,
-            *CLUSTER_POLICY,
-            name,
-            plain(patch),
-            _content_type=MERGE_PATCH,
-        )
-        return result
+        return self._patch_cluster_object(f"clusterpolicy {name}", CLUSTER_POLICY, name, patch)
 
     # ------------------------------------------------------------------ NVIDIADriver
 
     def list_nvidia_drivers(self) -> list[dict[str, Any]]:
         """The GPU Operator's NVIDIADriver resources (cluster-scoped), as JSON; NotFound where
         the cluster does not serve the kind."""
-        data = self._calls.request(
-            "list", "nvidiadrivers", self._custom.list_cluster_custom_object, *NVIDIA_DRIVER
-        )
-        return list(data.get("items") or [])
+        return self._list_cluster_objects("nvidiadrivers", NVIDIA_DRIVER)
 
     def get_nvidia_driver(self, name: str) -> dict[str, Any]:
-        result: dict[str, Any] = self._calls.request(
-            "get",
-            f"nvidiadriver {name}",
-            self._custom.get_cluster_custom_object,
-            *NVIDIA_DRIVER,
-            name,
-        )
-        return result
+        return self._get_cluster_object(f"nvidiadriver {name}", NVIDIA_DRIVER, name)
 
     def patch_nvidia_driver(self, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
         """A JSON merge patch (custom resources take no strategic merge); None deletes."""
+        return self._patch_cluster_object(f"nvidiadriver {name}", NVIDIA_DRIVER, name, patch)
+
+    # ------------------------------------------------------------- custom resources
+
+    def _list_cluster_objects(self, what: str, kind: tuple[str, str, str]) -> list[dict[str, Any]]:
+        data = self._calls.request("list", what, self._custom.list_cluster_custom_object, *kind)
+        return list(data.get("items") or [])
+
+    def _get_cluster_object(
+        self, what: str, kind: tuple[str, str, str], name: str
+    ) -> dict[str, Any]:
+        result: dict[str, Any] = self._calls.request(
+            "get", what, self._custom.get_cluster_custom_object, *kind, name
+        )
+        return result
+
+    def _patch_cluster_object(
+        self, what: str, kind: tuple[str, str, str], name: str, patch: Mapping[str, Any]
+    ) -> dict[str, Any]:
         result: dict[str, Any] = self._calls.request(
             "patch",
-            f"nvidiadriver {name}",
+            what,
             self._custom.patch_cluster_custom_object,
-            *NVIDIA_DRIVER,
+            *kind,
             name,
             plain(patch),
             _content_type=MERGE_PATCH,
