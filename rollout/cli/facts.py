@@ -10,6 +10,7 @@ from pathlib import Path
 from rollout.cli.plan import add_fleet_arguments, connect_fleet
 from rollout.cli.render import show_controls
 from rollout.errors import BadInput, ExitCode
+from rollout.facts.driver_operator_live import read_nvidia_drivers
 from rollout.facts.live import gather_diagnosis_facts, with_plan_facts
 from rollout.facts.recording import record_fleet
 from rollout.spec import load_spec
@@ -41,7 +42,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--plan",
         metavar="PLAN",
         type=Path,
-        help="also record the facts this plan's changes need (driver upgrades)",
+        help="also record the facts this plan's changes need (driver upgrades, the "
+        "NVIDIADriver resources a change names)",
     )
     add_fleet_arguments(record)
     record.set_defaults(func=run_record)
@@ -62,7 +64,9 @@ def run_record(args: argparse.Namespace) -> int:
         )
         if spec is not None:
             nodes = with_plan_facts(spec, connection.runners, fleet.nodes, args.parallel)
-            fleet = dataclasses.replace(fleet, nodes=tuple(nodes))
+            drivers = read_nvidia_drivers(spec, connection.kube)
+            cluster = dataclasses.replace(fleet.cluster, nvidia_drivers=drivers)
+            fleet = dataclasses.replace(fleet, nodes=tuple(nodes), cluster=cluster)
     for name, why in unreachable.items():
         print(f"not recorded: {show_controls(name)}: {show_controls(why)}", file=sys.stderr)
     written = record_fleet(fleet, args.directory)

@@ -1,9 +1,10 @@
 """mode: operator with `nvidiadriver: NAME` on a 4-node lab of the module's own whose drivers
 are two NVIDIADriver resources (pool-a: nodes 1-3, pool-b: node 4; `rollout lab
-driver-pools`): the plan changes pool-a's spec.version only, pins pool-a's nodes, and reports
-pool-b's node; apply upgrades the two targets wave by wave through the lab's upgrade
-controller and each smoke pod sees the new driver; pool-a's third node stays pinned and
-pool-b's node stays on the old driver, and the run summary says both."""
+driver-pools`): the plan, from live and from recorded facts alike, changes pool-a's
+spec.version only, pins pool-a's nodes and reports pool-b's node; apply upgrades the two
+targets wave by wave through the lab's upgrade controller and each smoke pod sees the new
+driver; pool-a's third node stays pinned and pool-b's node stays on the old driver, and the
+run summary says both."""
 
 from __future__ import annotations
 
@@ -72,6 +73,15 @@ def test_one_nvidiadriver_is_upgraded_wave_by_wave_and_the_other_pool_stays(
         w.startswith(f"NOT UPGRADED: {OTHER} is served by NVIDIADriver pool-b")
         for w in data["warnings"]
     )
+
+    # recorded facts plan the same change
+    facts = tmp_path / "facts"
+    assert main(["facts", "record", str(facts), "--plan", str(plan), *fleet_args(lab)]) == 0
+    capsys.readouterr()
+    assert main(["plan", str(plan), "--facts", str(facts), "--output", "json"]) == 0
+    recorded = json.loads(capsys.readouterr().out)
+    assert recorded["cluster_changes"] == data["cluster_changes"]
+    assert recorded["warnings"] == data["warnings"]
 
     assert main([*apply_args(lab, plan, tmp_path / "state"), "--output", "json"]) == 0
     captured = capsys.readouterr()
