@@ -28,6 +28,7 @@ containerd config they form must load (valid TOML, imports that exist) on the no
 
 from __future__ import annotations
 
+import functools
 import os
 import posixpath
 from collections.abc import Mapping
@@ -36,7 +37,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import AfterValidator, Field, Strict
 
-from rollout.containerd import ConfigFiles, ContainerdConfigError, merge_files
+from rollout.containerd import ConfigFiles, ContainerdConfigError, ContainerdVersion, merge_files
 from rollout.errors import InputError, InputErrors, RolloutError, SourceLocation
 from rollout.facts.containerd import (
     DEFAULT_CONTAINERD_CONFIG,
@@ -233,7 +234,7 @@ def load_node_facts(node_dir: Path) -> NodeFacts:
             hint="add `name:` with the node's name as `kubectl get nodes` shows it",
         )
     try:
-        containerd = ContainerdVersionFact().parse(record.containerd_version, name)
+        containerd = _recorded_version(record.containerd_version)
     except RolloutError as exc:
         raise NodeFactsError(
             name, doc.location_of(("containerd_version",)), str(exc), field="containerd_version"
@@ -280,6 +281,13 @@ def load_node_facts(node_dir: Path) -> NodeFacts:
     except ContainerdConfigError as exc:
         raise node.config_error(exc) from exc
     return node
+
+
+@functools.lru_cache(maxsize=256)
+def _recorded_version(text: str) -> ContainerdVersion:
+    """`containerd --version` as recorded: a fleet records a few, each parsed once (a
+    version is a value; a text that does not parse raises every time, nothing is kept)."""
+    return ContainerdVersionFact().parse(text, "")
 
 
 def _bound_pods(
