@@ -84,3 +84,27 @@ class IdentityMemo(Generic[V]):
 
 def _same_objects(kept: tuple[object, ...], inputs: tuple[object, ...]) -> bool:
     return len(kept) == len(inputs) and all(map(operator.is_, kept, inputs))
+
+
+class ValueTable(Generic[V]):
+    """One shared value per key, made by `make(*key)`: for immutable values built again and
+    again from the same parts (a fleet's nodes plan the same steps).
+
+    A plain dict, emptied when it reaches `entries` (bounded, and cheaper than LRU order for
+    values that cost a constructor call); without a lock: two threads making one key make
+    equal values, and either may be kept.
+    """
+
+    def __init__(self, make: Callable[..., V], entries: int) -> None:
+        self._make = make
+        self._entries = entries
+        self._values: dict[tuple[Hashable, ...], V] = {}
+
+    def get(self, *key: Hashable) -> V:
+        """The value made of these parts; the first one made, while it is kept."""
+        value = self._values.get(key)
+        if value is None:
+            if len(self._values) >= self._entries:
+                self._values.clear()
+            value = self._values[key] = self._make(*key)
+        return value

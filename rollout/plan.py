@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from rollout.memo import ValueTable
 from rollout.secrets import parse_path, redact_change, redact_diff, redact_toml_pair
 
 
@@ -83,21 +84,25 @@ class StepPlan:
     @classmethod
     def acting(cls, kind: str, action: str, warnings: tuple[str, ...] = ()) -> StepPlan:
         """A step that will act; `why` is the playbook's, filled in by the planner."""
-        return cls(kind=kind, why="", action=action, warnings=warnings)
+        return _STEP_PLANS.get(kind, "", action, None, warnings)
 
     @classmethod
     def skipping(cls, kind: str, reason: str) -> StepPlan:
         """A step with nothing to do, and why."""
-        return cls(kind=kind, why="", noop_reason=reason)
+        return _STEP_PLANS.get(kind, "", None, reason, ())
 
     def with_step(self, kind: str, why: str) -> StepPlan:
-        """This plan as the playbook's step states it (dataclasses.replace, a fleet's worth
-        of times cheaper)."""
-        return StepPlan(kind, why, self.action, self.noop_reason, self.warnings)
+        """This plan as the playbook's step states it."""
+        return _STEP_PLANS.get(kind, why, self.action, self.noop_reason, self.warnings)
 
     @property
     def changes(self) -> bool:
         return self.action is not None
+
+
+# Step plans are values a fleet's nodes repeat (the same steps, actions and reasons): one
+# object per distinct value (fields in order), not one per node and step.
+_STEP_PLANS: ValueTable[StepPlan] = ValueTable(StepPlan, 4096)
 
 
 @dataclass(frozen=True)

@@ -33,10 +33,6 @@ from rollout.steps.profile_changes import SHARED_MEMORY_WARNING, plan_cluster_ch
 ENGINE_RUNS_AT_ONCE = 4
 
 
-# A step plan as the playbook states it: kind, why, action, no-op reason, warnings.
-_StatedKey = tuple[str, str, str | None, str | None, tuple[str, ...]]
-
-
 class TargetError(BadInput):
     """The plan targets nothing, or names a node the facts do not know."""
 
@@ -54,8 +50,7 @@ def build_plan(
     planners = step_planners()
     cluster_changes = plan_cluster_changes(spec, fleet.cluster)
     CONTAINERD_PLANS.plan_distinct(spec, targets, ENGINE_RUNS_AT_ONCE)
-    stated: dict[_StatedKey, StepPlan] = {}  # one step plan per distinct value, for copies
-    node_plans = [plan_node(spec, node, fleet.cluster, steps, planners, stated) for node in targets]
+    node_plans = [plan_node(spec, node, fleet.cluster, steps, planners) for node in targets]
     sizes = spec.policy.wave_sizes(len(node_plans)) if node_plans else []
     waves: list[Wave] = []
     start = 0
@@ -130,25 +125,13 @@ def plan_node(
     cluster: ClusterFacts,
     steps: Sequence[PlaybookStep],
     planners: Mapping[str, StepPlanner],
-    stated: dict[_StatedKey, StepPlan] | None = None,
 ) -> NodePlan:
-    """One node's steps, each planned by the step itself, and what the node looks like now.
-
-    `stated` keeps the step plans as the playbook states them, by value: nodes alike share
-    them instead of each building its own copy.
-    """
+    """One node's steps, each planned by the step itself, and what the node looks like now."""
     changes = node_changes(node, cluster, spec)
     planned: list[StepPlan] = []
     for step in steps:
         decided = planners[step.kind].plan(node, cluster, spec)
-        if stated is None:
-            planned.append(decided.with_step(step.kind, step.why))
-            continue
-        key = (step.kind, step.why, decided.action, decided.noop_reason, decided.warnings)
-        kept = stated.get(key)
-        if kept is None:
-            kept = stated[key] = decided.with_step(step.kind, step.why)
-        planned.append(kept)
+        planned.append(decided.with_step(step.kind, step.why))
     work = changes.containerd
     warnings = list(work.notes) + [w for p in planned for w in p.warnings]
     label = changes.profile.label

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rollout.memo import BoundedCache, IdentityMemo
+from rollout.memo import BoundedCache, IdentityMemo, ValueTable
 
 
 def test_least_recently_used_leaves_first() -> None:
@@ -50,3 +50,30 @@ def test_identity_memo_answers_only_the_same_objects() -> None:
     assert memo.get_or_compute((first,), compute) == 1
     assert memo.get_or_compute((first,), compute) == 1
     assert memo.get_or_compute((second,), compute) == 2
+
+
+def test_a_value_table_makes_one_value_per_key_and_stays_bounded() -> None:
+    made: list[tuple[str, int]] = []
+
+    def make(name: str, number: int) -> tuple[str, int]:
+        made.append((name, number))
+        return (name, number)
+
+    table: ValueTable[tuple[str, int]] = ValueTable(make, 2)
+    first = table.get("a", 1)
+    assert table.get("a", 1) is first
+    assert made == [("a", 1)]
+    table.get("b", 2)
+    table.get("c", 3)  # the table was full: emptied, then "c" kept
+    assert table.get("a", 1) == first
+    assert made == [("a", 1), ("b", 2), ("c", 3), ("a", 1)]
+
+
+def test_step_plans_are_shared_values() -> None:
+    from rollout.plan import StepPlan
+
+    acting = StepPlan.acting("cordon", "mark the node unschedulable")
+    assert StepPlan.acting("cordon", "mark the node unschedulable") is acting
+    stated = acting.with_step("cordon", "why")
+    assert stated == StepPlan("cordon", "why", "mark the node unschedulable", None, ())
+    assert StepPlan.skipping("cordon", "nothing to do").noop_reason == "nothing to do"
