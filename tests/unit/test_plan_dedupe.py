@@ -175,3 +175,32 @@ def test_json_written_in_pieces_is_the_document_json_dumps_makes(
         render.write_plan_json(plan, written, forecast)
     assert written.getvalue() == reference
     assert plan_to_json(plan, forecast) == reference
+
+
+def test_nodes_whose_files_do_not_load_are_refused_in_order_after_planning_ahead() -> None:
+    """The distinct configurations are planned ahead, several at once (plan_distinct); the
+    error is still the first node's in plan order, worded as without the memo."""
+    examples = load_recorded_facts(FACTS)
+    broken = [
+        edit_node(examples.nodes[which], f"node-{index}", "none", 0)
+        for index, which in ((0, 1), (1, 3))
+    ]
+    nodes = tuple(
+        dataclasses.replace(
+            node,
+            config_files=node.config_files.with_file(
+                node.config_files.main_path, f"version = 2\n[broken {index}\n"
+            ),
+        )
+        for index, node in enumerate(broken)
+    ) + tuple(examples.nodes)
+    fleet = dataclasses.replace(examples, nodes=nodes)
+    spec_text = PLAN.read_text()
+    memo = ContainerdPlans()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(containerd_changes, "CONTAINERD_PLANS", memo)
+        with memo.disabled():
+            reference = render_all(spec_text, fleet)
+        ahead = render_all(spec_text, fleet)
+    assert isinstance(reference, str) and "node-0" in reference
+    assert ahead == reference
