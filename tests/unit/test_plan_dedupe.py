@@ -119,6 +119,18 @@ def render_all(spec_text: str, fleet: FleetFacts) -> tuple[str, ...] | str:
     return plan_to_json(plan), plan_to_markdown(plan), text.getvalue()
 
 
+def render_with_and_without_memo(
+    spec_text: str, fleet: FleetFacts
+) -> tuple[tuple[str, ...] | str, tuple[str, ...] | str, ContainerdPlans]:
+    """render_all computed node by node, then with a fresh memo; and that memo."""
+    memo = ContainerdPlans()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(containerd_changes, "CONTAINERD_PLANS", memo)
+        with memo.disabled():
+            reference = render_all(spec_text, fleet)
+        return reference, render_all(spec_text, fleet), memo
+
+
 @settings(
     max_examples=25,
     deadline=None,
@@ -135,12 +147,7 @@ def test_a_generated_fleet_plans_the_same_deduplicated(
     )
     fleet = dataclasses.replace(examples, nodes=nodes)
     spec_text = SETTINGS_PLAN if settings_plan else PLAN.read_text()
-    memo = ContainerdPlans()
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(containerd_changes, "CONTAINERD_PLANS", memo)
-        with memo.disabled():
-            reference = render_all(spec_text, fleet)
-        deduplicated = render_all(spec_text, fleet)
+    reference, deduplicated, memo = render_with_and_without_memo(spec_text, fleet)
     assert deduplicated == reference
     distinct = {containerd_changes.input_key(parse_spec(spec_text, "p"), n) for n in nodes}
     assert memo.runs <= len(distinct)
@@ -195,12 +202,6 @@ def test_nodes_whose_files_do_not_load_are_refused_in_order_after_planning_ahead
         for index, node in enumerate(broken)
     ) + tuple(examples.nodes)
     fleet = dataclasses.replace(examples, nodes=nodes)
-    spec_text = PLAN.read_text()
-    memo = ContainerdPlans()
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(containerd_changes, "CONTAINERD_PLANS", memo)
-        with memo.disabled():
-            reference = render_all(spec_text, fleet)
-        ahead = render_all(spec_text, fleet)
+    reference, ahead, _ = render_with_and_without_memo(PLAN.read_text(), fleet)
     assert isinstance(reference, str) and "node-0" in reference
     assert ahead == reference
