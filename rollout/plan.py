@@ -195,23 +195,34 @@ class Plan:
 def redact_plan(plan: Plan) -> Plan:
     """The plan as output shows it: file texts, effective changes and diffs without secrets."""
     # copies of a node share their change tuples (the planner's memo): redact each once; the
-    # memo keeps every key alive, so no id is reused while it lives
+    # memo keeps every key alive, so no id is reused while it lives. What holds no secret is
+    # kept as it is, so a node without one is shown as it is, not copied.
     memo: dict[int, tuple[object, tuple[Any, ...]]] = {}
+    diffs: dict[str, str] = {}
 
     def shared(key: tuple[Any, ...], redact: Callable[[Any], Any]) -> tuple[Any, ...]:
         if id(key) not in memo:
-            memo[id(key)] = (key, tuple(redact(change) for change in key))
+            redacted = tuple(redact(change) for change in key)
+            memo[id(key)] = (key, key if redacted == key else redacted)
         return memo[id(key)][1]
 
-    nodes = {
-        id(node): dataclasses.replace(
-            node,
-            files=shared(node.files, FileChange.redacted),
-            effective_changes=shared(node.effective_changes, _redact_effective),
-            effective_diff=redact_diff(node.effective_diff),
+    def redacted_node(node: NodePlan) -> NodePlan:
+        files = shared(node.files, FileChange.redacted)
+        effective = shared(node.effective_changes, _redact_effective)
+        diff = diffs.get(node.effective_diff)
+        if diff is None:
+            diff = diffs[node.effective_diff] = redact_diff(node.effective_diff)
+        if (
+            files is node.files
+            and effective is node.effective_changes
+            and diff == node.effective_diff
+        ):
+            return node
+        return dataclasses.replace(
+            node, files=files, effective_changes=effective, effective_diff=diff
         )
-        for node in plan.nodes
-    }
+
+    nodes = {id(node): redacted_node(node) for node in plan.nodes}
     waves = tuple(
         dataclasses.replace(wave, nodes=tuple(nodes[id(n)] for n in wave.nodes))
         for wave in plan.waves
