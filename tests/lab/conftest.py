@@ -1,4 +1,5 @@
-"""The official client against an API a test module serves: it defines `api_url`."""
+"""Clients of the APIs a lab test module serves: the official client on the `api_url` it
+defines, and a KubeClient on the `lab` it defines."""
 
 from __future__ import annotations
 
@@ -6,6 +7,10 @@ from collections.abc import Iterator
 
 import pytest
 from kubernetes import client
+
+from rollout.lab.cluster import Lab
+from rollout.transports.kube import KubeClient
+from tests.lab.labapi import lab_kube_client
 
 
 @pytest.fixture()
@@ -17,3 +22,11 @@ def api(api_url: str) -> Iterator[client.ApiClient]:
 @pytest.fixture()
 def core(api: client.ApiClient) -> client.CoreV1Api:
     return client.CoreV1Api(api)
+
+
+@pytest.fixture()
+def kube(lab: Lab) -> Iterator[KubeClient]:
+    """A KubeClient through the module's lab's own kubeconfig (a module that prepares the
+    cluster through it defines its own)."""
+    with lab_kube_client(lab) as kube:
+        yield kube

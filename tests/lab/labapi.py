@@ -1,10 +1,15 @@
 """The Kubernetes API of the shared lab for tests: the lab with its control plane, a
-KubeClient on it, and polling until the simulated cluster has caught up."""
+KubeClient on it, polling until the simulated cluster has caught up, and watching it from
+the side while a command runs."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
@@ -15,6 +20,7 @@ from rollout.lab.cluster import CONTEXT, Lab, controlplane_available
 from rollout.transports.kube import KubeClient
 from tests.conftest import require
 from tests.lab.test_cluster_shared import shared_lab
+from tests.sampler import sampling
 
 T = TypeVar("T")
 
@@ -31,6 +37,16 @@ def lab_kube_client(lab: Lab) -> Iterator[KubeClient]:
     """A KubeClient through the lab's own kubeconfig, as a user would connect."""
     with KubeClient.from_kubeconfig(str(lab.kubeconfig), context=CONTEXT) as kube:
         yield kube
+
+
+@contextmanager
+def watching(
+    lab: Lab, sample: Callable[[KubeClient], Iterable[T]], interval_s: float
+) -> Iterator[list[T]]:
+    """What `sample` sees through a client of its own every `interval_s` while the block runs,
+    gathered into the list yielded (complete once the block is left)."""
+    with lab_kube_client(lab) as side, sampling(lambda: sample(side), interval_s) as seen:
+        yield seen
 
 
 def wait_for(
@@ -62,3 +78,21 @@ def fleet_args(lab: Lab, kubeconfig: Path | None = None) -> list[str]:
 def apply_args(lab: Lab, plan: Path, state: Path, kubeconfig: Path | None = None) -> list[str]:
     """`rollout apply PLAN --yes` against the lab, journalling under `state`."""
     return ["apply", str(plan), *fleet_args(lab, kubeconfig), "--state-dir", str(state), "--yes"]
+
+
+def apply_killed_when(
+    lab: Lab, plan: Path, state: Path, ready: Callable[[], bool], timeout_s: float
+) -> int:
+    """`rollout apply` in a subprocess, SIGKILLed once `ready()` (or after `timeout_s`); its
+    exit status (negative: the signal that ended it)."""
+    cmd = [sys.executable, "-m", "rollout", *apply_args(lab, plan, state)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while proc.poll() is None and time.monotonic() < deadline and not ready():
+            time.sleep(0.02)
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    return proc.returncode

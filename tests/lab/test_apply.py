@@ -4,13 +4,7 @@ containerd 1.6/1.7/2.1 on the nodes, the API emulator through the official clien
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import threading
 import time
-import tomllib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,19 +12,18 @@ from typing import Any
 import pytest
 
 from rollout.cli import main
-from rollout.lab.cluster import CONTEXT, Lab
+from rollout.lab.cluster import Lab
 from rollout.lease import RunLease
 from rollout.run import list_runs, read_run
 from rollout.transports.errors import NotFound
 from rollout.transports.kube import ConfigMap, KubeClient
 from tests.examples import PLAN
-from tests.lab.labapi import apply_args
+from tests.lab.converged import HANDLERS, assert_converged, dump_of, handlers_and_config_path
+from tests.lab.labapi import apply_args, apply_killed_when, watching
 from tests.lab.test_cluster_shared import own_lab, ssh_check
 from tests.planning import time_slicing_plan
 
 pytestmark = pytest.mark.lab
-
-HANDLERS = {"nvidia", "nvidia-cdi", "nvidia-legacy"}
 
 
 @pytest.fixture
@@ -38,41 +31,6 @@ def lab(tmp_path: Path) -> Iterator[Lab]:
     """A lab of its own for each test: apply changes nodes for good."""
     with own_lab(tmp_path / "lab", ("1.6", "1.7", "2.1", "1.7"), gpus=2) as built:
         yield built
-
-
-@pytest.fixture
-def kube(lab: Lab) -> Iterator[KubeClient]:
-    with KubeClient.from_kubeconfig(str(lab.kubeconfig), context=CONTEXT) as client:
-        yield client
-
-
-def dump_of(lab: Lab, name: str) -> dict[str, Any]:
-    node = next(n for n in lab.nodes if n.name == name)
-    dump = tomllib.loads(ssh_check(lab, node, ["containerd", "config", "dump"]))
-    dump.pop("imports", None)  # 1.x prints the resolved imports in no fixed order
-    return dump
-
-
-def handlers_and_config_path(dump: dict[str, Any]) -> tuple[set[str], str]:
-    plugins = dump["plugins"]
-    if "io.containerd.cri.v1.runtime" in plugins:
-        runtimes = plugins["io.containerd.cri.v1.runtime"]["containerd"]["runtimes"]
-        path = plugins["io.containerd.cri.v1.images"]["registry"]["config_path"]
-    else:
-        cri = plugins["io.containerd.grpc.v1.cri"]
-        runtimes, path = cri["containerd"]["runtimes"], cri["registry"]["config_path"]
-    return set(runtimes), str(path)
-
-
-def assert_converged(lab: Lab, kube: KubeClient) -> None:
-    for spec in lab.nodes:
-        handlers, path = handlers_and_config_path(dump_of(lab, spec.name))
-        assert handlers >= HANDLERS, spec.name
-        assert path == "/etc/containerd/certs.d", spec.name
-        ssh_check(lab, spec, ["test", "-f", "/etc/containerd/certs.d/docker.io/hosts.toml"])
-        node = kube.get_node(spec.name)
-        assert node.allocatable.get("nvidia.com/gpu") == str(len(spec.gpus)), spec.name
-        assert not node.unschedulable, spec.name
 
 
 def test_registry_mirror_on_a_mixed_fleet(
@@ -176,18 +134,7 @@ def journal_lines(state: Path) -> int:
 
 def run_killed_after(lab: Lab, state: Path, lines: int) -> None:
     """Start apply in a subprocess and SIGKILL it once the journal has `lines` records."""
-    cmd = [sys.executable, "-m", "rollout", *apply_args(lab, PLAN, state)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 300
-    try:
-        while proc.poll() is None and time.monotonic() < deadline:
-            if journal_lines(state) >= lines:
-                break
-            time.sleep(0.05)
-    finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
+    apply_killed_when(lab, PLAN, state, lambda: journal_lines(state) >= lines, timeout_s=300)
 
 
 @pytest.mark.parametrize("kill_after", [4, 17, 40])
@@ -265,27 +212,22 @@ def test_time_slicing_changes_each_node_only_in_its_own_wave(
     while {n.name: n.capacity.get("nvidia.com/gpu") for n in kube.list_nodes()} != physical:
         assert time.monotonic() < deadline, "the lab's nodes never advertised their GPUs"
         time.sleep(0.2)
+
     # (node, its profile label, advertised nvidia.com/gpu, the ClusterPolicy points at a config)
-    seen: list[tuple[str, str | None, str | None, bool]] = []
-    stop = threading.Event()
+    def sample(side: KubeClient) -> list[tuple[str, str | None, str | None, bool]]:
+        policy = side.list_cluster_policies()[0]["spec"]["devicePlugin"]["config"]
+        return [
+            (
+                node.name,
+                node.labels.get("nvidia.com/device-plugin.config"),
+                node.capacity.get("nvidia.com/gpu"),
+                bool(policy.get("name")),
+            )
+            for node in side.list_nodes()
+        ]
 
-    def watch() -> None:
-        with KubeClient.from_kubeconfig(str(lab.kubeconfig), context=CONTEXT) as side:
-            while not stop.is_set():
-                policy = side.list_cluster_policies()[0]["spec"]["devicePlugin"]["config"]
-                for node in side.list_nodes():
-                    label = node.labels.get("nvidia.com/device-plugin.config")
-                    gpus = node.capacity.get("nvidia.com/gpu")
-                    seen.append((node.name, label, gpus, bool(policy.get("name"))))
-                time.sleep(0.1)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    try:
+    with watching(lab, sample, interval_s=0.1) as seen:
         assert main(apply_args(lab, plan, tmp_path / "state")) == 0
-    finally:
-        stop.set()
-        watcher.join(timeout=10)
     changed_early = [
         (name, gpus) for name, label, gpus, _ in seen if label is None and gpus != physical[name]
     ]

@@ -6,13 +6,8 @@ more nodes unavailable than max_unavailable, as watched through the API from the
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
-import threading
 import time
-import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,17 +15,16 @@ from typing import Any
 import pytest
 
 from rollout.cli import main
-from rollout.lab.cluster import CONTEXT, Lab
-from rollout.lab.nodes import NodeSpec
+from rollout.lab.cluster import Lab
 from rollout.run import list_runs, read_run
 from rollout.transports.kube import KubeClient
 from tests.examples import PLAN
-from tests.lab.labapi import apply_args
+from tests.lab.converged import assert_converged, dump_of
+from tests.lab.labapi import apply_args, apply_killed_when, watching
 from tests.lab.test_cluster_shared import own_lab, ssh_check
 
 pytestmark = pytest.mark.lab
 
-HANDLERS = {"nvidia", "nvidia-cdi", "nvidia-legacy"}
 BROKEN_START = "/etc/systemd/system/containerd.service.d/90-test-parallel.conf"
 
 
@@ -41,18 +35,6 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         tmp_path_factory.mktemp("parallel") / "lab", ("1.6", "1.7", "2.1", "1.7"), 2
     ) as built:
         yield built
-
-
-@pytest.fixture
-def kube(lab: Lab) -> Iterator[KubeClient]:
-    with KubeClient.from_kubeconfig(str(lab.kubeconfig), context=CONTEXT) as client:
-        yield client
-
-
-def dump_of(lab: Lab, node: NodeSpec) -> dict[str, Any]:
-    dump = tomllib.loads(ssh_check(lab, node, ["containerd", "config", "dump"]))
-    dump.pop("imports", None)  # 1.x prints the resolved imports in no fixed order
-    return dump
 
 
 def journal_records(state: Path) -> list[dict[str, Any]]:
@@ -89,20 +71,11 @@ def test_kill_9_during_a_parallel_wave_then_resume_converges(
         .replace("max_unavailable: 1", "max_unavailable: 4")
     )
     state = tmp_path / "state"
-    cmd = [sys.executable, "-m", "rollout", *apply_args(lab, plan, state)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    try:
-        # killed once two nodes have written their files: the wave is in the middle of things
-        while proc.poll() is None and time.monotonic() < deadline:
-            if len(writes_done(journal_records(state))) >= 2:
-                break
-            time.sleep(0.02)
-    finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-    assert proc.returncode == -signal.SIGKILL, "apply finished before it could be killed"
+    # killed once two nodes have written their files: the wave is in the middle of things
+    status = apply_killed_when(
+        lab, plan, state, lambda: len(writes_done(journal_records(state))) >= 2, timeout_s=120
+    )
+    assert status == -signal.SIGKILL, "apply finished before it could be killed"
     before = journal_records(state)
     started = [r["node"] for r in before if r.get("kind") == "step-started"]
     assert len(set(started)) == 4, "every node of the wave had started: they run in parallel"
@@ -110,19 +83,7 @@ def test_kill_9_during_a_parallel_wave_then_resume_converges(
     assert main(["resume", run.run_id, "--state-dir", str(state)]) == 0
     final = read_run(state, run.run_id)
     assert final.outcome is not None and final.outcome.value == "succeeded"
-    for spec in lab.nodes:
-        plugins = dump_of(lab, spec)["plugins"]
-        if "io.containerd.cri.v1.runtime" in plugins:
-            runtimes = plugins["io.containerd.cri.v1.runtime"]["containerd"]["runtimes"]
-            path = plugins["io.containerd.cri.v1.images"]["registry"]["config_path"]
-        else:
-            cri = plugins["io.containerd.grpc.v1.cri"]
-            runtimes, path = cri["containerd"]["runtimes"], cri["registry"]["config_path"]
-        assert set(runtimes) >= HANDLERS, spec.name
-        assert path == "/etc/containerd/certs.d", spec.name
-        node = kube.get_node(spec.name)
-        assert not node.unschedulable, spec.name
-        assert node.allocatable.get("nvidia.com/gpu") == str(len(spec.gpus)), spec.name
+    assert_converged(lab, kube)
     # a write finished before the kill is not redone; a write in flight at the kill is
     # applied again and finds its files already there (or writes them), never twice
     records = journal_records(state)
@@ -159,7 +120,7 @@ def test_a_failure_in_a_parallel_wave_rolls_back_that_node_within_the_budget(
     # lab-node-2's containerd refuses to start while a file carries the new setting: its
     # restart fails, and the restart of the rollback (original files) succeeds
     victim = lab.nodes[1]
-    before = {spec.name: dump_of(lab, spec) for spec in lab.nodes}
+    before = {spec.name: dump_of(lab, spec.name) for spec in lab.nodes}
     guard = "! grep -qs 'max_container_log_line_size = 32768' /etc/containerd/config.toml"
     ssh_check(
         lab,
@@ -174,24 +135,16 @@ def test_a_failure_in_a_parallel_wave_rolls_back_that_node_within_the_budget(
             f'[Service]\nExecStartPre=/bin/sh -c "{guard} /etc/containerd/conf.d/*.toml"\n'
         ).encode(),
     )
-    seen: list[tuple[float, tuple[str, ...]]] = []
-    stop = threading.Event()
 
-    def watch() -> None:
+    def sample(side: KubeClient) -> list[tuple[float, tuple[str, ...]]]:
         # the API's view, from the side: which nodes are cordoned or NotReady, over time
-        with KubeClient.from_kubeconfig(str(lab.kubeconfig), context=CONTEXT) as side:
-            while not stop.is_set():
-                down = tuple(n.name for n in side.list_nodes() if n.unschedulable or not n.ready)
-                seen.append((time.monotonic(), down))
-                time.sleep(0.05)
+        down = tuple(n.name for n in side.list_nodes() if n.unschedulable or not n.ready)
+        return [(time.monotonic(), down)]
 
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
     try:
-        assert main(apply_args(lab, plan, tmp_path / "state")) == 1
+        with watching(lab, sample, interval_s=0.05) as seen:
+            assert main(apply_args(lab, plan, tmp_path / "state")) == 1
     finally:
-        stop.set()
-        watcher.join(timeout=10)
         ssh_check(lab, victim, ["sh", "-c", f"rm -f {BROKEN_START} && systemctl daemon-reload"])
     assert len(seen) > 20, "the watch saw the run"
     assert max(len(down) for _, down in seen) == 3, "three nodes at once, never more"
@@ -207,10 +160,10 @@ def test_a_failure_in_a_parallel_wave_rolls_back_that_node_within_the_budget(
     # failure halted the run
     assert outcomes["lab-node-1"] == outcomes["lab-node-3"] == "succeeded"
     assert outcomes["lab-node-4"] in ("succeeded", "pending")
-    assert dump_of(lab, victim) == before[victim.name], "the victim's files are the originals"
+    assert dump_of(lab, victim.name) == before[victim.name], "the victim's files are the originals"
     for spec in lab.nodes:
         assert not kube.get_node(spec.name).unschedulable, spec.name
-        dump = dump_of(lab, spec)
+        dump = dump_of(lab, spec.name)
         if outcomes[spec.name] == "pending":
             assert dump == before[spec.name], f"{spec.name} was not touched"
         elif spec.name != victim.name:

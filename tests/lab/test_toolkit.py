@@ -92,12 +92,6 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         tear_down_lab(lab_dir, progress=quiet)
 
 
-@pytest.fixture(scope="module")
-def kube(lab: Lab) -> Iterator[KubeClient]:
-    with KubeClient.from_kubeconfig(str(lab.kubeconfig), context=CONTEXT) as client:
-        yield client
-
-
 def effective(lab: Lab, node: NodeSpec) -> tuple[str, set[str]]:
     """(registry config_path, runtime handlers) of `containerd config dump` on the node."""
     dump = tomllib.loads(ssh_check(lab, node, ["containerd", "config", "dump"]))
@@ -128,6 +122,20 @@ def settled(lab: Lab, node: NodeSpec, restarts_at_least: int, toolkit: bool) -> 
         and active(lab, node, TOOLKIT_UNIT) == toolkit
         and ssh_run(lab, node, ["test", "-e", TOOLKIT_DROP_IN]).ok == toolkit
     )
+
+
+def wait_settled(
+    lab: Lab, restarts: dict[str, int], more: int, *, toolkit: bool, what: str
+) -> None:
+    """Wait until every node's containerd has restarted `more` times since `restarts` and the
+    toolkit runs (or not) as `toolkit` says."""
+    for node in lab.nodes:
+        wait_for(
+            lambda n=node: settled(lab, n, restarts[n.name] + more, toolkit=toolkit),
+            SETTLE_S,
+            what=f"{node.name}: {what}",
+            interval_s=0.5,
+        )
 
 
 def assert_kept(lab: Lab, intent: dict[str, str], when: str, *, handlers: bool = True) -> None:
@@ -169,13 +177,7 @@ def test_rollouts_writes_survive_the_toolkit_restarting_exiting_and_a_reboot(
     restarts = {n.name: containerd_restarts(lab, n) for n in lab.nodes}
     for pod in kube.list_pods("gpu-operator", label_selector="app=" + TOOLKIT_DS):
         kube.delete_pod("gpu-operator", pod.name)
-    for node in lab.nodes:
-        wait_for(
-            lambda n=node: settled(lab, n, restarts[n.name] + 2, toolkit=True),
-            SETTLE_S,
-            what=f"{node.name}: the toolkit to stop and start again",
-            interval_s=0.5,
-        )
+    wait_settled(lab, restarts, 2, toolkit=True, what="the toolkit to stop and start again")
     assert_kept(lab, intent, "after a toolkit restart")
 
     # Toolkit exit: the drop-in deleted, containerd signalled.
@@ -183,26 +185,14 @@ def test_rollouts_writes_survive_the_toolkit_restarting_exiting_and_a_reboot(
     for node in lab.nodes:
         kube.patch_node_labels(node.name, {TOOLKIT_LABEL: "false"})
     try:
-        for node in lab.nodes:
-            wait_for(
-                lambda n=node: settled(lab, n, restarts[n.name] + 1, toolkit=False),
-                SETTLE_S,
-                what=f"{node.name}: the toolkit to exit",
-                interval_s=0.5,
-            )
+        wait_settled(lab, restarts, 1, toolkit=False, what="the toolkit to exit")
         # The toolkit unloads its handlers on exit; nothing of rollout's brings a stale copy back.
         assert_kept(lab, intent, "after the toolkit exited", handlers=False)
     finally:
         restarts = {n.name: containerd_restarts(lab, n) for n in lab.nodes}
         for node in lab.nodes:
             kube.patch_node_labels(node.name, {TOOLKIT_LABEL: "true"})
-    for node in lab.nodes:
-        wait_for(
-            lambda n=node: settled(lab, n, restarts[n.name] + 1, toolkit=True),
-            SETTLE_S,
-            what=f"{node.name}: the toolkit to come back",
-            interval_s=0.5,
-        )
+    wait_settled(lab, restarts, 1, toolkit=True, what="the toolkit to come back")
     assert_kept(lab, intent, "after the toolkit came back")
     # A node reboot: the toolkit stops with the node (drop-in deleted), runs again after it.
     boots = {n.name: boot_id(lab, n) for n in lab.nodes}
