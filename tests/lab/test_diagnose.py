@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from rollout.cli import main
-from rollout.lab.cluster import CONTEXT, Lab
+from rollout.lab.cluster import Lab
 from rollout.lab.scenarios import (
     MISSING_PROFILE,
     MISSING_RUNTIME_CLASS,
@@ -79,12 +79,6 @@ def pending(scenario: str, gaps: dict[str, str] = GAPS) -> pytest.MarkDecorator:
 @pytest.fixture(scope="module")
 def lab(request: pytest.FixtureRequest) -> Lab:
     return api_lab(request)
-
-
-@pytest.fixture(scope="module")
-def kube(lab: Lab) -> Iterator[KubeClient]:
-    with KubeClient.from_kubeconfig(str(lab.kubeconfig), context=CONTEXT) as client:
-        yield client
 
 
 def diagnose(

@@ -6,14 +6,14 @@ ClusterPolicy) with the node advertising its GPUs again."""
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from rollout.cli import main
-from rollout.lab.cluster import CONTEXT, Lab
+from rollout.lab.cluster import Lab
 from rollout.lab.nodes import RUNNING_RECORD, NodeSpec
 from rollout.lab.scenarios import (
     KERNEL_LOG,
@@ -64,12 +64,6 @@ NODE_OF = {
 @pytest.fixture(scope="module")
 def lab(request: pytest.FixtureRequest) -> Lab:
     return api_lab(request)
-
-
-@pytest.fixture(scope="module")
-def kube(lab: Lab) -> Iterator[KubeClient]:
-    with KubeClient.from_kubeconfig(str(lab.kubeconfig), context=CONTEXT) as client:
-        yield client
 
 
 def settle(what: str, probe: Callable[[], Any]) -> Any:

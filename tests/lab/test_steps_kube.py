@@ -19,7 +19,7 @@ import pytest
 
 from rollout.connection import FleetConnection
 from rollout.facts import FleetFacts, NodeFacts
-from rollout.lab.cluster import CONTEXT, Lab, controlplane_available
+from rollout.lab.cluster import CONTEXT, Lab
 from rollout.planner import build_plan
 from rollout.playbook import load_playbooks
 from rollout.run import Journal
@@ -42,8 +42,8 @@ from rollout.steps.timeslicing import (
 from rollout.transports.errors import NotFound
 from rollout.transports.kube import ConfigMap, KubeClient
 from rollout.transports.local import LocalRunner
-from tests.conftest import require
-from tests.lab.test_cluster_shared import TEST_GPUS, shared_lab
+from tests.lab.labapi import api_lab
+from tests.lab.test_cluster_shared import TEST_GPUS
 
 pytestmark = pytest.mark.lab
 
@@ -98,15 +98,7 @@ def slicing_spec(configmap: str, replicas: int, gpu_wait_s: int = 60) -> Spec:
 
 @pytest.fixture(scope="module")
 def lab(request: pytest.FixtureRequest) -> Lab:
-    if not controlplane_available():
-        require("rollout.lab.controlplane is not available: these tests need the Kubernetes API")
-    return shared_lab(request)
-
-
-@pytest.fixture(scope="module")
-def kube(lab: Lab) -> Iterator[KubeClient]:
-    with KubeClient.from_kubeconfig(str(lab.kubeconfig), context=CONTEXT) as client:
-        yield client
+    return api_lab(request)
 
 
 @pytest.fixture(scope="module")
