@@ -112,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"cannot serve the lab API: {error}", file=sys.stderr)
         return ExitCode.FAILED
     plane.server.inject_faults(ApiFaultInjector(lab_dir))  # the lab's faults.json, if any
-    ssh_faults = injector_for_lab(lab_dir, [n.name for n in lab.nodes]).start()
+    ssh_faults = injector_for_lab(lab_dir, [(n.name, n.address) for n in lab.nodes]).start()
     stopping = threading.Event()
 
     def request_stop(signum: int, frame: FrameType | None) -> None:

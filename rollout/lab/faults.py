@@ -33,6 +33,9 @@ FAULT_LOG = "faults.log"
 # Longer than rollout's default read timeout (30 s): a slow reply is one the client gave up on.
 DEFAULT_SLOW_S = 35.0
 DEFAULT_RETRY_AFTER_S = 1
+DEFAULT_LINK_S = 2.0
+# 32 KB/s: a `containerd config dump` (10-20 KB) takes about half a second to come back.
+DEFAULT_LINK_KBIT = 256
 
 
 class ApiFault(enum.Enum):
@@ -57,7 +60,7 @@ class SshFault(enum.Enum):
 
     CUT = "cut"  # the session's sshd process killed mid-command
     REFUSED = "refused"  # sshd stopped for a while, then started again
-    SLOW = "slow-link"  # the session's commands delayed
+    SLOW = "slow-link"  # the node's link throttled for a while
     KILLED = "node-killed"  # the node's nspawn killed: the node is dead
     BOOTED = "node-booted"  # a killed node booted again
 
@@ -97,7 +100,8 @@ class FaultSettings:
     slow_s: float = DEFAULT_SLOW_S
     retry_after_s: int = DEFAULT_RETRY_AFTER_S
     refused_s: float = 3.0  # how long sshd stays stopped for a REFUSED fault
-    link_delay_s: float = 2.0  # how long a slow link holds a session's answers
+    link_s: float = DEFAULT_LINK_S  # how long a node's link stays slow
+    link_kbit: int = DEFAULT_LINK_KBIT  # how fast a slow link is, kbit/s each way
 
     @property
     def active(self) -> bool:
@@ -114,7 +118,8 @@ class FaultSettings:
             "slow_s": self.slow_s,
             "retry_after_s": self.retry_after_s,
             "refused_s": self.refused_s,
-            "link_delay_s": self.link_delay_s,
+            "link_s": self.link_s,
+            "link_kbit": self.link_kbit,
         }
 
     @classmethod
@@ -129,7 +134,8 @@ class FaultSettings:
             slow_s=float(data.get("slow_s", DEFAULT_SLOW_S)),
             retry_after_s=int(data.get("retry_after_s", DEFAULT_RETRY_AFTER_S)),
             refused_s=float(data.get("refused_s", 3.0)),
-            link_delay_s=float(data.get("link_delay_s", 2.0)),
+            link_s=float(data.get("link_s", DEFAULT_LINK_S)),
+            link_kbit=int(data.get("link_kbit", DEFAULT_LINK_KBIT)),
         )
 
     def describe(self) -> str:
@@ -157,8 +163,9 @@ SPEC_HELP = (
     + "), ssh-kinds=K+K ("
     + "+".join(k.value for k in SSH_KINDS)
     + "), slow=SECONDS (how late a slow answer comes), retry-after=SECONDS, "
-    "refused=SECONDS (how long sshd stays down), link=SECONDS (how long a slow link "
-    "holds an answer); `off` turns every fault off"
+    "refused=SECONDS (how long sshd stays down), link=SECONDS (how long a node's link "
+    f"stays slow, {DEFAULT_LINK_S:g}), link-rate=KBIT (a slow link's speed in kbit/s, "
+    f"{DEFAULT_LINK_KBIT}); `off` turns every fault off"
 )
 
 
@@ -188,16 +195,18 @@ def parse_fault_spec(text: str, seed: int = 0) -> FaultSettings:
             settings = replace(settings, kinds=_kinds(value, ApiFault, where))
         elif key == "ssh-kinds":
             settings = replace(settings, ssh_kinds=_kinds(value, SSH_KINDS, where))
-        elif key in ("slow", "retry-after", "refused", "link"):
-            number = _number(value, where)
+        elif key in ("slow", "retry-after", "refused", "link", "link-rate"):
+            number = _number(value, where, "kbit/s" if key == "link-rate" else "seconds")
             if key == "slow":
                 settings = replace(settings, slow_s=number)
             elif key == "retry-after":
                 settings = replace(settings, retry_after_s=max(1, round(number)))
             elif key == "refused":
                 settings = replace(settings, refused_s=number)
+            elif key == "link":
+                settings = replace(settings, link_s=number)
             else:
-                settings = replace(settings, link_delay_s=number)
+                settings = replace(settings, link_kbit=max(8, round(number)))
         else:
             raise BadInput(f"--faults: unknown key {key!r}; {SPEC_HELP}")
     return settings
@@ -216,13 +225,13 @@ def _rate(value: str, where: str, *, once_ok: bool = True) -> float | str:
     return rate
 
 
-def _number(value: str, where: str) -> float:
+def _number(value: str, where: str, unit: str = "seconds") -> float:
     try:
         number = float(value)
     except ValueError:
         number = -1.0
     if number < 0:
-        raise BadInput(f"{where}: {value!r} is not a number of seconds (0 or more)")
+        raise BadInput(f"{where}: {value!r} is not a number of {unit} (0 or more)")
     return number
 
 

@@ -8,8 +8,10 @@ the node, the command line and how often that command was seen before whether to
   and the client never learns the command's exit status;
 - refused: ssh.service stopped (the session cut too), started again `refused` seconds later:
   new connections are refused meanwhile;
-- slow-link: the session's sshd processes stopped (SIGSTOP) for `link` seconds, then
-  continued: the command's answer arrives late.
+- slow-link: the node's link throttled to `link-rate` kbit/s for `link` seconds
+  (rollout.lab.linkshaper: tc on the host's loopback, filtered on the node's address), so
+  this command's answer and everything else said to or by the node in that time crawl; a
+  second slow-link while one lasts extends it.
 
 Each fault goes to faults.log with the node's name as `where` and the command as `request`.
 """
@@ -25,6 +27,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from rollout.lab import linkshaper
 from rollout.lab.faults import (
     FAULT_LOG,
     FAULTS_FILE,
@@ -41,13 +44,15 @@ from rollout.lab.nodes import NodeDirs
 log = logging.getLogger("rollout.lab.sshfaults")
 
 POLL_S = 0.02
+SHELLS = frozenset({"bash", "sh", "dash"})
 
 
 @dataclass(frozen=True)
 class NodeProcesses:
-    """Where to find a node's processes from the host: its name and its init's pid."""
+    """Where to find a node from the host: its name, its address and its init's pid."""
 
     name: str
+    address: str  # the node's loopback address, which its sshd listens on
     pid_file: Path  # the node's nspawn pid (rollout.lab.nodeprocess writes it)
 
 
@@ -115,6 +120,8 @@ class SshFaultInjector:
         self._stop = threading.Event()
         self._mtime: float | None = None
         self._settings = FaultSettings()
+        self._links: dict[str, threading.Timer] = {}  # slowed node address -> its restore
+        self._links_lock = threading.Lock()
         self._thread = threading.Thread(target=self._watch, name="ssh-faults", daemon=True)
 
     def start(self) -> SshFaultInjector:
@@ -124,6 +131,11 @@ class SshFaultInjector:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
+        with self._links_lock:
+            timers, self._links = self._links, {}
+        for address, timer in timers.items():
+            timer.cancel()
+            linkshaper.restore(address)
 
     def _current(self) -> FaultSettings:
         try:
@@ -160,7 +172,7 @@ class SshFaultInjector:
             if (node.name, proc.pid) in self._handled:
                 continue
             self._handled.add((node.name, proc.pid))
-            request = f"{node.name} {proc.cmdline}"
+            request = f"{node.name} {asked_command(proc.cmdline)}"
             occurrence = self._seen[request]
             self._seen[request] += 1
             kinds = allowed(SSH_KINDS, settings.ssh_kinds)
@@ -179,12 +191,9 @@ class SshFaultInjector:
         command: Proc,
         settings: FaultSettings,
     ) -> None:
-        self._log.record(node.name, command.cmdline, fault)
+        self._log.record(node.name, asked_command(command.cmdline), fault)
         if fault is SshFault.SLOW:
-            _signal(session, signal.SIGSTOP)
-            timer = threading.Timer(settings.link_delay_s, _signal, (session, signal.SIGCONT))
-            timer.daemon = True
-            timer.start()
+            self._slow_link(node.address, settings)
             return
         if fault is SshFault.REFUSED:
             _in_node(leader, ["systemctl", "stop", "ssh.service"])
@@ -194,6 +203,38 @@ class SshFaultInjector:
             timer.daemon = True
             timer.start()
         _signal(session, signal.SIGKILL)
+
+    def _slow_link(self, address: str, settings: FaultSettings) -> None:
+        with self._links_lock:
+            running = self._links.pop(address, None)
+            if running is not None:
+                running.cancel()
+            linkshaper.slow_down(address, settings.link_kbit)
+            timer = threading.Timer(settings.link_s, self._restore_link, (address,))
+            timer.args = (address, timer)
+            timer.daemon = True
+            self._links[address] = timer
+            timer.start()
+
+    def _restore_link(self, address: str, timer: threading.Timer) -> None:
+        with self._links_lock:
+            if self._links.get(address) is not timer:
+                return  # a later slow-link extended it, or stop() restored it
+            del self._links[address]
+            linkshaper.restore(address)
+
+
+def asked_command(cmdline: str) -> str:
+    """The command a session asked for, the same whether its shell has exec'd it yet or not.
+
+    sshd runs `bash -c COMMAND`, and bash execs a simple command in its place: the watcher
+    sees `bash -c sleep 1` or `sleep 1` depending on when it looks. Both are one request, so
+    the shell is dropped, and quotes with it (the shell's argument has them, the argv not).
+    """
+    shell, flag, rest = [*cmdline.split(" ", 2), "", ""][:3]
+    if os.path.basename(shell) in SHELLS and flag == "-c" and rest:
+        cmdline = rest
+    return cmdline.replace("'", "").replace('"', "")
 
 
 def _is_session(proc: Proc | None, procs: dict[int, Proc]) -> bool:
@@ -221,9 +262,10 @@ def _in_node(leader: int, argv: list[str]) -> None:
     )
 
 
-def injector_for_lab(lab_dir: Path, node_names: list[str]) -> SshFaultInjector:
-    """The watcher for a lab's nodes, by their names."""
+def injector_for_lab(lab_dir: Path, nodes_named: list[tuple[str, str]]) -> SshFaultInjector:
+    """The watcher for a lab's nodes, by their names and addresses."""
     nodes = [
-        NodeProcesses(name, NodeDirs.from_lab_dir(lab_dir, name).pid_file) for name in node_names
+        NodeProcesses(name, address, NodeDirs.from_lab_dir(lab_dir, name).pid_file)
+        for name, address in nodes_named
     ]
     return SshFaultInjector(lab_dir, nodes)

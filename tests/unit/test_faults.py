@@ -29,7 +29,7 @@ from rollout.lab.faults import (
     read_fault_log,
     write_settings,
 )
-from rollout.lab.sshfaults import Proc, _is_session, node_processes
+from rollout.lab.sshfaults import Proc, _is_session, asked_command, node_processes
 from rollout.retry import RetryEvent, RetryPolicy, watch_retries
 from rollout.transports.errors import KubeUnreachable, ServerError
 from rollout.transports.kube import ConfigMap, KubeClient, Lease
@@ -210,7 +210,11 @@ def test_a_watch_is_cut_mid_way(api: FaultyApi) -> None:
 def test_ssh_settings_and_sessions() -> None:
     settings = parse_fault_spec("ssh=0.1,ssh-kinds=cut+slow-link,link=1.5,refused=4")
     assert (settings.ssh, settings.ssh_kinds) == (0.1, ("cut", "slow-link"))
-    assert (settings.link_delay_s, settings.refused_s) == (1.5, 4.0)
+    assert (settings.link_s, settings.link_kbit, settings.refused_s) == (1.5, 256, 4.0)
+    slow = parse_fault_spec("ssh=1,link-rate=64")
+    assert slow.link_kbit == 64 and FaultSettings.from_json(slow.to_json()) == slow
+    with pytest.raises(BadInput, match="link-rate"):
+        parse_fault_spec("link-rate=fast")
     with pytest.raises(BadInput, match="node-killed"):
         parse_fault_spec("ssh-kinds=node-killed")  # node death is not a rate's to decide
     # the per-connection sshd is a session; the listener (child of init) is not
@@ -222,6 +226,10 @@ def test_ssh_settings_and_sessions() -> None:
     }
     assert _is_session(procs[985], procs) and not _is_session(procs[44], procs)
     assert not _is_session(procs[991], procs)
+    # one request whether the watcher saw the shell or the command it exec'd
+    seen = ("bash -c timeout 60s cat '/etc/a b'", "timeout 60s cat /etc/a b")
+    assert {asked_command(c) for c in seen} == {"timeout 60s cat /etc/a b"}
+    assert asked_command("sh -c") == "sh -c" and asked_command("bashful -c x") == "bashful -c x"
 
 
 def test_this_namespace_lists_this_process() -> None:
