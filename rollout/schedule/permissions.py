@@ -92,12 +92,13 @@ STEP_GRANTS: dict[str, tuple[Grant, ...]] = {
     "driver.verify": (),
     "driver.resume": (*_grants("", "nodes", "get patch"), *_grants("", "pods", "list")),
     # operator-mode driver upgrades (rollout/steps/driver_operator.py): the skip label on
-    # every node the driver DaemonSet serves, the ClusterPolicy's driver version, the driver
-    # pods (in the operator's namespace, whichever that is) and their logs on a failure
+    # every node the driver DaemonSet serves, the ClusterPolicy (its upgradePolicy), the driver
+    # pods (in the operator's namespace, whichever that is) and their logs on a failure; the
+    # version it patches is the plan's (driver_version_grants)
     "driver.pin": (
         *_grants("", "nodes", "get list patch"),
         *_grants("", "pods", "list"),
-        *_grants("nvidia.com", "clusterpolicies", "list patch"),
+        *_grants("nvidia.com", "clusterpolicies", "list"),
     ),
     "driver.release": (
         *_grants("", "nodes", "get list patch"),
@@ -137,12 +138,14 @@ def configmap_grants(spec: Spec) -> list[Grant]:
     return grants
 
 
-def nvidiadriver_grants(spec: Spec) -> list[Grant]:
-    """The NVIDIADriver a driver-upgrade names: listed for facts (facts/driver_operator_live.py),
-    read and patched by driver.pin (steps/driver_operator.py)."""
+def driver_version_grants(spec: Spec, kinds: tuple[str, ...]) -> list[Grant]:
+    """Where driver.pin (steps/driver_operator.py) writes the version: the ClusterPolicy, or
+    the NVIDIADriver the change names (also listed for facts, facts/driver_operator_live.py)."""
     change = spec.driver_upgrade
-    if change is None or change.nvidiadriver is None:
+    if "driver.pin" not in kinds or change is None:
         return []
+    if change.nvidiadriver is None:
+        return _grants("nvidia.com", "clusterpolicies", "patch")
     return _grants("nvidia.com", "nvidiadrivers", "get list patch")
 
 
@@ -160,7 +163,7 @@ def grants_for(spec: Spec, playbooks: Mapping[str, Playbook]) -> tuple[Grant, ..
         # a new step kind must say what it asks of the API before it can be scheduled
         raise KeyError(f"no permissions listed for step kind(s) {', '.join(unknown)}")
     grants: set[Grant] = (
-        set(RUN_GRANTS) | set(configmap_grants(spec)) | set(nvidiadriver_grants(spec))
+        set(RUN_GRANTS) | set(configmap_grants(spec)) | set(driver_version_grants(spec, kinds))
     )
     for kind in kinds:
         grants |= set(STEP_GRANTS[kind])
