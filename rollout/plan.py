@@ -159,6 +159,9 @@ class ClusterChange:
     action: str | None
     diff: str = ""
     noop_reason: str | None = None
+    # What the object held when planned, where the way back needs it (driver.version: the
+    # driver version the nodes ran).
+    before: str | None = None
 
 
 @dataclass(frozen=True)

@@ -336,7 +336,7 @@ def execute(
     if output == "json":
         document = json.loads(report_to_json(str(journal.run_id), report))
         document["retries"] = retries
-        notes = operator_run_notes(plan, report.outcome.value)
+        notes = operator_run_notes(plan, spec, report.outcome.value)
         if notes:  # mode: operator: nodes left pinned, the way back
             document["notes"] = notes
         sys.stdout.write(json.dumps(document, indent=2) + "\n")
@@ -347,7 +347,7 @@ def execute(
     )
     out.print(safe(describe_retries(retries)))
     # mode: operator: the nodes left pinned and, after a halt, the way back (said loudly)
-    for note in operator_run_notes(plan, report.outcome.value):
+    for note in operator_run_notes(plan, spec, report.outcome.value):
         out.print(f"[bold yellow]{safe(note)}[/bold yellow]")
     return report
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -40,7 +39,6 @@ DEFAULT_CLUSTER_POLICY = "cluster-policy"
 # The driver pods of the ClusterPolicy's DaemonSet, and of every NVIDIADriver's
 CLUSTER_POLICY_POD_SELECTOR = "app=nvidia-driver-daemonset"
 NVIDIADRIVER_POD_SELECTOR = "app.kubernetes.io/component=nvidia-driver"
-_NVIDIADRIVER_TARGET = re.compile(r"^NVIDIADriver (?P<name>\S+) spec\.version$")
 
 
 @dataclass(frozen=True)
@@ -48,12 +46,6 @@ class DriverSource:
     """Where the driver version is set: the ClusterPolicy (resource None) or one NVIDIADriver."""
 
     resource: str | None = None
-
-    @classmethod
-    def from_target(cls, target: str) -> DriverSource:
-        """Back from `target` (a plan's driver.version entry names its source so)."""
-        found = _NVIDIADRIVER_TARGET.match(target)
-        return cls(found.group("name") if found else None)
 
     @property
     def target(self) -> str:

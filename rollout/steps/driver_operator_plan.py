@@ -185,6 +185,7 @@ class OperatorUpgrade:
             action=f"{self.driver.version or '(unset)'} -> {self.target}" if moving else None,
             diff=f"- version: {self.driver.version}\n+ version: {self.target}" if moving else "",
             noop_reason=None if moving else f"already {self.target}",
+            before=self.driver.version or None,
         )
         policy = ClusterChange(
             kind="driver.upgradePolicy",
@@ -329,19 +330,20 @@ def _serving(source: DriverSource) -> str:
     return f"needs nvidia.com/gpu.deploy.driver=true and {MANAGED_BY_LABEL}={source.resource}"
 
 
-def operator_run_notes(plan: Plan, outcome: str) -> list[str]:
+def operator_run_notes(plan: Plan, spec: Spec, outcome: str) -> list[str]:
     """What the run summary says loudly after an operator-mode run: the nodes left pinned
     (with the command that releases them) and, when the run did not succeed, how to go back."""
     notes = [w for w in plan.warnings if w.startswith(PINNED_WARNING_PREFIX)]
     version = next(
         (c for c in plan.cluster_changes if c.kind == "driver.version" and c.action), None
     )
-    if version is not None and outcome != "succeeded":
-        before = version.action.split(" -> ")[0] if version.action else ""
-        source = DriverSource.from_target(version.target)
+    change = spec.driver_upgrade
+    if outcome != "succeeded" and version is not None and version.before and change:
+        source = DriverSource(change.nvidiadriver)
         notes.append(
             "the remaining nodes stay pinned on the old driver; to go back to driver "
-            f"{before} on the nodes already upgraded: {source.version_command(before)} (the "
-            f"operator then moves every unpinned node {source.what} serves back)"
+            f"{version.before} on the nodes already upgraded: "
+            f"{source.version_command(version.before)} (the operator then moves every "
+            f"unpinned node {source.what} serves back)"
         )
     return notes

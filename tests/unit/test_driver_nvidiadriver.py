@@ -5,6 +5,7 @@ patching the NVIDIADriver instead of the ClusterPolicy."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -12,10 +13,12 @@ from typing import Any
 import pytest
 import yaml
 
+from rollout.cli.render import plan_to_json
 from rollout.errors import InputErrors
 from rollout.facts import ClusterFacts, FleetFacts
 from rollout.facts.recorded_cluster import load_cluster_facts
 from rollout.facts.recording import _cluster_document
+from rollout.plan import plan_from_data
 from rollout.run import Journal
 from rollout.spec import parse_spec
 from rollout.steps.base import StepResultKind
@@ -119,8 +122,9 @@ def test_a_resource_already_at_the_version_pins_nothing() -> None:
 
 
 def test_run_notes_go_back_by_patching_the_resource() -> None:
-    plan = plan_of(spec_text(), fleet())
-    halted = operator_run_notes(plan, "halted")
+    # resume reads the plan back from the run's plan.json: the way back must survive it
+    plan = plan_from_data(json.loads(plan_to_json(plan_of(spec_text(), fleet()))))
+    halted = operator_run_notes(plan, parse_spec(spec_text(), "plan.yaml"), "halted")
     expected = (
         f"""kubectl patch nvidiadriver pool-a --type merge -p '{{"spec":{{"version":"{OLD}"}}}}'"""
     )

@@ -185,10 +185,11 @@ def test_operator_max_unavailable_counts_cordoned_served_nodes_and_rounds_up() -
 
 
 def test_run_notes_say_who_stays_pinned_and_how_to_go_back() -> None:
-    plan = plan_of(spec_text(), fleet())
-    succeeded = operator_run_notes(plan, "succeeded")
+    spec = parse_spec(spec_text(), "plan.yaml")
+    plan = build_plan(spec, "plan.yaml", fleet(), load_playbooks())
+    succeeded = operator_run_notes(plan, spec, "succeeded")
     assert len(succeeded) == 1 and succeeded[0].startswith("NOT UPGRADED: n5")
-    halted = operator_run_notes(plan, "halted")
+    halted = operator_run_notes(plan, spec, "halted")
     assert any(
         f'"version":"{OLD}"' in note and "kubectl patch clusterpolicy" in note for note in halted
     )
