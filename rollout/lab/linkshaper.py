@@ -79,7 +79,10 @@ def restore(address: str) -> None:
     """Give `address` its full speed back; remove the qdisc when no node is slowed any more."""
     number = slot(address)
     _tc("filter", "del", "dev", DEVICE, "parent", ROOT, "prio", str(number), check=False)
-    _tc("class", "del", "dev", DEVICE, "classid", f"1:{number:x}", check=False)
+    removed = _tc("class", "del", "dev", DEVICE, "classid", f"1:{number:x}", check=False)
+    if removed.returncode != 0 and slowed([address]):
+        # the node stays slow: say so where the lab's control plane logs
+        log.warning("%s: link not restored: %s", address, removed.stderr.strip())
     if _has_root_qdisc() and not _tc("class", "show", "dev", DEVICE).stdout.strip():
         _tc("qdisc", "del", "dev", DEVICE, "root", "handle", ROOT, check=False)
 
