@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -20,6 +21,7 @@ from rollout.facts import ClusterFacts, NodeFacts
 from rollout.plan import NodePlan, StepPlan
 from rollout.run import Journal
 from rollout.spec import Spec
+from rollout.transports.errors import TransientError
 
 if TYPE_CHECKING:
     # typing only: `rollout plan --facts` plans with the steps and never talks to a cluster,
@@ -55,6 +57,18 @@ class StepFailed(RolloutError):
         self.node = node
         self.step = step
         super().__init__(f"{node}: {step}: {message}")
+
+
+@contextmanager
+def translate_step_errors(node: str, step: str, *, undo: bool = False) -> Iterator[None]:
+    """A node error in the block fails the step (prefixed `undo: ` for an undo); a StepFailed
+    passes as it is and a transient error goes on to the retry policy, which decides."""
+    try:
+        yield
+    except (StepFailed, TransientError):
+        raise
+    except RolloutError as exc:
+        raise StepFailed(node, step, f"undo: {exc}" if undo else str(exc)) from exc
 
 
 @dataclass

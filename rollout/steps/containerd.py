@@ -55,16 +55,15 @@ from rollout.steps.backup import (
     restore_file,
     sha256_of_files,
 )
-from rollout.steps.base import StepContext, StepFailed, StepResult
+from rollout.steps.base import StepContext, StepFailed, StepResult, translate_step_errors
 from rollout.steps.containerd_changes import build_intent
-from rollout.steps.nodechanges import Reach, ReachingStep, node_changes
+from rollout.steps.nodechanges import ContainerdFileStep, node_changes
 from rollout.steps.systemd import (
     probe_service,
     read_node_clock,
     restart_service,
     written_at_of,
 )
-from rollout.transports.errors import TransientError
 
 WRITE_STEP = "containerd.write"
 DIFF_LINES = 12
@@ -218,12 +217,8 @@ class ContainerdWrite:
         removals = [f.path for f in planned if f.after is None]
         if removals:
             raise self._fail(ctx, f"removing files is not supported: {', '.join(removals)}")
-        try:
+        with translate_step_errors(ctx.node, self.kind):
             return self._apply(ctx, planned)
-        except (StepFailed, TransientError):
-            raise  # a transient error is the retry policy's to decide
-        except RolloutError as exc:
-            raise self._fail(ctx, str(exc)) from exc
 
     def _apply(self, ctx: StepContext, planned: list[FileChange]) -> StepResult:
         runner = ctx.runner
@@ -322,12 +317,8 @@ class ContainerdWrite:
         data = ctx.load_data(self.kind)
         if not planned or not data:
             return  # data is saved before the first byte is written: nothing was touched
-        try:
+        with translate_step_errors(ctx.node, self.kind, undo=True):
             self._undo(ctx, planned, data)
-        except (StepFailed, TransientError):
-            raise
-        except RolloutError as exc:
-            raise self._fail(ctx, f"undo: {exc}") from exc
 
     def _undo(self, ctx: StepContext, planned: list[FileChange], data: Mapping[str, Any]) -> None:
         runner = ctx.runner
@@ -371,29 +362,19 @@ class ContainerdWrite:
         return StepFailed(ctx.node, self.kind, message)
 
 
-class ContainerdVerify(ReachingStep):
+class ContainerdVerify(ContainerdFileStep):
     """After the restart: the real dump is the predicted one and every handler is still there."""
 
     kind: ClassVar[str] = "containerd.verify"
-    reach: ClassVar[Reach] = Reach.CONTAINERD
+    action: ClassVar[str] = "containerd config dump == predicted"
 
-    def plan_change(self, facts: NodeFacts, spec: Spec) -> StepPlan:
-        return StepPlan.acting(self.kind, "containerd config dump == predicted")
-
-    def apply(self, ctx: StepContext) -> StepResult:
-        if not ctx.node_plan.files:
-            return StepResult.noop("no containerd file changes")
+    def act(self, ctx: StepContext) -> StepResult:
         data = ctx.load_data(WRITE_STEP)
         saved = data.get("after_dump")
         if not isinstance(saved, Mapping):
             raise self._fail(ctx, f"{WRITE_STEP} saved no predicted config: run it first")
         expected = as_saved(saved)  # redacted, also when an older run saved it in clear
-        try:
-            return self._verify(ctx, data, expected)
-        except (StepFailed, TransientError):
-            raise
-        except RolloutError as exc:
-            raise self._fail(ctx, str(exc)) from exc
+        return self._verify(ctx, data, expected)
 
     def _verify(
         self, ctx: StepContext, data: Mapping[str, Any], expected: Mapping[str, Any]

@@ -24,6 +24,7 @@ versions, driver.unload's makes the loaded module match the installed packages a
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -35,7 +36,7 @@ from rollout.facts.driver_modules import unload_order
 from rollout.plan import StepPlan
 from rollout.spec import Spec
 from rollout.spec.policy import DriverReload
-from rollout.steps.base import StepContext, StepFailed, StepResult
+from rollout.steps.base import StepContext, StepFailed, StepResult, translate_step_errors
 from rollout.steps.driver_host import (
     DriverNotInstallable,
     HostDriverPlan,
@@ -82,28 +83,45 @@ def _guard(ctx: StepContext, kind: str, body: Callable[[StepContext], StepResult
     """Run a step body: node errors fail the step, transient ones go to the retry policy."""
 
     def run(ctx: StepContext) -> StepResult:
-        try:
+        with translate_step_errors(ctx.node, kind):
             return body(ctx)
-        except (StepFailed, TransientError):
-            raise
-        except RolloutError as exc:
-            raise StepFailed(ctx.node, kind, str(exc)) from exc
 
     return report_step(ctx, kind, run)
 
 
-# ------------------------------------------------------------------ driver.unload
+class HostDriverStep(abc.ABC):
+    """A node step of a host-mode driver upgrade: skipped where the node's driver needs no
+    change; applied through `_guard`."""
 
-
-class DriverUnload:
-    """Stop the GPU clients; unload the nvidia modules, or leave them for the reboot."""
-
-    kind: ClassVar[str] = UNLOAD_STEP
+    kind: ClassVar[str]
 
     def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
         planned = _plan_host(self.kind, facts, spec)
         if isinstance(planned, StepPlan):
             return planned
+        return self.plan_change(planned, facts, spec)
+
+    @abc.abstractmethod
+    def plan_change(self, planned: HostDriverPlan, facts: NodeFacts, spec: Spec) -> StepPlan:
+        """The plan where the node's driver changes."""
+
+    def apply(self, ctx: StepContext) -> StepResult:
+        return _guard(ctx, self.kind, self._apply)
+
+    @abc.abstractmethod
+    def _apply(self, ctx: StepContext) -> StepResult:
+        """The step's work on the node."""
+
+
+# ------------------------------------------------------------------ driver.unload
+
+
+class DriverUnload(HostDriverStep):
+    """Stop the GPU clients; unload the nvidia modules, or leave them for the reboot."""
+
+    kind: ClassVar[str] = UNLOAD_STEP
+
+    def plan_change(self, planned: HostDriverPlan, facts: NodeFacts, spec: Spec) -> StepPlan:
         host = facts.driver_host
         running = [u.unit for u in host.clients if u.active] if host else []
         stop = f"stop {', '.join(running)}; " if running else ""
@@ -117,9 +135,6 @@ class DriverUnload:
         return StepPlan.acting(
             self.kind, f"{stop}unload the nvidia modules, users first ({fallback})"
         )
-
-    def apply(self, ctx: StepContext) -> StepResult:
-        return _guard(ctx, self.kind, self._apply)
 
     def _apply(self, ctx: StepContext) -> StepResult:
         data = ctx.load_data(self.kind)
@@ -174,12 +189,8 @@ class DriverUnload:
         data = ctx.load_data(self.kind)
         if not data:
             return
-        try:
+        with translate_step_errors(ctx.node, self.kind, undo=True):
             self._undo(ctx, data)
-        except (StepFailed, TransientError):
-            raise
-        except RolloutError as exc:
-            raise StepFailed(ctx.node, self.kind, f"undo: {exc}") from exc
 
     def _undo(self, ctx: StepContext, data: dict[str, Any]) -> None:
         stopped = list(data.get("stopped", []))
@@ -307,7 +318,7 @@ def undo_install(ctx: StepContext) -> None:
     data = ctx.load_data(INSTALL_STEP)
     if "previous" not in data:
         return  # saved before apt ran: nothing was installed
-    try:
+    with translate_step_errors(ctx.node, INSTALL_STEP, undo=True):
         now = read_packages(ctx.runner, list(data["previous"]))
         if all(
             (p := now.get(n)) is not None and p.installed and p.version == v
@@ -319,24 +330,17 @@ def undo_install(ctx: StepContext) -> None:
             apt_mark(ctx.runner, "hold", [n for n, v in data["previous"].items() if v])
             return
         ctx.progress(f"{ctx.node}: {INSTALL_STEP}: undo: {restore_previous(ctx, data)}")
-    except (StepFailed, TransientError):
-        raise
-    except RolloutError as exc:
-        raise StepFailed(ctx.node, INSTALL_STEP, f"undo: {exc}") from exc
 
 
 # ------------------------------------------------------------------ driver.reload
 
 
-class DriverReloadStep:
+class DriverReloadStep(HostDriverStep):
     """Load the new driver: modprobe the unloaded modules, or reboot the node."""
 
     kind: ClassVar[str] = RELOAD_STEP
 
-    def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
-        planned = _plan_host(self.kind, facts, spec)
-        if isinstance(planned, StepPlan):
-            return planned
+    def plan_change(self, planned: HostDriverPlan, facts: NodeFacts, spec: Spec) -> StepPlan:
         if planned.reboot == RebootDecision.YES:
             action = (
                 "reboot (systemctl reboot); wait for a new boot_id, SSH, containerd and the "
@@ -347,9 +351,6 @@ class DriverReloadStep:
         else:
             action = "modprobe the new modules (no reboot)"
         return StepPlan.acting(self.kind, action + "; start the stopped GPU clients")
-
-    def apply(self, ctx: StepContext) -> StepResult:
-        return _guard(ctx, self.kind, self._apply)
 
     def _apply(self, ctx: StepContext) -> StepResult:
         unload = ctx.load_data(UNLOAD_STEP)
@@ -383,21 +384,15 @@ class DriverReloadStep:
 # ------------------------------------------------------------------ driver.verify
 
 
-class DriverVerify:
+class DriverVerify(HostDriverStep):
     """nvidia-smi on the node reports the plan's version, with no library mismatch."""
 
     kind: ClassVar[str] = "driver.verify"
 
-    def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
-        planned = _plan_host(self.kind, facts, spec)
-        if isinstance(planned, StepPlan):
-            return planned
+    def plan_change(self, planned: HostDriverPlan, facts: NodeFacts, spec: Spec) -> StepPlan:
         return StepPlan.acting(
             self.kind, f"nvidia-smi reports {planned.target}, no Driver/library version mismatch"
         )
-
-    def apply(self, ctx: StepContext) -> StepResult:
-        return _guard(ctx, self.kind, self._apply)
 
     def _apply(self, ctx: StepContext) -> StepResult:
         change = host_change(ctx.spec)

@@ -17,6 +17,7 @@ from rollout.facts import ClusterFacts, NodeFacts
 from rollout.memo import IdentityMemo
 from rollout.plan import ClusterChange, StepPlan
 from rollout.spec import Spec
+from rollout.steps.base import StepContext, StepResult, translate_step_errors
 from rollout.steps.containerd_changes import ContainerdChanges, plan_containerd
 from rollout.steps.driver_host import host_driver_pending
 from rollout.steps.driver_operator_plan import operator_driver_pending
@@ -111,3 +112,25 @@ class ReachingStep(abc.ABC):
     @abc.abstractmethod
     def plan_change(self, facts: NodeFacts, spec: Spec) -> StepPlan:
         """The plan where the node has a change of the step's reach."""
+
+
+class ContainerdFileStep(ReachingStep):
+    """A step after containerd.write: it acts only where the plan writes containerd files,
+    does `action` there, and fails on a node error (a transient one goes to the retry
+    policy, whose retry finds what the first attempt did)."""
+
+    reach: ClassVar[Reach] = Reach.CONTAINERD
+    action: ClassVar[str]
+
+    def plan_change(self, facts: NodeFacts, spec: Spec) -> StepPlan:
+        return StepPlan.acting(self.kind, self.action)
+
+    def apply(self, ctx: StepContext) -> StepResult:
+        if not ctx.node_plan.files:
+            return StepResult.noop(self.reach.value)
+        with translate_step_errors(ctx.node, self.kind):
+            return self.act(ctx)
+
+    @abc.abstractmethod
+    def act(self, ctx: StepContext) -> StepResult:
+        """The step's work, on a node whose plan writes containerd files."""

@@ -20,13 +20,10 @@ from typing import Any, ClassVar, NoReturn
 
 from rollout.commands import CommandRunner, CommandTimeout, check
 from rollout.errors import RolloutError
-from rollout.facts import NodeFacts, ProbeFailed, read_fact
+from rollout.facts import ProbeFailed, read_fact
 from rollout.facts.service import SERVICE, ServiceFact, ServiceState
-from rollout.plan import StepPlan
-from rollout.spec import Spec
-from rollout.steps.base import StepContext, StepFailed, StepResult
-from rollout.steps.nodechanges import Reach, ReachingStep
-from rollout.transports.errors import TransientError
+from rollout.steps.base import StepContext, StepResult
+from rollout.steps.nodechanges import ContainerdFileStep
 
 WRITE_STEP = "containerd.write"
 POLL_INTERVAL_S = 1.0
@@ -142,28 +139,16 @@ def written_at_of(data: Mapping[str, Any]) -> datetime | None:
     return datetime.fromisoformat(text) if isinstance(text, str) else None
 
 
-class SystemdRestart(ReachingStep):
-    """Restart containerd through systemd after the write, and prove the new process runs."""
+class SystemdRestart(ContainerdFileStep):
+    """Restart containerd through systemd after the write, and prove the new process runs.
+
+    An SSH drop, even after `systemctl restart` ran, goes to the retry policy: the retried
+    step finds the process started after the write and does not restart it again."""
 
     kind: ClassVar[str] = "systemd.restart"
-    reach: ClassVar[Reach] = Reach.CONTAINERD
+    action: ClassVar[str] = "systemctl restart containerd"
 
-    def plan_change(self, facts: NodeFacts, spec: Spec) -> StepPlan:
-        return StepPlan.acting(self.kind, "systemctl restart containerd")
-
-    def apply(self, ctx: StepContext) -> StepResult:
-        if not ctx.node_plan.files:
-            return StepResult.noop("no containerd file changes")
-        try:
-            return self._restart(ctx)
-        except TransientError:
-            # an SSH drop (even after `systemctl restart` ran) goes to the retry policy: the
-            # retried step finds the process started after the write and does not restart
-            raise
-        except RolloutError as exc:
-            raise StepFailed(ctx.node, self.kind, str(exc)) from exc
-
-    def _restart(self, ctx: StepContext) -> StepResult:
+    def act(self, ctx: StepContext) -> StepResult:
         written_at = written_at_of(ctx.load_data(WRITE_STEP))
         state = probe_service(ctx.runner)
         if written_at is not None and state.started_after(written_at):
