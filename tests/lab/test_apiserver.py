@@ -19,8 +19,8 @@ from rollout.lab.apiserver import ApiServer, Registry
 from rollout.lab.apiserver.authentication import Authenticator
 from rollout.lab.apiserver.faults import ApiFaultInjector
 from rollout.lab.apiserver.rbac import ANONYMOUS, UserInfo
-from rollout.lab.apiserver.resources import PODS
-from rollout.lab.apiserver.tables import format_age
+from rollout.lab.apiserver.resources import LEASES, NODES, PODS, ROLES, ResourceKind
+from rollout.lab.apiserver.tables import format_age, to_table
 from rollout.lab.faults import parse_fault_spec, read_fault_log, write_settings
 
 CONFLICT_MESSAGE = (
@@ -686,6 +686,24 @@ def test_a_table_is_served_when_kubectl_asks_for_one(api_url: str, core: client.
 )
 def test_ages_read_as_kubectl_prints_them(seconds: int, age: str) -> None:
     assert format_age(seconds) == age
+
+
+def cells_of(kind: ResourceKind, obj: dict[str, Any]) -> dict[str, Any]:
+    table = to_table(kind, [obj], now_s=0)
+    names = [c["name"] for c in table["columnDefinitions"]]
+    return dict(zip(names, table["rows"][0]["cells"], strict=True))
+
+
+def test_cells_print_a_field_or_what_kubectl_prints_for_an_empty_one() -> None:
+    stamp = "2026-01-01T00:00:00Z"
+    pod = cells_of(PODS, {"metadata": {"name": "p"}, "spec": {"nodeName": "n1"}, "status": {}})
+    assert (pod["Node"], pod["IP"], pod["Nominated Node"]) == ("n1", "<none>", "<none>")
+    node = cells_of(NODES, {"metadata": {"name": "n1"}, "status": {"nodeInfo": {"osImage": "x"}}})
+    assert (node["OS-Image"], node["Kernel-Version"], node["Version"]) == ("x", "<unknown>", "")
+    lease = cells_of(LEASES, {"metadata": {"name": "l"}, "spec": {"holderIdentity": "me"}})
+    assert lease["Holder"] == "me"
+    role = cells_of(ROLES, {"metadata": {"name": "r", "creationTimestamp": stamp}})
+    assert role["Created At"] == stamp
 
 
 def test_self_subject_access_review_is_answered_not_stored(

@@ -31,6 +31,8 @@ from rollout.lab.apiserver.resources import (
     ResourceKind,
 )
 
+# A column's cell: the object and the time now (for ages) to the value shown.
+Cell = Callable[[Mapping[str, Any], float], Any]
 _TABLE_MEDIA = "as=Table"
 _NODE_ROLE_PREFIX = "node-role.kubernetes.io/"
 _NODE_ROLE_LABEL = "kubernetes.io/role"
@@ -52,7 +54,7 @@ class Column:
     name: str
     type: str
     description: str
-    cell: Callable[[Mapping[str, Any], float], Any]
+    cell: Cell
     priority: int = 0
     format: str = ""
 
@@ -150,6 +152,19 @@ def _since(stamp: Any, now: float) -> str:
     return format_age(now - at)
 
 
+def _field_text(path: str, absent: str = "") -> Cell:
+    """The cell of the field at a dotted path (`status.podIP`); `absent` where it is empty."""
+    keys = path.split(".")
+
+    def cell(obj: Mapping[str, Any], _now: float) -> str:
+        value: Any = obj
+        for key in keys:
+            value = value.get(key) if isinstance(value, Mapping) else None
+        return str(value or absent)
+
+    return cell
+
+
 def _status(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     status: Mapping[str, Any] = obj.get("status") or {}
     return status
@@ -184,14 +199,7 @@ def _node_roles(obj: Mapping[str, Any], _now: float) -> str:
     return ",".join(sorted(roles)) or "<none>"
 
 
-def _node_info(field: str) -> Callable[[Mapping[str, Any], float], str]:
-    def cell(obj: Mapping[str, Any], _now: float) -> str:
-        return str((_status(obj).get("nodeInfo") or {}).get(field) or "<unknown>")
-
-    return cell
-
-
-def _node_address(address_type: str) -> Callable[[Mapping[str, Any], float], str]:
+def _node_address(address_type: str) -> Cell:
     def cell(obj: Mapping[str, Any], _now: float) -> str:
         for address in _status(obj).get("addresses") or []:
             if address.get("type") == address_type:
@@ -199,10 +207,6 @@ def _node_address(address_type: str) -> Callable[[Mapping[str, Any], float], str
         return "<none>"
 
     return cell
-
-
-def _kubelet_version(obj: Mapping[str, Any], _now: float) -> str:
-    return str((_status(obj).get("nodeInfo") or {}).get("kubeletVersion") or "")
 
 
 # ------------------------------------------------------------------- pods
@@ -251,18 +255,6 @@ def _pod_restarts(obj: Mapping[str, Any], _now: float) -> str:
     return str(sum(int(s.get("restartCount") or 0) for s in statuses))
 
 
-def _pod_ip(obj: Mapping[str, Any], _now: float) -> str:
-    return str(_status(obj).get("podIP") or "<none>")
-
-
-def _pod_node(obj: Mapping[str, Any], _now: float) -> str:
-    return str(_spec(obj).get("nodeName") or "<none>")
-
-
-def _pod_nominated(obj: Mapping[str, Any], _now: float) -> str:
-    return str(_status(obj).get("nominatedNodeName") or "<none>")
-
-
 def _pod_gates(obj: Mapping[str, Any], _now: float) -> str:
     gates = _spec(obj).get("readinessGates") or []
     if not gates:
@@ -275,15 +267,11 @@ def _pod_gates(obj: Mapping[str, Any], _now: float) -> str:
 # ------------------------------------------------------------- the others
 
 
-def _namespace_phase(obj: Mapping[str, Any], _now: float) -> str:
-    return str(_status(obj).get("phase") or "")
-
-
 def _configmap_data(obj: Mapping[str, Any], _now: float) -> int:
     return len(obj.get("data") or {}) + len(obj.get("binaryData") or {})
 
 
-def _budget_field(field: str) -> Callable[[Mapping[str, Any], float], str]:
+def _budget_field(field: str) -> Cell:
     def cell(obj: Mapping[str, Any], _now: float) -> str:
         value = _spec(obj).get(field)
         return "N/A" if value is None else str(value)
@@ -295,11 +283,7 @@ def _budget_allowed(obj: Mapping[str, Any], _now: float) -> int:
     return int(_status(obj).get("disruptionsAllowed") or 0)
 
 
-def _handler(obj: Mapping[str, Any], _now: float) -> str:
-    return str(obj.get("handler") or "")
-
-
-def _status_int(field: str) -> Callable[[Mapping[str, Any], float], int]:
+def _status_int(field: str) -> Cell:
     def cell(obj: Mapping[str, Any], _now: float) -> int:
         return int(_status(obj).get(field) or 0)
 
@@ -320,7 +304,7 @@ def _daemonset_node_selector(obj: Mapping[str, Any], _now: float) -> str:
     return _format_labels(_template_spec(obj).get("nodeSelector"))
 
 
-def _daemonset_containers(field: str) -> Callable[[Mapping[str, Any], float], str]:
+def _daemonset_containers(field: str) -> Cell:
     def cell(obj: Mapping[str, Any], _now: float) -> str:
         return ",".join(str(c.get(field, "")) for c in _template_spec(obj).get("containers") or [])
 
@@ -332,24 +316,8 @@ def _daemonset_selector(obj: Mapping[str, Any], _now: float) -> str:
     return _format_labels(selector.get("matchLabels"))
 
 
-def _driver_state(obj: Mapping[str, Any], _now: float) -> str:
-    return str(_status(obj).get("state") or "")
-
-
-def _creation_timestamp(obj: Mapping[str, Any], _now: float) -> str:
-    return str(_metadata(obj).get("creationTimestamp") or "")
-
-
-def _lease_holder(obj: Mapping[str, Any], _now: float) -> str:
-    return str(_spec(obj).get("holderIdentity") or "")
-
-
 def _account_secrets(obj: Mapping[str, Any], _now: float) -> int:
     return len(obj.get("secrets") or [])
-
-
-def _created_at(obj: Mapping[str, Any], _now: float) -> str:
-    return str(_metadata(obj).get("creationTimestamp") or "")
 
 
 def _binding_role(obj: Mapping[str, Any], _now: float) -> str:
@@ -357,7 +325,7 @@ def _binding_role(obj: Mapping[str, Any], _now: float) -> str:
     return f"{ref.get('kind', '')}/{ref.get('name', '')}"
 
 
-def _binding_subjects(kind: str) -> Callable[[Mapping[str, Any], float], str]:
+def _binding_subjects(kind: str) -> Cell:
     def cell(obj: Mapping[str, Any], _now: float) -> str:
         names = [
             f"{s.get('namespace', '')}/{s.get('name', '')}"
@@ -402,7 +370,7 @@ def _event_source(obj: Mapping[str, Any], _now: float) -> str:
     return f"{component}, {instance}" if instance else str(component)
 
 
-def _event_field(field: str) -> Callable[[Mapping[str, Any], float], str]:
+def _event_field(field: str) -> Cell:
     def cell(obj: Mapping[str, Any], _now: float) -> str:
         return str(obj.get(field) or "").strip()
 
@@ -414,11 +382,6 @@ def _event_subobject(obj: Mapping[str, Any], _now: float) -> str:
 
 
 # ------------------------------------------------------------------ batch
-def _cronjob_field(field: str) -> Callable[[Mapping[str, Any], float], str]:
-    def cell(obj: Mapping[str, Any], _now: float) -> str:
-        return str(_spec(obj).get(field) or "<none>")
-
-    return cell
 
 
 def _cronjob_suspend(obj: Mapping[str, Any], _now: float) -> str:
@@ -441,7 +404,7 @@ def _job_spec(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return template.get("spec") or {} if obj.get("kind") == "CronJob" else _spec(obj)
 
 
-def _batch_containers(field: str) -> Callable[[Mapping[str, Any], float], str]:
+def _batch_containers(field: str) -> Cell:
     def cell(obj: Mapping[str, Any], _now: float) -> str:
         pod = (_job_spec(obj).get("template") or {}).get("spec") or {}
         return ",".join(str(c.get(field, "")) for c in pod.get("containers") or [])
@@ -516,28 +479,47 @@ _BINDING_COLUMNS = (
         1,
     ),
 )
+# printJob and printCronJob end alike: the age, then (wide) the pod template's containers
+# and images and the Job's selector.
+_BATCH_TAIL = (
+    _AGE,
+    Column("Containers", "string", "Container names.", _batch_containers("name"), 1),
+    Column("Images", "string", "Container images.", _batch_containers("image"), 1),
+    Column("Selector", "string", "Label selector for pods.", _job_selector, 1),
+)
 _COLUMNS: dict[str, tuple[Column, ...]] = {
     NODES.resource: (
         _NAME,
         Column("Status", "string", "The status of the node", _node_status),
         Column("Roles", "string", "The roles of the node", _node_roles),
         _AGE,
-        Column("Version", "string", "Kubelet Version reported by the node.", _kubelet_version),
+        Column(
+            "Version",
+            "string",
+            "Kubelet Version reported by the node.",
+            _field_text("status.nodeInfo.kubeletVersion"),
+        ),
         Column("Internal-IP", "string", "List of internal IPs.", _node_address("InternalIP"), 1),
         Column("External-IP", "string", "List of external IPs.", _node_address("ExternalIP"), 1),
-        Column("OS-Image", "string", "OS Image reported by the node.", _node_info("osImage"), 1),
+        Column(
+            "OS-Image",
+            "string",
+            "OS Image reported by the node.",
+            _field_text("status.nodeInfo.osImage", "<unknown>"),
+            1,
+        ),
         Column(
             "Kernel-Version",
             "string",
             "Kernel Version reported by the node.",
-            _node_info("kernelVersion"),
+            _field_text("status.nodeInfo.kernelVersion", "<unknown>"),
             1,
         ),
         Column(
             "Container-Runtime",
             "string",
             "Container Runtime Version reported by the node.",
-            _node_info("containerRuntimeVersion"),
+            _field_text("status.nodeInfo.containerRuntimeVersion", "<unknown>"),
             1,
         ),
     ),
@@ -547,14 +529,32 @@ _COLUMNS: dict[str, tuple[Column, ...]] = {
         Column("Status", "string", "The aggregate status of the containers.", _pod_reason),
         Column("Restarts", "string", "The number of container restarts.", _pod_restarts),
         _AGE,
-        Column("IP", "string", "IP address allocated to the pod.", _pod_ip, 1),
-        Column("Node", "string", "Name of the node the pod is assigned to.", _pod_node, 1),
-        Column("Nominated Node", "string", "Nominated node name.", _pod_nominated, 1),
+        Column(
+            "IP",
+            "string",
+            "IP address allocated to the pod.",
+            _field_text("status.podIP", "<none>"),
+            1,
+        ),
+        Column(
+            "Node",
+            "string",
+            "Name of the node the pod is assigned to.",
+            _field_text("spec.nodeName", "<none>"),
+            1,
+        ),
+        Column(
+            "Nominated Node",
+            "string",
+            "Nominated node name.",
+            _field_text("status.nominatedNodeName", "<none>"),
+            1,
+        ),
         Column("Readiness Gates", "string", "Pod readiness gates.", _pod_gates, 1),
     ),
     NAMESPACES.resource: (
         _NAME,
-        Column("Status", "string", "The status of the namespace", _namespace_phase),
+        Column("Status", "string", "The status of the namespace", _field_text("status.phase")),
         _AGE,
     ),
     PODDISRUPTIONBUDGETS.resource: (
@@ -581,7 +581,9 @@ _COLUMNS: dict[str, tuple[Column, ...]] = {
     ),
     RUNTIMECLASSES.resource: (
         _NAME,
-        Column("Handler", "string", "Handler specifies the underlying runtime.", _handler),
+        Column(
+            "Handler", "string", "Handler specifies the underlying runtime.", _field_text("handler")
+        ),
         _AGE,
     ),
     DAEMONSETS.resource: (
@@ -647,12 +649,12 @@ _COLUMNS: dict[str, tuple[Column, ...]] = {
     # .metadata.creationTimestamp, so the real server prints the timestamp itself
     NVIDIADRIVERS.resource: (
         _NAME,
-        Column("Status", "string", "", _driver_state),
-        Column("Age", "string", "", _creation_timestamp),
+        Column("Status", "string", "", _field_text("status.state")),
+        Column("Age", "string", "", _field_text("metadata.creationTimestamp")),
     ),
     LEASES.resource: (
         _NAME,
-        Column("Holder", "string", "The holder of the lease.", _lease_holder),
+        Column("Holder", "string", "The holder of the lease.", _field_text("spec.holderIdentity")),
         _AGE,
     ),
     SERVICEACCOUNTS.resource: (
@@ -662,11 +664,21 @@ _COLUMNS: dict[str, tuple[Column, ...]] = {
     ),
     ROLES.resource: (
         _NAME,
-        Column("Created At", "date", "Time the role was created.", _created_at),
+        Column(
+            "Created At",
+            "date",
+            "Time the role was created.",
+            _field_text("metadata.creationTimestamp"),
+        ),
     ),
     CLUSTERROLES.resource: (
         _NAME,
-        Column("Created At", "date", "Time the cluster role was created.", _created_at),
+        Column(
+            "Created At",
+            "date",
+            "Time the cluster role was created.",
+            _field_text("metadata.creationTimestamp"),
+        ),
     ),
     ROLEBINDINGS.resource: _BINDING_COLUMNS,
     CLUSTERROLEBINDINGS.resource: _BINDING_COLUMNS,
@@ -678,24 +690,28 @@ _COLUMNS: dict[str, tuple[Column, ...]] = {
     # printCronJob and printJob of pkg/printers/internalversion
     CRONJOBS.resource: (
         _NAME,
-        Column("Schedule", "string", "The schedule in Cron format.", _cronjob_field("schedule")),
-        Column("Timezone", "string", "The time zone of the schedule.", _cronjob_field("timeZone")),
+        Column(
+            "Schedule",
+            "string",
+            "The schedule in Cron format.",
+            _field_text("spec.schedule", "<none>"),
+        ),
+        Column(
+            "Timezone",
+            "string",
+            "The time zone of the schedule.",
+            _field_text("spec.timeZone", "<none>"),
+        ),
         Column("Suspend", "boolean", "Whether runs are suspended.", _cronjob_suspend),
         Column("Active", "integer", "The number of running jobs.", _cronjob_active),
         Column("Last Schedule", "string", "When a job was last scheduled.", _cronjob_last),
-        _AGE,
-        Column("Containers", "string", "Container names.", _batch_containers("name"), 1),
-        Column("Images", "string", "Container images.", _batch_containers("image"), 1),
-        Column("Selector", "string", "Label selector for pods.", _job_selector, 1),
+        *_BATCH_TAIL,
     ),
     JOBS.resource: (
         _NAME,
         Column("Status", "string", "Status of the job.", _job_status),
         Column("Completions", "string", "Desired and successful completions.", _job_completions),
         Column("Duration", "string", "How long the job ran.", _job_duration),
-        _AGE,
-        Column("Containers", "string", "Container names.", _batch_containers("name"), 1),
-        Column("Images", "string", "Container images.", _batch_containers("image"), 1),
-        Column("Selector", "string", "Label selector for pods.", _job_selector, 1),
+        *_BATCH_TAIL,
     ),
 }
