@@ -7,7 +7,9 @@ Every request reads the raw JSON (`calls.JsonCalls`) instead of the client's mod
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
+import threading
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
@@ -97,12 +99,45 @@ class KubeClient(Closeable):
         self._api = api
         self._timeout = request_timeout_s
         self._calls = JsonCalls(request_timeout_s)
-        self._core = k8s.CoreV1Api(api)
-        self._policy = k8s.PolicyV1Api(api)
-        self._coordination = k8s.CoordinationV1Api(api)
-        self._apps = k8s.AppsV1Api(api)
-        self._node = k8s.NodeV1Api(api)
-        self._custom = k8s.CustomObjectsApi(api)
+
+    # Each API group's class is imported on first use: kubernetes imports an API module with
+    # every model it names and builds its validators, 0.4 s for CoreV1Api and 0.3 s for
+    # AppsV1Api, which `plan` never calls.
+
+    @functools.cached_property
+    def _core(self) -> k8s.CoreV1Api:
+        return k8s.CoreV1Api(self._api)
+
+    @functools.cached_property
+    def _policy(self) -> k8s.PolicyV1Api:
+        return k8s.PolicyV1Api(self._api)
+
+    @functools.cached_property
+    def _coordination(self) -> k8s.CoordinationV1Api:
+        return k8s.CoordinationV1Api(self._api)
+
+    @functools.cached_property
+    def _apps(self) -> k8s.AppsV1Api:
+        return k8s.AppsV1Api(self._api)
+
+    @functools.cached_property
+    def _node(self) -> k8s.NodeV1Api:
+        return k8s.NodeV1Api(self._api)
+
+    @functools.cached_property
+    def _custom(self) -> k8s.CustomObjectsApi:
+        return k8s.CustomObjectsApi(self._api)
+
+    def import_in_background(self) -> None:
+        """Import the API classes `plan`'s reads use (nodes and pods, budgets, custom objects)
+        in a thread of its own, to overlap with other work: a request made meanwhile waits
+        for its class's import (Python's import lock), as it would without this."""
+
+        def load() -> None:
+            for api in ("_core", "_policy", "_custom"):
+                getattr(self, api)
+
+        threading.Thread(target=load, name="kube-import", daemon=True).start()
 
     @classmethod
     def from_kubeconfig(cls, path: str | None = None, context: str | None = None) -> KubeClient:
