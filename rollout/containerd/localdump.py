@@ -3,18 +3,25 @@
 When scripts/fetch-containerd has cached the binary of a node's series, offline planning asks
 that binary what it loads from the node's files (staged, as on the node: see staging.py), so
 built-in defaults, migrations and map rules are containerd's own. Dumps are cached by content:
-a fleet of nodes with the same files costs one dump, and so does asking twice.
+a fleet of nodes with the same files costs one dump, and so does asking twice; the standard
+source also keeps them on disk between runs (rollout.memo.DiskMemo: under the cache's
+`dumps/`, another directory in $ROLLOUT_DUMP_CACHE, none when it says `off`), keyed by the
+binary's digest, the files and this code's own source.
 """
 
 from __future__ import annotations
 
+import functools
+import os
+import sys
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from rollout.commands import CommandFailed, CommandRunner, check
-from rollout.containerd.binaries import BinariesMissing, find_containerd
+from rollout.containerd import dump, staging
+from rollout.containerd.binaries import BinariesMissing, cache_dir, find_containerd
 from rollout.containerd.defaults import (
     Defaults,
     DefaultsSource,
@@ -27,10 +34,11 @@ from rollout.containerd.errors import ConfigRejected
 from rollout.containerd.files import ConfigFiles
 from rollout.containerd.staging import dump_configs
 from rollout.containerd.version import ContainerdVersion
-from rollout.memo import BoundedCache
+from rollout.memo import BoundedCache, DiskMemo, source_digest
 from rollout.transports.local import LocalRunner
 
 CACHE_ENTRIES = 512
+DUMP_CACHE_ENV = "ROLLOUT_DUMP_CACHE"
 
 _Key = tuple[str, str, tuple[tuple[str, str], ...]]
 
@@ -43,6 +51,7 @@ class LocalContainerd:
         runner: CommandRunner | None = None,
         locate: Callable[[str], Path] = find_containerd,
         fallback: DefaultsSource | None = None,
+        store: Callable[[], DiskMemo | None] | None = None,
     ) -> None:
         self._runner: CommandRunner = runner if runner is not None else LocalRunner()
         self._locate = locate
@@ -50,7 +59,8 @@ class LocalContainerd:
         self._dumps: BoundedCache[_Key, dict[str, Any]] = BoundedCache(CACHE_ENTRIES)
         self._labels: dict[str, str] = {}
         self._lock = threading.Lock()
-        self.dumps_run = 0  # how many real dumps this source ran (the cache's misses)
+        self.dumps_run = 0  # how many real dumps this source ran (the caches' misses)
+        self._store = functools.cache(store) if store is not None else None
 
     def load(
         self, files: ConfigFiles, version: ContainerdVersion, configured: Mapping[str, Any]
@@ -63,7 +73,22 @@ class LocalContainerd:
 
     def _dump(self, binary: str, files: ConfigFiles) -> dict[str, Any]:
         key: _Key = (binary, files.main_path, tuple(files.files.items()))
-        return self._dumps.get_or_compute(key, lambda: self._run_dump(binary, files))
+        return self._dumps.get_or_compute(key, lambda: self._kept(binary, files))
+
+    def _kept(self, binary: str, files: ConfigFiles) -> dict[str, Any]:
+        """The dump kept on disk by a run before, else run now (and kept)."""
+        store = self._store() if self._store is not None else None
+        if store is None:
+            return self._run_dump(binary, files)
+        key = [
+            "containerd config dump",
+            _code_digest(),
+            store.file_digest(binary),
+            files.main_path,
+            sorted(files.files.items()),
+        ]
+        tree: dict[str, Any] = store.get_or_compute(key, lambda: self._run_dump(binary, files))
+        return tree
 
     def _run_dump(self, binary: str, files: ConfigFiles) -> dict[str, Any]:
         try:
@@ -85,11 +110,30 @@ class LocalContainerd:
         with self._lock:
             if binary in self._labels:
                 return self._labels[binary]
-        version = binary_version(self._runner, binary)
-        label = f"containerd {version}'s own config dump"
+
+        def read() -> str:
+            return f"containerd {binary_version(self._runner, binary)}'s own config dump"
+
+        store = self._store() if self._store is not None else None
+        if store is None:
+            label = read()
+        else:
+            key = ["containerd --version", _code_digest(), store.file_digest(binary)]
+            label = str(store.get_or_compute(key, read))
         with self._lock:
             self._labels[binary] = label
         return label
+
+
+@functools.cache
+def _code_digest() -> str:
+    """The source of what makes a kept dump: running and staging it, parsing, normalising."""
+    return source_digest(sys.modules[__name__], staging, dump)
+
+
+def dump_store() -> DiskMemo | None:
+    """The disk memo $ROLLOUT_DUMP_CACHE names: unset, `dumps/` in the cache; `off`, none."""
+    return DiskMemo.from_setting(os.environ.get(DUMP_CACHE_ENV), lambda: cache_dir() / "dumps")
 
 
 def binary_version(runner: CommandRunner, binary: str) -> ContainerdVersion:
@@ -106,7 +150,7 @@ def record_defaults(binary: str, runner: CommandRunner | None = None) -> Default
     return Defaults(series, empty, runtime_entry_of(handler, series))
 
 
-_STANDARD = LocalContainerd()
+_STANDARD = LocalContainerd(store=dump_store)
 
 
 def standard_defaults() -> DefaultsSource:
