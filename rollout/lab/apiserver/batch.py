@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rollout.lab.apiserver.errors import StatusCause
+from rollout.lab.apiserver.fielderrors import invalid, max_len_error, not_supported, required
 from rollout.lab.apiserver.resources import CRONJOBS, JOBS, ResourceKind
 
 # A Job's name is the CronJob's plus a dash and up to 10 digits; labels cap it at 63.
@@ -63,18 +64,11 @@ def batch_causes(kind: ResourceKind, obj: Mapping[str, Any]) -> list[StatusCause
         name = str((obj.get("metadata") or {}).get("name") or "")
         causes = []
         if len(name) > MAX_CRONJOB_NAME:
-            causes.append(_invalid("metadata.name", name, "must be no more than 52 characters"))
+            causes.append(invalid("metadata.name", name, max_len_error(MAX_CRONJOB_NAME)))
         causes += _schedule_causes(spec.get("schedule"), spec.get("timeZone"))
         policy = spec.get("concurrencyPolicy")
         if policy not in CONCURRENCY_POLICIES:
-            causes.append(
-                StatusCause(
-                    "FieldValueNotSupported",
-                    f'Unsupported value: "{policy}": supported values: '
-                    + ", ".join(f'"{p}"' for p in CONCURRENCY_POLICIES),
-                    "spec.concurrencyPolicy",
-                )
-            )
+            causes.append(not_supported("spec.concurrencyPolicy", policy, CONCURRENCY_POLICIES))
         causes += _non_negative(spec, "startingDeadlineSeconds", "spec")
         causes += _non_negative(spec, "successfulJobsHistoryLimit", "spec")
         causes += _non_negative(spec, "failedJobsHistoryLimit", "spec")
@@ -89,33 +83,27 @@ def _job_causes(spec: Mapping[str, Any], at: str) -> list[StatusCause]:
     causes = _non_negative(spec, "backoffLimit", at)
     deadline = spec.get("activeDeadlineSeconds")
     if deadline is not None and (not isinstance(deadline, int) or deadline <= 0):
-        causes.append(_invalid(f"{at}.activeDeadlineSeconds", deadline, "must be greater than 0"))
+        causes.append(invalid(f"{at}.activeDeadlineSeconds", deadline, "must be greater than 0"))
     template = (spec.get("template") or {}).get("spec") or {}
     policy = template.get("restartPolicy")
     if policy not in ("OnFailure", "Never"):
         causes.append(
-            StatusCause(
-                "FieldValueNotSupported",
-                f'Unsupported value: "{policy}": supported values: "OnFailure", "Never"',
-                f"{at}.template.spec.restartPolicy",
-            )
+            not_supported(f"{at}.template.spec.restartPolicy", policy, ("OnFailure", "Never"))
         )
     if not template.get("containers"):
-        causes.append(
-            StatusCause("FieldValueRequired", "Required value", f"{at}.template.spec.containers")
-        )
+        causes.append(required(f"{at}.template.spec.containers"))
     return causes
 
 
 def _schedule_causes(schedule: Any, time_zone: Any) -> list[StatusCause]:
     causes: list[StatusCause] = []
     if not schedule:
-        return [StatusCause("FieldValueRequired", "Required value", "spec.schedule")]
+        return [required("spec.schedule")]
     if not isinstance(schedule, str) or parse_schedule(schedule) is None:
-        causes.append(_invalid("spec.schedule", schedule, "unparseable schedule"))
+        causes.append(invalid("spec.schedule", schedule, "unparseable schedule"))
     elif "TZ" in schedule:
         causes.append(
-            _invalid(
+            invalid(
                 "spec.schedule",
                 schedule,
                 "cannot use TZ or CRON_TZ in schedule, use timeZone field instead",
@@ -127,7 +115,7 @@ def _schedule_causes(schedule: Any, time_zone: Any) -> list[StatusCause]:
                 raise ValueError(time_zone)
             zoneinfo.ZoneInfo(time_zone)
         except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
-            causes.append(_invalid("spec.timeZone", time_zone, "unknown time zone"))
+            causes.append(invalid("spec.timeZone", time_zone, "unknown time zone"))
     return causes
 
 
@@ -187,9 +175,4 @@ def _non_negative(spec: Mapping[str, Any], field: str, at: str) -> list[StatusCa
     value = spec.get(field)
     if value is None or (isinstance(value, int) and value >= 0):
         return []
-    return [_invalid(f"{at}.{field}", value, "must be greater than or equal to 0")]
-
-
-def _invalid(field: str, value: Any, why: str) -> StatusCause:
-    shown = f'"{value}"' if isinstance(value, str) else str(value)
-    return StatusCause("FieldValueInvalid", f"Invalid value: {shown}: {why}", field)
+    return [invalid(f"{at}.{field}", value, "must be greater than or equal to 0")]

@@ -20,6 +20,7 @@ from fractions import Fraction
 from typing import Any
 
 from rollout.lab.apiserver.errors import StatusCause
+from rollout.lab.apiserver.fielderrors import invalid, required
 from rollout.lab.quantity import parse_quantity
 
 NATIVE_DOMAIN = "kubernetes.io"
@@ -56,27 +57,18 @@ def _requirement_causes(resources: Mapping[str, Any], path: str) -> list[StatusC
             continue
         if name not in limits:
             causes.append(
-                StatusCause(
-                    "FieldValueRequired",
-                    "Required value: Limit must be set for non overcommitable resources",
-                    f"{path}.limits",
-                )
+                required(f"{path}.limits", "Limit must be set for non overcommitable resources")
             )
         elif value != limits[name][1]:
-            causes.append(
-                StatusCause(
-                    "FieldValueInvalid",
-                    f'Invalid value: "{text}": must be equal to {name} limit of {limits[name][0]}',
-                    f"{path}.requests",
-                )
-            )
+            why = f"must be equal to {name} limit of {limits[name][0]}"
+            causes.append(invalid(f"{path}.requests", text, why))
     return causes
 
 
 def _whole(name: str, text: str, value: Fraction | None, field: str) -> list[StatusCause]:
     if value is None or not is_extended_resource(name) or value.denominator == 1:
         return []
-    return [StatusCause("FieldValueInvalid", f'Invalid value: "{text}": must be an integer', field)]
+    return [invalid(field, text, "must be an integer")]
 
 
 def _quantities(value: Any) -> dict[str, tuple[str, Fraction | None]]:

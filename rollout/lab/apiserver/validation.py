@@ -8,6 +8,13 @@ from typing import Any
 
 from rollout.lab.apiserver.batch import batch_causes
 from rollout.lab.apiserver.errors import ApiError, StatusCause
+from rollout.lab.apiserver.fielderrors import (
+    invalid,
+    max_len_error,
+    not_supported,
+    regex_error,
+    required,
+)
 from rollout.lab.apiserver.podresources import container_resource_causes
 from rollout.lab.apiserver.resources import (
     CONFIGMAPS,
@@ -26,6 +33,32 @@ _DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 _DNS1123_SUBDOMAIN = rf"{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*"
 _CONFIG_KEY = r"[-._a-zA-Z0-9]+"
 _TAINT_EFFECTS = ("NoExecute", "NoSchedule", "PreferNoSchedule")
+_CONFIG_KEY_ERROR = regex_error(
+    "a valid config key must consist of alphanumeric characters, '-', '_' or '.'",
+    _CONFIG_KEY,
+    "key.name",
+    "KEY_NAME",
+    "key-name",
+)
+_PERCENT_ERROR = regex_error(
+    "a valid percent string must be a numeric string followed by an ending '%'",
+    "[0-9]+%",
+    "1%",
+    "93%",
+)
+_DNS1123_LABEL_ERROR = regex_error(
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and "
+    "must start and end with an alphanumeric character",
+    _DNS1123_LABEL,
+    "my-name",
+    "123-abc",
+)
+_DNS1123_SUBDOMAIN_ERROR = regex_error(
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
+    "'.', and must start and end with an alphanumeric character",
+    _DNS1123_SUBDOMAIN,
+    "example.com",
+)
 
 
 def qualified_name_problem(key: str) -> str | None:
@@ -34,21 +67,19 @@ def qualified_name_problem(key: str) -> str | None:
     if "/" in key and not prefix:
         return "prefix part must be non-empty"
     if prefix and (len(prefix) > 253 or not re.fullmatch(_DNS1123_SUBDOMAIN, prefix)):
-        return (
-            "prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
-            "characters, '-' or '.', and must start and end with an alphanumeric character "
-            "(e.g. 'example.com', regex used for validation is "
-            f"'{_DNS1123_SUBDOMAIN}')"
-        )
+        return f"prefix part {_DNS1123_SUBDOMAIN_ERROR}"
     if not name:
         return "name part must be non-empty"
     if len(name) > 63:
-        return "name part must be no more than 63 characters"
+        return f"name part {max_len_error(63)}"
     if not re.fullmatch(_NAME_PART, name):
-        return (
-            "name part must consist of alphanumeric characters, '-', '_' or '.', and must "
-            "start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or "
-            f"'123-abc', regex used for validation is '{_NAME_PART}')"
+        return "name part " + regex_error(
+            "must consist of alphanumeric characters, '-', '_' or '.', and must start and end "
+            "with an alphanumeric character",
+            _NAME_PART,
+            "MyName",
+            "my.name",
+            "123-abc",
         )
     return None
 
@@ -56,13 +87,15 @@ def qualified_name_problem(key: str) -> str | None:
 def label_value_problem(value: str) -> str | None:
     """Why `value` is not a valid label value, or None."""
     if len(value) > 63:
-        return "must be no more than 63 characters"
+        return max_len_error(63)
     if not re.fullmatch(_LABEL_VALUE, value):
-        return (
+        return regex_error(
             "a valid label must be an empty string or consist of alphanumeric characters, "
-            "'-', '_' or '.', and must start and end with an alphanumeric character (e.g. "
-            "'MyValue',  or 'my_value',  or '12345', regex used for validation is "
-            f"'{_LABEL_VALUE}')"
+            "'-', '_' or '.', and must start and end with an alphanumeric character",
+            _LABEL_VALUE,
+            "MyValue",
+            "my_value",
+            "12345",
         )
     return None
 
@@ -108,21 +141,11 @@ def validate_object(
         for field in ("data", "binaryData"):
             for key in obj.get(field) or {}:
                 if not re.fullmatch(_CONFIG_KEY, key):
-                    causes.append(
-                        _invalid(
-                            f"{field}[{key}]",
-                            key,
-                            "a valid config key must "
-                            "consist of alphanumeric characters, '-', '_' or '.' "
-                            f"(e.g. 'key.name',  or 'KEY_NAME',  or "
-                            f"'key-name', regex used for validation is "
-                            f"'{_CONFIG_KEY}')",
-                        )
-                    )
+                    causes.append(invalid(f"{field}[{key}]", key, _CONFIG_KEY_ERROR))
     elif kind == LEASES:
         duration = spec.get("leaseDurationSeconds")
         if duration is not None and (not isinstance(duration, int) or duration <= 0):
-            causes.append(_invalid("spec.leaseDurationSeconds", duration, "must be greater than 0"))
+            causes.append(invalid("spec.leaseDurationSeconds", duration, "must be greater than 0"))
     elif kind == PODDISRUPTIONBUDGETS:
         causes += _pdb_causes(spec)
     elif kind == RUNTIMECLASSES:
@@ -137,54 +160,27 @@ def _metadata_causes(kind: ResourceKind, metadata: Mapping[str, Any]) -> list[St
     causes: list[StatusCause] = []
     name = metadata.get("name")
     if not name:
-        causes.append(
-            StatusCause(
-                "FieldValueRequired",
-                "Required value: name or generateName is required",
-                "metadata.name",
-            )
-        )
+        causes.append(required("metadata.name", "name or generateName is required"))
     elif kind == NAMESPACES:
         if len(name) > 63 or not re.fullmatch(_DNS1123_LABEL, name):
-            causes.append(
-                _invalid(
-                    "metadata.name",
-                    name,
-                    (
-                        "a lowercase RFC 1123 label must consist of lower case alphanumeric "
-                        "characters or '-', and must start and end with an alphanumeric character "
-                        f"(e.g. 'my-name',  or '123-abc', regex used for validation is "
-                        f"'{_DNS1123_LABEL}')"
-                    ),
-                )
-            )
+            causes.append(invalid("metadata.name", name, _DNS1123_LABEL_ERROR))
     elif kind.group == "rbac.authorization.k8s.io":
         # RBAC objects are named like path segments (system:discovery), not like DNS names.
         if name in (".", ".."):
-            causes.append(_invalid("metadata.name", name, f'may not be "{name}"'))
+            causes.append(invalid("metadata.name", name, f'may not be "{name}"'))
         for bad in ("/", "%"):
             if bad in name:
-                causes.append(_invalid("metadata.name", name, f"may not contain '{bad}'"))
+                causes.append(invalid("metadata.name", name, f"may not contain '{bad}'"))
     elif len(name) > 253 or not re.fullmatch(_DNS1123_SUBDOMAIN, name):
-        causes.append(
-            _invalid(
-                "metadata.name",
-                name,
-                (
-                    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
-                    "characters, '-' or '.', and must start and end with an alphanumeric character "
-                    f"(e.g. 'example.com', regex used for validation is '{_DNS1123_SUBDOMAIN}')"
-                ),
-            )
-        )
+        causes.append(invalid("metadata.name", name, _DNS1123_SUBDOMAIN_ERROR))
     for key, value in (metadata.get("labels") or {}).items():
         if (problem := qualified_name_problem(key)) is not None:
-            causes.append(_invalid("metadata.labels", key, problem))
+            causes.append(invalid("metadata.labels", key, problem))
         if (problem := label_value_problem(value)) is not None:
-            causes.append(_invalid("metadata.labels", value, problem))
+            causes.append(invalid("metadata.labels", value, problem))
     for key in metadata.get("annotations") or {}:
         if (problem := qualified_name_problem(key.lower())) is not None:
-            causes.append(_invalid("metadata.annotations", key, problem))
+            causes.append(invalid("metadata.annotations", key, problem))
     return causes
 
 
@@ -192,16 +188,11 @@ def _pod_causes(spec: Mapping[str, Any], old_spec: Mapping[str, Any] | None) -> 
     causes: list[StatusCause] = []
     containers = spec.get("containers") or []
     if not containers:
-        causes.append(StatusCause("FieldValueRequired", "Required value", "spec.containers"))
+        causes.append(required("spec.containers"))
     for i, container in enumerate(containers):
-        if not container.get("name"):
-            causes.append(
-                StatusCause("FieldValueRequired", "Required value", f"spec.containers[{i}].name")
-            )
-        if not container.get("image"):
-            causes.append(
-                StatusCause("FieldValueRequired", "Required value", f"spec.containers[{i}].image")
-            )
+        for field in ("name", "image"):
+            if not container.get(field):
+                causes.append(required(f"spec.containers[{i}].{field}"))
     if old_spec is not None and _mutable_pod_spec(spec) != _mutable_pod_spec(old_spec):
         causes.append(
             StatusCause(
@@ -232,20 +223,11 @@ def _taint_causes(taints: list[Any]) -> list[StatusCause]:
     for i, taint in enumerate(taints):
         key, effect = str(taint.get("key") or ""), str(taint.get("effect") or "")
         if not key:
-            causes.append(
-                StatusCause("FieldValueRequired", "Required value", f"spec.taints[{i}].key")
-            )
+            causes.append(required(f"spec.taints[{i}].key"))
         elif (problem := qualified_name_problem(key)) is not None:
-            causes.append(_invalid(f"spec.taints[{i}].key", key, problem))
+            causes.append(invalid(f"spec.taints[{i}].key", key, problem))
         if effect not in _TAINT_EFFECTS:
-            supported = ", ".join(f'"{e}"' for e in _TAINT_EFFECTS)
-            causes.append(
-                StatusCause(
-                    "FieldValueNotSupported",
-                    f'Unsupported value: "{effect}": supported values: {supported}',
-                    f"spec.taints[{i}].effect",
-                )
-            )
+            causes.append(not_supported(f"spec.taints[{i}].effect", effect, _TAINT_EFFECTS))
         if (key, effect) in seen:
             causes.append(
                 StatusCause(
@@ -271,17 +253,9 @@ def _pdb_causes(spec: Mapping[str, Any]) -> list[StatusCause]:
     for field in ("minAvailable", "maxUnavailable"):
         value = spec.get(field)
         if isinstance(value, str) and not re.fullmatch(r"\d+%", value):
-            causes.append(
-                _invalid(
-                    f"spec.{field}",
-                    value,
-                    "a valid percent string must be a numeric "
-                    "string followed by an ending '%' (e.g. '1%',  or '93%', regex used "
-                    "for validation is '[0-9]+%')",
-                )
-            )
+            causes.append(invalid(f"spec.{field}", value, _PERCENT_ERROR))
         elif isinstance(value, int) and value < 0:
-            causes.append(_invalid(f"spec.{field}", value, "must be greater than or equal to 0"))
+            causes.append(invalid(f"spec.{field}", value, "must be greater than or equal to 0"))
     return causes
 
 
@@ -290,24 +264,10 @@ def _runtime_class_causes(
 ) -> list[StatusCause]:
     """ValidateRuntimeClass: the handler is a DNS label, and it never changes."""
     if old is not None and handler != old_handler:
-        return [_invalid("handler", handler, "field is immutable")]
+        return [invalid("handler", handler, "field is immutable")]
     text = handler if isinstance(handler, str) else ""
     if len(text) > 63:
-        return [_invalid("handler", text, "must be no more than 63 characters")]
+        return [invalid("handler", text, max_len_error(63))]
     if not re.fullmatch(_DNS1123_LABEL, text):
-        return [
-            _invalid(
-                "handler",
-                text,
-                "a lowercase RFC 1123 label must consist of lower case alphanumeric "
-                "characters or '-', and must start and end with an alphanumeric character "
-                f"(e.g. 'my-name',  or '123-abc', regex used for validation is "
-                f"'{_DNS1123_LABEL}')",
-            )
-        ]
+        return [invalid("handler", text, _DNS1123_LABEL_ERROR)]
     return []
-
-
-def _invalid(field: str, value: Any, why: str) -> StatusCause:
-    shown = f'"{value}"' if isinstance(value, str) else str(value)
-    return StatusCause("FieldValueInvalid", f"Invalid value: {shown}: {why}", field)
