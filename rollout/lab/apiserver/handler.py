@@ -8,6 +8,7 @@ import logging
 import socket
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
@@ -252,6 +253,20 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
             raise ApiError.method_not_allowed()
         return self._dispatch_resource(method, route, query, raw)
 
+    def _read_review(
+        self,
+        method: str,
+        name: str | None,
+        raw: bytes,
+        from_protobuf: Callable[[bytes], dict[str, Any]],
+    ) -> Any:
+        """The body of a self review: created only (a POST to the collection), sent as JSON
+        or, as kubectl sends it, as protobuf."""
+        _require_create(method, name)
+        if is_protobuf(self.headers.get("Content-Type") or ""):
+            return from_protobuf(raw)
+        return _decode(raw)
+
     def _dispatch_resource(
         self, method: str, route: Route, query: dict[str, str], raw: bytes
     ) -> Reply:
@@ -262,12 +277,7 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
             raise ApiError.path_not_found()
         dry_run = query.get("dryRun") == "All"
         if kind == SELFSUBJECTACCESSREVIEWS:
-            if method != "POST" or name is not None:
-                raise ApiError.method_not_allowed()
-            if is_protobuf(self.headers.get("Content-Type") or ""):
-                body = decode_self_subject_access_review(raw)
-            else:
-                body = _decode(raw)
+            body = self._read_review(method, name, raw, decode_self_subject_access_review)
             user = self._user
 
             def decide(attributes: RequestAttributes) -> bool:
@@ -275,19 +285,13 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
 
             return Reply(201, review_self_access(body, decide))
         if kind == SELFSUBJECTRULESREVIEWS:
-            if method != "POST" or name is not None:
-                raise ApiError.method_not_allowed()
-            if is_protobuf(self.headers.get("Content-Type") or ""):
-                body = decode_self_subject_rules_review(raw)
-            else:
-                body = _decode(raw)
+            body = self._read_review(method, name, raw, decode_self_subject_rules_review)
             caller = self._user
             return Reply(
                 201, review_self_rules(body, lambda ns: list_rules(registry.store, caller, ns))
             )
         if kind == SELFSUBJECTREVIEWS:
-            if method != "POST" or name is not None:
-                raise ApiError.method_not_allowed()
+            _require_create(method, name)
             return Reply(201, review_self(self._user))
         table = method == "GET" and wants_table(self.headers.get("Accept") or "")
         if name is None:
@@ -535,3 +539,9 @@ def _decode(raw: bytes) -> Any:
         raise ApiError.bad_request(
             f"couldn't get version/kind; json parse error: {error}"
         ) from error
+
+
+def _require_create(method: str, name: str | None) -> None:
+    """A review is only created (POSTed to its collection), never read or listed."""
+    if method != "POST" or name is not None:
+        raise ApiError.method_not_allowed()
