@@ -58,6 +58,7 @@ from rollout.lab.nodes import (
     NodeStatus,
     SshAccess,
     create_node,
+    prepull_images,
     probe_node,
     read_node_pid,
     remove_node_dirs,
@@ -65,8 +66,11 @@ from rollout.lab.nodes import (
     stop_node,
     unmount_root,
     wait_node_ready,
+    write_lab_mirror,
 )
 from rollout.lab.prerequisites import require_prerequisites
+from rollout.lab.registry import registry_host, start_registry, stop_registry
+from rollout.lab.registryimages import PREPULLED, build_images, push_images, served_namespaces
 from rollout.lab.simulation.bootstrap import read_rbac_manifest
 from rollout.transports.local import LocalRunner
 
@@ -317,13 +321,20 @@ def _start_lab(lab: Lab, image: NodeImage, options: LabOptions, progress: Progre
     (lab.lab_dir / KNOWN_HOSTS).write_text(known_hosts)
     _write_inventory(lab)
     _write_kubeconfig(lab)
+    registry = registry_host(lab.nodes[0].address)
+    for node in lab.nodes:
+        write_lab_mirror(lab.node_dirs(node), registry, served_namespaces())
     progress("lab: booting nodes (systemd-nspawn --boot)")
     for node in lab.nodes:
         start_node(node, lab.node_dirs(node))
+    # While the nodes boot: the registry, and the images they pull from it.
+    start_registry(lab.lab_dir, registry, progress)
+    push_images(registry, build_images(image.apt_archives))
     with ThreadPoolExecutor(max_workers=len(lab.nodes)) as pool:
         versions = list(
             pool.map(lambda n: wait_node_ready(n, lab.node_dirs(n), lab.ssh), lab.nodes)
         )
+        list(pool.map(lambda n: prepull_images(n, lab.node_dirs(n), PREPULLED), lab.nodes))
     for node, version in zip(lab.nodes, versions, strict=True):
         progress(f"lab: {node.name} {node.address} ready: {version}")
     if not options.controlplane:
@@ -360,6 +371,7 @@ def tear_down_lab(lab_dir: Path, progress: Progress = print) -> None:
             _tear_down(Lab.from_lab_dir(lab_dir), progress, remove_files=True)
         else:
             stop_controlplane(lab_dir, progress)
+            stop_registry(lab_dir, progress)
             _unmount_strays(lab_dir)
     shutil.rmtree(lab_dir)
     progress(f"lab: removed {lab_dir}")
@@ -367,6 +379,7 @@ def tear_down_lab(lab_dir: Path, progress: Progress = print) -> None:
 
 def _tear_down(lab: Lab, progress: Progress, *, remove_files: bool) -> None:
     stop_controlplane(lab.lab_dir, progress)
+    stop_registry(lab.lab_dir, progress)
 
     def stop(node: NodeSpec) -> None:
         dirs = lab.node_dirs(node)

@@ -92,6 +92,11 @@ class NodeImage:
     def base(self) -> Path:
         return self.directory / "base"
 
+    @property
+    def apt_archives(self) -> Path:
+        """The .debs debootstrap installed the base from (the lab registry's images' source)."""
+        return self.base / "var/cache/apt/archives"
+
     def layer(self, series: str) -> Path:
         """The containerd layer of one series (1.6, 1.7, 2.1)."""
         if series not in SERIES:

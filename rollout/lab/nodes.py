@@ -35,6 +35,7 @@ from typing import Any
 import tomli_w
 
 from rollout.commands import CommandResult, check
+from rollout.containerd import HostEndpoint, hosts_toml_path, render_hosts_toml
 from rollout.errors import RolloutError
 from rollout.lab.description import LabNode
 from rollout.lab.image import DRIVER_VERSION_FILE, NodeImage
@@ -58,6 +59,24 @@ START_TIMEOUT_S = 10.0
 REBOOT_GAP_S = 5.0
 NODE_PROCESS_MODULE = "rollout.lab.nodeprocess"
 POLL_S = 0.25
+# What runc needs to start a pod's containers inside a node (measured, docs/lab.md "Pods
+# through the CRI"): CAP_NET_ADMIN (a container's network namespace, the device cgroup's BPF
+# program), CAP_BPF, and the bpf and keyring system calls nspawn's filter denies.
+NSPAWN_RUNTIME_OPTIONS = (
+    "--capability=CAP_NET_ADMIN,CAP_BPF",
+    "--system-call-filter=bpf keyctl add_key request_key",
+)
+CONTAINERD_STATE = "/var/lib/containerd"
+# Where the lab's own registry mirror config lives (not containerd's config_path): what `lab up`
+# pulls every node's images through (prepull_images).
+LAB_CERTS_DIR = "/etc/rollout-lab/certs.d"
+# The NVIDIA runtime's BinaryName of each handler the toolkit adds (data/toolkit/nvidia-toolkit).
+NVIDIA_RUNTIMES = (
+    "/usr/local/nvidia/toolkit/nvidia-container-runtime",
+    "/usr/local/nvidia/toolkit/nvidia-container-runtime.cdi",
+    "/usr/local/nvidia/toolkit/nvidia-container-runtime.legacy",
+)
+PULL_TIMEOUT_S = 60.0
 
 
 class NodeFailed(RolloutError):
@@ -94,6 +113,11 @@ class NodeDirs:
     def root(self) -> Path:
         """The node's root filesystem (the merged overlay)."""
         return self.directory / "merged"
+
+    @property
+    def containerd_state(self) -> Path:
+        """containerd's /var/lib/containerd, bound into the node (snapshots, images)."""
+        return self.directory / "containerd"
 
     @property
     def console_log(self) -> Path:
@@ -176,7 +200,7 @@ def create_node(spec: NodeSpec, image: NodeImage, dirs: NodeDirs, authorized_key
     """
     if _is_mounted(dirs.root):
         raise NodeFailed(f"{spec.name}: {dirs.root} is already mounted; run `rollout lab down`")
-    for directory in (dirs.upper, dirs.work, dirs.root):
+    for directory in (dirs.upper, dirs.work, dirs.root, dirs.containerd_state):
         directory.mkdir(parents=True, exist_ok=True)
     lower = ":".join(str(p) for p in image.lower_dirs(spec.containerd))
     options = f"lowerdir={lower},upperdir={dirs.upper},workdir={dirs.work}"
@@ -191,6 +215,8 @@ def create_node(spec: NodeSpec, image: NodeImage, dirs: NodeDirs, authorized_key
 
 def _write_identity(spec: NodeSpec, dirs: NodeDirs, authorized_key: str) -> None:
     _write(dirs.host_path("/etc/hostname"), spec.name + "\n")
+    # containerd writes each pod sandbox's hosts file from the node's.
+    _write(dirs.host_path("/etc/hosts"), f"127.0.0.1\tlocalhost\n127.0.1.1\t{spec.name}\n")
     _write(dirs.host_path("/etc/machine-id"), uuid.uuid4().hex + "\n")
     _write(
         dirs.host_path("/etc/ssh/sshd_config.d/50-rollout-lab.conf"),
@@ -237,13 +263,17 @@ def _write_gpu_files(spec: NodeSpec, dirs: NodeDirs) -> None:
     # Before /usr/bin on PATH: the node's kernel messages are its kernel-log stand-in.
     _write(dirs.host_path("/usr/local/bin/dmesg"), _data_text("dmesg"), mode=0o755)
     _write(dirs.host_path(UNIT_DROP_IN), _data_text("containerd-running-record.conf"))
+    runtime = _data_text("nvidia-container-runtime")
+    for binary in NVIDIA_RUNTIMES:
+        _write(dirs.host_path(binary), runtime, mode=0o755)
 
 
 def write_containerd_config(spec: NodeSpec, dirs: NodeDirs) -> None:
     """Lay out /etc/containerd as the GPU Operator leaves it on a node of this series.
 
     config.toml is Debian's packaged file (version 2 on every series) with the toolkit's
-    `imports` added: the toolkit keeps the top-level file's version and only adds imports.
+    `imports` added (the toolkit keeps the top-level file's version and only adds imports)
+    and `restrict_oom_score_adj`, which pods need on the lab's hosts.
     conf.d/99-nvidia.toml is not written here: the node's toolkit unit (rollout.lab.toolkit)
     writes it from `containerd config dump` whenever the toolkit pod starts it.
     """
@@ -252,9 +282,52 @@ def write_containerd_config(spec: NodeSpec, dirs: NodeDirs) -> None:
     imports = [f"{CONTAINERD_DROP_IN_DIR}/*.toml"]
     ordered: dict[str, Any] = {"version": main.pop("version", 2), "imports": imports}
     ordered.update((k, v) for k, v in main.items() if k != "imports")
+    # The host keeps CAP_SYS_RESOURCE from the nodes, so runc cannot give a pod sandbox the
+    # oom_score_adj of -998 the CRI asks for ("failed to update /proc/self/oom_score_adj:
+    # Permission denied"); containerd's own option for such hosts caps it at its own.
+    cri = ordered.setdefault("plugins", {}).setdefault("io.containerd.grpc.v1.cri", {})
+    cri["restrict_oom_score_adj"] = True
     _write(main_path, tomli_w.dumps(ordered))
     dirs.host_path(CONTAINERD_DROP_IN_DIR).mkdir(parents=True, exist_ok=True)
     install_toolkit(dirs.root)
+
+
+def write_lab_mirror(dirs: NodeDirs, registry: str, namespaces: Sequence[str]) -> None:
+    """The lab's own hosts.toml for each registry namespace: the lab registry (host:port) as
+    its mirror, under LAB_CERTS_DIR, which containerd does not read (only prepull_images)."""
+    for namespace in namespaces:
+        text = render_hosts_toml(f"https://{namespace}", [HostEndpoint(f"http://{registry}")])
+        _write(dirs.host_path(hosts_toml_path(LAB_CERTS_DIR, namespace)), text)
+
+
+def prepull_images(spec: NodeSpec, dirs: NodeDirs, images: Sequence[str]) -> None:
+    """Pull the images every node already has (the sandbox image of its containerd, the
+    smoke image) into the CRI's namespace, through the lab's mirror (write_lab_mirror)."""
+    pid = read_node_pid(spec, dirs)
+    if pid is None:
+        raise NodeFailed(f"{spec.name}: not running; cannot pull its images")
+    for image in (sandbox_image(dirs), *images):
+        argv = ["ctr", "--namespace=k8s.io", "images", "pull", f"--hosts-dir={LAB_CERTS_DIR}"]
+        result = run_in_node(dirs, [*argv, image], pid, timeout_s=PULL_TIMEOUT_S)
+        if not result.ok:
+            raise NodeFailed(f"{spec.name}: pulling {image} failed: {result.tail()}")
+
+
+def sandbox_image(dirs: NodeDirs) -> str:
+    """The pod sandbox image of the node's running containerd (1.x or 2.x layout)."""
+    record = dirs.host_path(RUNNING_RECORD)
+    try:
+        plugins = tomllib.loads(record.read_text()).get("plugins") or {}
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise NodeFailed(f"cannot read the sandbox image from {record}: {error}") from error
+    v1 = (plugins.get("io.containerd.grpc.v1.cri") or {}).get("sandbox_image")
+    v2 = ((plugins.get("io.containerd.cri.v1.images") or {}).get("pinned_images") or {}).get(
+        "sandbox"
+    )
+    image = v1 or v2
+    if not image:
+        raise NodeFailed(f"{record} names no sandbox image")
+    return str(image)
 
 
 def start_node(spec: NodeSpec, dirs: NodeDirs) -> int:
@@ -275,6 +348,10 @@ def start_node(spec: NodeSpec, dirs: NodeDirs) -> int:
         # Never create journal directories on the host.
         "--link-journal=no",
         "--console=pipe",
+        *NSPAWN_RUNTIME_OPTIONS,
+        # containerd's snapshots are overlay mounts, whose upper directory cannot be on the
+        # node's own overlay root: its state lives on the host's file system.
+        f"--bind={dirs.containerd_state}:{CONTAINERD_STATE}",
     ]
     env = dict(os.environ)
     cgroups: tuple[Path, ...] = ()

@@ -33,6 +33,7 @@ from rollout.lab.apiserver.errors import ApiError
 from rollout.lab.apiserver.metadata import format_timestamp
 from rollout.lab.apiserver.registry import DeleteOptions, Registry
 from rollout.lab.apiserver.resources import CONFIGMAPS, NODES, PODS
+from rollout.lab.cri import ContainerRequest, PodOutcome
 from rollout.lab.description import GpuDescription, NodeDescription
 from rollout.lab.simulation.events import EventRecorder
 from rollout.lab.simulation.gpuoperator import (
@@ -166,6 +167,10 @@ class Kubelet:
     _commands: dict[str, Future[NodeCommandOutcome | None]] = field(
         default_factory=dict, init=False
     )
+    # uid -> a pod's run through the node's CRI; its tries so far; its sandboxes on the node
+    _cri_runs: dict[str, Future[PodOutcome]] = field(default_factory=dict, init=False)
+    _cri_attempts: dict[str, int] = field(default_factory=dict, init=False)
+    _sandboxes: dict[str, list[str]] = field(default_factory=dict, init=False)
     _pool: ThreadPoolExecutor = field(init=False)
 
     def __post_init__(self) -> None:
@@ -262,8 +267,8 @@ class Kubelet:
             if waiting_reason(pod) is None:
                 self._write_pod(pod, lambda p: set_waiting(p, "PodInitializing", "", now))
             return False
-        if self._handler_ok(pod):
-            return True
+        if self._through_cri(pod) or self._handler_ok(pod):
+            return True  # the CRI answers for the handler itself
         runtime_class = pod["spec"]["runtimeClassName"]
         error = f'failed to get sandbox runtime: no runtime for "{runtime_class}" is configured'
         if in_sandbox:
@@ -289,7 +294,7 @@ class Kubelet:
         if not self._toolkit_container_started(pod, now):
             return
         wanted = gpu_request(pod)
-        if wanted and self._allocate(uid, wanted) is None:
+        if wanted and uid not in self._devices.allocations and self._allocate(uid, wanted) is None:
             free = len(self._free_slots())
             message = (
                 f"Allocate failed due to requested number of devices unavailable for "
@@ -297,6 +302,9 @@ class Kubelet:
             )
             self._write_pod(pod, lambda p: set_failed(p, "UnexpectedAdmissionError", message))
             self._recorder.record(pod, "Warning", "UnexpectedAdmissionError", message)
+            return
+        if self._through_cri(pod):
+            self._run_through_cri(pod, now)
             return
         ip = f"10.244.{self.node_index}.{self._ip_counter % 250 + 2}"
         self._ip_counter += 1
@@ -307,6 +315,107 @@ class Kubelet:
             # the container's command, run on the node with the GPUs the pod was given
             visible = ",".join(g.uuid for g in self._visible_gpus(uid))
             self._commands[uid] = self._pool.submit(self._run_command, smoke[1], visible)
+
+    def _through_cri(self, pod: Mapping[str, Any]) -> bool:
+        """A smoke pod naming a runtime class runs through the node's own containerd."""
+        return (
+            bool(pod["spec"].get("runtimeClassName"))
+            and runs_nvidia_smi(pod) is not None
+            and self.probe.runs_pods(self.name)
+        )
+
+    def _run_through_cri(self, pod: dict[str, Any], now: float) -> None:
+        """Sandbox, image, container through the CRI (in the node's worker); a pod whose
+        container never started waits with containerd's error and is tried again after a
+        back-off, each try in a sandbox of its own; one that ran ends with its exit status."""
+        uid = pod["metadata"]["uid"]
+        due, _ = self._backoff.get(uid, (now, 0.0))
+        if now < due:
+            return
+        run = self._cri_runs.get(uid)
+        if run is None:
+            attempt = self._cri_attempts.get(uid, 0)
+            self._cri_attempts[uid] = attempt + 1
+            request = self._container_request(pod, attempt)
+            self._cri_runs[uid] = self._pool.submit(self.probe.run_pod, self.name, request)
+            if waiting_reason(pod) is None:
+                self._write_pod(pod, lambda p: set_waiting(p, "ContainerCreating", "", now))
+            return
+        if not run.done():
+            return
+        del self._cri_runs[uid]
+        try:
+            outcome = run.result()
+        except RolloutError as error:  # the compiled CRI API is missing on this host
+            outcome = PodOutcome(None, reason="FailedCreatePodSandBox", message=str(error))
+        if outcome.sandbox_id is not None:
+            self._sandboxes.setdefault(uid, []).append(outcome.sandbox_id)
+        if not outcome.started:
+            self._cri_failed(pod, outcome, now)
+            return
+        self._backoff.pop(uid, None)
+        ip = self.node.address  # the sandbox shares the node's network
+        meta = pod["metadata"]
+        container = str(pod["spec"]["containers"][0]["name"])
+        self.registry.write_log(meta["namespace"], meta["name"], container, outcome.output)
+        self._write_pod(pod, lambda p: set_running(p, self.node.address, ip, now))
+        self._write_pod(pod, lambda p: set_terminated(p, now, outcome.exit_code))
+        self._release(uid)
+
+    def _container_request(self, pod: Mapping[str, Any], attempt: int) -> ContainerRequest:
+        meta, spec = pod["metadata"], pod["spec"]
+        container = spec["containers"][0]
+        command = [*(container.get("command") or []), *(container.get("args") or [])]
+        env = {str(e["name"]): str(e.get("value", "")) for e in container.get("env") or []}
+        if gpu_request(pod):
+            # What the device plugin's Allocate answers: the GPUs given to the container.
+            visible = ",".join(g.uuid for g in self._visible_gpus(meta["uid"]))
+            env["NVIDIA_VISIBLE_DEVICES"] = visible
+        return ContainerRequest(
+            namespace=str(meta["namespace"]),
+            pod=str(meta["name"]),
+            uid=str(meta["uid"]),
+            container=str(container["name"]),
+            image=str(container.get("image", "")),
+            command=[str(word) for word in command],
+            handler=str(spec["runtimeClassName"]),
+            env=env,
+            attempt=attempt,
+        )
+
+    def _cri_failed(self, pod: dict[str, Any], outcome: PodOutcome, now: float) -> None:
+        """As the kubelet reports a container that could not start: its waiting reason and
+        message, an event, a back-off before the next try."""
+        uid = pod["metadata"]["uid"]
+        _, previous = self._backoff.get(uid, (now, 0.0))
+        delay = min(
+            max(previous * 2, self.timings.crash_backoff_s), self.timings.crash_backoff_max_s
+        )
+        self._backoff[uid] = (now + delay, delay)
+        if outcome.reason == "FailedCreatePodSandBox":
+            reason, message = "ContainerCreating", ""
+            event = f"Failed to create pod sandbox: {outcome.message}"
+        else:
+            reason, message = outcome.reason, outcome.message
+            image = pod["spec"]["containers"][0].get("image", "")
+            failed = "Failed to pull image" if reason == "ErrImagePull" else "Error:"
+            event = (
+                f'{failed} "{image}": {message}'
+                if reason == "ErrImagePull"
+                else f"{failed} {message}"
+            )
+        self._write_pod(pod, lambda p: set_waiting(p, reason, message, now))
+        self._recorder.record(
+            pod, "Warning", outcome.reason if reason == "ContainerCreating" else "Failed", event
+        )
+        for sandbox in self._sandboxes.pop(uid, []):
+            self._pool.submit(self._remove_sandbox, sandbox)
+
+    def _remove_sandbox(self, sandbox_id: str) -> None:
+        try:
+            self.probe.remove_pod_sandbox(self.name, sandbox_id)
+        except Exception as error:
+            log.info("kubelet %s: sandbox %s not removed: %s", self.name, sandbox_id[:12], error)
 
     def _restart_pod(self, pod: dict[str, Any], now: float) -> None:
         """After a reboot: a new sandbox, then the containers, one restart more."""
@@ -355,6 +464,8 @@ class Kubelet:
                 return  # the unit still runs, or its stop does
         elif now - since < self.timings.container_stop_s:
             return
+        for sandbox in self._sandboxes.pop(uid, []):
+            self._pool.submit(self._remove_sandbox, sandbox)
         if not holder_stopped(self.node.root, pod):
             return  # its operand stand-in process still runs on the node
         meta = pod["metadata"]
@@ -478,6 +589,12 @@ class Kubelet:
             if uid not in active:
                 self._release(uid)
         present = {p["metadata"]["uid"] for p in pods}
+        for uid in [u for u in self._sandboxes if u not in present]:
+            # the pod is gone (deleted with no grace): its sandbox goes too
+            for sandbox in self._sandboxes.pop(uid):
+                self._pool.submit(self._remove_sandbox, sandbox)
+        for uid in [u for u in self._cri_attempts if u not in present]:
+            del self._cri_attempts[uid]
         for memory in (self._first_seen, self._running_since, self._backoff):
             for uid in list(memory):
                 if uid not in active:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from rollout.lab.cri import ContainerRequest, CriPodRunner, PodOutcome
 from rollout.lab.description import LabDescription
 from rollout.lab.toolkit import TOOLKIT_UNIT
 from rollout.transports.local import LocalRunner
@@ -90,6 +91,18 @@ class NodeRuntimeProbe(Protocol):
     ) -> NodeCommandOutcome | None:
         """Run a container's command on its node, with the environment the container runtime
         gives it; None where there is no node to run it on (a control plane without nodes)."""
+        ...
+
+    def runs_pods(self, node: str) -> bool:
+        """Whether `node` has a containerd whose CRI runs pods (run_pod)."""
+        ...
+
+    def run_pod(self, node: str, request: ContainerRequest) -> PodOutcome:
+        """Run a pod's one container to its end through the node's CRI (rollout.lab.cri)."""
+        ...
+
+    def remove_pod_sandbox(self, node: str, sandbox_id: str) -> None:
+        """Stop and remove a pod's sandbox on the node (its pod was deleted)."""
         ...
 
 
@@ -176,14 +189,36 @@ class RunningConfigProbe:
         result = LocalRunner().run(command, timeout_s=NODE_COMMAND_TIMEOUT_S)
         return NodeCommandOutcome(result.exit_code, result.stdout + result.stderr)
 
+    def runs_pods(self, node: str) -> bool:
+        return node in self._roots
+
+    def run_pod(self, node: str, request: ContainerRequest) -> PodOutcome:
+        root = self._proc_root(node)
+        if root is None:
+            return PodOutcome(None, reason="FailedCreatePodSandBox", message=f"{node} is down")
+        return CriPodRunner(root).run(request)
+
+    def remove_pod_sandbox(self, node: str, sandbox_id: str) -> None:
+        root = self._proc_root(node)
+        if root is not None:
+            CriPodRunner(root).remove_sandbox(sandbox_id)
+
+    def _proc_root(self, node: str) -> Path | None:
+        """The node's root as its own processes see it (its /run is the node's tmpfs)."""
+        init = self._container_init(node)
+        return Path(f"/proc/{init}/root") if init else None
+
     def _enter(self, node: str) -> list[str] | None:
         """The nsenter words that run a command inside the node's container; None while the
         node is not running."""
+        init = self._container_init(node)
+        return None if init is None else ["nsenter", f"--target={init}", "--all"]
+
+    def _container_init(self, node: str) -> str | None:
+        """The pid of the init of the node's container; None while the node is not running."""
         root = self._roots.get(node)
         leader = _container_leader(root.parent / NSPAWN_PID_NAME) if root else None
-        if leader is None:
-            return None
-        return ["nsenter", f"--target={leader.split(':')[1]}", "--all"]
+        return None if leader is None else leader.split(":")[1]
 
 
 def _container_leader(pid_file: Path) -> str | None:
@@ -253,6 +288,16 @@ class FixedRuntimeProbe:
     ) -> NodeCommandOutcome | None:
         """No node to run it on."""
         return None
+
+    def runs_pods(self, node: str) -> bool:
+        """No node: pods run as the description says (the kubelet's stand-in)."""
+        return False
+
+    def run_pod(self, node: str, request: ContainerRequest) -> PodOutcome:
+        raise NotImplementedError("FixedRuntimeProbe runs no pods (runs_pods is False)")
+
+    def remove_pod_sandbox(self, node: str, sandbox_id: str) -> None:
+        raise NotImplementedError("FixedRuntimeProbe runs no pods (runs_pods is False)")
 
     def _default_state(self) -> RuntimeState:
         return RuntimeState(True, True, "boot-0", f"run-{next(self._runs)}")
