@@ -7,11 +7,12 @@ live node) can name it; the message itself names the node-side path too, for dir
 
 from __future__ import annotations
 
-from rollout.errors import BadInput, ExitCode, RolloutError
+from rollout.errors import BadInput, RolloutError
 
 
 class ContainerdConfigError(RolloutError):
-    """Root of the errors the containerd config engine raises on purpose."""
+    """Root of the errors the containerd config engine raises on purpose; those that are also
+    BadInput (the files or versions given) exit as bad input."""
 
     def __init__(
         self,
@@ -38,43 +39,29 @@ class ContainerdConfigError(RolloutError):
 class VersionUnknown(ContainerdConfigError, BadInput):
     """`containerd --version` output, or a config `version` key, rollout cannot read."""
 
-    exit_code = ExitCode.BAD_INPUT
-
 
 class UnsupportedVersion(ContainerdConfigError, BadInput):
     """A containerd release or config version rollout has no merge model for."""
-
-    exit_code = ExitCode.BAD_INPUT
 
 
 class ConfigParseError(ContainerdConfigError, BadInput):
     """A config file is not valid TOML (containerd would refuse to start)."""
 
-    exit_code = ExitCode.BAD_INPUT
-
 
 class ImportMissing(ContainerdConfigError, BadInput):
     """An `imports` entry names a file that is not there; containerd 1.x refuses to start."""
-
-    exit_code = ExitCode.BAD_INPUT
 
 
 class UnknownCriSetting(ContainerdConfigError, BadInput):
     """An intent key rollout cannot place in the CRI plugin tables of a containerd version."""
 
-    exit_code = ExitCode.BAD_INPUT
-
 
 class SettingTypeError(ContainerdConfigError, BadInput):
     """A setting whose value containerd cannot load into the field it names (wrong type)."""
 
-    exit_code = ExitCode.BAD_INPUT
-
 
 class ConfigRejected(ContainerdConfigError, BadInput):
     """containerd itself refuses to load the files (its own `config dump` fails on them)."""
-
-    exit_code = ExitCode.BAD_INPUT
 
 
 class SynthesisError(ContainerdConfigError):

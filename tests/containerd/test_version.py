@@ -10,10 +10,11 @@ from rollout.containerd import (
     UnsupportedVersion,
     VersionUnknown,
     cri_plugin_ids,
+    errors,
     parse_version,
     read_config_version,
 )
-from rollout.errors import RolloutError
+from rollout.errors import BadInput, ExitCode, RolloutError
 
 OUTPUTS = [
     (
@@ -107,3 +108,16 @@ def test_cri_plugin_ids() -> None:
     )
     with pytest.raises(UnsupportedVersion):
         cri_plugin_ids(1)
+
+
+def test_the_engines_input_errors_exit_as_bad_input_and_the_others_as_failures() -> None:
+    classes = [
+        c
+        for c in vars(errors).values()
+        if isinstance(c, type) and issubclass(c, errors.ContainerdConfigError)
+    ]
+    bad_input = {c.__name__ for c in classes if issubclass(c, BadInput)}
+    assert bad_input >= {"VersionUnknown", "ConfigParseError", "ConfigRejected"}
+    for error in classes:
+        expected = ExitCode.BAD_INPUT if error.__name__ in bad_input else ExitCode.FAILED
+        assert error.exit_code == expected, error.__name__
