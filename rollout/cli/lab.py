@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from rollout.errors import BadInput
@@ -55,8 +56,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         required=True,
     )
 
-    up = commands.add_parser("up", help="build the node image if needed and start the lab")
-    _add_lab_dir(up)
+    up = _add_command(commands, "up", run_up, "build the node image if needed and start the lab")
     up.add_argument("--nodes", type=int, default=DEFAULT_NODES, help="number of nodes (4)")
     up.add_argument(
         "--containerd",
@@ -84,38 +84,32 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="start the nodes only",
     )
     _add_fault_arguments(up)
-    up.set_defaults(func=run_up)
 
-    down = commands.add_parser("down", help="stop everything and delete the lab directory")
-    _add_lab_dir(down)
-    down.set_defaults(func=run_down)
-
-    status = commands.add_parser("status", help="show nodes and control plane")
-    _add_lab_dir(status)
-    status.set_defaults(func=run_status)
+    _add_command(commands, "down", run_down, "stop everything and delete the lab directory")
+    _add_command(commands, "status", run_status, "show nodes and control plane")
 
     scenarios = "\n".join(f"  {s.name:<26} {s.summary}" for s in SCENARIOS)
-    breaker = commands.add_parser(
+    breaker = _add_command(
+        commands,
         "break",
-        help="inject a failure for rehearsal (heal puts the lab back)",
+        run_break,
+        "inject a failure for rehearsal (heal puts the lab back)",
         description="Inject one failure of the troubleshooting tree into the lab, for real "
         "(files on the node, containerd restarted, API objects), recording how to undo it.",
         epilog="scenarios:\n" + scenarios,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    _add_lab_dir(breaker)
     breaker.add_argument("scenario", metavar="SCENARIO", help="one of the scenarios below")
     breaker.add_argument("node", metavar="NODE", nargs="?", help="default: the first that suits")
-    breaker.set_defaults(func=run_break)
 
-    pools = commands.add_parser(
+    pools = _add_command(
+        commands,
         "driver-pools",
-        help="manage the drivers by NVIDIADriver resources, one per pool of nodes",
+        run_driver_pools,
+        "manage the drivers by NVIDIADriver resources, one per pool of nodes",
         description="Label each pool's nodes, create one NVIDIADriver per pool at the "
         "ClusterPolicy's driver version, and set the ClusterPolicy's "
         "driver.useNvidiaDriverCRD: the operator then runs one driver DaemonSet per pool.",
     )
-    _add_lab_dir(pools)
     pools.add_argument(
         "pools",
         metavar="POOL=NODE[,NODE...]",
@@ -123,16 +117,15 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         type=_pool,
         help="a pool (the NVIDIADriver's name) and its nodes",
     )
-    pools.set_defaults(func=run_driver_pools)
 
-    heal = commands.add_parser("heal", help="undo what `lab break` did (one node or all)")
-    _add_lab_dir(heal)
+    heal = _add_command(commands, "heal", run_heal, "undo what `lab break` did (one node or all)")
     heal.add_argument("node", metavar="NODE", nargs="?", help="default: every node")
-    heal.set_defaults(func=run_heal)
 
-    faults = commands.add_parser(
+    faults = _add_command(
+        commands,
         "faults",
-        help="inject API and SSH faults into a running lab (or show what is injected)",
+        run_faults,
+        "inject API and SSH faults into a running lab (or show what is injected)",
         description="Fault the lab on purpose, reproducibly: the API server answers 500, 503, "
         "429 with Retry-After, 409 on updates, resets connections, answers after the "
         "client's timeout or cuts watches; SSH sessions are cut mid-command, sshd refuses "
@@ -141,31 +134,50 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "LAB_DIR/faults.log.",
         epilog="examples:\n  rollout lab faults api=0.2,ssh=0.1 --seed 7\n"
         "  rollout lab faults api-write=once,kinds=503\n  rollout lab faults off",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    _add_lab_dir(faults)
     faults.add_argument("spec", metavar="SPEC", nargs="?", help=SPEC_HELP)
     faults.add_argument("--seed", type=int, default=0, help="the faults' seed (0)")
-    faults.set_defaults(func=run_faults)
 
-    kill = commands.add_parser(
+    kill = _add_command(
+        commands,
         "kill",
-        help="kill a node at once, as on a power cut (optionally boot it again)",
+        run_kill,
+        "kill a node at once, as on a power cut (optionally boot it again)",
         description="Kill NODE's container at once (no shutdown: every process, sshd "
         "included, gets SIGKILL), logged in LAB_DIR/faults.log. With --boot-after, wait that "
         "long, boot it again and wait until containerd is active.",
     )
-    _add_lab_dir(kill)
     kill.add_argument("node", metavar="NODE")
     kill.add_argument(
         "--boot-after", type=float, default=None, metavar="SECONDS", help="boot it again then"
     )
-    kill.set_defaults(func=run_kill)
 
-    boot = commands.add_parser("boot", help="boot a killed node again")
-    _add_lab_dir(boot)
+    boot = _add_command(commands, "boot", run_boot, "boot a killed node again")
     boot.add_argument("node", metavar="NODE")
-    boot.set_defaults(func=run_boot)
+
+
+def _add_command(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    run: Callable[[argparse.Namespace], int],
+    help: str,
+    description: str | None = None,
+    epilog: str | None = None,
+) -> argparse.ArgumentParser:
+    """A lab subcommand: its help, `--lab-dir` and `run` as its handler; an epilog is shown
+    as written (it lists examples or scenarios, one a line)."""
+    parser = commands.add_parser(
+        name,
+        help=help,
+        description=description,
+        epilog=epilog,
+        formatter_class=(
+            argparse.RawDescriptionHelpFormatter if epilog else argparse.HelpFormatter
+        ),
+    )
+    _add_lab_dir(parser)
+    parser.set_defaults(func=run)
+    return parser
 
 
 def run_up(args: argparse.Namespace) -> int:
