@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -145,7 +146,10 @@ def gather_fleet_facts(
             raise
         return node_facts_from(name, ssh, node, bound)
 
-    results = run_on_nodes(list(runners.values()), probe, max_parallel=max_parallel)
+    # the cluster's own reads wait on no node: made meanwhile, reported after the nodes'
+    with ThreadPoolExecutor(1, thread_name_prefix="rollout-cluster") as pool:
+        cluster = pool.submit(gather_cluster_facts, spec, kube)
+        results = run_on_nodes(list(runners.values()), probe, max_parallel=max_parallel)
     failures = [
         f"{name}: {res}"
         for name, res in results.items()
@@ -160,7 +164,7 @@ def gather_fleet_facts(
     nodes = with_plan_facts(spec, runners, nodes, max_parallel)
     return FleetFacts(
         nodes=tuple(sorted(nodes, key=lambda n: n.name)),
-        cluster=gather_cluster_facts(spec, kube),
+        cluster=cluster.result(),
         source=source,
     )
 
