@@ -237,13 +237,26 @@ def test_default_profile_applies_after_the_operator_restarts_plugins(
 # -------------------------------------------------------------- runtime handler
 
 
+def lose_the_handler(core: client.CoreV1Api, probe: FixedRuntimeProbe) -> Any:
+    """lab-node-1's containerd loses the nvidia handler once the node advertises its GPUs;
+    returns the device plugin pod that ran then."""
+    wait_for(lambda: gpus(core, "lab-node-1") == ("2", "2"))
+    running = plugin_pod(core, "lab-node-1")
+    probe.set_handlers("lab-node-1", {"runc"})
+    return running
+
+
+def restore_the_handler(core: client.CoreV1Api, probe: FixedRuntimeProbe) -> None:
+    """The handler comes back, and with it lab-node-1's GPUs."""
+    probe.set_handlers("lab-node-1", {"runc", "nvidia"})
+    wait_for(lambda: gpus(core, "lab-node-1") == ("2", "2"))
+
+
 def test_a_running_device_plugin_survives_losing_the_handler_until_its_pod_restarts(
     core: client.CoreV1Api, probe: FixedRuntimeProbe
 ) -> None:
     """KillMode=process: the handler's loss shows when the plugin's pod next starts."""
-    wait_for(lambda: gpus(core, "lab-node-1") == ("2", "2"))
-    running = plugin_pod(core, "lab-node-1")
-    probe.set_handlers("lab-node-1", {"runc"})
+    running = lose_the_handler(core, probe)
     time.sleep(0.5)  # many ticks
     assert gpus(core, "lab-node-1") == ("2", "2")
     assert plugin_pod(core, "lab-node-1").metadata.uid == running.metadata.uid
@@ -269,16 +282,13 @@ def test_a_running_device_plugin_survives_losing_the_handler_until_its_pod_resta
     wait_for(lambda: gpus(core, "lab-node-1") == (None, None))
     assert time.monotonic() - lost_at >= 0.6
     assert gpus(core, "lab-node-2") == ("1", "1")
-    probe.set_handlers("lab-node-1", {"runc", "nvidia"})
-    wait_for(lambda: gpus(core, "lab-node-1") == ("2", "2"))
+    restore_the_handler(core, probe)
 
 
 def test_a_reboot_restarts_operands_and_a_lost_handler_fails_the_plugin(
     core: client.CoreV1Api, probe: FixedRuntimeProbe
 ) -> None:
-    wait_for(lambda: gpus(core, "lab-node-1") == ("2", "2"))
-    before = plugin_pod(core, "lab-node-1")
-    probe.set_handlers("lab-node-1", {"runc"})
+    before = lose_the_handler(core, probe)
     probe.set_state("lab-node-1", alive=False)
     wait_for(lambda: node_ready(core, "lab-node-1") == "Unknown")
     probe.set_state("lab-node-1", alive=True)
@@ -293,8 +303,7 @@ def test_a_reboot_restarts_operands_and_a_lost_handler_fails_the_plugin(
     wait_for(lambda: gpus(core, "lab-node-1") == ("2", "0"))
     assert node_ready(core, "lab-node-1") == "True"
     assert ("lab-node-1", "start") in probe.toolkit_calls[2:]  # the toolkit pod ran again
-    probe.set_handlers("lab-node-1", {"runc", "nvidia"})
-    wait_for(lambda: gpus(core, "lab-node-1") == ("2", "2"))
+    restore_the_handler(core, probe)
     restarted = plugin_pod(core, "lab-node-1").status.container_statuses[0]
     assert restarted.restart_count == 1 and restarted.ready
 
