@@ -135,34 +135,25 @@ class DaemonSetController:
                 self._create_pod(daemonset, node_name)
             for extra in live[1:]:
                 self.registry.delete(PODS, namespace, extra["metadata"]["name"])
-        self._roll(daemonset, eligible, by_node)
+        placement = _Placement(eligible, by_node)
+        self._roll(daemonset, placement)
         for node_name, node_pods in by_node.items():
             if node_name not in eligible:
                 for pod in node_pods:
                     if not is_deleting(pod):
                         self.registry.delete(PODS, namespace, pod["metadata"]["name"])
-        self._write_status(daemonset, eligible, by_node)
+        self._write_status(daemonset, placement)
 
-    def _roll(
-        self,
-        daemonset: dict[str, Any],
-        eligible: set[str],
-        by_node: dict[str, list[dict[str, Any]]],
-    ) -> None:
+    def _roll(self, daemonset: dict[str, Any], placement: _Placement) -> None:
         """RollingUpdate with maxUnavailable 1: replace one outdated pod while all are ready."""
         strategy = (daemonset["spec"].get("updateStrategy") or {}).get("type", "RollingUpdate")
         if strategy != "RollingUpdate":
             return
-        generation = str(daemonset["metadata"].get("generation", 1))
-        live = [p for n in eligible for p in by_node.get(n, [])]
+        live = placement.pods_on_eligible_nodes()
         if any(is_deleting(p) or not is_ready(p) for p in live):
             return
         outdated = sorted(
-            (
-                p
-                for p in live
-                if (p["metadata"].get("labels") or {}).get(TEMPLATE_GENERATION_LABEL) != generation
-            ),
+            (p for p in live if not _of_current_template(p, daemonset)),
             key=lambda p: str(p["spec"].get("nodeName") or ""),
         )
         if outdated:
@@ -225,25 +216,16 @@ class DaemonSetController:
         }
         self.registry.create(PODS, metadata["namespace"], pod)
 
-    def _write_status(
-        self,
-        daemonset: dict[str, Any],
-        eligible: set[str],
-        by_node: dict[str, list[dict[str, Any]]],
-    ) -> None:
+    def _write_status(self, daemonset: dict[str, Any], placement: _Placement) -> None:
+        eligible, by_node = placement.eligible, placement.by_node
         generation = int(daemonset["metadata"].get("generation", 1))
         scheduled = [
             p
-            for n in eligible
-            for p in by_node.get(n, [])
+            for p in placement.pods_on_eligible_nodes()
             if not is_deleting(p) and not is_terminal(p)
         ]
         ready = [p for p in scheduled if is_ready(p)]
-        updated = [
-            p
-            for p in scheduled
-            if (p["metadata"].get("labels") or {}).get(TEMPLATE_GENERATION_LABEL) == str(generation)
-        ]
+        updated = [p for p in scheduled if _of_current_template(p, daemonset)]
         status: dict[str, Any] = {
             "currentNumberScheduled": len(
                 {n for n in eligible if any(not is_deleting(p) for p in by_node.get(n, []))}
@@ -266,6 +248,24 @@ class DaemonSetController:
         self.registry.mutate(
             DAEMONSETS, daemonset["metadata"]["namespace"], daemonset["metadata"]["name"], write
         )
+
+
+@dataclass(frozen=True)
+class _Placement:
+    """Where a DaemonSet should run (its eligible nodes) and where its pods are, by node."""
+
+    eligible: set[str]
+    by_node: dict[str, list[dict[str, Any]]]
+
+    def pods_on_eligible_nodes(self) -> list[dict[str, Any]]:
+        return [p for n in self.eligible for p in self.by_node.get(n, [])]
+
+
+def _of_current_template(pod: Mapping[str, Any], daemonset: Mapping[str, Any]) -> bool:
+    """Whether the pod was made from the DaemonSet's current template (its generation)."""
+    generation = str(daemonset["metadata"].get("generation", 1))
+    labels = pod["metadata"].get("labels") or {}
+    return bool(labels.get(TEMPLATE_GENERATION_LABEL) == generation)
 
 
 def _fail(pod: dict[str, Any], message: str) -> None:
