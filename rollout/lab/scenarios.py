@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from rollout.commands import CommandResult
 from rollout.errors import BadInput, RolloutError
@@ -72,6 +72,8 @@ POLL_S = 0.5
 # The device plugin's no-sharing profile, a ConfigMap key the operator accepts.
 NO_SHARING_PROFILE = "version: v1\n"
 DEFAULT = "default"
+# The two kinds of node metadata a scenario sets, named as its undo records name them.
+NodeMetadata = Literal["label", "annotation"]
 
 
 class ScenarioFailed(RolloutError):
@@ -248,17 +250,38 @@ def inject_driver_mismatch(access: LabAccess, node: NodeSpec, undo: list[dict[st
 def _label(
     access: LabAccess, node: NodeSpec, key: str, value: str, undo: list[dict[str, Any]]
 ) -> None:
-    previous = access.kube.get_node(node.name).labels.get(key)
-    undo.append({"kind": "label", "node": node.name, "key": key, "value": previous})
-    access.kube.patch_node_labels(node.name, {key: value})
+    _set_node_metadata(access, node, "label", key, value, undo)
 
 
 def _annotate(
     access: LabAccess, node: NodeSpec, key: str, value: str, undo: list[dict[str, Any]]
 ) -> None:
-    previous = access.kube.get_node(node.name).annotations.get(key)
-    undo.append({"kind": "annotation", "node": node.name, "key": key, "value": previous})
-    access.kube.patch_node_annotations(node.name, {key: value})
+    _set_node_metadata(access, node, "annotation", key, value, undo)
+
+
+def _set_node_metadata(
+    access: LabAccess,
+    node: NodeSpec,
+    kind: NodeMetadata,
+    key: str,
+    value: str,
+    undo: list[dict[str, Any]],
+) -> None:
+    """Set a label or an annotation of the node, recording its old value (None: absent)."""
+    found = access.kube.get_node(node.name)
+    previous = (found.labels if kind == "label" else found.annotations).get(key)
+    undo.append({"kind": kind, "node": node.name, "key": key, "value": previous})
+    _patch_node_metadata(access, node.name, kind, key, value)
+
+
+def _patch_node_metadata(
+    access: LabAccess, node: str, kind: NodeMetadata, key: str, value: str | None
+) -> None:
+    """Set (None: remove) one label or annotation of the node."""
+    if kind == "label":
+        access.kube.patch_node_labels(node, {key: value})
+    else:
+        access.kube.patch_node_annotations(node, {key: value})
 
 
 def _create_pod(access: LabAccess, manifest: dict[str, Any], undo: list[dict[str, Any]]) -> None:
@@ -599,10 +622,8 @@ def _undo(access: LabAccess, action: Mapping[str, Any]) -> None:
         else:
             _write_node_file(access, node, action["path"], base64.b64decode(action["b64"]))
             access.ssh_check(node, ["chmod", action["mode"], action["path"]])
-    elif kind == "label":
-        access.kube.patch_node_labels(action["node"], {action["key"]: action["value"]})
-    elif kind == "annotation":
-        access.kube.patch_node_annotations(action["node"], {action["key"]: action["value"]})
+    elif kind in ("label", "annotation"):
+        _patch_node_metadata(access, action["node"], kind, action["key"], action["value"])
     elif kind == "pod":
         access.kube.delete_pod(action["namespace"], action["name"], 0, missing_ok=True)
     elif kind == "delete":
