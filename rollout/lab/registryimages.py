@@ -2,7 +2,9 @@
 apt cache (no network) and pushed with the registry HTTP API.
 
 - pause: the pod sandbox image, tagged as each containerd series' default sandbox image
-  (registry.k8s.io/pause:3.6, 3.8, 3.10): coreutils' `sleep infinity` and the C library.
+  (registry.k8s.io/pause:3.6, 3.8, 3.10): dash waiting on coreutils' sleep, and leaving at
+  SIGTERM as the real pause does (the init of a PID namespace ignores signals it does not
+  handle, so a plain `sleep` would hold a node's shutdown until its SIGKILL).
 - smoke: the smoke pod's image, tagged as rollout's default smoke image and as one tag no node
   has pulled before (PULL_ONLY_SMOKE_IMAGE): dash as /bin/sh and the C library. nvidia-smi is
   not in it: the node's `nvidia` runtime (data/nvidia-container-runtime) adds it, as the
@@ -45,6 +47,7 @@ SMOKE_IMAGE = "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
 PULL_ONLY_SMOKE_IMAGE = "nvcr.io/nvidia/cuda:12.6.3-base-ubuntu22.04"
 # What `lab up` pulls into every node besides its containerd's sandbox image.
 PREPULLED = (SMOKE_IMAGE,)
+PAUSE_SCRIPT = "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"
 PUSH_TIMEOUT_S = 30.0
 DEB_TIMEOUT_S = 60.0
 
@@ -84,15 +87,13 @@ def build_images(apt_archives: Path) -> dict[str, BuiltImage]:
         f"{LIBDIR}/libc.so.6": files.file("libc6", "x86_64-linux-gnu/libc.so.6"),
         f"{LIBDIR}/{LOADER}": files.file("libc6", f"x86_64-linux-gnu/{LOADER}"),
     }
+    shell = {**libc, "usr/bin/dash": files.file("dash", "bin/dash")}
     pause = _build_image(
-        {**libc, "usr/bin/sleep": files.file("coreutils", "bin/sleep")},
-        {"Entrypoint": ["/usr/bin/sleep", "infinity"]},
-    )
-    smoke = _build_image(
-        {**libc, "usr/bin/dash": files.file("dash", "bin/dash")},
-        {"Cmd": ["/bin/sh"]},
+        {**shell, "usr/bin/sleep": files.file("coreutils", "bin/sleep")},
+        {"Entrypoint": ["/bin/sh", "-c", PAUSE_SCRIPT]},
         links={"usr/bin/sh": "dash"},
     )
+    smoke = _build_image(shell, {"Cmd": ["/bin/sh"]}, links={"usr/bin/sh": "dash"})
     images = dict.fromkeys(PAUSE_IMAGES, pause)
     images.update(dict.fromkeys((SMOKE_IMAGE, PULL_ONLY_SMOKE_IMAGE), smoke))
     return images

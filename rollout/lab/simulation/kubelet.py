@@ -32,7 +32,7 @@ from rollout.errors import RolloutError
 from rollout.lab.apiserver.errors import ApiError
 from rollout.lab.apiserver.metadata import format_timestamp
 from rollout.lab.apiserver.registry import DeleteOptions, Registry
-from rollout.lab.apiserver.resources import CONFIGMAPS, NODES, PODS
+from rollout.lab.apiserver.resources import CONFIGMAPS, NODES, PODS, RUNTIMECLASSES
 from rollout.lab.cri import ContainerRequest, PodOutcome
 from rollout.lab.description import GpuDescription, NodeDescription
 from rollout.lab.simulation.events import EventRecorder
@@ -378,10 +378,15 @@ class Kubelet:
             container=str(container["name"]),
             image=str(container.get("image", "")),
             command=[str(word) for word in command],
-            handler=str(spec["runtimeClassName"]),
+            handler=self._handler_of(str(spec["runtimeClassName"])),
             env=env,
             attempt=attempt,
         )
+
+    def _handler_of(self, runtime_class: str) -> str:
+        """The runtime handler the pod's RuntimeClass names (admission checked it exists)."""
+        found = self.registry.find(RUNTIMECLASSES, None, runtime_class) or {}
+        return str(found.get("handler") or runtime_class)
 
     def _cri_failed(self, pod: dict[str, Any], outcome: PodOutcome, now: float) -> None:
         """As the kubelet reports a container that could not start: its waiting reason and
