@@ -35,9 +35,24 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-def run_identity(run_id: str) -> str:
-    """The lease holder identity of a run: the same for its apply, resume and rollback."""
-    return f"rollout/{run_id}"
+def run_identity(run_id: str, process: str | None = None) -> str:
+    """The lease holder identity of a run: the same for its apply, resume and rollback.
+
+    `process`: the pod of a scheduled run, whose next pod continues the same run: a second
+    pod must be refused while the first one holds the lease, not take it over.
+    """
+    return f"rollout/{run_id}" + (f"/{process}" if process else "")
+
+
+def lease_holder(kube: KubeClient, now: datetime | None = None) -> str | None:
+    """Who holds the cluster's rollout lease now (None: nobody, or it expired)."""
+    try:
+        lease = kube.get_lease(LEASE_NAMESPACE, LEASE_NAME)
+    except NotFound:
+        return None
+    if not lease.holder_identity or _expired(lease, now or utc_now()):
+        return None
+    return lease.holder_identity
 
 
 @dataclasses.dataclass(eq=False)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import socket
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from rollout.cli.plan import add_fleet_arguments, connect_fleet
@@ -19,6 +21,7 @@ from rollout.cli.render import (
     report_to_json,
     safe,
 )
+from rollout.cli.schedule import check_same_plan, pod_run_place
 from rollout.cli.status import run_status
 from rollout.connection import FleetConnection
 from rollout.errors import Aborted, BadInput, ExitCode
@@ -43,6 +46,7 @@ from rollout.run import (
     make_run_id,
     utc_now,
 )
+from rollout.run.cluster import find_run, open_run, start_run
 from rollout.spec import Spec, parse_spec
 from rollout.steps import builtin_steps
 from rollout.steps.base import StepContext
@@ -104,6 +108,23 @@ def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
     status.add_argument("run_id", metavar="RUN", nargs="?", help="default: the latest run")
     status.add_argument("--all", action="store_true", help="list every run")
     add_state_argument(status)
+    scheduled = status.add_argument_group(
+        "a scheduled plan's run, kept in the cluster (rollout schedule)"
+    )
+    scheduled.add_argument(
+        "--schedule",
+        metavar="PLAN",
+        help="show the run of the plan named PLAN (metadata.name) that the scheduled CronJob"
+        " keeps in the Secret rollout-PLAN-run, the Lease saying whether a pod works on it",
+    )
+    scheduled.add_argument(
+        "--namespace",
+        "-n",
+        default="rollout",
+        help="the schedule's namespace (rollout schedule --namespace; default: rollout)",
+    )
+    scheduled.add_argument("--kubeconfig", help="default: $KUBECONFIG, ~/.kube/config")
+    scheduled.add_argument("--context", help="the kubeconfig context to use")
     status.set_defaults(func=run_status)
 
 
@@ -150,8 +171,21 @@ def apply_plan(args: argparse.Namespace, recorder: RetryRecorder) -> int:
     spec_text = read_text(args.plan_file)
     spec = parse_spec(spec_text, str(args.plan_file))
     console = make_console(sys.stdout)
-    state_dir = args.state_dir or default_state_dir()
+    pod = pod_run_place(args)
     with connect_fleet(args) as fleet:
+        if pod is not None:
+            found = find_run(fleet.kube, pod.namespace, spec.metadata.name)
+            if found is not None and not found.state.finished:
+                check_same_plan(found, spec_text, args.plan_file)
+                print(f"continuing run {found.run_id} ({found.where})", file=sys.stderr)
+                with open_run(fleet.kube, pod.namespace, spec.metadata.name) as journal:
+                    recorder.attach(journal)
+                    plan = plan_from_data(json.loads(journal.read_plan_json()))
+                    try:
+                        report = continue_run(journal, spec, plan, fleet, [], args.output, pod.name)
+                    finally:
+                        recorder.detach()
+                return exit_code(report)
         facts = fleet.gather(spec, max_parallel=args.parallel)
         plan = build_plan(spec, str(args.plan_file), facts, load_playbooks())
         if args.output == "text":
@@ -172,17 +206,32 @@ def apply_plan(args: argparse.Namespace, recorder: RetryRecorder) -> int:
         # The Lease first, under the id the run will have: an apply refused by it (another
         # run works on this cluster) leaves no run behind.
         run_id = make_run_id(plan.name, utc_now())
-        with (
-            RunLease(fleet.kube, run_identity(run_id)) as lease,
-            Journal.create(
-                state_dir,
+        plan_json = json.dumps(plan_to_data(plan))
+        if pod is not None:
+            identity = run_identity(run_id, pod.name)
+            begin: Callable[[], Journal] = functools.partial(
+                start_run,
+                fleet.kube,
+                pod.namespace,
                 plan.name,
-                json.dumps(plan_to_data(plan)),
+                plan_json,
                 invocation=invocation,
                 run_id=run_id,
-            ) as journal,
-        ):
-            print(f"run {run_id} (resume with: rollout resume {run_id})", file=sys.stderr)
+            )
+            kept = f"kept in {pod.where(plan.name)}; the next scheduled run continues it"
+        else:
+            identity = run_identity(run_id)
+            begin = functools.partial(
+                Journal.create,
+                args.state_dir or default_state_dir(),
+                plan.name,
+                plan_json,
+                invocation=invocation,
+                run_id=run_id,
+            )
+            kept = f"resume with: rollout resume {run_id}"
+        with RunLease(fleet.kube, identity) as lease, begin() as journal:
+            print(f"run {run_id} ({kept})", file=sys.stderr)
             recorder.attach(journal)
             try:
                 report = execute(plan, spec, facts, fleet, journal, lease, args.output)
@@ -217,23 +266,36 @@ def resume_run(args: argparse.Namespace, recorder: RetryRecorder) -> int:
             invocation.context,
             accept_new_host_keys=invocation.accept_new_host_keys,
         ) as fleet:
-            if skipped:  # a skipped node is not probed: it is the one that does not answer
-                reachable = {n: r for n, r in fleet.runners.items() if n not in skipped}
-                source = str(fleet.inventory_path)
-                facts = gather_fleet_facts(spec, reachable, fleet.kube, source=source)
-            else:
-                facts = fleet.gather(spec)
-            # Journalled only once the Lease is held: a refused resume leaves the run as it
-            # was (a halted run stays halted, with its reason).
-            with RunLease(fleet.kube, run_identity(journal.run_id)) as lease:
-                journal.append(RunResumed(user=current_user(), host=socket.gethostname()))
-                for node in skipped:
-                    reason = f"skipped at resume by {current_user()} (--skip-node)"
-                    journal.append(NodeSkipped(node, reason))
-                    print(f"{node}: {reason}", file=sys.stderr)
-                print(f"resuming run {journal.run_id}", file=sys.stderr)
-                report = execute(plan, spec, facts, fleet, journal, lease, args.output)
+            report = continue_run(journal, spec, plan, fleet, skipped, args.output)
     return exit_code(report)
+
+
+def continue_run(
+    journal: Journal,
+    spec: Spec,
+    plan: Plan,
+    fleet: FleetConnection,
+    skipped: list[str],
+    output: str,
+    pod: str | None = None,
+) -> RunReport:
+    """Go on with a run from its journal (resume, or the next scheduled run in a pod)."""
+    if skipped:  # a skipped node is not probed: it is the one that does not answer
+        reachable = {n: r for n, r in fleet.runners.items() if n not in skipped}
+        source = str(fleet.inventory_path)
+        facts = gather_fleet_facts(spec, reachable, fleet.kube, source=source)
+    else:
+        facts = fleet.gather(spec)
+    # Journalled only once the Lease is held: a refused resume leaves the run as it
+    # was (a halted run stays halted, with its reason).
+    with RunLease(fleet.kube, run_identity(journal.run_id, pod)) as lease:
+        journal.append(RunResumed(user=current_user(), host=socket.gethostname()))
+        for node in skipped:
+            reason = f"skipped at resume by {current_user()} (--skip-node)"
+            journal.append(NodeSkipped(node, reason))
+            print(f"{node}: {reason}", file=sys.stderr)
+        print(f"resuming run {journal.run_id}", file=sys.stderr)
+        return execute(plan, spec, facts, fleet, journal, lease, output)
 
 
 class RetryRecorder:

@@ -1,15 +1,21 @@
-"""`rollout schedule PLAN`: the manifests of a scheduled rollout, for `kubectl apply -f -`."""
+"""`rollout schedule PLAN`: the manifests of a scheduled rollout, for `kubectl apply -f -`;
+and, for `rollout apply` in the scheduled pod, where its run is kept (the cluster)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import socket
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from rollout.errors import BadInput, ExitCode
 from rollout.inputfile import read_text
 from rollout.playbook import load_playbooks
+from rollout.run import STATE_DIR_ENV
+from rollout.run.cluster import ClusterRun, run_object_name
 from rollout.spec import parse_spec
 
 HELP = """\
@@ -144,3 +150,56 @@ def run_schedule(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(schedule.to_yaml())
     return ExitCode.OK
+
+
+# --- the scheduled pod's run (rollout apply in a pod) ---------------------------------------
+
+
+@dataclass(frozen=True)
+class PodRunPlace:
+    """A run in the scheduled CronJob's pod: kept in the cluster, in the pod's namespace."""
+
+    namespace: str
+    name: str  # the pod (its host name): part of the Lease holder's identity
+
+    def where(self, plan_name: str) -> str:
+        return f"secret {self.namespace}/{run_object_name(plan_name)}"
+
+
+def pod_run_place(args: argparse.Namespace) -> PodRunPlace | None:
+    """Where a run in a pod keeps its state: the cluster, unless a state directory is named
+    (--state-dir, $ROLLOUT_STATE_DIR); None outside a pod (a run directory, as ever)."""
+    if args.state_dir is not None or os.environ.get(STATE_DIR_ENV):
+        return None
+    # here, not at the top: it loads the kubernetes client, which `rollout plan` must not
+    from rollout.transports.kube.incluster import pod_service_account
+
+    account = pod_service_account(args.kubeconfig, args.context)
+    if account is None:
+        return None
+    namespace = account.namespace
+    if namespace is None:
+        raise BadInput(
+            f"{account.directory}/namespace is missing or empty: a pod's service account names"
+            " its namespace there, where the run's state is kept; mount the account's files,"
+            " or pass --state-dir DIR to keep the run in a directory"
+        )
+    return PodRunPlace(namespace, socket.gethostname())
+
+
+def check_same_plan(found: ClusterRun, spec_text: str, plan_file: Path) -> None:
+    """An unfinished run kept in the cluster continues only under the plan text it started
+    with: a changed plan is refused, saying how to go on."""
+    if found.invocation.spec_text == spec_text:
+        return
+    namespace, name = found.secret.namespace, found.secret.name
+    finished = sum(1 for n in found.state.nodes if n.outcome is not None)
+    raise BadInput(
+        f"{plan_file} is not the plan that run {found.run_id} started with: {found.where} holds"
+        f" that run, unfinished ({finished} node(s) finished), and the plan changed since."
+        " Put the plan back as it was (the schedule's ConfigMap; the run's copy is the"
+        f" spec_text of invocation.json in the Secret: kubectl get secret -n {namespace}"
+        f" {name} -o jsonpath='{{.data.invocation\\.json}}' | base64 -d) and let the run"
+        f" finish, or abandon it (kubectl delete secret -n {namespace} {name}; nodes it left"
+        " cordoned stay cordoned, `rollout status` lists them first) and schedule the new plan"
+    )

@@ -7,15 +7,17 @@ import argparse
 import json
 import sys
 from datetime import UTC, datetime
-from pathlib import Path
+
+from rich.console import Console
 
 from rollout.cli.render import make_console, safe
 from rollout.errors import ExitCode, RolloutError
-from rollout.plan import plan_from_data
+from rollout.plan import Plan, plan_from_data
 from rollout.run import (
     LockHolder,
     RunOutcome,
     RunPhase,
+    RunState,
     default_state_dir,
     latest_run,
     list_runs,
@@ -29,6 +31,8 @@ from rollout.spec import parse_spec
 
 
 def run_status(args: argparse.Namespace) -> int:
+    if args.schedule is not None:
+        return cluster_run_status(args)
     state_dir = args.state_dir or default_state_dir()
     console = make_console(sys.stdout)
     if args.all:
@@ -54,6 +58,53 @@ def run_status(args: argparse.Namespace) -> int:
     phase = state.phase(locked=holder is not None)
     where = describe_phase(run_id, phase, state.outcome, state.halted_reason, holder)
     console.print(safe(f"run {run_id}: {where}"))
+    try:
+        invocation = read_run_invocation(state_dir, run_id)
+    except RolloutError as exc:
+        window = f"; the plan's maintenance window cannot be read: {exc}"
+    else:
+        window = window_note(invocation.spec_text, invocation.spec_source)
+    print_nodes(console, state, plan, window)
+    return ExitCode.OK
+
+
+def cluster_run_status(args: argparse.Namespace) -> int:
+    """The run of a scheduled plan, kept in the cluster (rollout/run/cluster.py)."""
+    from rollout.lease import lease_holder, run_identity
+    from rollout.run.cluster import find_run, run_object_name
+    from rollout.transports.kube import KubeClient
+
+    console = make_console(sys.stdout)
+    with KubeClient.from_kubeconfig(args.kubeconfig, args.context) as kube:
+        found = find_run(kube, args.namespace, args.schedule)
+        if found is None:
+            name = f"{args.namespace}/{run_object_name(args.schedule)}"
+            console.print(
+                safe(f"no run of plan {args.schedule} kept in the cluster (secret {name})")
+            )
+            return ExitCode.OK
+        holder = lease_holder(kube)
+    state = found.state
+    mine = run_identity(found.run_id)
+    running = holder is not None and (holder == mine or holder.startswith(mine + "/"))
+    phase = state.phase(locked=running)
+    match phase:
+        case RunPhase.RUNNING:
+            where = f"running (the Lease holder is {holder})"
+        case RunPhase.FINISHED:
+            where = describe_phase(found.run_id, phase, state.outcome, state.halted_reason, None)
+        case _:
+            stopped = state.halted_reason or "interrupted (its pod stopped)"
+            where = f"{phase.value}: {stopped}; the next scheduled run continues it"
+    console.print(safe(f"run {found.run_id} ({found.where}): {where}"))
+    plan = plan_from_data(json.loads(found.read_plan_json()))
+    spec = found.invocation
+    print_nodes(console, state, plan, window_note(spec.spec_text, spec.spec_source))
+    return ExitCode.OK
+
+
+def print_nodes(console: Console, state: RunState, plan: Plan, window: str) -> None:
+    """Each node's outcome and steps, then the nodes left and the maintenance window."""
     for node in plan.nodes:
         ns = state.node(node.name)
         done = len(ns.completed)
@@ -68,15 +119,13 @@ def run_status(args: argparse.Namespace) -> int:
         )
     left = sum(1 for n in plan.nodes if state.node(n.name).outcome is None)
     if left and state.outcome is None:
-        console.print(safe(f"{left} node(s) left{window_note(state_dir, run_id)}"))
-    return ExitCode.OK
+        console.print(safe(f"{left} node(s) left{window}"))
 
 
-def window_note(state_dir: Path, run_id: str, now: datetime | None = None) -> str:
+def window_note(spec_text: str, spec_source: str, now: datetime | None = None) -> str:
     """When the plan's maintenance window is open until, or next opens ("" without one)."""
     try:
-        invocation = read_run_invocation(state_dir, run_id)
-        window = parse_spec(invocation.spec_text, invocation.spec_source).policy.maintenance_window
+        window = parse_spec(spec_text, spec_source).policy.maintenance_window
     except RolloutError as exc:
         return f"; the plan's maintenance window cannot be read: {exc}"
     if window is None:

@@ -14,8 +14,13 @@ A run lives in ``<state-dir>/runs/<run-id>/``:
 - ``nodes/<node>/<step>.json`` — what a step kept for later steps and its undo (`stepdata`).
 
 Modules: `records` (the records and their JSON codec), `state` (the fold), `journal` (the
-reader and the appender, with the files beside it), `invocation`, `stepdata`, `lock`,
-`files` (paths and durable writes), `listing` (the runs for `rollout status`).
+reader and the appender), `store` (where an open run's bytes live: `RunDirectory`, the files
+above), `invocation`, `stepdata`, `lock`, `files` (paths and durable writes), `listing` (the
+runs for `rollout status`).
+
+A run of the scheduled CronJob's pod, whose files die with it, is kept in the cluster instead
+(`cluster`: one Secret named after the plan, the same records, plan, invocation and step data,
+every write resourceVersion-checked); the journal and the fold are the same.
 """
 
 from rollout.run.errors import (

@@ -67,7 +67,7 @@ class RunIncomplete(JournalError):
 class InvocationUnreadable(JournalError):
     """A run's invocation.json is missing or damaged, so resume cannot reconnect to the fleet."""
 
-    def __init__(self, run_id: str, path: Path, problem: str) -> None:
+    def __init__(self, run_id: str, path: Path | str, problem: str) -> None:
         self.run_id = run_id
         self.path = path
         super().__init__(

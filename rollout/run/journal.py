@@ -47,14 +47,13 @@ from rollout.run.files import (
     fsync_dir,
     make_dirs_durable,
     make_run_id,
-    write_all,
     write_new_file,
 )
 from rollout.run.invocation import Invocation, read_invocation
 from rollout.run.lock import acquire_lock
 from rollout.run.records import Clock, Entry, Record, RunId, RunStarted, utc_now
 from rollout.run.state import Fold, RunState
-from rollout.run.stepdata import load_step_data, save_step_data
+from rollout.run.store import RunDirectory, RunStore, read_plan_file
 
 # --- reading ----------------------------------------------------------------------------------
 
@@ -74,7 +73,11 @@ def read_journal(path: Path) -> JournalContents:
 
 
 def _read_journal(path: Path) -> tuple[JournalContents, Fold]:
-    data = path.read_bytes()
+    return parse_journal(path.read_bytes(), str(path))
+
+
+def parse_journal(data: bytes, where: str) -> tuple[JournalContents, Fold]:
+    """A journal's bytes checked and folded; `where` (a path, a cluster object) locates lines."""
     entries: list[Entry] = []
     notes: list[str] = []
     fold = Fold()
@@ -85,24 +88,24 @@ def _read_journal(path: Path) -> tuple[JournalContents, Fold]:
         end = data.find(b"\n", pos)
         is_last = end == -1 or end == len(data) - 1
         if end == -1:
-            notes.append(f"{path}:{line_no}: dropped a torn last record (a write was cut short)")
+            notes.append(f"{where}:{line_no}: dropped a torn last record (a write was cut short)")
             break
         try:
             entry = Entry.from_json_line(data[pos:end])
         except ValueError as e:
             if is_last and not _parses_as_json(data[pos:end]):
-                notes.append(f"{path}:{line_no}: dropped an unreadable last record ({e})")
+                notes.append(f"{where}:{line_no}: dropped an unreadable last record ({e})")
                 break
-            raise JournalCorrupt(SourceLocation(str(path), line_no), str(e)) from None
+            raise JournalCorrupt(SourceLocation(where, line_no), str(e)) from None
         try:
             fold.apply(entry)
         except ValueError as e:
-            raise JournalCorrupt(SourceLocation(str(path), line_no), str(e)) from None
+            raise JournalCorrupt(SourceLocation(where, line_no), str(e)) from None
         entries.append(entry)
         pos = end + 1
     if not entries:
         raise JournalCorrupt(
-            SourceLocation(str(path), 1),
+            SourceLocation(where, 1),
             "the journal has no records: the run was interrupted while it was being created, "
             "before it touched anything",
         )
@@ -147,17 +150,14 @@ def digest_plan(plan_json: str) -> str:
 
 
 def _checked_plan(run_dir: Path, run_id: str, expected: str) -> str:
-    path = run_dir / PLAN_FILE
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as e:
-        raise JournalMismatch(
-            f"{path}: cannot read the plan run {run_id} started with ({e}); restore it, or "
-            "start a new run"
-        ) from None
+    return check_plan(read_plan_file(run_dir, run_id), str(run_dir / PLAN_FILE), run_id, expected)
+
+
+def check_plan(text: str, where: str, run_id: str, expected: str) -> str:
+    """plan.json's text when it is the one the run started with (its run-started digest)."""
     if digest_plan(text) != expected:
         raise JournalMismatch(
-            f"{path} does not match the plan run {run_id} started with "
+            f"{where} does not match the plan run {run_id} started with "
             f"({expected}): it was changed; restore it, or start a new run"
         )
     return text
@@ -167,33 +167,38 @@ def _checked_plan(run_dir: Path, run_id: str, expected: str) -> str:
 
 
 class Journal(Closeable):
-    """A run open for writing by this process alone (it holds the run's lock): its journal,
-    and the files beside it (plan, invocation, per-step data)."""
+    """A run open for writing by this process alone: its journal, and what is kept beside it
+    (plan, invocation, per-step data) in its store: a run directory whose lock this process
+    holds (`create`, `open`), or the cluster (`rollout.run.cluster`)."""
 
     def __init__(
         self,
-        run_dir: Path,
+        store: RunStore,
         run_id: RunId,
         *,
-        journal_fd: int,
-        lock_fd: int,
         contents: tuple[JournalContents, Fold] | None,
         clock: Clock,
     ) -> None:
-        """Use `create` or `open`."""
-        self.run_dir = run_dir
+        """Use `create` or `open` (or rollout.run.cluster's `start_run`, `open_run`)."""
+        self.store = store
         self.run_id = run_id
-        self._journal_fd: int | None = journal_fd
-        self._lock_fd: int | None = lock_fd
         self._clock = clock
         read, fold = contents if contents else (JournalContents((), 0), Fold())
         self._entries = list(read.entries)
         self._notes = read.notes
         self._fold = fold
         self._broken: str | None = None
+        self._closed = False
         # The nodes of a wave append from their own threads: one record at a time, so
-        # sequence numbers, the fold and the file's lines stay in one order.
+        # sequence numbers, the fold and the stored lines stay in one order.
         self._lock = threading.RLock()
+
+    @property
+    def run_dir(self) -> Path:
+        """The run's directory (a run kept in the cluster has none)."""
+        if not isinstance(self.store, RunDirectory):
+            raise JournalError(f"run {self.run_id} is kept in the cluster, not in a directory")
+        return self.store.run_dir
 
     @property
     def path(self) -> Path:
@@ -238,19 +243,9 @@ class Journal(Closeable):
             journal_fd = os.open(
                 staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, FILE_MODE
             )
-            journal = cls(
-                run_dir, run_id, journal_fd=journal_fd, lock_fd=lock_fd, contents=None, clock=clock
-            )
-            journal._append(
-                RunStarted(
-                    run_id=run_id,
-                    plan_name=plan_name,
-                    plan_digest=digest_plan(plan_json),
-                    user=user if user is not None else current_user(),
-                    host=host if host is not None else socket.gethostname(),
-                ),
-                started_at,
-            )
+            store = RunDirectory(run_dir, run_id, journal_fd=journal_fd, lock_fd=lock_fd)
+            journal = cls(store, run_id, contents=None, clock=clock)
+            journal.start(plan_name, plan_json, user=user, host=host, at=started_at)
             staged.rename(run_dir / JOURNAL_FILE)
             # Every new name (lock, plan.json, invocation.json, journal.jsonl) is durable
             # only once the directory itself is synced.
@@ -263,6 +258,29 @@ class Journal(Closeable):
             shutil.rmtree(run_dir, ignore_errors=True)
             raise
         return journal
+
+    def start(
+        self,
+        plan_name: str,
+        plan_json: str,
+        *,
+        user: str | None,
+        host: str | None,
+        at: datetime | None = None,
+    ) -> Entry:
+        """Journal the run-started record, the first of a new run (its store already holds
+        plan.json, or writes it with this record)."""
+        with self._lock:
+            return self._append(
+                RunStarted(
+                    run_id=self.run_id,
+                    plan_name=plan_name,
+                    plan_digest=digest_plan(plan_json),
+                    user=user if user is not None else current_user(),
+                    host=host if host is not None else socket.gethostname(),
+                ),
+                at or self._clock(),
+            )
 
     @classmethod
     def open(cls, state_dir: Path, run_id: str, *, clock: Clock = utc_now) -> Journal:
@@ -285,17 +303,11 @@ class Journal(Closeable):
         except BaseException:
             os.close(lock_fd)
             raise
-        return cls(
-            run_dir,
-            RunId(run_id),
-            journal_fd=journal_fd,
-            lock_fd=lock_fd,
-            contents=(contents, fold),
-            clock=clock,
-        )
+        store = RunDirectory(run_dir, run_id, journal_fd=journal_fd, lock_fd=lock_fd)
+        return cls(store, RunId(run_id), contents=(contents, fold), clock=clock)
 
     def append(self, record: Record) -> Entry:
-        """Write one record and fsync it; when this returns, the record survives a crash.
+        """Write one record durably; when this returns, the record survives a crash.
 
         Safe from several threads: appends are serialised, each gets the next sequence number.
         """
@@ -303,7 +315,7 @@ class Journal(Closeable):
             return self._append(record, self._clock())
 
     def _append(self, record: Record, at: datetime) -> Entry:
-        if self._journal_fd is None:
+        if self._closed:
             raise JournalWriteFailed(f"journal of run {self.run_id} is closed")
         if self._broken is not None:
             raise JournalWriteFailed(
@@ -318,14 +330,12 @@ class Journal(Closeable):
             raise InvalidRecord(f"run {self.run_id}: refused to journal: {e}") from None
         self._entries.append(entry)
         try:
-            write_all(self._journal_fd, line)
-            os.fsync(self._journal_fd)
-        except OSError as e:
-            # The file may now end in a partial line; only a reopen (which cuts it) is safe.
+            self.store.append_journal(line)
+        except JournalWriteFailed as e:
+            # The stored journal may now end in a partial line (a file), or another writer
+            # holds the run (the cluster): only a reopen is safe.
             self._broken = str(e)
-            raise JournalWriteFailed(
-                f"could not write the journal of run {self.run_id} ({self.path}): {e}"
-            ) from e
+            raise
         return entry
 
     def entries(self) -> tuple[Entry, ...]:
@@ -341,28 +351,30 @@ class Journal(Closeable):
 
     def read_plan_json(self) -> str:
         """plan.json as written at the start, checked against the digest in run-started."""
-        return _checked_plan(self.run_dir, self.run_id, self._fold.freeze().plan_digest)
+        with self._lock:
+            text = self.store.read_plan_text()
+        digest = self._fold.freeze().plan_digest
+        return check_plan(text, self.store.plan_location, self.run_id, digest)
 
     def read_invocation(self) -> Invocation:
         """How the run was started; InvocationUnreadable when missing or damaged."""
-        return read_invocation(self.run_dir, self.run_id)
+        with self._lock:
+            return self.store.read_invocation()
 
     def save_step_data(self, node: str, step: str, data: Mapping[str, Any]) -> None:
         """Keep what later steps (or a resumed run) need from this node's step, durably."""
-        save_step_data(self.run_dir, node, step, data)
+        with self._lock:
+            self.store.save_step_data(node, step, data)
 
     def load_step_data(self, node: str, step: str) -> dict[str, Any]:
         """What this node's step saved; {} when it saved nothing."""
-        return load_step_data(self.run_dir, node, step)
+        with self._lock:
+            return self.store.load_step_data(node, step)
 
     def close(self) -> None:
-        """Release the lock; the journal stays on disk for resume and status."""
-        if self._journal_fd is not None:
-            os.close(self._journal_fd)
-            self._journal_fd = None
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
+        """Let the run go (its lock, in a directory); what is stored stays for resume and status."""
+        self._closed = True
+        self.store.close()
 
 
 def _make_run_dir(

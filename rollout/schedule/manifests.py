@@ -23,8 +23,8 @@ from rollout.playbook import Playbook
 from rollout.schedule.forecast import step_worst_s
 from rollout.schedule.permissions import (
     SSH_STEPS,
-    grants_for,
     needs_ssh,
+    schedule_grants,
     split_by_namespace,
     step_kinds_of,
     to_rules,
@@ -34,7 +34,6 @@ from rollout.spec import Spec
 
 PLAN_DIR = "/etc/rollout/plan"
 SSH_DIR = "/etc/rollout/ssh"
-STATE_DIR = "/var/lib/rollout"
 PLAN_KEY = "plan.yaml"
 INVENTORY_KEY = "inventory.yaml"
 # The keys of a kubernetes.io/ssh-auth Secret, plus known_hosts
@@ -237,7 +236,8 @@ def rbac_objects(
     """The ClusterRole for cluster-wide grants, a Role per namespace for the rest, bound."""
     subject = {"kind": "ServiceAccount", "name": name, "namespace": namespace}
     objects: list[dict[str, Any]] = []
-    for scope, grants in split_by_namespace(grants_for(spec, playbooks)).items():
+    grants_by_scope = split_by_namespace(schedule_grants(spec, playbooks, namespace))
+    for scope, grants in grants_by_scope.items():
         kind = "ClusterRole" if scope is None else "Role"
         role = _object(RBAC, kind, name, scope, labels)
         role["rules"] = to_rules(grants)
@@ -286,12 +286,10 @@ def _pod_template(
         args[2:2] = ["--inventory", f"{PLAN_DIR}/{INVENTORY_KEY}"]
     mounts: list[dict[str, Any]] = [
         {"name": "plan", "mountPath": PLAN_DIR, "readOnly": True},
-        {"name": "state", "mountPath": STATE_DIR},
         {"name": "tmp", "mountPath": "/tmp"},
     ]
     volumes: list[dict[str, Any]] = [
         {"name": "plan", "configMap": {"name": name}},
-        {"name": "state", "emptyDir": {}},
         {"name": "tmp", "emptyDir": {}},
     ]
     if secret is not None:
@@ -310,7 +308,6 @@ def _pod_template(
         "command": ["rollout"],
         "args": args,
         "env": [
-            {"name": "ROLLOUT_STATE_DIR", "value": STATE_DIR},
             {"name": "HOME", "value": "/tmp"},
         ],
         "resources": {

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from rollout.lease import LEASE_NAME, LEASE_NAMESPACE
 from rollout.planner import change_kinds
 from rollout.playbook import Playbook, compose_steps
+from rollout.run.cluster import run_object_name
 from rollout.spec import Spec, TimeSlicingChange
 from rollout.steps.gpu_smoke import SMOKE_NAMESPACE
 from rollout.steps.nodemarks import EVENT_NAMESPACE
@@ -173,6 +174,30 @@ def grants_for(spec: Spec, playbooks: Mapping[str, Playbook]) -> tuple[Grant, ..
     return tuple(sorted(grants, key=_sort_key))
 
 
+def scheduled_run_grants(plan_name: str, namespace: str) -> tuple[Grant, ...]:
+    """What the scheduled pod adds, in the schedule's namespace: its run kept in the Secret
+    named after the plan (rollout/run/cluster.py: read, created, replaced), and the Events
+    on the plan's ConfigMap (a window closing, a run done)."""
+    kept = run_object_name(plan_name)
+    return (
+        Grant("", "secrets", "get", namespace, kept),
+        Grant("", "secrets", "update", namespace, kept),
+        # create cannot be limited to a name: the name is not known before the object exists
+        Grant("", "secrets", "create", namespace),
+        Grant("", "events", "create", namespace),
+    )
+
+
+def schedule_grants(
+    spec: Spec, playbooks: Mapping[str, Playbook], namespace: str
+) -> tuple[Grant, ...]:
+    """The role of `rollout schedule`: the run's own (grants_for) and the scheduled pod's."""
+    grants = set(grants_for(spec, playbooks)) | set(
+        scheduled_run_grants(spec.metadata.name, namespace)
+    )
+    return tuple(sorted(grants, key=_sort_key))
+
+
 # Every run gathers its facts over SSH first (facts/live.py probes each inventory node),
 # whatever its steps: so today every plan needs the inventory and the key.
 FACTS_OVER_SSH = True
@@ -233,6 +258,7 @@ _RESOURCE_ORDER = (
     "pods/log",
     "events",
     "configmaps",
+    "secrets",
     "leases",
     "clusterpolicies",
     "nvidiadrivers",

@@ -31,7 +31,7 @@ from rollout.lab.simulation.cronjobs import (
 from rollout.lab.simulation.engine import Simulation, SimulationTimings
 from rollout.playbook import load_playbooks
 from rollout.schedule.manifests import ScheduleOptions, build_schedule
-from rollout.schedule.permissions import Grant, grants_for
+from rollout.schedule.permissions import Grant, schedule_grants
 from rollout.spec import parse_spec
 from tests.examples import edited_plan
 from tests.lab.labapi import api_lab, apply_args, lab_kube_client
@@ -75,6 +75,8 @@ def test_the_schedule_applies_and_the_role_allows_exactly_the_steps(
         f"rolebinding.rbac.authorization.k8s.io/{SA} created",
         f"role.rbac.authorization.k8s.io/{SA} created",
         f"rolebinding.rbac.authorization.k8s.io/{SA} created",
+        f"role.rbac.authorization.k8s.io/{SA} created",
+        f"rolebinding.rbac.authorization.k8s.io/{SA} created",
         f"configmap/{SA} created",
         f"cronjob.batch/{SA} created",
     ]
@@ -96,7 +98,7 @@ def test_the_schedule_applies_and_the_role_allows_exactly_the_steps(
     assert fetched["spec"]["startingDeadlineSeconds"] == 4 * 3600
 
     token = kubectl("create", "token", SA, "-n", "rollout").stdout.strip()
-    expected = grants_for(parse_spec(plan_text(), "plan.yaml"), load_playbooks())
+    expected = schedule_grants(parse_spec(plan_text(), "plan.yaml"), load_playbooks(), "rollout")
     for namespace in NAMESPACES:
         listed = kubectl("--token", token, "auth", "can-i", "--list", "-n", namespace).stdout
         assert rules_of(listed) == expected_rules(expected, namespace), namespace
@@ -108,7 +110,8 @@ def test_the_schedule_applies_and_the_role_allows_exactly_the_steps(
         ("update", "configmaps", "gpu-operator"),
         ("create", "pods", "gpu-operator"),
         ("delete", "pods", "kube-system"),
-        ("get", "secrets", "rollout"),
+        ("get", "secrets", "rollout"),  # only its run's, rollout-mirror-run
+        ("update", "secrets/rollout-mirror-ssh", "rollout"),
         ("patch", "clusterpolicies.nvidia.com", None),
         ("update", "leases.coordination.k8s.io", "kube-system"),  # only the one named rollout
         ("create", "cronjobs.batch", "rollout"),

@@ -48,6 +48,7 @@ HALT_REASON = "halt label on gpu-b-1 (nvidia.com/gpu-driver-upgrade-state=upgrad
 def kube() -> Iterator[KubeClient]:
     registry = Registry()
     registry.ensure_namespace("kube-system")
+    registry.ensure_namespace("rollout")  # a scheduled run's (test_run_commands_cluster.py)
     server = ApiServer.start(registry)
     try:
         with KubeClient.from_url(server.url) as client:
@@ -335,10 +336,10 @@ def test_status_names_the_nodes_left_and_the_maintenance_window(
     assert f"{len(plan.nodes)} node(s) left; the " in out
     # Thursday 2024-01-04 noon: the next opening is Friday 22:00 in Berlin
     thursday = datetime(2024, 1, 4, 12, 0, tzinfo=UTC)
-    assert window_note(tmp_path, run_id, thursday) == (
+    assert window_note(text, str(PLAN), thursday) == (
         "; the next maintenance window opens Fri 2024-01-05 22:00 CET"
     )
     saturday_early = datetime(2024, 1, 6, 1, 0, tzinfo=UTC)  # 02:00 in Berlin
-    assert window_note(tmp_path, run_id, saturday_early) == (
+    assert window_note(text, str(PLAN), saturday_early) == (
         "; the maintenance window is open until 04:00 CET"
     )

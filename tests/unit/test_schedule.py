@@ -89,12 +89,26 @@ def test_the_objects_of_a_windowed_containerd_plan() -> None:
         "ClusterRoleBinding/",
         "Role/default",
         "RoleBinding/default",
+        "Role/rollout",
+        "RoleBinding/rollout",
         "Role/kube-system",
         "RoleBinding/kube-system",
         "ConfigMap/rollout",
         "CronJob/rollout",
     ]
     assert {o["metadata"]["name"] for o in objects.values()} == {"rollout", "rollout-mirror"}
+    # the run kept in the cluster (rollout/run/cluster.py) and the Events on the ConfigMap:
+    # only the Secret named after the plan is read and replaced
+    assert objects["Role/rollout"]["rules"] == [
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "resourceNames": ["rollout-mirror-run"],
+            "verbs": ["get", "update"],
+        },
+    ]
     cron = objects["CronJob/rollout"]["spec"]
     # fri and sat at 22:00 in the window's zone: cron counts Sunday 0
     assert (cron["schedule"], cron["timeZone"]) == ("0 22 * * 5,6", "Europe/Berlin")
@@ -124,6 +138,9 @@ def test_the_objects_of_a_windowed_containerd_plan() -> None:
         "--yes",
     ]
     volumes = {v["name"]: v for v in pod["volumes"]}
+    # no state volume: the run is kept in the cluster, where the next pod finds it
+    assert set(volumes) == {"plan", "tmp", "ssh"}
+    assert "ROLLOUT_STATE_DIR" not in {e["name"] for e in container["env"]}
     assert volumes["ssh"]["secret"]["secretName"] == "rollout-mirror-ssh"
     assert volumes["plan"]["configMap"]["name"] == "rollout-mirror"
 

@@ -94,6 +94,8 @@ NAMESPACES = ResourceKind(
 CONFIGMAPS = ResourceKind(
     "", "v1", "configmaps", "ConfigMap", "configmap", True, short_names=("cm",)
 )
+# rollout's run state in the cluster (rollout/run/cluster.py): opaque data, base64 as sent
+SECRETS = ResourceKind("", "v1", "secrets", "Secret", "secret", True, selectable_fields=("type",))
 EVENTS = ResourceKind(
     "",
     "v1",
@@ -245,6 +247,7 @@ ALL_KINDS: tuple[ResourceKind, ...] = (
     PODS,
     NAMESPACES,
     CONFIGMAPS,
+    SECRETS,
     EVENTS,
     DAEMONSETS,
     PODDISRUPTIONBUDGETS,

@@ -32,6 +32,7 @@ from rollout.transports.kube.objects import (
     Node,
     Pod,
     PodDisruptionBudget,
+    Secret,
     StrMap,
     format_time,
 )
@@ -55,6 +56,7 @@ class Versioned(Protocol):
 
 
 V = TypeVar("V", bound=Versioned)
+D = TypeVar("D", bound=ConfigMap)  # a ConfigMap or a Secret
 
 
 def default_request_timeout_s() -> tuple[float, float]:
@@ -71,7 +73,7 @@ def default_request_timeout_s() -> tuple[float, float]:
     return (min(DEFAULT_REQUEST_TIMEOUT_S[0], read_s), read_s)
 
 
-def _same_configmap(found: ConfigMap, ours: ConfigMap) -> bool:
+def _same_data(found: ConfigMap, ours: ConfigMap) -> bool:
     mine = (ours.data, ours.labels, ours.annotations)
     return (found.data, found.labels, found.annotations) == mine
 
@@ -394,55 +396,79 @@ class KubeClient(Closeable):
 
     def create_configmap(self, configmap: ConfigMap) -> ConfigMap:
         """Create it; Conflict when it exists already."""
+        return self._create_data_object(
+            "configmap", self._core.create_namespaced_config_map, configmap, self.get_configmap
+        )
 
-        def act() -> ConfigMap:
-            return ConfigMap.from_json(
-                self._calls.create_namespaced(
-                    "configmap",
-                    self._core.create_namespaced_config_map,
-                    configmap.namespace,
-                    configmap.name,
-                    configmap.to_json(),
-                )
+    def replace_configmap(self, configmap: ConfigMap) -> ConfigMap:
+        """Replace it; Conflict when it changed since `configmap` was read."""
+        return self._replace_data_object(
+            "configmap", self._core.replace_namespaced_config_map, configmap, self.get_configmap
+        )
+
+    # ------------------------------------------------------------------ secrets
+
+    def get_secret(self, namespace: str, name: str) -> Secret:
+        return Secret.from_json(
+            self._calls.read_namespaced(
+                "secret", self._core.read_namespaced_secret, namespace, name
             )
+        )
 
-        def recheck(error: BaseException) -> ConfigMap | None:
-            found = self._find(lambda: self.get_configmap(configmap.namespace, configmap.name))
+    def create_secret(self, secret: Secret) -> Secret:
+        """Create it; Conflict when it exists already."""
+        return self._create_data_object(
+            "secret", self._core.create_namespaced_secret, secret, self.get_secret
+        )
+
+    def replace_secret(self, secret: Secret) -> Secret:
+        """Replace it; Conflict when it changed since `secret` was read."""
+        return self._replace_data_object(
+            "secret", self._core.replace_namespaced_secret, secret, self.get_secret
+        )
+
+    def _create_data_object(
+        self, kind: str, call: Callable[..., Any], obj: D, read: Callable[[str, str], D]
+    ) -> D:
+        what = f"{kind} {obj.namespace}/{obj.name}"
+
+        def act() -> D:
+            body = obj.to_json()
+            body["metadata"].pop("resourceVersion", None)
+            data = self._calls.create_namespaced(kind, call, obj.namespace, obj.name, body)
+            return type(obj).from_json(data)
+
+        def recheck(error: BaseException) -> D | None:
+            found = self._find(lambda: read(obj.namespace, obj.name))
             if found is None:
                 return None
-            if _same_configmap(found, configmap):
+            if _same_data(found, obj):
                 return found
             raise ChangedByAnother(
                 "create",
-                f"configmap {configmap.namespace}/{configmap.name}",
+                what,
                 status=409,
                 reason="Conflict",
                 message="created by another writer meanwhile",
             ) from error
 
-        what = f"configmap {configmap.namespace}/{configmap.name}"
         return self._calls.guarded("create", what, act, recheck)
 
-    def replace_configmap(self, configmap: ConfigMap) -> ConfigMap:
-        """Replace it; Conflict when it changed since `configmap` was read."""
-
-        def act() -> ConfigMap:
-            return ConfigMap.from_json(
-                self._calls.replace_namespaced(
-                    "configmap",
-                    self._core.replace_namespaced_config_map,
-                    configmap.namespace,
-                    configmap.name,
-                    configmap.to_json(),
-                )
+    def _replace_data_object(
+        self, kind: str, call: Callable[..., Any], obj: D, read: Callable[[str, str], D]
+    ) -> D:
+        def act() -> D:
+            data = self._calls.replace_namespaced(
+                kind, call, obj.namespace, obj.name, obj.to_json()
             )
+            return type(obj).from_json(data)
 
         return self._replace_checked(
-            f"configmap {configmap.namespace}/{configmap.name}",
-            configmap.resource_version,
+            f"{kind} {obj.namespace}/{obj.name}",
+            obj.resource_version,
             act,
-            lambda: self.get_configmap(configmap.namespace, configmap.name),
-            lambda fresh: _same_configmap(fresh, configmap),
+            lambda: read(obj.namespace, obj.name),
+            lambda fresh: _same_data(fresh, obj),
         )
 
     # ------------------------------------------------------------------ ClusterPolicy

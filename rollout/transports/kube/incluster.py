@@ -65,6 +65,19 @@ def find_service_account(
     return ServiceAccount(host, port, directory or SERVICE_ACCOUNT_DIR)
 
 
+def pod_service_account(
+    kubeconfig: str | None, context: str | None, environ: Mapping[str, str] | None = None
+) -> ServiceAccount | None:
+    """The pod's account when the client will talk as it (config.load_kubeconfig's rule):
+    nothing names a kubeconfig or a context and none is at the default path; else None."""
+    env = os.environ if environ is None else environ
+    if kubeconfig or context or env.get("KUBECONFIG"):
+        return None
+    if Path("~/.kube/config").expanduser().is_file():
+        return None
+    return find_service_account(env)
+
+
 def in_cluster_configuration(account: ServiceAccount) -> k8s.Configuration:
     """A client configuration for the account: https to the service, its CA, its token."""
     configuration = k8s.Configuration()

@@ -6,12 +6,14 @@ server sent (`from_json`) and writes the JSON it sends (`to_json`).
 
 from __future__ import annotations
 
+import base64
+import dataclasses
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import Enum
-from typing import Any
+from typing import Any, Self
 
 StrMap = Mapping[str, str]
 
@@ -332,15 +334,8 @@ class ConfigMap:
     annotations: StrMap = field(default_factory=empty_map)
     resource_version: str | None = None
 
-    def with_data(self, data: Mapping[str, str]) -> ConfigMap:
-        return ConfigMap(
-            self.namespace,
-            self.name,
-            frozen_map(data),
-            self.labels,
-            self.annotations,
-            self.resource_version,
-        )
+    def with_data(self, data: Mapping[str, str]) -> Self:
+        return dataclasses.replace(self, data=frozen_map(data))
 
     def to_json(self) -> dict[str, Any]:
         meta: dict[str, Any] = {"name": self.name, "namespace": self.namespace}
@@ -353,16 +348,37 @@ class ConfigMap:
         return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": dict(self.data)}
 
     @classmethod
-    def from_json(cls, obj: Mapping[str, Any]) -> ConfigMap:
+    def from_json(cls, obj: Mapping[str, Any]) -> Self:
         meta = obj.get("metadata") or {}
         return cls(
             namespace=meta.get("namespace", ""),
             name=meta["name"],
-            data=frozen_map(obj.get("data")),
+            data=frozen_map(cls.decode_data(obj.get("data") or {})),
             labels=frozen_map(meta.get("labels")),
             annotations=frozen_map(meta.get("annotations")),
             resource_version=meta.get("resourceVersion"),
         )
+
+    @staticmethod
+    def decode_data(data: Mapping[str, Any]) -> Mapping[str, Any]:
+        """`data` as the server sends it, as text (a Secret's comes base64)."""
+        return data
+
+
+@dataclass(frozen=True)
+class Secret(ConfigMap):
+    """An Opaque Secret of text values (rollout's run state): kept like a ConfigMap's data,
+    sent base64 as the API wants, and readable only by those granted secrets, which the
+    built-in view role is not."""
+
+    def to_json(self) -> dict[str, Any]:
+        body = super().to_json()
+        encoded = {k: base64.b64encode(v.encode()).decode() for k, v in self.data.items()}
+        return {**body, "kind": "Secret", "type": "Opaque", "data": encoded}
+
+    @staticmethod
+    def decode_data(data: Mapping[str, Any]) -> Mapping[str, Any]:
+        return {k: base64.b64decode(str(v)).decode() for k, v in data.items()}
 
 
 @dataclass(frozen=True)
