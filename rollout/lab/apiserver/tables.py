@@ -52,10 +52,10 @@ class Column:
     """One column definition; priority 1 columns show only with `-o wide`."""
 
     name: str
-    type: str
     description: str
     cell: Cell
     priority: int = 0
+    type: str = "string"
     format: str = ""
 
     def to_definition(self) -> dict[str, Any]:
@@ -283,11 +283,13 @@ def _budget_allowed(obj: Mapping[str, Any], _now: float) -> int:
     return int(_status(obj).get("disruptionsAllowed") or 0)
 
 
-def _status_int(field: str) -> Cell:
+def _status_count(name: str, description: str, field: str) -> Column:
+    """An integer column of a count the controller writes in the status (0 until it does)."""
+
     def cell(obj: Mapping[str, Any], _now: float) -> int:
         return int(_status(obj).get(field) or 0)
 
-    return cell
+    return Column(name, description, cell, type="integer")
 
 
 def _format_labels(labels: Mapping[str, Any] | None) -> str:
@@ -449,7 +451,6 @@ def _job_duration(obj: Mapping[str, Any], now: float) -> str:
 
 _NAME = Column(
     "Name",
-    "string",
     "Name must be unique within a namespace. Is required when creating resources, although "
     "some resources may allow a client to request the generation of an appropriate name "
     "automatically. Name is primarily intended for creation idempotence and configuration "
@@ -460,64 +461,55 @@ _NAME = Column(
 )
 _AGE = Column(
     "Age",
-    "string",
     "CreationTimestamp is a timestamp representing the server time when this object was created.",
     _age,
 )
 _DEFAULT_COLUMNS = (_NAME, _AGE)
 _BINDING_COLUMNS = (
     _NAME,
-    Column("Role", "string", "Role referenced by the binding.", _binding_role),
+    Column("Role", "Role referenced by the binding.", _binding_role),
     _AGE,
-    Column("Users", "string", "Users in the binding.", _binding_subjects("User"), 1),
-    Column("Groups", "string", "Groups in the binding.", _binding_subjects("Group"), 1),
+    Column("Users", "Users in the binding.", _binding_subjects("User"), 1),
+    Column("Groups", "Groups in the binding.", _binding_subjects("Group"), 1),
     Column(
-        "ServiceAccounts",
-        "string",
-        "ServiceAccounts in the binding.",
-        _binding_subjects("ServiceAccount"),
-        1,
+        "ServiceAccounts", "ServiceAccounts in the binding.", _binding_subjects("ServiceAccount"), 1
     ),
 )
 # printJob and printCronJob end alike: the age, then (wide) the pod template's containers
 # and images and the Job's selector.
 _BATCH_TAIL = (
     _AGE,
-    Column("Containers", "string", "Container names.", _batch_containers("name"), 1),
-    Column("Images", "string", "Container images.", _batch_containers("image"), 1),
-    Column("Selector", "string", "Label selector for pods.", _job_selector, 1),
+    Column("Containers", "Container names.", _batch_containers("name"), 1),
+    Column("Images", "Container images.", _batch_containers("image"), 1),
+    Column("Selector", "Label selector for pods.", _job_selector, 1),
 )
 _COLUMNS: dict[str, tuple[Column, ...]] = {
     NODES.resource: (
         _NAME,
-        Column("Status", "string", "The status of the node", _node_status),
-        Column("Roles", "string", "The roles of the node", _node_roles),
+        Column("Status", "The status of the node", _node_status),
+        Column("Roles", "The roles of the node", _node_roles),
         _AGE,
         Column(
             "Version",
-            "string",
             "Kubelet Version reported by the node.",
             _field_text("status.nodeInfo.kubeletVersion"),
         ),
-        Column("Internal-IP", "string", "List of internal IPs.", _node_address("InternalIP"), 1),
-        Column("External-IP", "string", "List of external IPs.", _node_address("ExternalIP"), 1),
+        Column("Internal-IP", "List of internal IPs.", _node_address("InternalIP"), 1),
+        Column("External-IP", "List of external IPs.", _node_address("ExternalIP"), 1),
         Column(
             "OS-Image",
-            "string",
             "OS Image reported by the node.",
             _field_text("status.nodeInfo.osImage", "<unknown>"),
             1,
         ),
         Column(
             "Kernel-Version",
-            "string",
             "Kernel Version reported by the node.",
             _field_text("status.nodeInfo.kernelVersion", "<unknown>"),
             1,
         ),
         Column(
             "Container-Runtime",
-            "string",
             "Container Runtime Version reported by the node.",
             _field_text("status.nodeInfo.containerRuntimeVersion", "<unknown>"),
             1,
@@ -525,193 +517,149 @@ _COLUMNS: dict[str, tuple[Column, ...]] = {
     ),
     PODS.resource: (
         _NAME,
-        Column("Ready", "string", "The aggregate readiness state of this pod.", _pod_ready),
-        Column("Status", "string", "The aggregate status of the containers.", _pod_reason),
-        Column("Restarts", "string", "The number of container restarts.", _pod_restarts),
+        Column("Ready", "The aggregate readiness state of this pod.", _pod_ready),
+        Column("Status", "The aggregate status of the containers.", _pod_reason),
+        Column("Restarts", "The number of container restarts.", _pod_restarts),
         _AGE,
-        Column(
-            "IP",
-            "string",
-            "IP address allocated to the pod.",
-            _field_text("status.podIP", "<none>"),
-            1,
-        ),
+        Column("IP", "IP address allocated to the pod.", _field_text("status.podIP", "<none>"), 1),
         Column(
             "Node",
-            "string",
             "Name of the node the pod is assigned to.",
             _field_text("spec.nodeName", "<none>"),
             1,
         ),
         Column(
             "Nominated Node",
-            "string",
             "Nominated node name.",
             _field_text("status.nominatedNodeName", "<none>"),
             1,
         ),
-        Column("Readiness Gates", "string", "Pod readiness gates.", _pod_gates, 1),
+        Column("Readiness Gates", "Pod readiness gates.", _pod_gates, 1),
     ),
     NAMESPACES.resource: (
         _NAME,
-        Column("Status", "string", "The status of the namespace", _field_text("status.phase")),
+        Column("Status", "The status of the namespace", _field_text("status.phase")),
         _AGE,
     ),
     PODDISRUPTIONBUDGETS.resource: (
         _NAME,
         Column(
             "Min Available",
-            "string",
             "The minimum number of pods that must be available.",
             _budget_field("minAvailable"),
         ),
         Column(
             "Max Unavailable",
-            "string",
             "The maximum number of pods that may be unavailable.",
             _budget_field("maxUnavailable"),
         ),
         Column(
             "Allowed Disruptions",
-            "integer",
             "Calculated number of pods that may be disrupted at this time.",
             _budget_allowed,
+            type="integer",
         ),
         _AGE,
     ),
     RUNTIMECLASSES.resource: (
         _NAME,
-        Column(
-            "Handler", "string", "Handler specifies the underlying runtime.", _field_text("handler")
-        ),
+        Column("Handler", "Handler specifies the underlying runtime.", _field_text("handler")),
         _AGE,
     ),
     DAEMONSETS.resource: (
         _NAME,
-        Column(
-            "Desired",
-            "integer",
-            "The desired number of pods.",
-            _status_int("desiredNumberScheduled"),
-        ),
-        Column(
-            "Current",
-            "integer",
-            "The current number of pods.",
-            _status_int("currentNumberScheduled"),
-        ),
-        Column("Ready", "integer", "The number of ready pods.", _status_int("numberReady")),
-        Column(
-            "Up-to-date",
-            "integer",
-            "The number of updated pods.",
-            _status_int("updatedNumberScheduled"),
-        ),
-        Column(
-            "Available", "integer", "The number of available pods.", _status_int("numberAvailable")
-        ),
-        Column(
-            "Node Selector",
-            "string",
-            "The node selector of the pod template.",
-            _daemonset_node_selector,
-        ),
+        _status_count("Desired", "The desired number of pods.", "desiredNumberScheduled"),
+        _status_count("Current", "The current number of pods.", "currentNumberScheduled"),
+        _status_count("Ready", "The number of ready pods.", "numberReady"),
+        _status_count("Up-to-date", "The number of updated pods.", "updatedNumberScheduled"),
+        _status_count("Available", "The number of available pods.", "numberAvailable"),
+        Column("Node Selector", "The node selector of the pod template.", _daemonset_node_selector),
         _AGE,
         Column(
             "Containers",
-            "string",
             "Names of each container in the template.",
             _daemonset_containers("name"),
             1,
         ),
         Column(
             "Images",
-            "string",
             "Images referenced by each container in the template.",
             _daemonset_containers("image"),
             1,
         ),
-        Column("Selector", "string", "Label selector for pods.", _daemonset_selector, 1),
+        Column("Selector", "Label selector for pods.", _daemonset_selector, 1),
     ),
     EVENTS.resource: (
-        Column("Last Seen", "string", "Time since the event was last seen.", _event_last_seen),
-        Column("Type", "string", "The type of the event.", _event_field("type")),
-        Column("Reason", "string", "Why the event happened.", _event_field("reason")),
-        Column("Object", "string", "The object the event is about.", _event_object),
-        Column("Subobject", "string", "The part of the object.", _event_subobject, 1),
-        Column("Source", "string", "The component that reported it.", _event_source, 1),
-        Column("Message", "string", "What happened.", _event_field("message")),
-        Column("First Seen", "string", "Time since it was first seen.", _event_first_seen, 1),
-        Column("Count", "string", "How often it happened.", _event_count, 1),
-        Column("Name", "string", "The event's name.", _name, 1),
+        Column("Last Seen", "Time since the event was last seen.", _event_last_seen),
+        Column("Type", "The type of the event.", _event_field("type")),
+        Column("Reason", "Why the event happened.", _event_field("reason")),
+        Column("Object", "The object the event is about.", _event_object),
+        Column("Subobject", "The part of the object.", _event_subobject, 1),
+        Column("Source", "The component that reported it.", _event_source, 1),
+        Column("Message", "What happened.", _event_field("message")),
+        Column("First Seen", "Time since it was first seen.", _event_first_seen, 1),
+        Column("Count", "How often it happened.", _event_count, 1),
+        Column("Name", "The event's name.", _name, 1),
     ),
     # the CRD's additionalPrinterColumns: Status (.status.state) and Age, a string column of
     # .metadata.creationTimestamp, so the real server prints the timestamp itself
     NVIDIADRIVERS.resource: (
         _NAME,
-        Column("Status", "string", "", _field_text("status.state")),
-        Column("Age", "string", "", _field_text("metadata.creationTimestamp")),
+        Column("Status", "", _field_text("status.state")),
+        Column("Age", "", _field_text("metadata.creationTimestamp")),
     ),
     LEASES.resource: (
         _NAME,
-        Column("Holder", "string", "The holder of the lease.", _field_text("spec.holderIdentity")),
+        Column("Holder", "The holder of the lease.", _field_text("spec.holderIdentity")),
         _AGE,
     ),
     SERVICEACCOUNTS.resource: (
         _NAME,
-        Column("Secrets", "string", "Secrets of the service account.", _account_secrets),
+        Column("Secrets", "Secrets of the service account.", _account_secrets),
         _AGE,
     ),
     ROLES.resource: (
         _NAME,
         Column(
             "Created At",
-            "date",
             "Time the role was created.",
             _field_text("metadata.creationTimestamp"),
+            type="date",
         ),
     ),
     CLUSTERROLES.resource: (
         _NAME,
         Column(
             "Created At",
-            "date",
             "Time the cluster role was created.",
             _field_text("metadata.creationTimestamp"),
+            type="date",
         ),
     ),
     ROLEBINDINGS.resource: _BINDING_COLUMNS,
     CLUSTERROLEBINDINGS.resource: _BINDING_COLUMNS,
     CONFIGMAPS.resource: (
         _NAME,
-        Column("Data", "integer", "Data contains the configuration data.", _configmap_data),
+        Column("Data", "Data contains the configuration data.", _configmap_data, type="integer"),
         _AGE,
     ),
     # printCronJob and printJob of pkg/printers/internalversion
     CRONJOBS.resource: (
         _NAME,
+        Column("Schedule", "The schedule in Cron format.", _field_text("spec.schedule", "<none>")),
         Column(
-            "Schedule",
-            "string",
-            "The schedule in Cron format.",
-            _field_text("spec.schedule", "<none>"),
+            "Timezone", "The time zone of the schedule.", _field_text("spec.timeZone", "<none>")
         ),
-        Column(
-            "Timezone",
-            "string",
-            "The time zone of the schedule.",
-            _field_text("spec.timeZone", "<none>"),
-        ),
-        Column("Suspend", "boolean", "Whether runs are suspended.", _cronjob_suspend),
-        Column("Active", "integer", "The number of running jobs.", _cronjob_active),
-        Column("Last Schedule", "string", "When a job was last scheduled.", _cronjob_last),
+        Column("Suspend", "Whether runs are suspended.", _cronjob_suspend, type="boolean"),
+        Column("Active", "The number of running jobs.", _cronjob_active, type="integer"),
+        Column("Last Schedule", "When a job was last scheduled.", _cronjob_last),
         *_BATCH_TAIL,
     ),
     JOBS.resource: (
         _NAME,
-        Column("Status", "string", "Status of the job.", _job_status),
-        Column("Completions", "string", "Desired and successful completions.", _job_completions),
-        Column("Duration", "string", "How long the job ran.", _job_duration),
+        Column("Status", "Status of the job.", _job_status),
+        Column("Completions", "Desired and successful completions.", _job_completions),
+        Column("Duration", "How long the job ran.", _job_duration),
         *_BATCH_TAIL,
     ),
 }
