@@ -1,6 +1,7 @@
 """Fleet-scale measurements of issue 13: `plan --facts` at 1k and 10k nodes, and start-up.
 
-    bench/run [--json PATH] [--runs N] [--sizes 1000,10000] [--work DIR] [--lab] [--lab-up]
+    bench/run [--json PATH] [--runs N] [--sizes 1000,10000] [--work DIR] [--lab-up]
+              [--lab [--lab-nodes 8] [--before DIR]]
 
 Generates the recorded fleets (bench/fleet.py), then measures, each as the median of several
 runs: `rollout plan examples/plan.yaml --facts DIR -o json` wall time and peak RSS per fleet
@@ -9,9 +10,11 @@ time goes; and `rollout --help` against `python -c pass`, interleaved. Prints a 
 the targets and writes JSON (bench/results.json unless --json). Never a timed test: the
 numbers depend on the machine and on what else runs on it.
 
-With --lab it also brings up an 8-node lab and measures the rows that need one
-(bench/lab_rows.py): `plan -i` against the OpenSSH floor, the probe's handshake and round
-trips, `ansible-playbook --check --diff` against `plan -i`, and apply P2 per wave.
+With --lab it also brings up an 8-node lab (--lab-nodes) and measures the rows that need one
+(bench/lab_rows.py): `plan -i` against the OpenSSH floor (with the containerd dump memo
+warm, cold and empty, and the code of --before DIR in the same rounds), what its imports
+alone cost, the probe's handshake and round trips, `ansible-playbook --check --diff`
+against `plan -i`, and apply P2 per wave.
 """
 
 from __future__ import annotations
@@ -182,27 +185,65 @@ def lab_table_rows(lab: dict[str, Any] | None) -> list[tuple[str, str, str]]:
     if not lab:
         return []
     live, probe, ansible = lab["plan_live"], lab["probe"], lab["ansible"]
+    variants = live.get("variants", {})
     rows = [
         (
-            f"plan -i, {lab['nodes']} lab nodes vs OpenSSH floor",
+            f"plan -i, {lab['nodes']} lab nodes vs OpenSSH floor (dump memo warm)",
             f"{live['ratio']:.2f}x ({live['rollout_plan_s']:.2f} s vs "
             f"{live['openssh_floor_s']:.2f} s; {live['rollout_plan_cpu_s']:.2f} s CPU)",
             f"<= {live['target_ratio']:g}x",
         ),
+    ]
+    for name, label in (
+        ("cold", "  dump memo cold (new configurations)"),
+        ("first", "  dump memo empty (binaries hashed too)"),
+        ("before", "  the code before"),
+    ):
+        if name in variants:
+            found = variants[name]
+            rows.append(
+                (
+                    label,
+                    f"{found['wall_s'] / live['openssh_floor_s']:.2f}x ({found['wall_s']:.2f} s; "
+                    f"{found['cpu_s']:.2f} s CPU)",
+                    "",
+                )
+            )
+    if "imports" in variants and "libraries" in variants:
+        rows.append(
+            (
+                "  its imports alone (libraries alone)",
+                f"{variants['imports']['cpu_s']:.2f} s CPU "
+                f"({variants['libraries']['cpu_s']:.2f} s)",
+                "",
+            )
+        )
+    rows.append(
         (
             "  probe: handshake / per fact / batched",
             f"{probe['handshake_s']:.2f} s / {probe['per_fact_s']:.2f} s / "
             f"{probe['batched_s']:.2f} s",
             "",
-        ),
+        )
+    )
+    rows.append(
         (
             "ansible-playbook --check --diff vs plan -i",
             f"Ansible {ansible['ansible_slower']:.2f}x slower "
             f"({ansible['ansible_check_diff_s']:.2f} s vs {ansible['rollout_plan_s']:.2f} s)",
             f">= {ansible['target_ansible_slower']:g}x",
-        ),
-    ]
-    for wave in lab["apply_p2"]["waves"]:
+        )
+    )
+    if "plan_needed_for_target_s" in ansible:
+        rows.append(
+            (
+                "  plan -i needed for the target",
+                f"{ansible['plan_needed_for_target_s']:.2f} s = "
+                f"{ansible['needed_vs_floor']:.2f}x the floor",
+                "",
+            )
+        )
+    for wave in lab.get("apply_p2", {}).get("waves", []):
         rows.append(
             (
                 f"apply P2, wave {wave['wave']} ({wave['nodes']} node(s))",
@@ -224,6 +265,10 @@ def main() -> int:
     parser.add_argument("--work", type=Path, help="where the fleets go (default: a temp dir)")
     parser.add_argument(
         "--lab", action="store_true", help="also the rows that need an 8-node lab (root)"
+    )
+    parser.add_argument("--lab-nodes", type=int, default=8, help="the lab rows' nodes (8)")
+    parser.add_argument(
+        "--before", type=Path, help="the lab rows: a checkout of the code before, run alongside"
     )
     parser.add_argument(
         "--lab-up", action="store_true", help="also `rollout lab up` of 4 nodes (root)"
@@ -253,7 +298,7 @@ def main() -> int:
     if args.lab:
         from bench.lab_rows import measure_lab_rows
 
-        results["lab"] = measure_lab_rows(args.runs)
+        results["lab"] = measure_lab_rows(args.runs, args.lab_nodes, args.before)
     if args.lab_up:
         from bench.lab_up import measure_lab_up
 
