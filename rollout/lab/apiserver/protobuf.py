@@ -14,17 +14,6 @@ from rollout.lab.apiserver.errors import ApiError
 
 MEDIA_TYPE = "application/vnd.kubernetes.protobuf"
 _MAGIC = b"k8s\x00"
-# Field numbers of the messages read here (k8s.io/api/authorization/v1/generated.proto).
-_RESOURCE_ATTRIBUTES = {
-    1: "namespace",
-    2: "verb",
-    3: "group",
-    4: "version",
-    5: "resource",
-    6: "subresource",
-    7: "name",
-}
-_NON_RESOURCE_ATTRIBUTES = {1: "path", 2: "verb"}
 
 Fields = dict[int, list[bytes | int]]
 
@@ -35,32 +24,22 @@ def is_protobuf(content_type: str) -> bool:
 
 def decode_self_subject_access_review(raw: bytes) -> dict[str, Any]:
     """A SelfSubjectAccessReview in protobuf as the JSON object it stands for."""
-    review = _fields(_bytes(_envelope(raw), 2))
-    spec = _fields(_bytes(review, 2))
-    body_spec: dict[str, Any] = {}
-    if 1 in spec:
-        body_spec["resourceAttributes"] = _strings(_fields(_bytes(spec, 1)), _RESOURCE_ATTRIBUTES)
-    if 2 in spec:
-        body_spec["nonResourceAttributes"] = _strings(
-            _fields(_bytes(spec, 2)), _NON_RESOURCE_ATTRIBUTES
-        )
-    return {
-        "apiVersion": "authorization.k8s.io/v1",
-        "kind": "SelfSubjectAccessReview",
-        "metadata": {},
-        "spec": body_spec,
-    }
+    return _decode_review(raw, "SelfSubjectAccessReview", _ACCESS_REVIEW_SPEC)
 
 
 def decode_self_subject_rules_review(raw: bytes) -> dict[str, Any]:
     """A SelfSubjectRulesReview in protobuf (its spec holds only the namespace)."""
-    spec = _fields(_bytes(_fields(_bytes(_envelope(raw), 2)), 2))
-    namespace = _bytes(spec, 1).decode()
+    return _decode_review(raw, "SelfSubjectRulesReview", _RULES_REVIEW_SPEC)
+
+
+def _decode_review(raw: bytes, kind: str, spec_schema: Schema) -> dict[str, Any]:
+    """A self review (authorization.k8s.io/v1): its spec, the message's field 2, by the schema."""
+    review = _fields(_bytes(_envelope(raw), 2))
     return {
         "apiVersion": "authorization.k8s.io/v1",
-        "kind": "SelfSubjectRulesReview",
+        "kind": kind,
         "metadata": {},
-        "spec": {"namespace": namespace} if namespace else {},
+        "spec": _message(_bytes(review, 2), spec_schema),
     }
 
 
@@ -117,6 +96,21 @@ _SUBJECT: Schema = {
     3: ("name", "string"),
     4: ("namespace", "string"),
 }
+# k8s.io/api/authorization/v1/generated.proto
+_RESOURCE_ATTRIBUTES: Schema = {
+    1: ("namespace", "string"),
+    2: ("verb", "string"),
+    3: ("group", "string"),
+    4: ("version", "string"),
+    5: ("resource", "string"),
+    6: ("subresource", "string"),
+    7: ("name", "string"),
+}
+_ACCESS_REVIEW_SPEC: Schema = {
+    1: ("resourceAttributes", _RESOURCE_ATTRIBUTES),
+    2: ("nonResourceAttributes", {1: ("path", "string"), 2: ("verb", "string")}),
+}
+_RULES_REVIEW_SPEC: Schema = {1: ("namespace", "string")}
 _ROLE_REF: Schema = {1: ("apiGroup", "string"), 2: ("kind", "string"), 3: ("name", "string")}
 _LOCAL_REFERENCE: Schema = {1: ("name", "string")}
 _OBJECT_REFERENCE: Schema = {2: ("namespace", "string"), 3: ("name", "string")}
@@ -204,15 +198,6 @@ def _envelope(raw: bytes) -> Fields:
     if not raw.startswith(_MAGIC):
         raise ApiError.bad_request("the protobuf body does not start with the k8s envelope")
     return _fields(raw[len(_MAGIC) :])
-
-
-def _strings(fields: Fields, names: Mapping[int, str]) -> dict[str, str]:
-    found = {}
-    for number, name in names.items():
-        value = _bytes(fields, number)
-        if value:
-            found[name] = value.decode()
-    return found
 
 
 def _bytes(fields: Fields, number: int) -> bytes:
