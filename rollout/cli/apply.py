@@ -185,6 +185,7 @@ def apply_plan(args: argparse.Namespace, recorder: RetryRecorder) -> int:
                         report = continue_run(journal, spec, plan, fleet, [], args.output, pod.name)
                     finally:
                         recorder.detach()
+                pod.announce(fleet.kube, plan.name, found.run_id, report)
                 return exit_code(report)
         facts = fleet.gather(spec, max_parallel=args.parallel)
         plan = build_plan(spec, str(args.plan_file), facts, load_playbooks())
@@ -239,6 +240,8 @@ def apply_plan(args: argparse.Namespace, recorder: RetryRecorder) -> int:
                 # the journal closes before the Lease is released: retries of the release
                 # are shown, not journalled
                 recorder.detach()
+        if pod is not None:
+            pod.announce(fleet.kube, plan.name, run_id, report)
     return exit_code(report)
 
 

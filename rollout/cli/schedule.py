@@ -10,12 +10,18 @@ import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rollout.errors import BadInput, ExitCode
+from rollout.errors import BadInput, ExitCode, RolloutError
+from rollout.executor import RunReport
 from rollout.inputfile import read_text
 from rollout.playbook import load_playbooks
-from rollout.run import STATE_DIR_ENV
+from rollout.run import STATE_DIR_ENV, RunOutcome
 from rollout.run.cluster import ClusterRun, run_object_name
+from rollout.transports.kube import EventType
+
+if TYPE_CHECKING:
+    from rollout.transports.kube import KubeClient
 from rollout.spec import parse_spec
 
 HELP = """\
@@ -164,6 +170,33 @@ class PodRunPlace:
 
     def where(self, plan_name: str) -> str:
         return f"secret {self.namespace}/{run_object_name(plan_name)}"
+
+    def announce(self, kube: KubeClient, plan_name: str, run_id: str, report: RunReport) -> None:
+        """An Event on the plan's ConfigMap saying how the run stopped (`kubectl describe
+        configmap rollout-PLAN`, `kubectl get events`); a refused Event is said, not fatal."""
+        left = sum(1 for outcome, _ in report.nodes.values() if outcome == "pending")
+        if report.window_closed:
+            kind, reason = EventType.NORMAL, "WindowClosed"
+            message = f"window closed, {left} node(s) left: the next scheduled run continues"
+        elif report.outcome is RunOutcome.SUCCEEDED:
+            kind, reason, message = EventType.NORMAL, "RolloutDone", "every node done"
+        else:
+            kind, reason = EventType.WARNING, f"Run{report.outcome.value.capitalize()}"
+            message = f"{report.outcome.value}: {report.halt_reason or 'see rollout status'}"
+            message += f"; {left} node(s) left"
+        configmap_name = f"rollout-{plan_name}"
+        try:
+            configmap = kube.get_configmap(self.namespace, configmap_name)
+            involved = {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "name": configmap_name,
+                "namespace": self.namespace,
+                "uid": configmap.uid or "",
+            }
+            kube.create_event_on(self.namespace, involved, reason, f"run {run_id}: {message}", kind)
+        except RolloutError as exc:
+            print(f"no Event on configmap {configmap_name}: {exc}", file=sys.stderr)
 
 
 def pod_run_place(args: argparse.Namespace) -> PodRunPlace | None:

@@ -180,6 +180,8 @@ def scheduled_run_grants(plan_name: str, namespace: str) -> tuple[Grant, ...]:
     on the plan's ConfigMap (a window closing, a run done)."""
     kept = run_object_name(plan_name)
     return (
+        # the plan's ConfigMap is read for its uid, which the Events name
+        Grant("", "configmaps", "get", namespace, f"rollout-{plan_name}"),
         Grant("", "secrets", "get", namespace, kept),
         Grant("", "secrets", "update", namespace, kept),
         # create cannot be limited to a name: the name is not known before the object exists

@@ -27,7 +27,7 @@ from rollout.run import (
 )
 from rollout.run.cluster import find_run
 from rollout.spec import Spec
-from rollout.transports.kube import KubeClient, incluster
+from rollout.transports.kube import ConfigMap, KubeClient, incluster
 from tests.unit.test_run_commands import PLAN, fleet, kube, plan  # noqa: F401 - fixtures
 
 NAMESPACE = "rollout"
@@ -72,7 +72,10 @@ def window_closes_after(first: str, seen: dict[str, Any]):  # type: ignore[no-un
                 continue
             if node.name != first:
                 journal.append(RunHalted("window closed (22:00-23:00 UTC): 1 node(s) left"))
-                return RunReport(RunOutcome.HALTED, "window closed", {}, window_closed=True)
+                state = journal.replay()
+                outcomes = {n.name: state.node(n.name).outcome for n in planned.nodes}
+                nodes = {n: (o.value if o else "pending", "") for n, o in outcomes.items()}
+                return RunReport(RunOutcome.HALTED, "window closed", nodes, window_closed=True)
             for index, step in enumerate(node.steps):
                 journal.append(StepStarted(node.name, index, step.kind, 1))
                 journal.append(StepFinished(node.name, index, step.kind, 1, StepOutcome.DONE))
@@ -94,6 +97,8 @@ def first_run(
     """The first scheduled run: gpu-a-1 done, then the window closes (exit 4). What the
     executor saw, and the run's progress lines under "err"."""
     seen: dict[str, Any] = {}
+    # what rollout schedule applied: the plan's ConfigMap, which the run's Events are on
+    fleet.create_configmap(ConfigMap(NAMESPACE, "rollout-registry-mirror", {"plan.yaml": ""}))
     monkeypatch.setattr(cli_apply, "execute", window_closes_after("gpu-a-1", seen))
     assert main(pod_apply(tmp_path)) == 4
     seen["err"] = capsys.readouterr().err
@@ -132,6 +137,17 @@ def test_the_next_scheduled_run_continues_the_run_kept_in_the_cluster(
     assert kinds.count("run-started") == 1 and kinds.count("run-resumed") == 1
     assert kinds.count("node-finished") == 2  # no node done twice
     assert plan_from_data(json.loads(found.read_plan_json())) == plan
+    # each stop said on the plan's ConfigMap, as kubectl describe configmap shows them
+    uid = fleet.get_configmap(NAMESPACE, "rollout-registry-mirror").uid
+    selector = f"involvedObject.kind=ConfigMap,involvedObject.uid={uid}"
+    said = {(e.reason, e.message) for e in fleet.list_events(NAMESPACE, field_selector=selector)}
+    assert said == {
+        (
+            "WindowClosed",
+            f"run {run_id}: window closed, 1 node(s) left: the next scheduled run continues",
+        ),
+        ("RolloutDone", f"run {run_id}: every node done"),
+    }
 
 
 def test_a_changed_plan_is_refused_while_its_run_is_unfinished(

@@ -98,9 +98,15 @@ def test_the_objects_of_a_windowed_containerd_plan() -> None:
     ]
     assert {o["metadata"]["name"] for o in objects.values()} == {"rollout", "rollout-mirror"}
     # the run kept in the cluster (rollout/run/cluster.py) and the Events on the ConfigMap:
-    # only the Secret named after the plan is read and replaced
+    # only the Secret named after the plan is read and replaced, only its ConfigMap read
     assert objects["Role/rollout"]["rules"] == [
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": ["rollout-mirror"],
+            "verbs": ["get"],
+        },
         {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
         {
             "apiGroups": [""],

@@ -537,13 +537,27 @@ class KubeClient(Closeable):
         type: EventType = EventType.NORMAL,
     ) -> str:
         """Record an Event on a node (shown by `kubectl describe node`); returns its name."""
+        # kubelets name the node by its name as uid too; kubectl describe matches on it
+        involved = {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node}
+        return self.create_event_on(namespace, involved, reason, message, type)
+
+    def create_event_on(
+        self,
+        namespace: str,
+        involved: Mapping[str, str],
+        reason: str,
+        message: str,
+        type: EventType = EventType.NORMAL,
+    ) -> str:
+        """Record an Event on any object (`involved`: its apiVersion, kind, name, uid and, for
+        a namespaced one, namespace; `kubectl describe` matches on the uid)."""
         now = format_time(datetime.now(UTC))
+        kind, name = involved["kind"], involved["name"]
         body = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{node}.", "namespace": namespace},
-            # kubelets name the node by its name as uid too; kubectl describe matches on it
-            "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node},
+            "metadata": {"generateName": f"{name}.", "namespace": namespace},
+            "involvedObject": dict(involved),
             "reason": reason,
             "message": message,
             "type": type.value,
@@ -553,7 +567,7 @@ class KubeClient(Closeable):
             "lastTimestamp": now,
             "count": 1,
         }
-        what = f"event for node {node} in {namespace}"
+        what = f"event for {kind.lower()} {name} in {namespace}"
 
         def act() -> str:
             data = self._calls.request_once(
@@ -562,8 +576,8 @@ class KubeClient(Closeable):
             return str((data.get("metadata") or {}).get("name", ""))
 
         def recheck(error: BaseException) -> str | None:
-            # the same reason, message and time on the same node: our event, answer lost
-            selector = f"involvedObject.kind=Node,involvedObject.name={node}"
+            # the same reason, message and time on the same object: our event, answer lost
+            selector = f"involvedObject.kind={kind},involvedObject.name={name}"
             for event in self.list_events(namespace, field_selector=selector):
                 if (
                     event.reason == reason

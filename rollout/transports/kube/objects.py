@@ -7,10 +7,9 @@ server sent (`from_json`) and writes the JSON it sends (`to_json`).
 from __future__ import annotations
 
 import base64
-import dataclasses
 import types
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import Enum
 from typing import Any, Self
@@ -333,9 +332,10 @@ class ConfigMap:
     labels: StrMap = field(default_factory=empty_map)
     annotations: StrMap = field(default_factory=empty_map)
     resource_version: str | None = None
+    uid: str | None = None  # as read: Events on the object name it
 
     def with_data(self, data: Mapping[str, str]) -> Self:
-        return dataclasses.replace(self, data=frozen_map(data))
+        return replace(self, data=frozen_map(data))
 
     def to_json(self) -> dict[str, Any]:
         meta: dict[str, Any] = {"name": self.name, "namespace": self.namespace}
@@ -357,6 +357,7 @@ class ConfigMap:
             labels=frozen_map(meta.get("labels")),
             annotations=frozen_map(meta.get("annotations")),
             resource_version=meta.get("resourceVersion"),
+            uid=meta.get("uid"),
         )
 
     @staticmethod
@@ -367,14 +368,12 @@ class ConfigMap:
 
 @dataclass(frozen=True)
 class Secret(ConfigMap):
-    """An Opaque Secret of text values (rollout's run state): kept like a ConfigMap's data,
-    sent base64 as the API wants, and readable only by those granted secrets, which the
-    built-in view role is not."""
+    """An Opaque Secret of text values (a run kept in the cluster): a ConfigMap's data, sent
+    base64, and readable only by those granted secrets (not the built-in view role)."""
 
     def to_json(self) -> dict[str, Any]:
-        body = super().to_json()
         encoded = {k: base64.b64encode(v.encode()).decode() for k, v in self.data.items()}
-        return {**body, "kind": "Secret", "type": "Opaque", "data": encoded}
+        return {**super().to_json(), "kind": "Secret", "type": "Opaque", "data": encoded}
 
     @staticmethod
     def decode_data(data: Mapping[str, Any]) -> Mapping[str, Any]:
