@@ -237,6 +237,29 @@ def node_facts(host: FakeHost, spec: Spec) -> NodeFacts:
     )
 
 
+def context_for(
+    host: FakeHost,
+    spec: Spec,
+    kube: FakeKube,
+    journal: Journal,
+    facts: NodeFacts | None = None,
+    node_plan: NodePlan | None = None,
+) -> StepContext:
+    """A step's context on NODE: the fake host and cluster, no output, no sleeping; the
+    node's facts read from the host unless given."""
+    return StepContext(
+        NODE,
+        node_plan or NodePlan(NODE, "1.7.24", ()),
+        facts or node_facts(host, spec),
+        spec,
+        cast(Any, host),
+        cast(KubeClient, kube),
+        journal,
+        progress=lambda _: None,
+        sleep=lambda _: None,
+    )
+
+
 @dataclass
 class Run:
     host: FakeHost
@@ -261,11 +284,9 @@ def apply(tmp_path: Path, spec: Spec, host: FakeHost, kube: FakeKube | None = No
     node = replace(plan.nodes[0], steps=tuple(s for s in plan.nodes[0].steps if s.kind in keep))
     plan = replace(plan, waves=(Wave(1, (node,)),))
     journal = Journal.create(tmp_path, "unit", "{}")
-    kube_client = cast(KubeClient, kube)
 
     def context(node_plan: NodePlan) -> StepContext:
-        return StepContext(NODE, node_plan, facts, spec, cast(Any, host), kube_client, journal,
-                           progress=lambda _: None, sleep=lambda _: None)  # fmt: skip
+        return context_for(host, spec, kube, journal, facts, node_plan)
 
     class Quiet:
         def __getattr__(self, name: str) -> Any:
@@ -345,9 +366,7 @@ def test_undo_after_the_reload_reinstalls_then_reloads_then_resumes(tmp_path: Pa
                          "driver.install", "driver.unload"]  # fmt: skip
     host.calls.clear()
     facts = node_facts(host, spec)
-    ctx = StepContext(NODE, NodePlan(NODE, "1.7.24", ()), facts, spec, cast(Any, host),
-                      cast(KubeClient, run.kube), run.journal, progress=lambda _: None,
-                      sleep=lambda _: None)  # fmt: skip
+    ctx = context_for(host, spec, run.kube, run.journal, facts)
     seen: list[str] = []
     for kind in order[1:]:
         steps[kind].undo(ctx)
@@ -368,9 +387,7 @@ def test_install_resumed_after_a_kill_finds_it_done_and_keeps_the_first_previous
     spec = make_spec("modules")
     facts = node_facts(host, spec)
     journal = Journal.create(tmp_path, "unit", "{}")
-    ctx = StepContext(NODE, NodePlan(NODE, "1.7.24", ()), facts, spec, cast(Any, host),
-                      cast(KubeClient, FakeKube(LABELS)), journal, progress=lambda _: None,
-                      sleep=lambda _: None)  # fmt: skip
+    ctx = context_for(host, spec, FakeKube(LABELS), journal, facts)
     install = builtin_steps()["driver.install"]
     assert install.apply(ctx).kind.value == "done"
     # a resumed run applies the step in flight again: it is already there
@@ -384,9 +401,7 @@ def test_a_reboot_resumed_after_a_kill_waits_instead_of_rebooting_again(tmp_path
     spec = make_spec("reboot")
     journal = Journal.create(tmp_path, "unit", "{}")
     journal.save_step_data(NODE, "driver.unload", {"stopped": [], "reboot": True})
-    ctx = StepContext(NODE, NodePlan(NODE, "1.7.24", ()), node_facts(host, spec), spec,
-                      cast(Any, host), cast(KubeClient, FakeKube(LABELS)), journal,
-                      progress=lambda _: None, sleep=lambda _: None)  # fmt: skip
+    ctx = context_for(host, spec, FakeKube(LABELS), journal)
     before = host.boot_id
     # the first attempt: boot id saved, reboot requested, then the process is killed
     journal.save_step_data(NODE, "driver.reload", {"reboot": {"boot_before": before}})
@@ -404,9 +419,7 @@ def test_a_reboot_that_never_comes_back_times_out_naming_the_stage(tmp_path: Pat
     host.respond = lambda argv, real=host.respond: (  # type: ignore[method-assign]
         (0, "") if argv == ("systemctl", "reboot") else real(argv)
     )
-    ctx = StepContext(NODE, NodePlan(NODE, "1.7.24", ()), node_facts(host, spec), spec,
-                      cast(Any, host), cast(KubeClient, FakeKube(LABELS)), journal,
-                      progress=lambda _: None, sleep=lambda _: None)  # fmt: skip
+    ctx = context_for(host, spec, FakeKube(LABELS), journal)
     with pytest.raises(
         StepFailed, match=r"waited 30s \(policy.driver.reboot_timeout_s\) for a new boot_id"
     ):
@@ -416,10 +429,7 @@ def test_a_reboot_that_never_comes_back_times_out_naming_the_stage(tmp_path: Pat
 def test_verify_refuses_a_library_mismatch(tmp_path: Path) -> None:
     host = FakeHost(installed=NEW, loaded=OLD)
     spec = make_spec("modules")
-    ctx = StepContext(NODE, NodePlan(NODE, "1.7.24", ()), node_facts(host, spec), spec,
-                      cast(Any, host), cast(KubeClient, FakeKube(LABELS)),
-                      Journal.create(tmp_path, "unit", "{}"), progress=lambda _: None,
-                      sleep=lambda _: None)  # fmt: skip
+    ctx = context_for(host, spec, FakeKube(LABELS), Journal.create(tmp_path, "unit", "{}"))
     with pytest.raises(StepFailed, match="Driver/library version mismatch"):
         builtin_steps()["driver.verify"].apply(ctx)
 
@@ -440,16 +450,11 @@ def test_a_resumed_run_expects_the_gpus_gfd_counted_when_nvidia_smi_lists_none()
     assert expect_gpus(spec, facts).count == 2
 
 
-def context_for(tmp_path: Path, host: FakeHost, spec: Spec, kube: FakeKube) -> StepContext:
-    return StepContext(NODE, NodePlan(NODE, "1.7.24", ()), node_facts(host, spec), spec,
-                       cast(Any, host), cast(KubeClient, kube),
-                       Journal.create(tmp_path, "unit", "{}"), progress=lambda _: None,
-                       sleep=lambda _: None)  # fmt: skip
-
-
 def test_a_reload_resumed_after_a_partial_modprobe_loads_the_rest(tmp_path: Path) -> None:
     host = FakeHost(installed=NEW, loaded=NEW, mods=set())  # killed after `modprobe nvidia`
-    ctx = context_for(tmp_path, host, make_spec("modules"), FakeKube(LABELS))
+    ctx = context_for(
+        host, make_spec("modules"), FakeKube(LABELS), Journal.create(tmp_path, "unit", "{}")
+    )
     order = ["nvidia_modeset", "nvidia_uvm", "nvidia"]
     ctx.save_data("driver.unload", {"stopped": [], "loaded_before": order, "unloaded": order})
     result = builtin_steps()["driver.reload"].apply(ctx)
@@ -468,9 +473,7 @@ def test_reboot_mode_undo_after_the_reboot_reinstalls_and_reboots_into_the_old_d
     state = run.journal.replay().node(NODE)
     order = [c.kind for c in reversed(state.completed) if c.outcome is StepOutcome.DONE]
     facts = node_facts(host, spec)
-    ctx = StepContext(NODE, NodePlan(NODE, "1.7.24", ()), facts, spec, cast(Any, host),
-                      cast(KubeClient, run.kube), run.journal, progress=lambda _: None,
-                      sleep=lambda _: None)  # fmt: skip
+    ctx = context_for(host, spec, run.kube, run.journal, facts)
     steps = builtin_steps()
     for kind in order[1:]:  # all but uncordon, as the executor would after a later failure
         steps[kind].undo(ctx)
