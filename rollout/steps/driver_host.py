@@ -23,6 +23,7 @@ from rollout.facts.driver_host import (
     signed_module_package,
 )
 from rollout.memo import IdentityMemo
+from rollout.plan import StepPlan
 from rollout.spec import DriverMode, DriverUpgradeChange, Spec
 from rollout.spec.policy import DriverReload
 
@@ -216,6 +217,17 @@ def _secure_boot_warnings(
         f"package for kernel {host.kernel} ({signed}): a DKMS-built module is unsigned and "
         "will not load; install the signed package or enrol a MOK key first",
     )
+
+
+def plan_pending_host_driver(kind: str, facts: NodeFacts, spec: Spec) -> HostDriverPlan | StepPlan:
+    """The host-mode driver change with work on the node, or the skip of step `kind` where
+    there is none (no such change, or the node already runs the version)."""
+    planned = plan_host_driver(spec, facts)
+    if planned is None:
+        return StepPlan.skipping(kind, "no host-mode driver change")
+    if not planned.pending:
+        return StepPlan.skipping(kind, planned.reason)
+    return planned
 
 
 def host_driver_pending(spec: Spec, facts: NodeFacts) -> bool:

@@ -43,6 +43,7 @@ from rollout.steps.driver_host import (
     RebootDecision,
     host_change,
     plan_host_driver,
+    plan_pending_host_driver,
 )
 from rollout.steps.driver_node import (
     DriverNodeError,
@@ -70,15 +71,6 @@ INSTALL_STEP = "driver.install"
 RELOAD_STEP = "driver.reload"
 
 
-def _plan_host(kind: str, facts: NodeFacts, spec: Spec) -> HostDriverPlan | StepPlan:
-    planned = plan_host_driver(spec, facts)
-    if planned is None:
-        return StepPlan.skipping(kind, "no host-mode driver change")
-    if not planned.pending:
-        return StepPlan.skipping(kind, planned.reason)
-    return planned
-
-
 def _guard(ctx: StepContext, kind: str, body: Callable[[StepContext], StepResult]) -> StepResult:
     """Run a step body: node errors fail the step, transient ones go to the retry policy."""
 
@@ -96,7 +88,7 @@ class HostDriverStep(abc.ABC):
     kind: ClassVar[str]
 
     def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
-        planned = _plan_host(self.kind, facts, spec)
+        planned = plan_pending_host_driver(self.kind, facts, spec)
         if isinstance(planned, StepPlan):
             return planned
         return self.plan_change(planned, facts, spec)
@@ -222,7 +214,7 @@ class DriverUnload(HostDriverStep):
 
 def plan_install(facts: NodeFacts, spec: Spec) -> StepPlan:
     """driver.install's plan in host mode."""
-    planned = _plan_host(INSTALL_STEP, facts, spec)
+    planned = plan_pending_host_driver(INSTALL_STEP, facts, spec)
     if isinstance(planned, StepPlan):
         return planned
     return StepPlan.acting(

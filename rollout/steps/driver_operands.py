@@ -23,7 +23,7 @@ from rollout.steps.deadline import POLL_INTERVAL_S, Deadline
 from rollout.steps.driver_host import (
     DEPLOY_LABEL_PREFIX,
     PAUSED,
-    plan_host_driver,
+    plan_pending_host_driver,
     running_operands,
 )
 from rollout.steps.nodemarks import MarkingStep
@@ -109,11 +109,9 @@ def restore_operands(ctx: StepContext, kind: str) -> list[str]:
 
 
 def _plan_operands(kind: str, facts: NodeFacts, spec: Spec, action: str) -> StepPlan:
-    planned = plan_host_driver(spec, facts)
-    if planned is None:
-        return StepPlan.skipping(kind, "no host-mode driver change")
-    if not planned.pending:
-        return StepPlan.skipping(kind, planned.reason)
+    planned = plan_pending_host_driver(kind, facts, spec)
+    if isinstance(planned, StepPlan):
+        return planned
     if not planned.operands:
         return StepPlan.skipping(kind, "no operand deploy label is `true` on the node")
     return StepPlan.acting(kind, action.format(labels=", ".join(planned.operands)))
