@@ -1,0 +1,94 @@
+"""The kubelet's side of pods run through a node's CRI, with a fake node runtime: what it asks
+(handler, image, command, the allocated GPUs), how a container that never started waits and is
+tried again in a new sandbox, and that sandboxes go with their pods. The real CRI is in
+tests/lab/test_cri_smoke.py."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client
+
+from rollout.lab.controlplane import ControlPlane
+from rollout.lab.cri import ContainerRequest, PodOutcome
+from rollout.lab.simulation import FixedRuntimeProbe
+from tests.lab.labapi import wait_for
+from tests.lab.test_simulation import FAST, UUIDS, gpu_pod, gpus, lab_description
+
+PULL_ERROR = 'rpc error: code = Unknown desc = failed to pull and unpack image "cuda:12.4"'
+
+
+class CriProbe(FixedRuntimeProbe):
+    """Nodes whose CRI answers from a script: each run_pod takes the next outcome."""
+
+    def __init__(self, outcomes: list[PodOutcome]) -> None:
+        super().__init__({node: {"runc", "nvidia"} for node in UUIDS})
+        self.outcomes = outcomes
+        self.requests: list[ContainerRequest] = []
+        self.removed: list[str] = []
+        self._cri = threading.Lock()
+
+    def runs_pods(self, node: str) -> bool:
+        return True
+
+    def run_pod(self, node: str, request: ContainerRequest) -> PodOutcome:
+        with self._cri:
+            self.requests.append(request)
+            return self.outcomes.pop(0)
+
+    def remove_pod_sandbox(self, node: str, sandbox_id: str) -> None:
+        with self._cri:
+            self.removed.append(sandbox_id)
+
+
+@pytest.fixture()
+def probe() -> CriProbe:
+    return CriProbe(
+        [
+            PodOutcome("sandbox-1", reason="ErrImagePull", message=PULL_ERROR),
+            PodOutcome("sandbox-2", exit_code=0, output="GPU 0: from the container\n"),
+        ]
+    )
+
+
+@pytest.fixture()
+def api_url(probe: CriProbe) -> Iterator[str]:
+    """The control plane's URL, for the conftest's clients."""
+    with ControlPlane.start(lab_description(), probe, port=0, timings=FAST) as plane:
+        yield plane.url
+
+
+def test_a_pull_error_waits_then_a_new_sandbox_runs_the_container(
+    core: client.CoreV1Api, probe: CriProbe
+) -> None:
+    wait_for(lambda: gpus(core, "lab-node-1") == ("2", "2"))
+    command = ["sh", "-c", "nvidia-smi -L"]
+    pod = gpu_pod("smoke", 1, runtimeClassName="nvidia", container={"command": command})
+    core.create_namespaced_pod("default", pod)
+    wait_for(lambda: core.read_namespaced_pod("smoke", "default").status.phase == "Succeeded")
+    assert core.read_namespaced_pod_log("smoke", "default") == "GPU 0: from the container\n"
+
+    first, second = probe.requests
+    assert (first.handler, first.image, list(first.command)) == ("nvidia", "cuda:12.4", command)
+    assert first.env["NVIDIA_VISIBLE_DEVICES"] in UUIDS["lab-node-1"]
+    assert (first.attempt, second.attempt) == (0, 1), "each try in a sandbox of its own"
+    assert second.env == first.env, "the same GPU on every try"
+    assert probe.removed == ["sandbox-1"], "the failed try's sandbox is removed"
+    events = core.list_namespaced_event("default").items
+    pulls = [e for e in events if e.involved_object.name == "smoke" and e.reason == "Failed"]
+    assert pulls and pulls[0].message == f'Failed to pull image "cuda:12.4": {PULL_ERROR}'
+
+    core.delete_namespaced_pod("smoke", "default", grace_period_seconds=0)
+    wait_for(lambda: probe.removed == ["sandbox-1", "sandbox-2"])
+
+
+def test_a_pod_without_a_runtime_class_is_not_run_through_the_cri(
+    core: client.CoreV1Api, probe: CriProbe
+) -> None:
+    wait_for(lambda: gpus(core, "lab-node-1") == ("2", "2"))
+    pod = gpu_pod("plain", 1, container={"command": ["nvidia-smi", "-L"]})
+    core.create_namespaced_pod("default", pod)
+    wait_for(lambda: core.read_namespaced_pod("plain", "default").status.phase == "Succeeded")
+    assert probe.requests == []
