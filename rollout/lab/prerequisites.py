@@ -31,6 +31,8 @@ PROGRAMS = {
     "dpkg-deb": "dpkg",
     "ssh": "openssh-client",
     "ssh-keygen": "openssh-client",
+    # the lab's image registry (rollout.lab.registry)
+    "docker-registry": "docker-registry",
 }
 
 
