@@ -159,7 +159,8 @@ def parallel_count(text: str) -> int:
 def _collector_paused() -> Iterator[None]:
     """No garbage collection inside the block: reading a fleet's facts builds millions of
     objects that live on and no reference cycles (but a bad node's error), which the
-    collector would otherwise walk again on each of its full collections."""
+    collector would otherwise walk again on each of its full collections; importing
+    kubernetes' API classes (hundreds of models, thousands of validators) likewise."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -180,7 +181,9 @@ def run_plan(args: argparse.Namespace) -> int:
         with _collector_paused():
             fleet = load_recorded_facts(args.facts)
     elif args.inventory is not None:
-        fleet = gather_live_facts(spec, args)
+        # the SSH and Kubernetes libraries are imported meanwhile: objects that live on
+        with _collector_paused():
+            fleet = gather_live_facts(spec, args)
     else:
         raise BadInput(
             "where do the facts come from? pass --inventory FILE (with --kubeconfig/--context) "

@@ -7,21 +7,25 @@ node that cannot be probed is still reported before any error of the cluster's r
 
 from __future__ import annotations
 
+import gc
+import json
 import threading
 from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
+from rollout.cli import main
+from rollout.cli import plan as cli_plan
 from rollout.containerd import ConfigFiles, ContainerdVersion
-from rollout.facts import live
+from rollout.facts import live, load_recorded_facts
 from rollout.facts.fact import ProbeFailed
 from rollout.facts.gpu import GpuFacts
 from rollout.facts.live import NodeProbe, gather_fleet_facts
 from rollout.spec.plan import parse_spec
 from rollout.transports.errors import KubeError
 from rollout.transports.kube import Node, Pod
-from tests.examples import PLAN
+from tests.examples import FACTS, PLAN
 
 WAIT_S = 10.0
 
@@ -98,3 +102,21 @@ def test_a_node_that_fails_is_reported_before_the_clusters_error(
     monkeypatch.setattr(live, "probe_node", probe_waiting_for(kube))
     with pytest.raises(KubeError, match="clusterpolicies"):
         gather_fleet_facts(spec, runners, kube)  # type: ignore[arg-type]
+
+
+def test_plan_gathers_live_facts_with_the_collector_paused(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Importing the SSH and Kubernetes libraries makes objects that live on: no collection."""
+    seen: list[bool] = []
+
+    def gather(spec: Any, args: Any) -> Any:
+        seen.append(gc.isenabled())
+        return load_recorded_facts(FACTS)
+
+    monkeypatch.setattr(cli_plan, "gather_live_facts", gather)
+    assert gc.isenabled()
+    assert main(["plan", str(PLAN), "-i", "inventory.yaml", "-o", "json"]) == 0
+    assert seen == [False]
+    assert gc.isenabled()
+    assert json.loads(capsys.readouterr().out)["waves"]
