@@ -24,6 +24,7 @@ from rollout.lab.simulation.daemonsets import DaemonSetController
 from rollout.lab.simulation.driverpods import DriverContainers
 from rollout.lab.simulation.events import EventRecorder
 from rollout.lab.simulation.gpuoperator import CLUSTER_POLICY_NAME
+from rollout.lab.simulation.jobpods import JobPods
 from rollout.lab.simulation.kubelet import Kubelet, KubeletTimings
 from rollout.lab.simulation.nodelifecycle import NodeLifecycleController
 from rollout.lab.simulation.nvidiadrivers import NVIDIADriverController
@@ -123,6 +124,8 @@ class Simulation:
         )
         # scheduled rollouts (rollout schedule): CronJobs make Jobs, Jobs make pods
         self._batch = (CronJobController(registry, clock), JobController(registry, clock))
+        # ... and the rollout image's Job pods run as processes on the lab host (jobpods.py)
+        self._jobpods = JobPods(registry, lab.api_host, clock)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._step_lock = threading.Lock()
@@ -139,6 +142,7 @@ class Simulation:
             self._operator.reconcile(policy)
             self._nvidia_drivers.reconcile(policy)
             self._daemonsets.reconcile()
+            self._jobpods.claim()  # before the scheduler: no kubelet runs them
             self._scheduler.reconcile()
             for kubelet in self.kubelets:
                 kubelet.sync(policy)
@@ -146,6 +150,7 @@ class Simulation:
             self._upgrades.reconcile(policy)
             for controller in self._batch:
                 controller.reconcile()
+            self._jobpods.sync()
             self._lifecycle.reconcile()
 
     def start(self) -> Simulation:
@@ -167,6 +172,7 @@ class Simulation:
             self._thread.join(timeout=10)
         for kubelet in self.kubelets:
             kubelet.close()
+        self._jobpods.close()
 
     def _run(self) -> None:
         while not self._stop.wait(self.timings.tick_s):

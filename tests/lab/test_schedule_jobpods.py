@@ -1,0 +1,181 @@
+"""The lab runs the rollout image's Job pods for real (rollout/lab/simulation/jobpods.py): a
+local process with the pod's command, args, env and volumes, the ServiceAccount's token, CA
+and namespace at the standard path, the API over HTTPS as the account (RBAC applied); the
+phase follows the process, its output is the pod's log, a deleted pod's process is stopped.
+No nodes: the schedule's objects on an in-process simulation."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import signal
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rollout.lab.apiserver import Registry
+from rollout.lab.apiserver.resources import CRONJOBS, JOBS, PODS, ROLES, SECRETS
+from rollout.lab.description import LabDescription
+from rollout.lab.simulation.engine import Simulation, SimulationTimings
+from rollout.lab.simulation.jobpods import LAB_HOST_NODE, image_name, is_rollout_job_pod
+from tests.lab.test_schedule import FakeClock, cluster_at
+
+pytestmark = pytest.mark.lab
+
+NAMESPACE = "rollout"
+SA = "rollout-mirror"
+START = datetime(2024, 1, 1, 12, 0, 30, tzinfo=UTC)
+
+
+@pytest.fixture
+def lab() -> Iterator[tuple[Registry, Simulation, FakeClock]]:
+    """The schedule applied (a */10 CronJob), its simulation stepped by the test."""
+    api, clock, _, _ = cluster_at(START, "cron=*/10 * * * *")
+    simulation = Simulation(
+        api,
+        LabDescription(nodes=()),
+        probe=None,  # type: ignore[arg-type]
+        timings=SimulationTimings(),
+        clock=clock,
+    )
+    try:
+        yield api, simulation, clock
+    finally:
+        simulation.stop()
+
+
+def create_ssh_secret(api: Registry) -> None:
+    """The Secret the operator creates (rollout schedule only references it)."""
+    key = base64.b64encode(b"not a key\n").decode()
+    secret = {"metadata": {"name": f"{SA}-ssh"}, "type": "Opaque"}
+    api.create(SECRETS, NAMESPACE, {**secret, "data": {"ssh-privatekey": key}})
+
+
+def run_job(api: Registry, name: str, args: list[str]) -> None:
+    """A Job of the schedule's pod template, running `rollout ARGS` instead of the apply."""
+    if api.find(SECRETS, NAMESPACE, f"{SA}-ssh") is None:
+        create_ssh_secret(api)
+    template = copy.deepcopy(api.get(CRONJOBS, NAMESPACE, SA)["spec"]["jobTemplate"])
+    template["spec"]["template"]["spec"]["containers"][0]["args"] = args
+    api.create(JOBS, NAMESPACE, {"metadata": {"name": name}, "spec": template["spec"]})
+
+
+def pod_of(api: Registry, job: str) -> dict[str, Any] | None:
+    for pod in api.list_objects(PODS, NAMESPACE):
+        if pod["metadata"]["labels"].get("job-name") == job:
+            return pod
+    return None
+
+
+def step_until(
+    simulation: Simulation, done: Callable[[], bool], what: str, timeout_s: float = 60.0
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        simulation.step()
+        if done():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"not within {timeout_s}s: {what}")
+
+
+def phase(api: Registry, job: str) -> str | None:
+    pod = pod_of(api, job)
+    return None if pod is None else (pod.get("status") or {}).get("phase")
+
+
+def finished(api: Registry, job: str) -> Callable[[], bool]:
+    return lambda: phase(api, job) in ("Succeeded", "Failed")
+
+
+def test_the_rollout_image_is_recognised_by_its_name_and_command() -> None:
+    assert image_name("registry.example/rollout@sha256:" + "ab" * 32) == "rollout"
+    assert image_name("registry.example:5000/team/rollout:0.1") == "rollout"
+    assert image_name("registry.example/rollout-tools@sha256:00") == "rollout-tools"
+    owner = [{"kind": "Job", "name": "j", "uid": "u"}]
+    pod = {
+        "metadata": {"ownerReferences": owner},
+        "spec": {"containers": [{"command": ["rollout"], "image": "r.example/rollout:1"}]},
+    }
+    assert is_rollout_job_pod(pod)
+    assert not is_rollout_job_pod({**pod, "metadata": {}})  # not a Job's
+    other = copy.deepcopy(pod)
+    other["spec"]["containers"][0]["command"] = ["sh"]
+    assert not is_rollout_job_pod(other)
+
+
+def test_a_job_pod_runs_as_its_service_account_over_https(
+    lab: tuple[Registry, Simulation, FakeClock],
+) -> None:
+    api, simulation, _ = lab
+    run_job(api, "status", ["status", "--schedule", "mirror", "-n", NAMESPACE])
+    step_until(simulation, finished(api, "status"), "the status pod finished")
+    pod = pod_of(api, "status")
+    assert pod is not None and pod["spec"]["nodeName"] == LAB_HOST_NODE
+    log = api.read_log(NAMESPACE, pod["metadata"]["name"], None, None)
+    # in the pod: no kubeconfig, the account's files at the standard path, its namespace,
+    # https to KUBERNETES_SERVICE_HOST with the lab CA, and the Role's `get` on the Secret
+    assert "no run of plan mirror kept in the cluster (secret rollout/rollout-mirror-run)" in log
+    assert phase(api, "status") == "Succeeded", log
+    (state,) = pod["status"]["containerStatuses"]
+    assert state["state"]["terminated"]["exitCode"] == 0
+
+
+def test_the_account_is_held_to_its_role(lab: tuple[Registry, Simulation, FakeClock]) -> None:
+    api, simulation, _ = lab
+    api.delete(ROLES, NAMESPACE, SA)  # the Role with the Secret's get
+    run_job(api, "refused", ["status", "--schedule", "mirror", "-n", NAMESPACE])
+    step_until(simulation, finished(api, "refused"), "the refused pod finished")
+    pod = pod_of(api, "refused")
+    assert pod is not None
+    log = api.read_log(NAMESPACE, pod["metadata"]["name"], None, None)
+    assert f'"system:serviceaccount:{NAMESPACE}:{SA}" cannot get resource "secrets"' in log, log
+    assert phase(api, "refused") == "Failed"
+
+
+def test_the_pod_reads_its_configmap_at_its_mount_path(
+    lab: tuple[Registry, Simulation, FakeClock],
+) -> None:
+    api, simulation, _ = lab
+    args = ["schedule", "/etc/rollout/plan/plan.yaml", "-i", "/etc/rollout/plan/inventory.yaml"]
+    args += ["--cron", "0 3 * * *"]
+    run_job(api, "reads", [*args, "--image", "registry.example/rollout@sha256:" + "cd" * 32])
+    step_until(simulation, finished(api, "reads"), "the schedule pod finished")
+    pod = pod_of(api, "reads")
+    assert pod is not None
+    log = api.read_log(NAMESPACE, pod["metadata"]["name"], None, None)
+    assert phase(api, "reads") == "Succeeded", log
+    assert "kind: CronJob" in log and "sha256:" + "cd" * 32 in log
+    assert not Path("/etc/rollout").exists()  # mounted in the pod's namespace only
+
+
+def test_the_scheduled_pod_waits_for_its_secret_and_stops_when_deleted(
+    lab: tuple[Registry, Simulation, FakeClock],
+) -> None:
+    api, simulation, clock = lab
+    clock.set(START + timedelta(minutes=10))
+    simulation.step()
+    (job,) = api.list_objects(JOBS, NAMESPACE)
+    name = job["metadata"]["name"]
+
+    def waiting() -> bool:
+        pod = pod_of(api, name)
+        statuses = ((pod or {}).get("status") or {}).get("containerStatuses") or [{}]
+        reason = ((statuses[0].get("state") or {}).get("waiting") or {}).get("reason")
+        return reason == "CreateContainerConfigError"
+
+    step_until(simulation, waiting, "the pod waits for its SSH Secret")
+    create_ssh_secret(api)
+    step_until(simulation, lambda: phase(api, name) == "Running", "the pod runs")
+    running = simulation._jobpods._running  # the process behind the pod
+    (process,) = running.values()
+    pod = pod_of(api, name)
+    assert pod is not None
+    api.delete(PODS, NAMESPACE, pod["metadata"]["name"])
+    step_until(simulation, lambda: not running, "the deleted pod's process is stopped", 30.0)
+    assert process.popen.returncode == -signal.SIGTERM  # stopped, not ended on its own
+    assert not process.staging.exists()
