@@ -238,18 +238,13 @@ def node_facts(host: FakeHost, spec: Spec) -> NodeFacts:
 
 
 def context_for(
-    host: FakeHost,
-    spec: Spec,
-    kube: FakeKube,
-    journal: Journal,
-    facts: NodeFacts | None = None,
-    node_plan: NodePlan | None = None,
+    host: FakeHost, spec: Spec, kube: FakeKube, journal: Journal, facts: NodeFacts | None = None
 ) -> StepContext:
     """A step's context on NODE: the fake host and cluster, no output, no sleeping; the
     node's facts read from the host unless given."""
     return StepContext(
         NODE,
-        node_plan or NodePlan(NODE, "1.7.24", ()),
+        NodePlan(NODE, "1.7.24", ()),
         facts or node_facts(host, spec),
         spec,
         cast(Any, host),
@@ -286,7 +281,7 @@ def apply(tmp_path: Path, spec: Spec, host: FakeHost, kube: FakeKube | None = No
     journal = Journal.create(tmp_path, "unit", "{}")
 
     def context(node_plan: NodePlan) -> StepContext:
-        return context_for(host, spec, kube, journal, facts, node_plan)
+        return replace(context_for(host, spec, kube, journal, facts), node_plan=node_plan)
 
     class Quiet:
         def __getattr__(self, name: str) -> Any:
