@@ -42,6 +42,7 @@ from rollout.steps.timeslicing import (
 from rollout.transports.errors import NotFound
 from rollout.transports.kube import ConfigMap, KubeClient
 from rollout.transports.local import LocalRunner
+from tests.lab import labapi
 from tests.lab.labapi import api_lab
 from tests.lab.test_cluster_shared import TEST_GPUS
 
@@ -150,14 +151,9 @@ def make_context(
     )
 
 
-def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float = WAIT_S) -> T:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = probe()
-        if found:
-            return found
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout_s:g}s waiting for {what}")
+def wait_for(what: str, probe: Callable[[], T | None]) -> T:
+    """Poll the lab's API every 0.2 s, for WAIT_S at most."""
+    return labapi.wait_for(probe, WAIT_S, what=what, interval_s=0.2)
 
 
 def core_api(kube: KubeClient) -> Any:
