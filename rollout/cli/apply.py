@@ -21,7 +21,7 @@ from rollout.cli.render import (
     report_to_json,
     safe,
 )
-from rollout.cli.schedule import check_same_plan, pod_run_place
+from rollout.cli.schedule import check_same_plan, pod_run_place, stopping_on_sigterm
 from rollout.cli.status import run_status
 from rollout.connection import FleetConnection
 from rollout.errors import Aborted, BadInput, ExitCode
@@ -160,7 +160,7 @@ def state_directory(text: str) -> Path:
 
 def run_apply(args: argparse.Namespace) -> int:
     recorder = RetryRecorder()
-    with watch_retries(recorder):
+    with watch_retries(recorder), stopping_on_sigterm():
         return apply_plan(args, recorder)
 
 
@@ -247,7 +247,7 @@ def apply_plan(args: argparse.Namespace, recorder: RetryRecorder) -> int:
 
 def run_resume(args: argparse.Namespace) -> int:
     recorder = RetryRecorder()
-    with watch_retries(recorder):
+    with watch_retries(recorder), stopping_on_sigterm():
         return resume_run(args, recorder)
 
 

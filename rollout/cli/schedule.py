@@ -4,12 +4,17 @@ and, for `rollout apply` in the scheduled pod, where its run is kept (the cluste
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import socket
 import sys
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING
 
 from rollout.errors import BadInput, ExitCode, RolloutError
@@ -236,3 +241,22 @@ def check_same_plan(found: ClusterRun, spec_text: str, plan_file: Path) -> None:
         f" finish, or abandon it (kubectl delete secret -n {namespace} {name}; nodes it left"
         " cordoned stay cordoned, `rollout status` lists them first) and schedule the new plan"
     )
+
+
+@contextlib.contextmanager
+def stopping_on_sigterm() -> Iterator[None]:
+    """SIGTERM stops a run as Ctrl-C does: the nodes in flight stop before their next step,
+    the journal says where, the Lease is released. A pod gets SIGTERM when it is deleted or
+    its Job passes activeDeadlineSeconds, and SIGKILL only after its grace period."""
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may handle signals (rollout run from a test's thread)
+        return
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -139,6 +139,8 @@ def build_schedule(
             },
         },
     }
+    pod_spec = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    pod_spec["terminationGracePeriodSeconds"] = termination_grace_s(spec, playbooks)
     objects.append(cronjob)
     return Schedule(tuple(objects), secret)
 
@@ -218,6 +220,14 @@ def active_deadline_s(
     if window is None:
         return DEFAULT_ACTIVE_DEADLINE_S
     return nominal_length_s(window) + node_worst_s(spec, playbooks)
+
+
+def termination_grace_s(spec: Spec, playbooks: Mapping[str, Playbook]) -> int:
+    """How long a stopped pod (deleted, or past activeDeadlineSeconds) has before SIGKILL:
+    on SIGTERM the run lets each node's step in flight finish, so the longest step, and 30 s
+    to journal and release the Lease."""
+    kinds = step_kinds_of(spec, playbooks)
+    return round(max((step_worst_s(kind, spec.policy) for kind in kinds), default=0)) + 30
 
 
 def starting_deadline_s(spec: Spec) -> int:

@@ -5,6 +5,9 @@ stored plan, a changed plan is refused, and `rollout status --schedule` reads it
 from __future__ import annotations
 
 import json
+import os
+import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -197,3 +200,33 @@ def test_status_reads_the_scheduled_run_from_the_cluster(
     assert "1 node(s) left" in out
     assert main([*args[:2], "other-plan", *args[3:]]) == 0
     assert "no run of plan other-plan kept in the cluster" in capsys.readouterr().out
+
+
+def test_sigterm_stops_the_run_and_releases_the_lease(
+    fleet: KubeClient,  # noqa: F811
+    in_pod: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The pod deleted (or past activeDeadlineSeconds) gets SIGTERM: the run stops as at
+    Ctrl-C, its journal kept in the cluster, and the Lease is free for the next run."""
+    seen: dict[str, Any] = {}
+
+    def execute(
+        planned: Plan, spec: Spec, facts: object, connection: Any, journal: Journal, *_: Any
+    ) -> RunReport:
+        seen["holder"] = connection.kube.get_lease("kube-system", "rollout").holder_identity
+        journal.append(StepStarted("gpu-a-1", 0, "preflight", 1))
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+        raise AssertionError("SIGTERM did not stop the run")
+
+    monkeypatch.setattr(cli_apply, "execute", execute)
+    assert main(pod_apply(tmp_path)) == 3
+    assert "aborted" in capsys.readouterr().err
+    assert seen["holder"].endswith(f"/{POD}")
+    assert fleet.get_lease("kube-system", "rollout").holder_identity == ""  # released
+    found = find_run(fleet, NAMESPACE, "registry-mirror")
+    assert found is not None and found.state.step_in_flight("gpu-a-1") is not None
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # put back

@@ -126,6 +126,8 @@ def test_the_objects_of_a_windowed_containerd_plan() -> None:
     # write 60, restart 60, verify 60, gpu.wait 300, smoke 300, uncordon 60
     assert job["activeDeadlineSeconds"] == 4 * 3600 + 1260
     pod = job["template"]["spec"]
+    # SIGTERM lets the step in flight finish: the longest step (drain, gpu.wait, smoke: 300)
+    assert pod["terminationGracePeriodSeconds"] == 300 + 30
     assert pod["serviceAccountName"] == "rollout-mirror"
     assert pod["restartPolicy"] == "Never"
     assert pod["securityContext"]["runAsNonRoot"] is True
