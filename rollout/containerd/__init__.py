@@ -39,7 +39,6 @@ from rollout.containerd.diff import (
     Change,
     ChangeKind,
     diff_effective,
-    find_value,
     format_path,
     render_diff_text,
 )
@@ -73,6 +72,7 @@ from rollout.containerd.intent import (
 from rollout.containerd.localdump import LocalContainerd, standard_defaults
 from rollout.containerd.merge import (
     EffectiveConfig,
+    find_value,
     load_effective,
     merge_files,
     resolve_load_order,

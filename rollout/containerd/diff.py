@@ -10,7 +10,7 @@ from typing import Any
 
 import tomli_w
 
-from rollout.containerd.merge import EffectiveConfig, iter_leaves
+from rollout.containerd.merge import EffectiveConfig, find_value, iter_leaves
 
 Path = tuple[str, ...]
 
@@ -52,16 +52,6 @@ class Change:
 def format_path(path: Path) -> str:
     """A path the way TOML writes it: plugins."io.containerd.grpc.v1.cri".registry."""
     return ".".join(p if p.replace("_", "").replace("-", "").isalnum() else f'"{p}"' for p in path)
-
-
-def find_value(tree: Mapping[str, Any], path: Path, default: Any = None) -> Any:
-    """The value at a key path of a tree, or `default` where the path does not exist."""
-    node: Any = tree
-    for part in path:
-        if not isinstance(node, Mapping) or part not in node:
-            return default
-        node = node[part]
-    return node
 
 
 _ABSENT = object()
@@ -124,9 +114,5 @@ def _sorted(tree: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _is_table(tree: Mapping[str, Any], path: Path) -> bool:
-    node: Any = tree
-    for part in path:
-        if not isinstance(node, Mapping) or part not in node:
-            return False
-        node = node[part]
+    node = find_value(tree, path)
     return isinstance(node, Mapping) and bool(node)

@@ -89,12 +89,7 @@ class EffectiveConfig:
 
     def get(self, path: Path, default: Any = None) -> Any:
         """The value at a path of the tree, or `default`."""
-        node: Any = self.tree
-        for part in path:
-            if not isinstance(node, Mapping) or part not in node:
-                return default
-            node = node[part]
-        return node
+        return find_value(self.tree, path, default)
 
     def sources_of(self, plugin_id: str) -> tuple[str, ...]:
         """The files, in load order, whose keys make up a plugin's effective table."""
@@ -268,6 +263,16 @@ def merge_plugin_tables_deeply(files: ConfigFiles, version: ContainerdVersion) -
         warnings=base.warnings,
         configured=deep_tree,
     )
+
+
+def find_value(tree: Mapping[str, Any], path: Path, default: Any = None) -> Any:
+    """The value at a key path of a tree, or `default` where the path does not exist."""
+    node: Any = tree
+    for part in path:
+        if not isinstance(node, Mapping) or part not in node:
+            return default
+        node = node[part]
+    return node
 
 
 def iter_leaves(tree: Mapping[str, Any], prefix: Path = ()) -> Iterator[tuple[Path, Any]]:

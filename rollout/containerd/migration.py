@@ -61,11 +61,7 @@ def migrate_cri_tables(plugins: dict[str, Any], wrap_list: Any = None) -> None:
     _migrate_images(plugins, src)
     # What stays effective in the v2 table is the streaming server; containerd ignores the
     # rest (with a warning), so the effective tree does not show it.
-    server = {k: v for k, v in src.items() if k in SERVER_KEYS}
-    if server:
-        plugins[CRI_V2] = server
-    else:
-        del plugins[CRI_V2]
+    _keep_server_keys(plugins, src)
 
 
 def prune_v2_cri_table(plugins: dict[str, Any]) -> list[str]:
@@ -75,12 +71,17 @@ def prune_v2_cri_table(plugins: dict[str, Any]) -> list[str]:
         return []
     ignored = sorted(k for k in src if k not in SERVER_KEYS)
     if ignored:
-        server = {k: v for k, v in src.items() if k in SERVER_KEYS}
-        if server:
-            plugins[CRI_V2] = server
-        else:
-            del plugins[CRI_V2]
+        _keep_server_keys(plugins, src)
     return ignored
+
+
+def _keep_server_keys(plugins: dict[str, Any], src: dict[str, Any]) -> None:
+    """The v2 CRI table cut down to its streaming server keys; gone when none is set."""
+    server = {k: v for k, v in src.items() if k in SERVER_KEYS}
+    if server:
+        plugins[CRI_V2] = server
+    else:
+        del plugins[CRI_V2]
 
 
 def _migrate_runtime(plugins: dict[str, Any], src: dict[str, Any], wrap_list: Any) -> None:

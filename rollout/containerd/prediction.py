@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from rollout.commands import CommandRunner
-from rollout.containerd.diff import Change, diff_effective, find_value, format_path
+from rollout.containerd.diff import Change, diff_effective, format_path
 from rollout.containerd.errors import PredictionRefused
 from rollout.containerd.files import ConfigFiles
 from rollout.containerd.intent import Intent, PlacedSetting, place_intent
+from rollout.containerd.merge import find_value
 from rollout.containerd.staging import dump_configs
 from rollout.containerd.synthesis import FileWrite, apply_writes
 from rollout.containerd.version import ContainerdVersion

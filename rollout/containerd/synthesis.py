@@ -36,7 +36,7 @@ from tomlkit.container import Container
 from tomlkit.items import Table
 
 from rollout.containerd.defaults import DefaultsSource
-from rollout.containerd.diff import Change, diff_effective, find_value, has_path
+from rollout.containerd.diff import Change, diff_effective, has_path
 from rollout.containerd.errors import SynthesisError
 from rollout.containerd.files import ConfigFiles, parse_toml
 from rollout.containerd.intent import Intent, PlacedSetting, place_intent
@@ -44,6 +44,7 @@ from rollout.containerd.localdump import standard_defaults
 from rollout.containerd.merge import (
     PLUGINS,
     EffectiveConfig,
+    find_value,
     iter_leaves,
     merge_files,
     merge_plugin_tables_deeply,
