@@ -918,6 +918,16 @@ def test_token_lifetimes_under_ten_minutes_are_invalid(core: client.CoreV1Api) -
     )
 
 
+@pytest.mark.parametrize("asked", [None, []])
+def test_a_token_asked_for_no_audience_gets_the_servers(
+    core: client.CoreV1Api, asked: list[str] | None
+) -> None:
+    core.create_namespaced_service_account("default", {"metadata": {"name": "rollout"}})
+    spec = {} if asked is None else {"audiences": asked}
+    granted = core.create_namespaced_service_account_token("rollout", "default", {"spec": spec})
+    assert granted.spec.audiences == ["https://kubernetes.default.svc"]
+
+
 def test_static_tokens_name_their_user(api: client.ApiClient) -> None:
     authenticator = Authenticator({"alice-token": UserInfo("alice", ("gpu-admins",))})
     with (

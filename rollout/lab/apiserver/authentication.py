@@ -96,7 +96,8 @@ class Authenticator:
                 expires_at_s,
             )
         spec["expirationSeconds"] = lifetime
-        spec.setdefault("audiences", ["https://kubernetes.default.svc"])
+        if not spec.get("audiences"):  # as the real server: none (or an empty list) asked
+            spec["audiences"] = ["https://kubernetes.default.svc"]
         return {
             "kind": "TokenRequest",
             "apiVersion": "authentication.k8s.io/v1",
