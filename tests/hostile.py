@@ -23,9 +23,9 @@ Usage in a test module:
     CASES = [HostileCase("nul-byte", files={"plan.yaml": b"a: \\x00"}, argv=["plan", "plan.yaml",
              "--facts", FACTS], where="plan.yaml:1", says=("NUL",)), ...]
 
-    @pytest.mark.parametrize("case", CASES, ids=case_id)
-    def test_hostile(case: HostileCase, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-        run_case(case, tmp_path, monkeypatch)
+    test_hostile = hostile_test(CASES)  # one test per case, named by its id
+
+`run_case` serves a test that runs one case of its own and checks more.
 
 `{repo}` in argv is replaced by the repository root, `{tmp}` by the working directory.
 """
@@ -95,6 +95,18 @@ class CaseResult:
 
 def case_id(case: HostileCase) -> str:
     return case.id
+
+
+def hostile_test(
+    cases: Sequence[HostileCase],
+) -> Callable[[HostileCase, Path, pytest.MonkeyPatch], None]:
+    """A test function that runs each of `cases` (run_case), parametrised by the case's id."""
+
+    @pytest.mark.parametrize("case", cases, ids=case_id)
+    def test_case(case: HostileCase, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        run_case(case, tmp_path, monkeypatch)
+
+    return test_case
 
 
 def run_case(case: HostileCase, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> CaseResult:

@@ -9,7 +9,7 @@ import pytest
 
 import rollout.cli.plan
 from rollout.cli import main
-from tests.hostile import EXAMPLE_FACTS, GOOD_PLAN, HostileCase, case_id, invoke, run_case
+from tests.hostile import EXAMPLE_FACTS, GOOD_PLAN, HostileCase, hostile_test, invoke
 
 INVENTORY = "gpu1 ansible_host=127.0.0.1\n"
 FILES = {"plan.yaml": GOOD_PLAN, "inv.ini": INVENTORY}
@@ -164,11 +164,7 @@ LAB = [
 CASES = [*PARALLEL, *SOURCES, *RUN_IDS, *STATE_DIRS, *LAB]
 
 
-@pytest.mark.parametrize("case", CASES, ids=case_id)
-def test_hostile_command_line(
-    case: HostileCase, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    run_case(case, tmp_path, monkeypatch)
+test_hostile_command_line = hostile_test(CASES)
 
 
 def _explode(*args: object, **kwargs: object) -> object:

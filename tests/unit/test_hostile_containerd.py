@@ -22,7 +22,7 @@ from rollout.containerd import (
 from rollout.facts.model import NodeFactsError
 from rollout.spec.plan import parse_spec
 from rollout.steps.containerd_changes import plan_containerd
-from tests.hostile import EXAMPLE_FACTS, HostileCase, case_id, run_case
+from tests.hostile import EXAMPLE_FACTS, HostileCase, hostile_test, run_case
 from tests.node_facts import containerd_node
 
 V16, V17, V21 = "gpu-a-1", "gpu-a-2", "gpu-b-1"  # the example nodes of each series
@@ -226,11 +226,7 @@ CONFIG_PATHS = [
 CASES = UNKNOWN_KEYS + WRONG_TYPES + BEYOND_INT64 + DEFAULT_RUNTIME + CONFIG_PATHS
 
 
-@pytest.mark.parametrize("case", CASES, ids=case_id)
-def test_hostile_containerd_change(
-    case: HostileCase, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    run_case(case, tmp_path, monkeypatch)
+test_hostile_containerd_change = hostile_test(CASES)
 
 
 def test_the_table_is_long_enough() -> None:

@@ -12,7 +12,15 @@ import pytest
 
 from rollout.containerd import ImportMissing, UnsupportedVersion
 from rollout.errors import BadInput
-from tests.hostile import GOOD_PLAN, REPO, HostileCase, case_id, make_fifo, make_symlink, run_case
+from tests.hostile import (
+    GOOD_PLAN,
+    REPO,
+    HostileCase,
+    hostile_test,
+    make_fifo,
+    make_symlink,
+    run_case,
+)
 
 ARGV = ("plan", "plan.yaml", "--facts", "facts")
 V17 = "containerd github.com/containerd/containerd 1.7.24~ds1 1.7.24~ds1-6+deb13u1"
@@ -603,9 +611,7 @@ CLUSTER = [
 CASES = BYTES + TYPES + NAMES + FILE_KINDS + CONFIGS + CLUSTER
 
 
-@pytest.mark.parametrize("case", CASES, ids=case_id)
-def test_hostile_facts(case: HostileCase, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    run_case(case, tmp_path, monkeypatch)
+test_hostile_facts = hostile_test(CASES)
 
 
 def test_the_table_is_long_enough() -> None:

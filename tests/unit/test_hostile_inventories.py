@@ -6,13 +6,12 @@ that are not what SSH expects, bytes and file kinds. Every case: exit 2 (1 with
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 
 import pytest
 
 from rollout.inventory import MAX_HOSTS, InventoryFormat, expand_host_pattern, parse_inventory
 from rollout.inventory.model import check_address, check_user
-from tests.hostile import GOOD_PLAN, HostileCase, case_id, make_fifo, make_symlink, run_case
+from tests.hostile import GOOD_PLAN, HostileCase, hostile_test, make_fifo, make_symlink
 
 
 def inventory_case(
@@ -281,11 +280,7 @@ BYTES_AND_FILES = [
 CASES = [*RANGES, *BOMBS, *NO_HOSTS, *ADDRESSES, *BYTES_AND_FILES]
 
 
-@pytest.mark.parametrize("case", CASES, ids=case_id)
-def test_hostile_inventory(
-    case: HostileCase, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    run_case(case, tmp_path, monkeypatch)
+test_hostile_inventory = hostile_test(CASES)
 
 
 @pytest.mark.parametrize(

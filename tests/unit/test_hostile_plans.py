@@ -12,10 +12,9 @@ from tests.hostile import (
     EXAMPLE_FACTS,
     GOOD_PLAN,
     HostileCase,
-    case_id,
+    hostile_test,
     make_fifo,
     make_symlink,
-    run_case,
 )
 
 PLAN = ("plan", "plan.yaml", "--facts", EXAMPLE_FACTS)
@@ -486,9 +485,7 @@ APPLY = [
 CASES = [*BYTES, *SIZES, *FILE_KINDS, *NESTING, *BOMBS, *ODD_YAML, *PATHS, *FIELDS, *APPLY]
 
 
-@pytest.mark.parametrize("case", CASES, ids=case_id)
-def test_hostile_plan(case: HostileCase, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    run_case(case, tmp_path, monkeypatch)
+test_hostile_plan = hostile_test(CASES)
 
 
 def test_the_good_plan_is_good(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
