@@ -5,18 +5,16 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import importlib.machinery
-import importlib.util
 import io
 import json
 import tarfile
-from importlib import resources
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from rollout.lab.cri import read_cri_log
 from rollout.lab.registryimages import ImageRef, _build_image, served_namespaces
+from tests.script_modules import import_lab_script
 
 
 def test_cri_log_joins_partial_lines_and_keeps_both_streams() -> None:
@@ -58,13 +56,7 @@ def test_an_image_is_deterministic_and_its_manifest_names_its_blobs() -> None:
 
 
 def runtime() -> ModuleType:
-    script = resources.files("rollout.lab").joinpath("data", "nvidia-container-runtime")
-    loader = importlib.machinery.SourceFileLoader("lab_nvidia_runtime", str(script))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
+    return import_lab_script("nvidia-container-runtime", "lab_nvidia_runtime")
 
 
 def test_runtime_finds_the_bundle_of_create_only() -> None:

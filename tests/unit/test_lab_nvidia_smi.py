@@ -3,10 +3,9 @@ GPUs, numbered from 0 (the simulated kubelet runs a smoke pod's command with it)
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
-from importlib import resources
 from types import ModuleType
+
+from tests.script_modules import import_lab_script
 
 GPUS = [
     {"index": 0, "product": "NVIDIA A100", "uuid": "GPU-aaaa"},
@@ -15,13 +14,7 @@ GPUS = [
 
 
 def stand_in() -> ModuleType:
-    script = resources.files("rollout.lab").joinpath("data", "nvidia-smi")
-    loader = importlib.machinery.SourceFileLoader("lab_nvidia_smi", str(script))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
+    return import_lab_script("nvidia-smi", "lab_nvidia_smi")
 
 
 def test_visible_devices_pick_and_renumber_the_gpus() -> None:

@@ -10,7 +10,6 @@ hostile values, against a reference rendered the way it was before the caches.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import io
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,14 +27,11 @@ from rollout.playbook import load_playbooks
 from rollout.secrets import parse_path, redact_change, redact_diff, redact_toml_pair
 from rollout.spec.plan import parse_spec
 from tests.examples import PLAN, REPO
+from tests.script_modules import import_script
 
 
 def generate_fleet(target: Path, count: int) -> None:
-    spec = importlib.util.spec_from_file_location("bench_fleet", REPO / "bench" / "fleet.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.generate_fleet(target, count)
+    import_script(REPO / "bench" / "fleet.py", "bench_fleet").generate_fleet(target, count)
 
 
 def redact_node_by_node(plan: Plan) -> Plan:
