@@ -100,11 +100,22 @@ def edit_node(node: NodeFacts, name: str, edit: str, number: int) -> NodeFacts:
     return dataclasses.replace(node, name=name, config_files=files, containerd=version)
 
 
+# A generated fleet: per node, which example node it copies, the edit and its number.
 fleet_shapes = st.lists(
     st.tuples(st.integers(0, 3), st.sampled_from(EDITS), st.integers(0, 3)),
     min_size=1,
     max_size=12,
 )
+
+
+def generated_fleet(shape: list[tuple[int, str, int]]) -> FleetFacts:
+    """The example fleet's nodes copied and edited as `shape` says, named node-00, node-01..."""
+    examples = load_recorded_facts(FACTS)
+    nodes = tuple(
+        edit_node(examples.nodes[which], f"node-{index:02d}", edit, number)
+        for index, (which, edit, number) in enumerate(shape)
+    )
+    return dataclasses.replace(examples, nodes=nodes)
 
 
 def render_all(spec_text: str, fleet: FleetFacts) -> tuple[str, ...] | str:
@@ -140,16 +151,11 @@ def render_with_and_without_memo(
 def test_a_generated_fleet_plans_the_same_deduplicated(
     shape: list[tuple[int, str, int]], settings_plan: bool
 ) -> None:
-    examples = load_recorded_facts(FACTS)
-    nodes = tuple(
-        edit_node(examples.nodes[which], f"node-{index:02d}", edit, number)
-        for index, (which, edit, number) in enumerate(shape)
-    )
-    fleet = dataclasses.replace(examples, nodes=nodes)
+    fleet = generated_fleet(shape)
     spec_text = SETTINGS_PLAN if settings_plan else PLAN.read_text()
     reference, deduplicated, memo = render_with_and_without_memo(spec_text, fleet)
     assert deduplicated == reference
-    distinct = {containerd_changes.input_key(parse_spec(spec_text, "p"), n) for n in nodes}
+    distinct = {containerd_changes.input_key(parse_spec(spec_text, "p"), n) for n in fleet.nodes}
     assert memo.runs <= len(distinct)
 
 
@@ -163,15 +169,10 @@ def test_json_written_in_pieces_is_the_document_json_dumps_makes(
 
     from rollout.cli import render
 
-    examples = load_recorded_facts(FACTS)
-    nodes = tuple(
-        edit_node(examples.nodes[which], f"node-{index:02d}", edit, number)
-        for index, (which, edit, number) in enumerate(shape)
-    )
     plan = build_plan(
         parse_spec(PLAN.read_text(), "plan.yaml"),
         "plan.yaml",
-        dataclasses.replace(examples, nodes=nodes),
+        generated_fleet(shape),
         load_playbooks(),
     )
     forecast = {"total_s": 1.5, "waves": [1, 2]}
