@@ -4,12 +4,9 @@ scripts/fetch-kubectl, never whatever kubectl is on PATH."""
 from __future__ import annotations
 
 import base64
-import datetime
-import ipaddress
 import json
 import os
 import re
-import ssl
 import subprocess
 import threading
 from collections.abc import Callable, Iterator
@@ -18,10 +15,6 @@ from typing import Any
 
 import pytest
 import yaml
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from rollout.containerd.binaries import cache_dir
 from rollout.lab.apiserver import ApiServer, Registry
@@ -40,6 +33,7 @@ from rollout.lab.apiserver.resources import (
 )
 from rollout.lab.description import LabDescription
 from rollout.lab.simulation.bootstrap import seed_cluster
+from rollout.lab.simulation.podservice import LabCertificate
 from tests.conftest import require
 
 FETCH_COMMAND = "scripts/fetch-kubectl"
@@ -66,15 +60,15 @@ def kubectl(registry: Registry, tmp_path: Path) -> Iterator[Kubectl]:
     """Run kubectl against a fresh emulator through a kubeconfig, as a user would. The server
     speaks TLS: kubectl sends bearer tokens (`--token`) only over TLS."""
     binary = kubectl_binary()
-    ca_pem, tls = serving_context(tmp_path)
+    certificate = LabCertificate.for_address("127.0.0.1")
     # As a real server: credential-less requests are anonymous; the kubeconfig's token is an
     # administrator's (kubectl would prompt for a password on TLS without a credential).
     authenticator = Authenticator({ADMIN_TOKEN: LAB_ADMIN}, anonymous=ANONYMOUS)
-    with ApiServer.start(registry, authenticator=authenticator, tls=tls) as server:
+    with ApiServer.start(registry, authenticator=authenticator, tls=certificate.context) as server:
         config = tmp_path / "kubeconfig"
         cluster = {
             "server": server.url,
-            "certificate-authority-data": base64.b64encode(ca_pem).decode(),
+            "certificate-authority-data": base64.b64encode(certificate.ca_pem).decode(),
         }
         config.write_text(
             yaml.safe_dump(
@@ -114,41 +108,6 @@ def kubectl(registry: Registry, tmp_path: Path) -> Iterator[Kubectl]:
             return done
 
         yield run
-
-
-def serving_context(tmp_path: Path) -> tuple[bytes, ssl.SSLContext]:
-    """A self-signed certificate for 127.0.0.1 (its PEM, the client's CA) and a server context."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "rollout-lab-apiserver")])
-    now = datetime.datetime.now(datetime.UTC)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    pem = certificate.public_bytes(serialization.Encoding.PEM)
-    cert_file, key_file = tmp_path / "apiserver.crt", tmp_path / "apiserver.key"
-    cert_file.write_bytes(pem)
-    key_file.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(cert_file, key_file)
-    return pem, context
 
 
 def table(output: str) -> list[dict[str, str]]:
