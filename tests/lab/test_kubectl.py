@@ -3,7 +3,6 @@ scripts/fetch-kubectl, never whatever kubectl is on PATH."""
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import re
@@ -35,6 +34,7 @@ from rollout.lab.description import LabDescription
 from rollout.lab.simulation.bootstrap import seed_cluster
 from rollout.lab.simulation.podservice import LabCertificate
 from tests.conftest import require
+from tests.kubeconfigs import write_kubeconfig
 
 FETCH_COMMAND = "scripts/fetch-kubectl"
 ADMIN_TOKEN = "lab-admin-token"
@@ -65,27 +65,12 @@ def kubectl(registry: Registry, tmp_path: Path) -> Iterator[Kubectl]:
     # administrator's (kubectl would prompt for a password on TLS without a credential).
     authenticator = Authenticator({ADMIN_TOKEN: LAB_ADMIN}, anonymous=ANONYMOUS)
     with ApiServer.start(registry, authenticator=authenticator, tls=certificate.context) as server:
-        config = tmp_path / "kubeconfig"
-        cluster = {
-            "server": server.url,
-            "certificate-authority-data": base64.b64encode(certificate.ca_pem).decode(),
-        }
-        config.write_text(
-            yaml.safe_dump(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "clusters": [{"name": "lab", "cluster": cluster}],
-                    "users": [{"name": "lab", "user": {"token": ADMIN_TOKEN}}],
-                    "contexts": [
-                        {
-                            "name": "lab",
-                            "context": {"cluster": "lab", "user": "lab", "namespace": "default"},
-                        }
-                    ],
-                    "current-context": "lab",
-                }
-            )
+        config = write_kubeconfig(
+            tmp_path / "kubeconfig",
+            server.url,
+            token=ADMIN_TOKEN,
+            ca_pem=certificate.ca_pem,
+            namespace="default",
         )
         # No cache of discovery between tests: each emulator is new.
         env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "KUBECONFIG": str(config)}

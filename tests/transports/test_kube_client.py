@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from rollout.lab.apiserver import ApiServer, Registry
 from rollout.lab.apiserver.resources import (
@@ -45,6 +44,7 @@ from rollout.transports.kube import (
     RuntimeClass,
     Toleration,
 )
+from tests.kubeconfigs import write_kubeconfig
 
 
 @pytest.fixture()
@@ -104,22 +104,6 @@ def run_pod(registry: Registry, name: str) -> None:
 
 
 # ------------------------------------------------------------------ configuration
-
-
-def write_kubeconfig(path: Path, url: str, context: str = "lab") -> Path:
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "c", "cluster": {"server": url}}],
-                "users": [{"name": "u", "user": {}}],
-                "contexts": [{"name": context, "context": {"cluster": "c", "user": "u"}}],
-                "current-context": context,
-            }
-        )
-    )
-    return path
 
 
 def test_from_kubeconfig_reads_a_path_and_a_context(server: ApiServer, tmp_path: Path) -> None:

@@ -31,6 +31,7 @@ from rollout.run import (
 from rollout.run.cluster import find_run
 from rollout.spec import Spec
 from rollout.transports.kube import ConfigMap, KubeClient, incluster
+from tests.kubeconfigs import write_kubeconfig
 from tests.unit.test_run_commands import PLAN, fleet, kube, plan  # noqa: F401 - fixtures
 
 NAMESPACE = "rollout"
@@ -177,19 +178,7 @@ def test_status_reads_the_scheduled_run_from_the_cluster(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     (run_id,) = first_run["runs"]
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "lab", "cluster": {"server": fleet.server}}],
-                "users": [{"name": "lab", "user": {}}],
-                "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": "lab"}}],
-                "current-context": "lab",
-            }
-        )
-    )
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", fleet.server)
     capsys.readouterr()
     args = ["status", "--schedule", "registry-mirror", "--kubeconfig", str(kubeconfig)]
     assert main(args) == 0
