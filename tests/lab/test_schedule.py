@@ -388,6 +388,21 @@ def test_backoff_limit_zero_fails_the_job_at_the_first_failed_pod() -> None:
     assert len(api.list_objects(PODS, "rollout")) == 1  # no second pod
 
 
+def test_a_pod_deleted_before_it_ended_counts_as_failed() -> None:
+    start = datetime(2024, 1, 1, 12, 0, 30, tzinfo=UTC)
+    api, clock, cronjobs, jobs = cluster_at(start, "cron=*/10 * * * *")
+    clock.set(start + timedelta(minutes=10))
+    tick(cronjobs, jobs)
+    (pod,) = api.list_objects(PODS, "rollout")
+    set_phase(api, pod, "Running")
+    tick(cronjobs, jobs)
+    api.delete(PODS, "rollout", pod["metadata"]["name"])
+    tick(cronjobs, jobs)
+    (job,) = owned_jobs(api)
+    assert conditions(job) == [("Failed", "BackoffLimitExceeded")]
+    assert api.list_objects(PODS, "rollout") == []  # not replaced: backoffLimit 0
+
+
 def test_active_deadline_stops_the_job_and_its_pod() -> None:
     start = datetime(2024, 1, 1, 12, 0, 30, tzinfo=UTC)
     api, clock, cronjobs, jobs = cluster_at(start, "cron=*/10 * * * *", "active_deadline_s=120")

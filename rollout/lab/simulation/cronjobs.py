@@ -10,7 +10,8 @@ the fields `rollout schedule` writes (pkg/controller/cronjob, pkg/controller/job
   CronJob, and lands in `status.active`; `lastScheduleTime`, `lastSuccessfulTime` follow;
   finished Jobs beyond `successfulJobsHistoryLimit` / `failedJobsHistoryLimit` are deleted;
 - a Job runs one pod from its template; the pod's end sets the Job's conditions: Complete,
-  or Failed with `BackoffLimitExceeded` once failures pass `backoffLimit` (0: the first),
+  or Failed with `BackoffLimitExceeded` once failures pass `backoffLimit` (0: the first; a
+  pod deleted before it ended counts as failed),
   or `DeadlineExceeded` once it has been active `activeDeadlineSeconds` (its pods deleted).
 
 What runs inside the pod is the kubelet's business; the controllers only read its phase.
@@ -314,7 +315,12 @@ class JobController:
         namespace, name = metadata["namespace"], metadata["name"]
         now = self.clock()
         pods = [p for p in self.registry.list_objects(PODS, namespace) if _owned_by(p, job)]
-        failed = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Failed")
+        # a pod that went away before it finished (deleted, its node gone) counts as failed,
+        # as with the real controller's finalizers: the Job's counts say how many it had
+        last = job.get("status") or {}
+        had = sum(int(last.get(k) or 0) for k in ("active", "failed", "succeeded"))
+        vanished = max(0, had - len(pods))
+        failed = vanished + sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Failed")
         succeeded = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Succeeded")
         running = [
             p for p in pods if (p.get("status") or {}).get("phase") not in ("Failed", "Succeeded")

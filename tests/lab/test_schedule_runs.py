@@ -1,0 +1,202 @@
+"""Scheduled runs on the shared lab, end to end: `rollout schedule`'s objects applied with
+kubectl, the Job pods run by the lab as processes of the rollout image's entrypoint
+(simulation/jobpods.py), their run kept in the cluster (rollout/run/cluster.py).
+
+Two runs started at once (the CronJob's Forbid taken off on purpose): the Lease lets one
+proceed and refuses the other, saying who holds it. The one that proceeds is deleted in the
+middle of a node (SIGTERM): its step in flight finishes, the Lease is released, and the next
+run continues the same run from the cluster and converges: every node done exactly once,
+none left cordoned."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import yaml
+
+from rollout.inventory import load_inventory
+from rollout.lab.cluster import Lab
+from rollout.playbook import load_playbooks
+from rollout.run.cluster import find_run
+from rollout.schedule.manifests import ScheduleOptions, build_schedule
+from rollout.spec import parse_spec
+from rollout.transports.kube import KubeClient, Pod
+from tests.examples import edited_plan
+from tests.lab.labapi import api_lab, lab_kube_client
+from tests.lab.test_schedule import lab_kubectl
+from tests.unit.test_schedule import IMAGE
+
+pytestmark = pytest.mark.lab
+
+NAMESPACE = "rollout-runs-test"
+PLAN_NAME = "registry-mirror"
+CRONJOB = f"rollout-{PLAN_NAME}"
+T = TypeVar("T")
+
+
+@pytest.fixture(scope="module")
+def shared(request: pytest.FixtureRequest) -> Lab:
+    return api_lab(request)
+
+
+def eventually(probe: Callable[[], T | None], what: str, timeout_s: float = 180.0) -> T:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"not within {timeout_s:g}s: {what}")
+
+
+def pod_of(kube: KubeClient, job: str) -> Pod | None:
+    pods = kube.list_pods(NAMESPACE, label_selector=f"job-name={job}")
+    return pods[0] if pods else None
+
+
+def ended(kube: KubeClient, job: str) -> Pod | None:
+    pod = pod_of(kube, job)
+    return pod if pod is not None and pod.phase in ("Succeeded", "Failed") else None
+
+
+def journal_kinds(kube: KubeClient) -> list[dict[str, Any]]:
+    found = find_run(kube, NAMESPACE, PLAN_NAME)
+    if found is None:
+        return []
+    return [json.loads(line) for line in found.secret.data["journal.jsonl"].splitlines()]
+
+
+def test_overlapping_runs_one_refused_a_killed_run_continued(shared: Lab, tmp_path: Path) -> None:
+    plan = edited_plan(
+        tmp_path, "mirror.registry.internal:5000", "scheduled-runs.registry.internal:5000"
+    )
+    text = plan.read_text()
+    spec = parse_spec(text, str(plan))
+    built = build_schedule(
+        spec,
+        text,
+        load_playbooks(),
+        ScheduleOptions(image=IMAGE, namespace=NAMESPACE, cron="0 3 * * *", suspend=True),
+        load_inventory(shared.inventory),
+    )
+    objects = [json.loads(json.dumps(o)) for o in built.objects]
+    cronjob = next(o for o in objects if o["kind"] == "CronJob")
+    cronjob["spec"]["concurrencyPolicy"] = "Allow"  # on purpose: the Lease must hold alone
+    manifest = yaml.safe_dump_all(objects)
+    ssh = shared.ssh
+    lab_kubectl(shared, tmp_path, "apply", "-f", "-", stdin=manifest)
+    try:
+        # the Secret the operator creates (`kubectl create secret generic` sends protobuf,
+        # which the lab's API reads for reviews only: the same Secret as a manifest)
+        files = {"ssh-privatekey": ssh.key_file, "known_hosts": ssh.known_hosts}
+        secret = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": f"{CRONJOB}-ssh", "namespace": NAMESPACE},
+            "data": {k: base64.b64encode(p.read_bytes()).decode() for k, p in files.items()},
+        }
+        lab_kubectl(shared, tmp_path, "apply", "-f", "-", stdin=json.dumps(secret))
+        with lab_kube_client(shared) as kube:
+            run_scheduled(shared, tmp_path, kube)
+    finally:
+        lab_kubectl(
+            shared,
+            tmp_path,
+            *("delete", "-f", "-", "--wait=false", "--ignore-not-found"),
+            stdin=manifest,
+        )
+        lab_kubectl(shared, tmp_path, "delete", "namespace", NAMESPACE, "--ignore-not-found")
+
+
+def run_scheduled(lab: Lab, home: Path, kube: KubeClient) -> None:
+    stored = json.loads(
+        lab_kubectl(lab, home, "get", "cronjob", CRONJOB, "-n", NAMESPACE, "-o", "json")
+    )
+
+    def start(job: str) -> None:
+        """A run now, as `kubectl create job --from=cronjob/...` makes one (kubectl sends that
+        as protobuf, which the lab's API reads for reviews only: the same Job as JSON)."""
+        template = stored["spec"]["jobTemplate"]
+        owner = {
+            "apiVersion": "batch/v1",
+            "kind": "CronJob",
+            "name": CRONJOB,
+            "uid": stored["metadata"]["uid"],
+            "controller": True,
+        }
+        body = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {
+                "name": job,
+                "namespace": NAMESPACE,
+                "annotations": {"cronjob.kubernetes.io/instantiate": "manual"},
+                "labels": template["metadata"].get("labels") or {},
+                "ownerReferences": [owner],
+            },
+            "spec": template["spec"],
+        }
+        lab_kubectl(lab, home, "create", "-f", "-", stdin=json.dumps(body))
+
+    # two runs at once, as a CronJob without Forbid would start them
+    start("first")
+    start("second")
+    loser = eventually(
+        lambda: next((p for p in (ended(kube, j) for j in ("first", "second")) if p), None),
+        "one of the two overlapping runs refused",
+    )
+    assert loser.phase == "Failed"
+    refused = kube.read_pod_log(NAMESPACE, loser.name)
+    assert "another rollout run is working on this cluster (lease kube-system/rollout held" in (
+        refused
+    ), refused
+    winner_job = "second" if loser.labels["job-name"] == "first" else "first"
+    winner = pod_of(kube, winner_job)
+    assert winner is not None and winner.phase == "Running"
+    assert f"/{winner.name}" in refused  # the holder: the run in the other pod
+    # the winner deleted in the middle of a node: after a step has started, before its node ends
+    mid_node = eventually(
+        lambda: next(
+            (
+                r["node"]
+                for r in journal_kinds(kube)
+                if r["kind"] == "step-started" and r["step"] == "containerd.write"
+            ),
+            None,
+        ),
+        "a node in the middle of its steps",
+    )
+    kube.delete_pod(NAMESPACE, winner.name)
+    # SIGTERM: the step in flight finishes, the Lease is released (no wait for it to expire)
+    eventually(
+        lambda: kube.get_lease("kube-system", "rollout").holder_identity in (None, ""),
+        "the deleted run's Lease released",
+        120.0,
+    )
+    assert pod_of(kube, winner_job) is None  # a deleted pod is a failed one: not replaced
+    stopped = journal_kinds(kube)
+    assert not any(r["kind"] == "run-finished" for r in stopped)
+    # the next run continues that run from the cluster, and converges
+    start("third")
+    done = eventually(lambda: ended(kube, "third"), "the third run ended", 300.0)
+    log = kube.read_pod_log(NAMESPACE, done.name)
+    assert done.phase == "Succeeded", log
+    found = find_run(kube, NAMESPACE, PLAN_NAME)
+    assert found is not None
+    assert f"continuing run {found.run_id}" in log
+    records = journal_kinds(kube)
+    assert [r["kind"] for r in records].count("run-started") == 1
+    assert records[-1] == {**records[-1], "kind": "run-finished", "outcome": "succeeded"}
+    finished = [r["node"] for r in records if r["kind"] == "node-finished"]
+    assert sorted(finished) == sorted(n.name for n in lab.nodes)  # each node done once
+    assert mid_node in finished
+    for node in lab.nodes:
+        assert not kube.get_node(node.name).unschedulable, node.name
+    reasons = [e.reason for e in kube.list_events(NAMESPACE) if e.reason == "RolloutDone"]
+    assert reasons == ["RolloutDone"]
