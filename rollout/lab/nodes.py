@@ -272,8 +272,7 @@ def write_containerd_config(spec: NodeSpec, dirs: NodeDirs) -> None:
     """Lay out /etc/containerd as the GPU Operator leaves it on a node of this series.
 
     config.toml is Debian's packaged file (version 2 on every series) with the toolkit's
-    `imports` added (the toolkit keeps the top-level file's version and only adds imports)
-    and `restrict_oom_score_adj`, which pods need on the lab's hosts.
+    `imports` added: the toolkit keeps the top-level file's version and only adds imports.
     conf.d/99-nvidia.toml is not written here: the node's toolkit unit (rollout.lab.toolkit)
     writes it from `containerd config dump` whenever the toolkit pod starts it.
     """
@@ -282,11 +281,6 @@ def write_containerd_config(spec: NodeSpec, dirs: NodeDirs) -> None:
     imports = [f"{CONTAINERD_DROP_IN_DIR}/*.toml"]
     ordered: dict[str, Any] = {"version": main.pop("version", 2), "imports": imports}
     ordered.update((k, v) for k, v in main.items() if k != "imports")
-    # The host keeps CAP_SYS_RESOURCE from the nodes, so runc cannot give a pod sandbox the
-    # oom_score_adj of -998 the CRI asks for ("failed to update /proc/self/oom_score_adj:
-    # Permission denied"); containerd's own option for such hosts caps it at its own.
-    cri = ordered.setdefault("plugins", {}).setdefault("io.containerd.grpc.v1.cri", {})
-    cri["restrict_oom_score_adj"] = True
     _write(main_path, tomli_w.dumps(ordered))
     dirs.host_path(CONTAINERD_DROP_IN_DIR).mkdir(parents=True, exist_ok=True)
     install_toolkit(dirs.root)

@@ -104,3 +104,22 @@ def test_runtime_drops_only_the_limits_of_missing_controllers(tmp_path: Path) ->
     controllers.write_text("cpu cpuset memory pids io hugetlb rdma\n")
     module.drop_missing_controllers(everything)
     assert everything["linux"]["resources"] == resources_
+
+
+def test_runtime_raises_the_oom_score_adj_only_without_cap_sys_resource(tmp_path: Path) -> None:
+    module = runtime()
+    module.OOM_SCORE_ADJ_FILE = str(tmp_path / "oom_score_adj")
+    module.STATUS_FILE = str(tmp_path / "status")
+    (tmp_path / "oom_score_adj").write_text("0\n")
+    without = "CapEff:\t00000080fcecbfff\n"  # a lab node's containerd: no CAP_SYS_RESOURCE
+    (tmp_path / "status").write_text(f"Name:\trunc\n{without}")
+    sandbox: dict[str, Any] = {"process": {"oomScoreAdj": -998}}
+    module.restrict_oom_score_adj(sandbox)
+    assert sandbox["process"]["oomScoreAdj"] == 0
+    higher: dict[str, Any] = {"process": {"oomScoreAdj": 1000}}
+    module.restrict_oom_score_adj(higher)
+    assert higher["process"]["oomScoreAdj"] == 1000
+    (tmp_path / "status").write_text("CapEff:\t000001ffffffffff\n")
+    kept: dict[str, Any] = {"process": {"oomScoreAdj": -998}}
+    module.restrict_oom_score_adj(kept)
+    assert kept["process"]["oomScoreAdj"] == -998

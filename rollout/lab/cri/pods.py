@@ -22,6 +22,8 @@ PULL_TIMEOUT_S = 60.0
 POLL_S = 0.05
 # The runtime's own stop grace for a smoke container that has not exited yet.
 STOP_TIMEOUT_S = 2
+# What a container stopped for running too long ends with (SIGKILL's 128 + 9).
+HUNG_EXIT = 137
 
 
 class CriCallFailed(RolloutError):
@@ -122,7 +124,11 @@ class CriPodRunner:
                 exit_code = self._wait_exit(runtime, container, request.wait_s)
             except p.grpc.RpcError as error:
                 return PodOutcome(sandbox, reason="RunContainerError", message=_rpc(error))
-        return PodOutcome(sandbox, exit_code, self._read_log(request))
+        output = self._read_log(request)
+        if exit_code is None:
+            late = f"(did not exit within {request.wait_s:g}s: stopped)\n"
+            return PodOutcome(sandbox, HUNG_EXIT, output + late)
+        return PodOutcome(sandbox, exit_code, output)
 
     def remove_sandbox(self, sandbox_id: str) -> None:
         """Stop and remove a pod's sandbox and its containers (the pod was deleted)."""
@@ -184,20 +190,25 @@ class CriPodRunner:
             timeout=PULL_TIMEOUT_S,
         )
 
-    def _wait_exit(self, runtime: Any, container: str, wait_s: float) -> int:
+    def _wait_exit(self, runtime: Any, container: str, wait_s: float) -> int | None:
+        """The container's exit status; None when it ran past wait_s and was stopped."""
         api = self._protocol.api
         deadline = time.monotonic() + wait_s
+        stopped = False
         while True:
             status = runtime.ContainerStatus(
                 api.ContainerStatusRequest(container_id=container), timeout=RPC_TIMEOUT_S
             ).status
             if status.state == api.CONTAINER_EXITED:
-                return int(status.exit_code)
+                return None if stopped else int(status.exit_code)
             if time.monotonic() > deadline:
+                if stopped:
+                    return None
                 runtime.StopContainer(
                     api.StopContainerRequest(container_id=container, timeout=STOP_TIMEOUT_S),
                     timeout=RPC_TIMEOUT_S,
                 )
+                stopped = True
                 deadline = time.monotonic() + RPC_TIMEOUT_S
             time.sleep(POLL_S)
 

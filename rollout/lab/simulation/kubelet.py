@@ -397,29 +397,32 @@ class Kubelet:
             max(previous * 2, self.timings.crash_backoff_s), self.timings.crash_backoff_max_s
         )
         self._backoff[uid] = (now + delay, delay)
+        image = pod["spec"]["containers"][0].get("image", "")
         if outcome.reason == "FailedCreatePodSandBox":
-            reason, message = "ContainerCreating", ""
-            event = f"Failed to create pod sandbox: {outcome.message}"
+            reason, message, event = "ContainerCreating", "", "FailedCreatePodSandBox"
+            said = f"Failed to create pod sandbox: {outcome.message}"
+        elif outcome.reason == "ErrImagePull":
+            reason, message, event = outcome.reason, outcome.message, "Failed"
+            said = f'Failed to pull image "{image}": {outcome.message}'
         else:
-            reason, message = outcome.reason, outcome.message
-            image = pod["spec"]["containers"][0].get("image", "")
-            failed = "Failed to pull image" if reason == "ErrImagePull" else "Error:"
-            event = (
-                f'{failed} "{image}": {message}'
-                if reason == "ErrImagePull"
-                else f"{failed} {message}"
-            )
+            reason, message, event = outcome.reason, outcome.message, "Failed"
+            said = f"Error: {outcome.message}"
         self._write_pod(pod, lambda p: set_waiting(p, reason, message, now))
-        self._recorder.record(
-            pod, "Warning", outcome.reason if reason == "ContainerCreating" else "Failed", event
-        )
+        self._recorder.record(pod, "Warning", event, said)
         for sandbox in self._sandboxes.pop(uid, []):
             self._pool.submit(self._remove_sandbox, sandbox)
+
+    @staticmethod
+    def _sandbox_of(run: Future[PodOutcome]) -> str | None:
+        try:
+            return run.result().sandbox_id
+        except RolloutError:
+            return None
 
     def _remove_sandbox(self, sandbox_id: str) -> None:
         try:
             self.probe.remove_pod_sandbox(self.name, sandbox_id)
-        except Exception as error:
+        except RolloutError as error:  # the node or its containerd is gone: nothing to stop
             log.info("kubelet %s: sandbox %s not removed: %s", self.name, sandbox_id[:12], error)
 
     def _restart_pod(self, pod: dict[str, Any], now: float) -> None:
@@ -594,6 +597,10 @@ class Kubelet:
             if uid not in active:
                 self._release(uid)
         present = {p["metadata"]["uid"] for p in pods}
+        for uid in [u for u in self._cri_runs if u not in present and self._cri_runs[u].done()]:
+            # the pod went while its run was in flight: what the run made goes too
+            sandbox = self._sandbox_of(self._cri_runs.pop(uid))
+            self._sandboxes.setdefault(uid, []).extend([sandbox] if sandbox else [])
         for uid in [u for u in self._sandboxes if u not in present]:
             # the pod is gone (deleted with no grace): its sandbox goes too
             for sandbox in self._sandboxes.pop(uid):
