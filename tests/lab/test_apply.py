@@ -4,7 +4,6 @@ containerd 1.6/1.7/2.1 on the nodes, the API emulator through the official clien
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,11 +18,14 @@ from rollout.transports.errors import NotFound
 from rollout.transports.kube import ConfigMap, KubeClient
 from tests.examples import PLAN
 from tests.lab.converged import HANDLERS, assert_converged, dump_of, handlers_and_config_path
-from tests.lab.labapi import apply_args, apply_killed_when, watching
+from tests.lab.labapi import apply_args, apply_killed_when, wait_for, watching
 from tests.lab.test_cluster_shared import own_lab, ssh_check
 from tests.planning import time_slicing_plan
 
 pytestmark = pytest.mark.lab
+
+# How long the lab's simulated cluster may take to react (it takes seconds).
+WAIT_S = 30.0
 
 
 @pytest.fixture
@@ -208,10 +210,12 @@ def test_time_slicing_changes_each_node_only_in_its_own_wave(
     with pytest.raises(NotFound):
         kube.get_configmap("gpu-operator", "time-slicing-config")
     physical = {spec.name: str(len(spec.gpus)) for spec in lab.nodes}
-    deadline = time.monotonic() + 30
-    while {n.name: n.capacity.get("nvidia.com/gpu") for n in kube.list_nodes()} != physical:
-        assert time.monotonic() < deadline, "the lab's nodes never advertised their GPUs"
-        time.sleep(0.2)
+    wait_for(
+        lambda: {n.name: n.capacity.get("nvidia.com/gpu") for n in kube.list_nodes()} == physical,
+        WAIT_S,
+        what="the lab's nodes to advertise their GPUs",
+        interval_s=0.2,
+    )
 
     # (node, its profile label, advertised nvidia.com/gpu, the ClusterPolicy points at a config)
     def sample(side: KubeClient) -> list[tuple[str, str | None, str | None, bool]]:
@@ -242,10 +246,12 @@ def test_time_slicing_changes_each_node_only_in_its_own_wave(
     # the lab's config-manager: a label naming no key stops the device plugin
     first = lab.nodes[0].name
     kube.patch_node_labels(first, {"nvidia.com/device-plugin.config": "no-such-profile"})
-    deadline = time.monotonic() + 30
-    while kube.get_node(first).allocatable.get("nvidia.com/gpu") != "0":
-        assert time.monotonic() < deadline, "the device plugin kept running"
-        time.sleep(0.2)
+    wait_for(
+        lambda: kube.get_node(first).allocatable.get("nvidia.com/gpu") == "0",
+        WAIT_S,
+        what="the device plugin to stop",
+        interval_s=0.2,
+    )
     plugins = kube.list_pods(
         "gpu-operator",
         label_selector="app=nvidia-device-plugin-daemonset",
@@ -253,10 +259,12 @@ def test_time_slicing_changes_each_node_only_in_its_own_wave(
     )
     assert [p.phase for p in plugins] == ["Failed"] and "no-such-profile" in plugins[0].message
     kube.patch_node_labels(first, {"nvidia.com/device-plugin.config": None})
-    deadline = time.monotonic() + 30
-    while kube.get_node(first).allocatable.get("nvidia.com/gpu") != physical[first]:
-        assert time.monotonic() < deadline, "the device plugin did not come back"
-        time.sleep(0.2)
+    wait_for(
+        lambda: kube.get_node(first).allocatable.get("nvidia.com/gpu") == physical[first],
+        WAIT_S,
+        what="the device plugin to come back",
+        interval_s=0.2,
+    )
 
 
 def test_drain_blocked_by_a_budget_fails_naming_it(
@@ -292,9 +300,12 @@ def test_drain_blocked_by_a_budget_fails_naming_it(
             "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "db"}}},
         },
     )
-    deadline = time.monotonic() + 30
-    while kube.get_pod("default", "db-0").phase != "Running" and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait_for(
+        lambda: kube.get_pod("default", "db-0").phase == "Running",
+        WAIT_S,
+        what="pod default/db-0 to run",
+        interval_s=0.2,
+    )
     plan = tmp_path / "plan.yaml"
     plan.write_text(
         PLAN.read_text().replace(

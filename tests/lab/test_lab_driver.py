@@ -7,7 +7,6 @@ reboot it and power it off. docs/lab.md "Drivers in the lab" is the contract the
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -80,13 +79,15 @@ def wait_rebooted(lab: Lab, old_boot_id: str) -> str:
         "cat /proc/sys/kernel/random/boot_id; systemctl is-system-running --wait; "
         "systemctl is-active containerd"
     )
-    deadline = time.monotonic() + BOOT_TIMEOUT_S
-    while time.monotonic() < deadline:
+
+    def new_boot_id() -> str | None:
         lines = ssh_run(lab, lab.nodes[0], ["sh", "-c", script]).stdout.split()
         if len(lines) == 3 and lines[0] != old_boot_id and lines[1:] == ["running", "active"]:
             return lines[0]
-        time.sleep(0.5)
-    raise AssertionError(f"{lab.nodes[0].name} did not come back within {BOOT_TIMEOUT_S:g}s")
+        return None
+
+    what = f"{lab.nodes[0].name} to come back"
+    return wait_for(new_boot_id, BOOT_TIMEOUT_S, what=what, interval_s=0.5)
 
 
 def lsmod(lab: Lab) -> dict[str, list[str]]:
@@ -249,9 +250,11 @@ def test_poweroff_stays_down(lab: Lab) -> None:
     supervisor = read_supervisor_pid(node, dirs)
     assert supervisor is not None
     ssh_run(lab, node, ["systemctl", "poweroff"])
-    deadline = time.monotonic() + BOOT_TIMEOUT_S
-    while read_supervisor_pid(node, dirs) is not None and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert read_supervisor_pid(node, dirs) is None
+    wait_for(
+        lambda: read_supervisor_pid(node, dirs) is None,
+        BOOT_TIMEOUT_S,
+        what=f"{node.name}'s supervisor to exit",
+        interval_s=0.2,
+    )
     assert read_node_pid(node, dirs) is None
     assert "node rebooted" not in dirs.console_log.read_text().split("exited 133")[-1]

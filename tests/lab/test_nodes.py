@@ -15,6 +15,7 @@ from rollout.containerd.toolkit import NVIDIA_RUNTIMES, render_toolkit_dropin
 from rollout.lab.cluster import Lab
 from rollout.lab.nodes import RUNNING_RECORD
 from rollout.transports.local import LocalRunner
+from tests.lab.labapi import wait_for
 from tests.lab.test_cluster_shared import (
     node_of_series,
     shared_lab,
@@ -174,14 +175,14 @@ def test_sighup_is_a_restart_by_systemd(lab: Lab, series: str) -> None:
     since = ssh_check(lab, node, ["date", "+%Y-%m-%d %H:%M:%S"]).strip()
     time.sleep(1.0)  # journalctl --since has one-second resolution
     ssh_check(lab, node, ["systemctl", "kill", "-s", "HUP", "containerd"])
-    deadline = time.monotonic() + RESTART_TIMEOUT_S
-    after = service_state(lab, series)
-    while time.monotonic() < deadline:
-        after = service_state(lab, series)
-        if after["ActiveState"] == "active" and after["NRestarts"] != before["NRestarts"]:
-            break
-        time.sleep(0.5)
-    assert after["ActiveState"] == "active"
+
+    def restarted() -> dict[str, str] | None:
+        state = service_state(lab, series)
+        if state["ActiveState"] == "active" and state["NRestarts"] != before["NRestarts"]:
+            return state
+        return None
+
+    after = wait_for(restarted, RESTART_TIMEOUT_S, what="containerd to restart", interval_s=0.5)
     assert int(after["NRestarts"]) == int(before["NRestarts"]) + 1
     assert after["MainPID"] != before["MainPID"]
     journal = ssh_check(
@@ -192,9 +193,7 @@ def test_sighup_is_a_restart_by_systemd(lab: Lab, series: str) -> None:
     assert all(p >= 0 for p in positions), journal
     assert positions == sorted(positions), journal
     record = lab.node_dirs(node).host_path(RUNNING_RECORD)
-    deadline = time.monotonic() + 10.0
-    while not record.is_file() and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait_for(record.is_file, 10.0, what=f"{record} to be written", interval_s=0.2)
     assert "nvidia" in runtimes_of(tomllib.loads(record.read_text()))
 
 

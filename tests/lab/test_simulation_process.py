@@ -8,7 +8,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from kubernetes import client
 
 from rollout.lab.description import LabDescription
 from rollout.lab.simulation.probe import RUNNING_CONFIG_PATH, RunningConfigProbe
+from tests.lab.labapi import wait_for
 
 RUNNING_1X = """version = 2
 [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
@@ -102,30 +102,29 @@ def test_control_plane_process_serves_and_stops_on_sigterm(tmp_path: Path) -> No
         stderr=subprocess.PIPE,
     )
     try:
-        deadline = time.monotonic() + 20
-        healthy = ""
-        while time.monotonic() < deadline and not healthy:
+
+        def health() -> str:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as r:
-                    healthy = r.read().decode()
+                    return str(r.read().decode())
             except OSError:
                 assert process.poll() is None, process.stderr.read() if process.stderr else ""
-                time.sleep(0.05)
-        assert healthy == "ok"
+                return ""
+
+        assert wait_for(health, 20, what="the control plane's /healthz", interval_s=0.05) == "ok"
         assert (tmp_path / "controlplane.pid").read_text().strip() == str(process.pid)
         with client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{port}")) as api_client:
             core = client.CoreV1Api(api_client)
             # No nspawn runs these nodes: the kubelets post nothing, the nodes are Unknown.
-            deadline = time.monotonic() + 5
-            while time.monotonic() < deadline:
-                ready = {
+            unknown = {"lab-node-1": ["Unknown"], "lab-node-2": ["Unknown"]}
+
+            def readiness() -> dict[str, list[str]]:
+                return {
                     n.metadata.name: [c.status for c in n.status.conditions if c.type == "Ready"]
                     for n in core.list_node().items
                 }
-                if ready == {"lab-node-1": ["Unknown"], "lab-node-2": ["Unknown"]}:
-                    break
-                time.sleep(0.05)
-            assert ready == {"lab-node-1": ["Unknown"], "lab-node-2": ["Unknown"]}
+
+            wait_for(lambda: readiness() == unknown, 5, what="both nodes Unknown", interval_s=0.05)
             assert all(
                 "nvidia.com/gpu" not in (n.status.allocatable or {}) for n in core.list_node().items
             )

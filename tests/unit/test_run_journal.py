@@ -35,6 +35,7 @@ from rollout.run import (
     read_journal,
     read_run,
 )
+from tests.lab.labapi import wait_for
 from tests.unit.runfakes import (
     PLAN_JSON,
     REPO,
@@ -293,12 +294,10 @@ def record_for_seq(seq: int) -> Record:
 
 
 def wait_for_line(path: Path, text: str, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if path.exists() and text in path.read_text().splitlines():
-            return
-        time.sleep(0.005)
-    raise AssertionError(f"writer never wrote {text!r}")
+    def written() -> bool:
+        return path.exists() and text in path.read_text().splitlines()
+
+    wait_for(written, timeout_s, what=f"the writer to write {text!r}", interval_s=0.005)
 
 
 def test_sigkill_at_random_moments_leaves_a_replayable_prefix(tmp_path: Path) -> None:
