@@ -8,16 +8,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from rollout.lab.apiserver import ApiServer, Registry
 from rollout.lease import LeaseHeld, RunLease, run_identity
 from rollout.transports.kube import KubeClient
+from tests.emulator import emulated_kube
 
 
 @pytest.fixture()
 def kube() -> Iterator[KubeClient]:
-    registry = Registry()
-    registry.ensure_namespace("kube-system")
-    with ApiServer.start(registry) as server, KubeClient.from_url(server.url) as client:
+    with emulated_kube(None, "kube-system") as client:
         yield client
 
 

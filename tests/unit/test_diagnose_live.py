@@ -19,7 +19,7 @@ from rollout.facts.live import (
     gather_diagnosis_facts,
     probe_node_tolerantly,
 )
-from rollout.lab.apiserver import ApiServer, Registry
+from rollout.lab.apiserver import Registry
 from rollout.lab.apiserver.errors import ApiError
 from rollout.lab.apiserver.resources import DAEMONSETS, EVENTS, PODS, RUNTIMECLASSES
 from rollout.transports.errors import Forbidden, NotFound
@@ -27,12 +27,12 @@ from rollout.transports.kube import (
     ConfigMap,
     DaemonSet,
     Event,
-    KubeClient,
     Node,
     Pod,
     RuntimeClass,
     Taint,
 )
+from tests.emulator import emulated_kube
 from tests.fakes import ScriptedRunner
 from tests.unit.diagnose_facts import EXAMPLES, NOW
 
@@ -393,7 +393,7 @@ def test_the_pod_checks_read_through_the_official_client() -> None:
             "spec": {"selector": {"matchLabels": {"app": "plugin"}}, "template": template},
         },
     )
-    with ApiServer.start(registry) as server, KubeClient.from_url(server.url) as kube:
+    with emulated_kube(registry) as kube:
         cluster = gather_diagnosis_cluster(kube, kube.list_pods(None))
     (daemonset,) = cluster.daemonsets or ()
     assert daemonset.node_selector == {"nvidia.com/gpu.deploy.device-plugin": "true"}

@@ -13,7 +13,6 @@ import pytest
 import rollout.cli.apply as cli_apply
 from rollout.cli import main
 from rollout.executor import RunReport
-from rollout.lab.apiserver import ApiServer, Registry
 from rollout.plan import NodePlan, Plan, StepPlan, Wave, plan_to_data
 from rollout.run import (
     Invocation,
@@ -26,6 +25,7 @@ from rollout.run import (
     read_run,
 )
 from rollout.transports.kube import KubeClient
+from tests.emulator import emulated_kube
 from tests.examples import PLAN
 
 NODES = ("gpu-a-1", "gpu-a-2", "gpu-a-3")
@@ -33,9 +33,7 @@ NODES = ("gpu-a-1", "gpu-a-2", "gpu-a-3")
 
 @pytest.fixture
 def kube() -> Iterator[KubeClient]:
-    registry = Registry()
-    registry.ensure_namespace("kube-system")
-    with ApiServer.start(registry) as server, KubeClient.from_url(server.url) as client:
+    with emulated_kube(None, "kube-system") as client:
         yield client
 
 

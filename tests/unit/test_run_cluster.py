@@ -10,8 +10,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from rollout.lab.apiserver import ApiServer, Registry
-from rollout.lab.apiserver.resources import NAMESPACES
 from rollout.run import (
     Invocation,
     Journal,
@@ -27,6 +25,7 @@ from rollout.run import (
 from rollout.run import cluster as cluster_run
 from rollout.run.cluster import find_run, open_run, run_object_name, start_run
 from rollout.transports.kube import KubeClient, Secret
+from tests.emulator import emulated_kube
 from tests.unit.runfakes import PLAN_JSON, FakeClock, run_node
 
 NAMESPACE = "rollout"
@@ -43,14 +42,8 @@ INVOCATION = Invocation(
 
 @pytest.fixture()
 def kube() -> Iterator[KubeClient]:
-    registry = Registry()
-    registry.create(NAMESPACES, None, {"metadata": {"name": NAMESPACE}})
-    with ApiServer.start(registry) as running:
-        client = KubeClient.from_url(running.url)
-        try:
-            yield client
-        finally:
-            client.close()
+    with emulated_kube(None, NAMESPACE) as client:
+        yield client
 
 
 def start(kube: KubeClient, run_id: str = "20261201-040000-registry-mirror-0001") -> Journal:

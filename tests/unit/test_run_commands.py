@@ -17,7 +17,6 @@ import rollout.cli.plan as cli_plan
 from rollout.cli import main
 from rollout.cli.status import window_note
 from rollout.executor import RunReport
-from rollout.lab.apiserver import ApiServer, Registry
 from rollout.lease import RunLease
 from rollout.plan import NodePlan, Plan, StepPlan, Wave, plan_from_data, plan_to_data
 from rollout.run import (
@@ -37,6 +36,7 @@ from rollout.run import (
 )
 from rollout.spec import Spec
 from rollout.transports.kube import KubeClient
+from tests.emulator import emulated_kube
 from tests.unit.runfakes import REPO, kill_lock_holder, start_lock_holder
 
 PLAN = REPO / "examples" / "plan.yaml"
@@ -46,15 +46,9 @@ HALT_REASON = "halt label on gpu-b-1 (nvidia.com/gpu-driver-upgrade-state=upgrad
 
 @pytest.fixture
 def kube() -> Iterator[KubeClient]:
-    registry = Registry()
-    registry.ensure_namespace("kube-system")
-    registry.ensure_namespace("rollout")  # a scheduled run's (test_run_commands_cluster.py)
-    server = ApiServer.start(registry)
-    try:
-        with KubeClient.from_url(server.url) as client:
-            yield client
-    finally:
-        server.stop()
+    # rollout: a scheduled run's namespace (test_run_commands_cluster.py)
+    with emulated_kube(None, "kube-system", "rollout") as client:
+        yield client
 
 
 @pytest.fixture
