@@ -6,7 +6,7 @@ built-in defaults, migrations and map rules are containerd's own. Dumps are cach
 a fleet of nodes with the same files costs one dump, and so does asking twice; the standard
 source also keeps them on disk between runs (rollout.memo.DiskMemo: under the cache's
 `dumps/`, another directory in $ROLLOUT_DUMP_CACHE, none when it says `off`), keyed by the
-binary's digest, the files and this code's own source.
+binary's digest, the files and this code's own source; never files that hold a credential.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from rollout.containerd.files import ConfigFiles
 from rollout.containerd.staging import dump_configs
 from rollout.containerd.version import ContainerdVersion
 from rollout.memo import BoundedCache, DiskMemo, source_digest
+from rollout.secrets import redact_toml
 from rollout.transports.local import LocalRunner
 
 CACHE_ENTRIES = 512
@@ -78,7 +79,7 @@ class LocalContainerd:
     def _kept(self, binary: str, files: ConfigFiles) -> dict[str, Any]:
         """The dump kept on disk by a run before, else run now (and kept)."""
         store = self._store() if self._store is not None else None
-        if store is None:
+        if store is None or _holds_secret(files):  # no credential is kept on disk
             return self._run_dump(binary, files)
         key = [
             "containerd config dump",
@@ -123,6 +124,10 @@ class LocalContainerd:
         with self._lock:
             self._labels[binary] = label
         return label
+
+
+def _holds_secret(files: ConfigFiles) -> bool:
+    return any(redact_toml(text) != text for text in files.files.values())
 
 
 @functools.cache

@@ -237,6 +237,22 @@ def test_a_rejected_config_is_not_kept(tmp_path: Path, fake_containerd: tuple[Pa
         assert sum("config dump" in line for line in runs(log)) == expected
 
 
+def test_files_holding_a_credential_are_never_kept(
+    tmp_path: Path, fake_containerd: tuple[Path, Path]
+) -> None:
+    binary, log = fake_containerd
+    memo = DiskMemo(tmp_path / "memo")
+    secret = files(
+        'version = 2\n[plugins."io.containerd.grpc.v1.cri".registry.configs."r.example".auth]\n'
+        '  password = "hunter2"\n'
+    )
+    for expected in (1, 2):
+        LocalContainerd(locate=lambda _: binary, store=lambda: memo).load(secret, VERSION, {})
+        assert sum("config dump" in line for line in runs(log)) == expected
+    kept = b"".join(entry.read_bytes() for entry in entries(tmp_path / "memo"))
+    assert b"hunter2" not in kept
+
+
 def test_without_a_store_every_source_runs_its_dumps(
     fake_containerd: tuple[Path, Path],
 ) -> None:
