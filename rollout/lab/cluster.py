@@ -13,6 +13,8 @@ The lab directory holds everything one lab is, so `down` can leave nothing behin
     id_ed25519(.pub)      the key the nodes accept for root
     known_hosts           each node's own host key
     controlplane.log      output of `python -m rollout.lab.controlplane --lab-dir DIR`
+    registry/, registry.log, registry.pid
+                          the lab's image registry (rollout.lab.registry)
     nodes/<name>/         see rollout.lab.nodes
 
 The control plane's process (launch, health, stop) is rollout.lab.controlplane_process.

@@ -8,7 +8,8 @@ stopping is SIGTERM to the supervisor, which passes it to nspawn, which turns it
 orderly poweroff of the container (SIGRTMIN+3 to its systemd); then the overlay is unmounted.
 
 Node directory (<lab-dir>/nodes/<name>/): upper/ and work/ (the overlay's writable side),
-merged/ (the node's root filesystem as the host sees it), console.log, nspawn.pid (the
+merged/ (the node's root filesystem as the host sees it), containerd/ (the node's
+/var/lib/containerd, bound in: snapshots cannot live on the overlay), console.log, nspawn.pid (the
 nspawn of the current boot) and supervisor.pid (rollout.lab.nodeprocess, which boots the
 node again when it reboots: nspawn's exit status 133, as systemd-nspawn@.service does).
 """
