@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import threading
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -146,10 +147,18 @@ def gather_fleet_facts(
             raise
         return node_facts_from(name, ssh, node, bound)
 
-    # the cluster's own reads wait on no node: made meanwhile, reported after the nodes'
-    with ThreadPoolExecutor(1, thread_name_prefix="rollout-cluster") as pool:
-        cluster = pool.submit(gather_cluster_facts, spec, kube)
-        results = run_on_nodes(list(runners.values()), probe, max_parallel=max_parallel)
+    # the cluster's own reads wait on no node: made meanwhile, in a thread nothing waits for
+    # when a node fails (its error is reported at once, as when they came after the nodes)
+    cluster: Future[ClusterFacts] = Future()
+
+    def read_cluster() -> None:
+        try:
+            cluster.set_result(gather_cluster_facts(spec, kube))
+        except BaseException as exc:  # raised by cluster.result(), in the caller's thread
+            cluster.set_exception(exc)
+
+    threading.Thread(target=read_cluster, name="rollout-cluster", daemon=True).start()
+    results = run_on_nodes(list(runners.values()), probe, max_parallel=max_parallel)
     failures = [
         f"{name}: {res}"
         for name, res in results.items()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import json
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -120,3 +121,35 @@ def test_plan_gathers_live_facts_with_the_collector_paused(
     assert seen == [False]
     assert gc.isenabled()
     assert json.loads(capsys.readouterr().out)["waves"]
+
+
+class HangingKube(Kube):
+    """A cluster whose first read does not answer until released."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def list_cluster_policies(self) -> list[dict[str, Any]]:
+        self.cluster_started.set()
+        self.release.wait(WAIT_S)
+        return []
+
+
+def test_a_failed_node_is_reported_without_waiting_for_the_cluster(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    kube = HangingKube()
+
+    def probe_node(runner: Runner, main_path: str = "") -> NodeProbe:
+        raise ProbeFailed(f"{runner.host}: host key changed")
+
+    monkeypatch.setattr(live, "probe_node", probe_node)
+    spec = parse_spec(PLAN.read_text(), str(PLAN))
+    try:
+        started = time.monotonic()
+        with pytest.raises(ProbeFailed, match="n1: host key changed"):
+            gather_fleet_facts(spec, {"n1": Runner("n1")}, kube)  # type: ignore[arg-type,dict-item]
+        assert time.monotonic() - started < WAIT_S / 2
+    finally:
+        kube.release.set()
