@@ -12,9 +12,10 @@ import pytest
 from rollout.lab.apiserver import ApiServer, Registry
 from rollout.lab.apiserver.authentication import LAB_ADMIN, Authenticator
 from rollout.lab.apiserver.rbac import ANONYMOUS
+from rollout.lab.simulation.podservice import LabCertificate
 from rollout.transports.errors import KubeConfigError, KubeError
 from rollout.transports.kube import KubeClient, incluster
-from tests.lab.test_kubectl import add_node, serving_context
+from tests.lab.test_kubectl import add_node
 
 TOKEN = "pod-service-account-token"
 
@@ -23,10 +24,10 @@ TOKEN = "pod-service-account-token"
 def server(tmp_path: Path) -> Iterator[tuple[ApiServer, bytes]]:
     registry = Registry()
     add_node(registry, "gpu-1")
-    ca_pem, tls = serving_context(tmp_path)
+    certificate = LabCertificate.for_address("127.0.0.1")
     authenticator = Authenticator({TOKEN: LAB_ADMIN}, anonymous=ANONYMOUS)
-    with ApiServer.start(registry, authenticator=authenticator, tls=tls) as running:
-        yield running, ca_pem
+    with ApiServer.start(registry, authenticator=authenticator, tls=certificate.context) as running:
+        yield running, certificate.ca_pem
 
 
 @pytest.fixture()
