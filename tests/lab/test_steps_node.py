@@ -7,6 +7,7 @@ byte for byte, containerd restarted on them), so the other lab tests see it as i
 
 from __future__ import annotations
 
+import contextlib
 import time
 import tomllib
 from collections.abc import Iterator, Sequence
@@ -170,18 +171,27 @@ def restore_node(lab: Lab, run: NodeRun) -> None:
     assert file_sums(lab, run.node) == run.sums_before
 
 
+@contextlib.contextmanager
+def running_on(lab: Lab, node: NodeSpec, state_dir: Path) -> Iterator[NodeRun]:
+    """A run of the node steps on `node` (its files and dump as they were first), the node
+    restored after through the run's own runner, whatever runner a test put in its place."""
+    ctx, runner = make_context(lab, node, state_dir)
+    run = NodeRun(node, ctx, runner, file_sums(lab, node), live_dump(lab, node))
+    try:
+        yield run
+    finally:
+        run.ctx.runner = run.runner
+        restore_node(lab, run)
+
+
 @pytest.fixture(params=SERIES)
 def node_run(lab: Lab, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[NodeRun]:
     node = node_of_series(lab, str(request.param))
     # The shared lab's toolkits re-run when another test changes the ClusterPolicy (each
     # deletes its drop-in and restarts containerd): start from a settled node.
     wait_until_settled(lab, node)
-    ctx, runner = make_context(lab, node, tmp_path / "state")
-    run = NodeRun(node, ctx, runner, file_sums(lab, node), live_dump(lab, node))
-    try:
+    with running_on(lab, node, tmp_path / "state") as run:
         yield run
-    finally:
-        restore_node(lab, run)
 
 
 def assert_same_dump(now: str, before: str) -> None:

@@ -26,14 +26,7 @@ from rollout.transports.errors import SshConnectError, TransientError
 from tests.fakes import ScriptedRunner
 from tests.lab.labapi import api_lab
 from tests.lab.test_cluster_shared import node_of_series, ssh_check, ssh_run
-from tests.lab.test_steps_node import (
-    SERIES,
-    NodeRun,
-    file_sums,
-    live_dump,
-    make_context,
-    restore_node,
-)
+from tests.lab.test_steps_node import SERIES, NodeRun, file_sums, running_on
 
 pytestmark = pytest.mark.lab
 
@@ -56,14 +49,8 @@ def lab(request: pytest.FixtureRequest) -> Lab:
 @pytest.fixture
 def fault_run(lab: Lab, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[NodeRun]:
     series = str(getattr(request, "param", "1.7"))
-    node = node_of_series(lab, series)
-    ctx, runner = make_context(lab, node, tmp_path / "state")
-    run = NodeRun(node, ctx, runner, file_sums(lab, node), live_dump(lab, node))
-    try:
+    with running_on(lab, node_of_series(lab, series), tmp_path / "state") as run:
         yield run
-    finally:
-        run.ctx.runner = run.runner
-        restore_node(lab, run)
 
 
 class Killed(BaseException):
