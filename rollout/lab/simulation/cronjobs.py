@@ -56,6 +56,24 @@ class ScaledClock:
         real = time.time()
         return self._start + self.offset_s + (real - self._start) * self.scale
 
+    def set(self, moment: float, scale: float | None = None) -> None:
+        """Jump to `moment` (seconds since the epoch), running `scale` times faster from here."""
+        if scale is not None:
+            self.offset_s += (time.time() - self._start) * (self.scale - scale)
+            self.scale = scale
+        self.offset_s += moment - self()
+
+    def to_text(self) -> str:
+        """The clock as the lab hands it to a Job pod (jobpods.py, podclock.py)."""
+        return f"{self._start!r},{self.offset_s!r},{self.scale!r}"
+
+    @classmethod
+    def from_text(cls, text: str) -> ScaledClock:
+        start, offset_s, scale = (float(part) for part in text.split(","))
+        clock = cls(offset_s, scale)
+        clock._start = start
+        return clock
+
 
 def scheduled_times(schedule: str, zone: str, after: datetime, until: datetime) -> list[datetime]:
     """The schedule's times in (after, until], wall-clock in `zone`, as aware UTC datetimes."""

@@ -82,7 +82,10 @@ class Simulation:
         probe: NodeRuntimeProbe,
         timings: SimulationTimings | None = None,
         clock: Callable[[], float] = time.time,
+        schedule_clock: Callable[[], float] | None = None,
     ) -> None:
+        """`schedule_clock` (tests only; default `clock`): the time of the CronJobs, the Jobs
+        and the scheduled pods' window checks, ahead or faster than the rest of the cluster."""
         self.registry = registry
         self.lab = lab
         self.timings = timings or SimulationTimings.from_lab(lab)
@@ -123,9 +126,13 @@ class Simulation:
             clock,
         )
         # scheduled rollouts (rollout schedule): CronJobs make Jobs, Jobs make pods
-        self._batch = (CronJobController(registry, clock), JobController(registry, clock))
+        batch_clock = schedule_clock or clock
+        self._batch = (
+            CronJobController(registry, batch_clock),
+            JobController(registry, batch_clock),
+        )
         # ... and the rollout image's Job pods run as processes on the lab host (jobpods.py)
-        self._jobpods = JobPods(registry, lab.api_host, clock)
+        self._jobpods = JobPods(registry, lab.api_host, batch_clock)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._step_lock = threading.Lock()

@@ -16,7 +16,9 @@ in a private mount and UTS namespace (`unshare`) where
   inside an overlay of its nearest existing parent (nothing is written on the host);
 - the host name is the pod's name, as in a pod;
 - KUBERNETES_SERVICE_HOST/PORT point at the lab API over HTTPS with the lab CA and RBAC
-  (podservice.py).
+  (podservice.py);
+- under a test's scaled clock (cronjobs.ScaledClock), the run's window checks read the same
+  clock as the CronJob that started it (podclock.py).
 
 The pod's phase follows the process (Running, then Succeeded or Failed with its exit code),
 its output reaches `pods/log`, and a pod deleted while it runs (by hand, or the Job's
@@ -44,6 +46,8 @@ from typing import Any
 
 from rollout.lab.apiserver.registry import Registry
 from rollout.lab.apiserver.resources import CONFIGMAPS, PODS, SECRETS
+from rollout.lab.simulation.cronjobs import ScaledClock
+from rollout.lab.simulation.podclock import POD_CLOCK_ENV
 from rollout.lab.simulation.pods import is_deleting, is_terminal, node_of
 from rollout.lab.simulation.podservice import PodService
 from rollout.lab.simulation.podstatus import set_running, set_terminated, set_waiting
@@ -174,7 +178,11 @@ class JobPods:
         for item in container.get("env") or []:
             if "value" in item:
                 env[str(item["name"])] = str(item["value"])
-        command = [sys.executable, "-m", "rollout", *(container.get("command") or [])[1:]]
+        module = "rollout"
+        if isinstance(self.clock, ScaledClock):  # tests: the window checks on the lab's clock
+            module = "rollout.lab.simulation.podclock"
+            env[POD_CLOCK_ENV] = self.clock.to_text()
+        command = [sys.executable, "-m", module, *(container.get("command") or [])[1:]]
         command += [str(a) for a in container.get("args") or []]
         log_path = staging / "output.log"
         with log_path.open("wb") as output:

@@ -1,0 +1,254 @@
+"""A scheduled rollout of 6 nodes, a few nodes per maintenance window, on a lab of its own:
+the CronJob fires when the plan's window opens on the lab's scaled clock, the lab runs each
+Job's pod as the rollout image's entrypoint, and each run continues the last one's (kept
+in the cluster) until every node is done. The window fits about two nodes: the first run
+does two and stops with the window closing, the second continues, the third finishes. The
+forecast of `rollout plan` (windows needed, nodes per window) is checked against the runs.
+
+Days pass in seconds: the schedule clock (cronjobs.ScaledClock, the CronJobs' and the
+pods' window checks; tests only) jumps to just before each window opens and runs so that a
+node's real duration in the lab is, on that clock, the forecast's expected duration."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import functools
+import json
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import yaml
+
+from rollout.cli import main
+from rollout.inventory import load_inventory
+from rollout.lab.apiserver import ApiServer, Registry
+from rollout.lab.cluster import LAB_FILE, Lab, bring_up_lab, tear_down_lab
+from rollout.lab.description import LabDescription
+from rollout.lab.simulation.cronjobs import ScaledClock
+from rollout.lab.simulation.engine import Simulation, SimulationTimings
+from rollout.lab.simulation.probe import RunningConfigProbe
+from rollout.playbook import load_playbooks
+from rollout.run.cluster import find_run
+from rollout.schedule.manifests import ScheduleOptions, build_schedule
+from rollout.spec import parse_spec
+from rollout.transports.kube import KubeClient
+from tests.examples import edited_plan
+from tests.lab.labapi import fleet_args, lab_kube_client
+from tests.lab.test_cluster_shared import (
+    OWN_ADDRESS_PREFIX,
+    lab_options,
+    require_lab_prerequisites,
+)
+from tests.lab.test_schedule import lab_kubectl
+from tests.unit.test_schedule import IMAGE
+
+pytestmark = pytest.mark.lab
+
+NAMESPACE = "rollout"
+PLAN_NAME = "registry-mirror"
+CRONJOB = f"rollout-{PLAN_NAME}"
+NODES = 6
+# a node's real duration in this lab, and a run's from its start to its first node (seconds),
+# until the first run measures them
+FIRST_GUESS_S = 4.0
+STARTUP_GUESS_S = 3.0
+T = TypeVar("T")
+
+
+@dataclasses.dataclass
+class ScheduledLab:
+    lab: Lab
+    clock: ScaledClock
+
+
+@pytest.fixture(scope="module")
+def scheduled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ScheduledLab]:
+    """Six nodes, and a control plane in this process whose CronJobs run on `clock`."""
+    require_lab_prerequisites()
+    lab_dir = tmp_path_factory.mktemp("windows") / "lab"
+    options = lab_options(lab_dir, ("1.7",) * NODES, 1, OWN_ADDRESS_PREFIX)
+    built = bring_up_lab(dataclasses.replace(options, controlplane=False), progress=quiet)
+    clock = ScaledClock()
+    server: ApiServer | None = None
+    simulation: Simulation | None = None
+    try:
+        description = LabDescription.from_file(built.lab_dir / LAB_FILE)
+        timings = SimulationTimings.from_lab(description)
+        registry = Registry(pod_termination_s=timings.pod_termination_s)
+        simulation = Simulation(
+            registry,
+            description,
+            RunningConfigProbe.from_lab(description),
+            timings,
+            schedule_clock=clock,
+        ).start()
+        server = ApiServer.start(registry, built.api_host, built.api_port)
+        yield ScheduledLab(built, clock)
+    finally:
+        if simulation is not None:
+            simulation.stop()
+        if server is not None:
+            server.stop()
+        tear_down_lab(lab_dir, progress=quiet)
+
+
+def quiet(_: str) -> None:
+    pass
+
+
+def eventually(probe: Callable[[], T | None], what: str, timeout_s: float) -> T:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"not within {timeout_s:g}s: {what}")
+
+
+def forecast_of(lab: Lab, plan: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    capsys.readouterr()
+    assert main(["plan", str(plan), *fleet_args(lab), "-o", "json"]) in (0, 2)
+    return dict(json.loads(capsys.readouterr().out)["forecast"])
+
+
+def with_window(plan: Path, minutes: int) -> None:
+    """Every day from 00:00 UTC, `minutes` long."""
+    end = f"{minutes // 60:02d}:{minutes % 60:02d}"
+    text = plan.read_text().replace(
+        "policy:\n",
+        "policy:\n  maintenance_window:\n    days: [mon, tue, wed, thu, fri, sat, sun]\n"
+        f'    start: "00:00"\n    end: "{end}"\n    timezone: UTC\n',
+    )
+    plan.write_text(text)
+
+
+def records(kube: KubeClient) -> list[dict[str, Any]]:
+    found = find_run(kube, NAMESPACE, PLAN_NAME)
+    if found is None:
+        return []
+    return [json.loads(line) for line in found.secret.data["journal.jsonl"].splitlines()]
+
+
+def real_node_durations(journal: list[dict[str, Any]]) -> list[float]:
+    """Seconds each finished node took, first step to its end (the journal's own clock)."""
+    started: dict[str, datetime] = {}
+    durations = []
+    for record in journal:
+        at = datetime.fromisoformat(record["at"])
+        if record["kind"] == "step-started":
+            started.setdefault(record["node"], at)
+        elif record["kind"] == "node-finished" and record["node"] in started:
+            durations.append((at - started[record["node"]]).total_seconds())
+    return durations
+
+
+def test_six_nodes_two_per_window_as_forecast(
+    scheduled: ScheduledLab, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lab, clock = scheduled.lab, scheduled.clock
+    plan = edited_plan(tmp_path, "mirror.registry.internal:5000", "windows.registry.internal:5000")
+    # one node per wave, one at a time: the forecast's expected duration of a node
+    text = plan.read_text().replace('waves: [1, "50%"]', "waves: [1]")
+    plan.write_text(text)
+    expected_s = forecast_of(lab, plan, capsys)["waves"][0]["expected_s"]
+    # a window for about two and a half of them (whole minutes)
+    minutes = max(1, round(2.5 * expected_s / 60))
+    with_window(plan, minutes)
+    forecast = forecast_of(lab, plan, capsys)
+    predicted = [w["nodes"] for w in forecast["windows"]]
+    assert [len(w) for w in predicted] == [2, 2, 2], forecast
+
+    text = plan.read_text()
+    spec = parse_spec(text, str(plan))
+    built = build_schedule(
+        spec,
+        text,
+        load_playbooks(),
+        ScheduleOptions(image=IMAGE, namespace=NAMESPACE),
+        load_inventory(lab.inventory),
+    )
+    lab_kubectl(lab, tmp_path, "apply", "-f", "-", stdin=yaml.safe_dump_all(built.objects))
+    files = {"ssh-privatekey": lab.ssh.key_file, "known_hosts": lab.ssh.known_hosts}
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": f"{CRONJOB}-ssh", "namespace": NAMESPACE},
+        "data": {k: base64.b64encode(p.read_bytes()).decode() for k, p in files.items()},
+    }
+    lab_kubectl(lab, tmp_path, "apply", "-f", "-", stdin=json.dumps(secret))
+
+    day = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    node_s, startup_s = FIRST_GUESS_S, STARTUP_GUESS_S
+    window_s = minutes * 60
+    done: list[list[str]] = []
+    logs: list[str] = []
+    scales: list[float] = []
+    with lab_kube_client(lab) as kube:
+        for window in range(1, 6):
+            day += timedelta(days=1)
+            # The run needs startup_s (pod, facts) before its first node and node_s per
+            # node, in real seconds: the window is made to last, in real time, the startup
+            # and two and a half nodes, so the executor starts a second node, not a third,
+            # as the forecast packs two nodes of its expected duration into the window.
+            scale = window_s / (startup_s + 2.5 * node_s)
+            scales.append(scale)
+            lead_s = 0.5  # real seconds before the window opens
+            opens = time.time() + lead_s
+            clock.set((day - timedelta(seconds=lead_s * scale)).timestamp(), scale)
+            before = {r["node"] for r in records(kube) if r["kind"] == "node-finished"}
+            job = eventually(lambda: next(iter(jobs_of(kube)[len(done) :]), None), "a Job", 60)
+            ended = eventually(functools.partial(job_ended, kube, job), f"run {window}", 300)
+            logs.append(ended)
+            journal = records(kube)
+            finished = [r["node"] for r in journal if r["kind"] == "node-finished"]
+            done.append([n for n in finished if n not in before])
+            node_s = max(real_node_durations(journal))
+            first_step = next(
+                datetime.fromisoformat(r["at"]).timestamp()
+                for r in journal
+                if r["kind"] == "step-started" and r["node"] not in before
+            )
+            startup_s = first_step - opens
+            if window == 1:
+                # what `rollout plan` forecasts for the rest, once this run has measured
+                # the lab (until then the lab's clock is a guess)
+                rest = [w["nodes"] for w in forecast_of(lab, plan, capsys)["windows"]]
+            if journal and journal[-1]["kind"] == "run-finished":
+                break
+        # the first run: about two nodes, then the window closes; each later run: the
+        # window's nodes as forecast; a window closing at the end of each run but the last
+        durations = real_node_durations(journal)
+        order = [node for nodes in predicted for node in nodes]
+        assert 1 <= len(done[0]) <= 3 and done[0] == order[: len(done[0])], done
+        assert done[1:] == rest, (done, rest, durations, scales)
+        assert all("window clos" in log for log in logs[:-1]), logs
+        assert journal[-1] == {**journal[-1], "kind": "run-finished", "outcome": "succeeded"}
+        assert sorted(finished) == sorted(n.name for n in lab.nodes)  # each node done once
+        for node in lab.nodes:
+            assert not kube.get_node(node.name).unschedulable, node.name
+        said = [e.reason for e in kube.list_events(NAMESPACE) if e.reason in REASONS]
+        assert sorted(said) == ["RolloutDone"] + ["WindowClosed"] * (len(done) - 1)
+
+
+REASONS = ("WindowClosed", "RolloutDone", "RunHalted", "RunFailed")
+
+
+def jobs_of(kube: KubeClient) -> list[str]:
+    """The CronJob's Jobs, oldest first (their names grow with their schedule time)."""
+    pods = kube.list_pods(NAMESPACE)
+    names = {p.labels.get("job-name", "") for p in pods} - {""}
+    return sorted(names, key=lambda n: int(n.rsplit("-", 1)[-1]))
+
+
+def job_ended(kube: KubeClient, job: str) -> str | None:
+    """The pod's log once the Job's pod has ended."""
+    pods = kube.list_pods(NAMESPACE, label_selector=f"job-name={job}")
+    if not pods or pods[0].phase not in ("Succeeded", "Failed"):
+        return None
+    return kube.read_pod_log(NAMESPACE, pods[0].name) or " "
