@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import copy
 import signal
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -55,12 +56,14 @@ def create_ssh_secret(api: Registry) -> None:
     api.create(SECRETS, NAMESPACE, {**secret, "data": {"ssh-privatekey": key}})
 
 
-def run_job(api: Registry, name: str, args: list[str]) -> None:
+def run_job(api: Registry, name: str, args: list[str], grace_s: int | None = None) -> None:
     """A Job of the schedule's pod template, running `rollout ARGS` instead of the apply."""
     if api.find(SECRETS, NAMESPACE, f"{SA}-ssh") is None:
         create_ssh_secret(api)
     template = copy.deepcopy(api.get(CRONJOBS, NAMESPACE, SA)["spec"]["jobTemplate"])
     template["spec"]["template"]["spec"]["containers"][0]["args"] = args
+    if grace_s is not None:
+        template["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = grace_s
     api.create(JOBS, NAMESPACE, {"metadata": {"name": name}, "spec": template["spec"]})
 
 
@@ -179,3 +182,25 @@ def test_the_scheduled_pod_waits_for_its_secret_and_stops_when_deleted(
     step_until(simulation, lambda: not running, "the deleted pod's process is stopped", 30.0)
     assert process.popen.returncode == -signal.SIGTERM  # stopped, not ended on its own
     assert not process.staging.exists()
+
+
+def test_a_process_that_ignores_sigterm_is_killed_after_the_grace_period(
+    lab: tuple[Registry, Simulation, FakeClock],
+) -> None:
+    """SIGTERM, and SIGKILL once the pod's grace period has passed."""
+    api, simulation, _ = lab
+    run_job(api, "stubborn", ["status", "--schedule", "mirror", "-n", NAMESPACE], grace_s=1)
+    simulation.step()  # the Job's pod
+    simulation.step()  # claimed and started
+    jobpods = simulation._jobpods  # the processes behind the pods
+    (process,) = jobpods._running.values()
+    process.popen.kill()  # the pod's process, swapped for one that ignores SIGTERM
+    process.popen.wait()
+    process.popen = subprocess.Popen(["sh", "-c", "trap '' TERM; sleep 60"], start_new_session=True)
+    pod = pod_of(api, "stubborn")
+    assert pod is not None
+    api.delete(PODS, NAMESPACE, pod["metadata"]["name"])
+    deleted = time.monotonic()
+    step_until(simulation, lambda: not jobpods._running, "the process killed", 30.0)
+    assert process.popen.returncode == -signal.SIGKILL
+    assert time.monotonic() - deleted >= 1.0  # not before the grace period

@@ -266,6 +266,11 @@ class JobPods:
         pod = self.registry.find(PODS, process.namespace, process.name)
         gone = pod is None or pod["metadata"]["uid"] != process.uid or is_deleting(pod)
         code = process.popen.poll()
+        if pod is not None and is_deleting(pod):
+            # a delete may shorten the grace period (kubectl delete --grace-period)
+            asked = pod["metadata"].get("deletionGracePeriodSeconds")
+            if asked is not None:
+                process.grace_s = min(process.grace_s, float(asked))
         if code is None and gone:
             now = time.monotonic()
             if process.term_sent_at is None:
