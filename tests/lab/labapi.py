@@ -4,6 +4,7 @@ the side while a command runs."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -11,12 +12,16 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
+from kubernetes import client
 
+from rollout.cli import main
 from rollout.lab.cluster import CONTEXT, Lab, controlplane_available
+from rollout.lab.simulation.gpuoperator import CLUSTER_POLICY_NAME
 from rollout.transports.kube import KubeClient
 from tests.conftest import require
 from tests.lab.test_cluster_shared import shared_lab
@@ -66,6 +71,25 @@ def wait_for(
     return value
 
 
+@dataclass(frozen=True)
+class Waiting:
+    """A test module's pace: `wait_for` with one timeout and interval, the condition's
+    description first (`settle("the node Ready", probe)`)."""
+
+    timeout_s: float
+    interval_s: float
+
+    def __call__(self, what: str, probe: Callable[[], T | None]) -> T:
+        return wait_for(probe, self.timeout_s, what=what, interval_s=self.interval_s)
+
+
+def patch_cluster_policy(api_client: Any, spec: dict[str, Any]) -> None:
+    """Merge `spec` into the lab's ClusterPolicy, through the official client as a user would."""
+    client.CustomObjectsApi(api_client).patch_cluster_custom_object(
+        "nvidia.com", "v1", "clusterpolicies", CLUSTER_POLICY_NAME, {"spec": spec}
+    )
+
+
 def fleet_args(lab: Lab, kubeconfig: Path | None = None) -> list[str]:
     """The lab's inventory, kubeconfig (the admin one unless given) and context, as CLI options."""
     return [
@@ -73,6 +97,18 @@ def fleet_args(lab: Lab, kubeconfig: Path | None = None) -> list[str]:
         *("--kubeconfig", str(kubeconfig or lab.kubeconfig)),
         *("--context", CONTEXT),
     ]
+
+
+def diagnose_report(
+    lab: Lab, capsys: pytest.CaptureFixture[str], *extra: str
+) -> tuple[int, dict[str, Any]]:
+    """`rollout diagnose` of every lab node (and `extra` options) as JSON: exit code, report."""
+    capsys.readouterr()
+    nodes = [n.name for n in lab.nodes]
+    code = main(["diagnose", *nodes, *fleet_args(lab), "--output", "json", *extra])
+    out = capsys.readouterr().out
+    assert out.strip(), f"diagnose printed nothing (exit {code})"
+    return code, json.loads(out)
 
 
 def apply_args(lab: Lab, plan: Path, state: Path, kubeconfig: Path | None = None) -> list[str]:

@@ -9,6 +9,7 @@ user may have running with the defaults.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 
 from rollout.commands import CommandResult
 from rollout.lab.cluster import (
+    DEVICE_PLUGIN_GRACE_S,
     Lab,
     LabOptions,
     bring_up_lab,
@@ -84,12 +86,19 @@ def shared_lab(request: pytest.FixtureRequest) -> Lab:
 
 
 @contextlib.contextmanager
-def own_lab(lab_dir: Path, containerd: tuple[str, ...], gpus: int) -> Iterator[Lab]:
+def own_lab(
+    lab_dir: Path,
+    containerd: tuple[str, ...],
+    gpus: int,
+    *,
+    device_plugin_grace_s: int = DEVICE_PLUGIN_GRACE_S,
+) -> Iterator[Lab]:
     """A lab of one test's own, a node per containerd series, taken down afterwards."""
     missing = find_missing()
     if missing or not controlplane_available():
         require("the lab cannot run here: " + "; ".join(str(m) for m in missing))
     options = lab_options(lab_dir, containerd, gpus, OWN_ADDRESS_PREFIX)
+    options = dataclasses.replace(options, device_plugin_grace_s=device_plugin_grace_s)
     built = bring_up_lab(options, progress=lambda _: None)
     try:
         yield built

@@ -29,7 +29,7 @@ from rollout.lab.scenarios import (
     XID,
 )
 from rollout.transports.kube import KubeClient
-from tests.lab.labapi import api_lab, apply_args
+from tests.lab.labapi import api_lab, apply_args, diagnose_report
 from tests.lab.test_lab_scenarios import NODE_OF, OBSERVE, all_advertise, settle
 
 DIAGNOSE_SOURCES = Path(__file__).resolve().parents[2] / "rollout" / "diagnose"
@@ -81,29 +81,6 @@ def lab(request: pytest.FixtureRequest) -> Lab:
     return api_lab(request)
 
 
-def diagnose(
-    lab: Lab, capsys: pytest.CaptureFixture[str], *extra: str
-) -> tuple[int, dict[str, Any]]:
-    capsys.readouterr()
-    nodes = [n.name for n in lab.nodes]
-    code = main(
-        [
-            "diagnose",
-            *nodes,
-            "--kubeconfig",
-            str(lab.kubeconfig),
-            "-i",
-            str(lab.inventory),
-            "--output",
-            "json",
-            *extra,
-        ]
-    )
-    out = capsys.readouterr().out
-    assert out.strip(), f"diagnose printed nothing (exit {code})"
-    return code, json.loads(out)
-
-
 def assert_blames_only(
     report: dict[str, Any], node: str | None, check: str, word: str, severity: str = "error"
 ) -> None:
@@ -141,7 +118,7 @@ def test_diagnose_names_the_cause_first(
     node = lab.find_node(NODE_OF[scenario])
     assert main(["lab", "break", scenario, node.name, "--lab-dir", str(lab.lab_dir)]) == 0
     OBSERVE[scenario](lab, kube, node)
-    code, report = diagnose(lab, capsys)
+    code, report = diagnose_report(lab, capsys)
     check, word = EXPECTED[scenario]
     severity = "warning" if scenario in WARNINGS else "error"
     assert_blames_only(report, None if scenario in NODELESS else node.name, check, word, severity)
@@ -164,13 +141,13 @@ def test_fix_plan_applied_makes_the_lab_healthy(
     assert main(["lab", "break", scenario, node.name, "--lab-dir", str(lab.lab_dir)]) == 0
     OBSERVE[scenario](lab, kube, node)
     plan = tmp_path / "plan.yaml"
-    code, report = diagnose(lab, capsys, "--fix", str(plan))
+    code, report = diagnose_report(lab, capsys, "--fix", str(plan))
     assert code == 1
     assert_blames_only(report, node.name, *EXPECTED[scenario])
     assert plan.is_file()
     applied = main(apply_args(lab, plan, tmp_path / "state"))
     assert applied == 0, capsys.readouterr()
     settle("every node to advertise its GPUs after the fix", lambda: all_advertise(lab, kube))
-    code, report = diagnose(lab, capsys)
+    code, report = diagnose_report(lab, capsys)
     assert report["healthy"] is True, json.dumps(report["findings"], indent=1)
     assert code == 0

@@ -18,28 +18,20 @@ containerd.
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import tomllib
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
 from rollout.cli import main
-from rollout.lab.cluster import Lab, bring_up_lab, tear_down_lab
+from rollout.lab.cluster import Lab
 from rollout.lab.nodes import RUNNING_RECORD, NodeSpec
 from rollout.lab.simulation.probe import handlers_in_dump
-from tests.lab.labapi import apply_args, wait_for
-from tests.lab.test_cluster_shared import (
-    OWN_ADDRESS_PREFIX,
-    lab_options,
-    require_lab_prerequisites,
-    ssh_check,
-    ssh_run,
-)
+from tests.lab.labapi import Waiting, apply_args, diagnose_report, patch_cluster_policy
+from tests.lab.test_cluster_shared import own_lab, ssh_check, ssh_run
 
 SERIES = ("1.6", "1.7")
 GRACE_S = 10
@@ -57,22 +49,15 @@ sharing:
 GPU = "nvidia.com/gpu"
 FIX_PLAN = "incident-fix.yaml"
 PLUGIN_APP = "nvidia-device-plugin-daemonset"
-WAIT_S = 90.0
-T = TypeVar("T")
+# The simulated cluster and the nodes react in seconds.
+settle = Waiting(timeout_s=90.0, interval_s=0.5)
 
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    require_lab_prerequisites()
     lab_dir = tmp_path_factory.mktemp("incident") / "lab"
-    options = lab_options(lab_dir, SERIES, 1, OWN_ADDRESS_PREFIX)
-    built = bring_up_lab(
-        dataclasses.replace(options, device_plugin_grace_s=GRACE_S), progress=lambda _: None
-    )
-    try:
+    with own_lab(lab_dir, SERIES, 1, device_plugin_grace_s=GRACE_S) as built:
         yield built
-    finally:
-        tear_down_lab(lab_dir, progress=lambda _: None)
 
 
 @pytest.fixture(scope="module")
@@ -81,11 +66,6 @@ def core(lab: Lab) -> Any:
 
     api = config.new_client_from_config(str(lab.kubeconfig), context="rollout-lab")
     return client.CoreV1Api(api)
-
-
-def settle(what: str, probe: Callable[[], T | None]) -> T:
-    """Wait for the simulated cluster and the nodes, which react in seconds."""
-    return wait_for(probe, WAIT_S, what=what, interval_s=0.5)
 
 
 def gpus(core: Any, node: str) -> tuple[str | None, str | None]:
@@ -190,15 +170,8 @@ def test_the_seed_incident(lab: Lab, core: Any, capsys: pytest.CaptureFixture[st
     core.create_namespaced_config_map(
         "gpu-operator", {"metadata": {"name": "time-slicing"}, "data": {"shared-2x": PROFILE}}
     )
-    from kubernetes import client
-
-    client.CustomObjectsApi(core.api_client).patch_cluster_custom_object(
-        "nvidia.com",
-        "v1",
-        "clusterpolicies",
-        "cluster-policy",
-        {"spec": {"devicePlugin": {"config": {"name": "time-slicing", "default": ""}}}},
-    )
+    config = {"name": "time-slicing", "default": ""}
+    patch_cluster_policy(core.api_client, {"devicePlugin": {"config": config}})
     for node in lab.nodes:
         settle(
             f"{node.name}: the toolkit re-run, and containerd without the nvidia handler",
@@ -225,20 +198,10 @@ def test_the_seed_incident(lab: Lab, core: Any, capsys: pytest.CaptureFixture[st
         assert f"Insufficient {GPU}" in gpu_pod_pending_message(core, node.name)
 
     # rollout diagnoses the shadowing drop-in on both nodes.
-    code, report = diagnose(lab, capsys, "--fix", str(lab.lab_dir / FIX_PLAN))
+    code, report = diagnose_report(lab, capsys, "--fix", str(lab.lab_dir / FIX_PLAN))
     assert code == 1
     blamed = {(f["check"], f["node"]) for f in report["findings"] if f["severity"] == "error"}
     assert {("runtime.shadowing", n.name) for n in lab.nodes} <= blamed, report["findings"]
-
-
-def diagnose(
-    lab: Lab, capsys: pytest.CaptureFixture[str], *extra: str
-) -> tuple[int, dict[str, Any]]:
-    capsys.readouterr()
-    nodes = [n.name for n in lab.nodes]
-    options = ["--kubeconfig", str(lab.kubeconfig), "-i", str(lab.inventory), "-o", "json"]
-    code = main(["diagnose", *nodes, *options, *extra])
-    return code, json.loads(capsys.readouterr().out)
 
 
 @pytest.mark.lab

@@ -39,11 +39,11 @@ from rollout.lab.simulation.kernellog import bus_of_gpu, parse_critical_xids
 from rollout.lab.simulation.probe import handlers_in_dump
 from rollout.lab.simulation.profiles import CONFIG_LABEL
 from rollout.transports.kube import KubeClient
-from tests.lab.labapi import api_lab, wait_for
+from tests.lab.labapi import Waiting, api_lab
 from tests.lab.test_cluster_shared import TEST_GPUS, ssh_run
 
 GPU = "nvidia.com/gpu"
-SETTLE_S = 60.0
+settle = Waiting(timeout_s=60.0, interval_s=0.5)
 # Which node each scenario breaks in the tests: 1.6, 1.7, 2.1 and the second 1.7 node.
 NODE_OF = {
     "shadowing": "lab-node-4",
@@ -64,10 +64,6 @@ NODE_OF = {
 @pytest.fixture(scope="module")
 def lab(request: pytest.FixtureRequest) -> Lab:
     return api_lab(request)
-
-
-def settle(what: str, probe: Callable[[], Any]) -> Any:
-    return wait_for(probe, SETTLE_S, what=what, interval_s=0.5)
 
 
 def lab_cli(lab: Lab, *words: str) -> int:

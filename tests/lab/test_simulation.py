@@ -13,7 +13,7 @@ from kubernetes import client, watch
 from rollout.lab.controlplane import ControlPlane
 from rollout.lab.simulation import FixedRuntimeProbe, LabDescription, SimulationTimings
 from rollout.lab.simulation.probe import handlers_in_dump
-from tests.lab.labapi import wait_for
+from tests.lab.labapi import patch_cluster_policy, wait_for
 from tests.sampler import sampling
 
 UUIDS = {
@@ -135,13 +135,7 @@ def use_time_slicing(
         "gpu-operator",
         {"metadata": {"name": name}, "data": {key: TIME_SLICING.format(replicas=replicas)}},
     )
-    client.CustomObjectsApi(api).patch_cluster_custom_object(
-        "nvidia.com",
-        "v1",
-        "clusterpolicies",
-        "cluster-policy",
-        {"spec": {"devicePlugin": {"config": {"name": name, "default": default}}}},
-    )
+    patch_cluster_policy(api, {"devicePlugin": {"config": {"name": name, "default": default}}})
 
 
 # ---------------------------------------------------------------------- start
@@ -543,13 +537,7 @@ def upgraded(history: list[str]) -> bool:
 
 
 def set_driver_version(api: client.ApiClient, version: str) -> None:
-    client.CustomObjectsApi(api).patch_cluster_custom_object(
-        "nvidia.com",
-        "v1",
-        "clusterpolicies",
-        "cluster-policy",
-        {"spec": {"driver": {"version": version}}},
-    )
+    patch_cluster_policy(api, {"driver": {"version": version}})
 
 
 def test_driver_upgrade_walks_every_node_through_the_states(

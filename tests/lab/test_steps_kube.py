@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -42,8 +42,7 @@ from rollout.steps.timeslicing import (
 from rollout.transports.errors import NotFound
 from rollout.transports.kube import ConfigMap, KubeClient
 from rollout.transports.local import LocalRunner
-from tests.lab import labapi
-from tests.lab.labapi import api_lab
+from tests.lab.labapi import Waiting, api_lab
 from tests.lab.test_cluster_shared import TEST_GPUS
 
 pytestmark = pytest.mark.lab
@@ -55,8 +54,8 @@ NAMESPACE = "default"
 PROFILE_LABEL = "nvidia.com/device-plugin.config"
 OPERATOR_NAMESPACE = "gpu-operator"
 GPU = "nvidia.com/gpu"
-WAIT_S = 60.0
-T = TypeVar("T")
+# Poll the lab's API every 0.2 s, for a minute at most.
+wait_for = Waiting(timeout_s=60.0, interval_s=0.2)
 DONE, NOOP = StepResultKind.DONE, StepResultKind.NOOP
 
 CONTAINERD_SPEC = f"""
@@ -149,11 +148,6 @@ def make_context(
         journal=journal or Journal.create(tmp_path / "state", spec.metadata.name, "{}"),
         progress=print,
     )
-
-
-def wait_for(what: str, probe: Callable[[], T | None]) -> T:
-    """Poll the lab's API every 0.2 s, for WAIT_S at most."""
-    return labapi.wait_for(probe, WAIT_S, what=what, interval_s=0.2)
 
 
 def core_api(kube: KubeClient) -> Any:

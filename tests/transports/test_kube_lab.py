@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
 from rollout.lab.cluster import Lab
 from rollout.transports.errors import Conflict, EvictionBlocked, NotFound
 from rollout.transports.kube import KubeClient, Lease, Pod
-from tests.lab.labapi import api_lab, lab_kube_client
-from tests.lab.labapi import wait_for as wait_until
+from tests.lab.labapi import Waiting, api_lab, lab_kube_client
 from tests.lab.test_cluster_shared import TEST_GPUS
 
 pytestmark = pytest.mark.lab
@@ -22,8 +21,8 @@ pytestmark = pytest.mark.lab
 NODE = "lab-node-1"
 NAMESPACE = "default"
 GPU = "nvidia.com/gpu"
-WAIT_S = 30.0
-T = TypeVar("T")
+# The lab's simulated cluster reacts in well under a second; this much is a failure.
+wait_for = Waiting(timeout_s=30.0, interval_s=0.2)
 
 
 @pytest.fixture(scope="module")
@@ -40,10 +39,6 @@ def kube(lab: Lab) -> Iterator[KubeClient]:
 @pytest.fixture()
 def suffix() -> str:
     return uuid.uuid4().hex[:6]
-
-
-def wait_for(what: str, probe: Callable[[], T | None]) -> T:
-    return wait_until(probe, WAIT_S, what=what, interval_s=0.2)
 
 
 def pod_manifest(name: str, labels: dict[str, str], **container: Any) -> dict[str, Any]:
