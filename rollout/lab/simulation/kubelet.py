@@ -7,6 +7,10 @@ What it models, from FACTS.md:
   sandbox). Running containers survive a containerd restart (Debian's KillMode=process), so
   a lost `nvidia` handler shows only when the device plugin's pod next starts: a pod the
   operator rolls, a crash's restart, the node's reboot.
+- A smoke pod (its container runs nvidia-smi) that names a runtime class runs for real
+  through the node's containerd CRI (rollout.lab.cri): sandbox with the class's handler,
+  image pulled through the node's registry config, container started by runc; its log is
+  containerd's log file and containerd's errors are its waiting reasons and events.
 - The toolkit pod's container is the node's toolkit unit (toolkitunit.py): its start writes
   99-nvidia.toml and restarts containerd, its end deletes the drop-in. Operand pods of the
   nvidia runtime class wait for the toolkit to have settled, as they wait for its validation.
