@@ -21,6 +21,7 @@ from tests.lab.converged import HANDLERS, assert_converged, dump_of, handlers_an
 from tests.lab.labapi import apply_args, apply_killed_when, wait_for, watching
 from tests.lab.test_cluster_shared import own_lab, ssh_check
 from tests.planning import time_slicing_plan
+from tests.podbudgets import create_pod_budget
 
 pytestmark = pytest.mark.lab
 
@@ -270,7 +271,6 @@ def test_time_slicing_changes_each_node_only_in_its_own_wave(
 def test_drain_blocked_by_a_budget_fails_naming_it(
     lab: Lab, kube: KubeClient, tmp_path: Path
 ) -> None:
-    from kubernetes import client
 
     first = lab.nodes[0].name
     kube.create_pod(
@@ -292,14 +292,7 @@ def test_drain_blocked_by_a_budget_fails_naming_it(
             "spec": {"nodeName": first, "containers": [{"name": "db", "image": "postgres:16"}]},
         },
     )
-    policy = client.PolicyV1Api(client.ApiClient(client.Configuration(host=kube.server)))
-    policy.create_namespaced_pod_disruption_budget(
-        "default",
-        {
-            "metadata": {"name": "db-pdb"},
-            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "db"}}},
-        },
-    )
+    create_pod_budget(kube, "default", "db-pdb", "db")
     wait_for(
         lambda: kube.get_pod("default", "db-0").phase == "Running",
         WAIT_S,

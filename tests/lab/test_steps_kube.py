@@ -44,6 +44,7 @@ from rollout.transports.kube import ConfigMap, KubeClient
 from rollout.transports.local import LocalRunner
 from tests.lab.labapi import Waiting, api_lab
 from tests.lab.test_cluster_shared import TEST_GPUS
+from tests.podbudgets import create_pod_budget, delete_pod_budget
 
 pytestmark = pytest.mark.lab
 
@@ -288,19 +289,10 @@ def test_drain_evicts_managed_pods_and_leaves_operands(
 def test_drain_fails_naming_the_budget_that_blocks_it(
     kube: KubeClient, fleet: FleetFacts, tmp_path: Path, suffix: str
 ) -> None:
-    from kubernetes import client
-
     app = f"db-{suffix}"
     budget = f"{app}-pdb"
-    policy = client.PolicyV1Api(client.ApiClient(client.Configuration(host=kube.server)))
     kube.create_pod(NAMESPACE, owned_pod(app, NODE, f"{app}-rs", {"app": app}))
-    policy.create_namespaced_pod_disruption_budget(
-        NAMESPACE,
-        {
-            "metadata": {"name": budget},
-            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": app}}},
-        },
-    )
+    create_pod_budget(kube, NAMESPACE, budget, app)
     try:
         wait_for("the pod to be ready", lambda: kube.get_pod(NAMESPACE, app).ready)
         wait_for(
@@ -318,7 +310,7 @@ def test_drain_fails_naming_the_budget_that_blocks_it(
         ) in str(blocked.value)
         assert kube.get_pod(NAMESPACE, app).phase == "Running"
     finally:
-        policy.delete_namespaced_pod_disruption_budget(budget, NAMESPACE)
+        delete_pod_budget(kube, NAMESPACE, budget)
         kube.delete_pod(NAMESPACE, app, grace_period_s=0, missing_ok=True)
 
 

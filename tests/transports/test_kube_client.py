@@ -45,6 +45,7 @@ from rollout.transports.kube import (
     Toleration,
 )
 from tests.kubeconfigs import write_kubeconfig
+from tests.podbudgets import create_pod_budget
 
 
 @pytest.fixture()
@@ -461,19 +462,11 @@ def test_pod_log(kube: KubeClient, registry: Registry) -> None:
 
 
 def test_eviction_allowed_then_blocked_by_a_budget(kube: KubeClient, registry: Registry) -> None:
-    from kubernetes import client
 
     for name in ("web-1", "web-2"):
         kube.create_pod("default", pod_manifest(name, "n1", {"app": "web"}))
         run_pod(registry, name)
-    policy = client.PolicyV1Api(client.ApiClient(client.Configuration(host=kube.server)))
-    policy.create_namespaced_pod_disruption_budget(
-        "default",
-        {
-            "metadata": {"name": "web-pdb"},
-            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}},
-        },
-    )
+    create_pod_budget(kube, "default", "web-pdb", "web")
     (budget,) = kube.list_pdbs("default")
     assert (budget.name, budget.disruptions_allowed, budget.match_labels["app"]) == (
         "web-pdb",

@@ -15,6 +15,7 @@ from rollout.transports.errors import Conflict, EvictionBlocked, NotFound
 from rollout.transports.kube import KubeClient, Lease, Pod
 from tests.lab.labapi import Waiting, api_lab, lab_kube_client
 from tests.lab.test_cluster_shared import TEST_GPUS
+from tests.podbudgets import create_pod_budget, delete_pod_budget
 
 pytestmark = pytest.mark.lab
 
@@ -102,21 +103,12 @@ def test_a_smoke_pod_runs_and_logs_its_gpus(kube: KubeClient, suffix: str) -> No
 
 
 def test_an_eviction_blocked_by_a_budget_names_it(kube: KubeClient, suffix: str) -> None:
-    from kubernetes import client
-
     app = f"web-{suffix}"
     names = [f"{app}-{i}" for i in range(2)]
-    policy = client.PolicyV1Api(client.ApiClient(client.Configuration(host=kube.server)))
     budget = f"{app}-pdb"
     for name in names:
         kube.create_pod(NAMESPACE, pod_manifest(name, {"app": app}))
-    policy.create_namespaced_pod_disruption_budget(
-        NAMESPACE,
-        {
-            "metadata": {"name": budget},
-            "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": app}}},
-        },
-    )
+    create_pod_budget(kube, NAMESPACE, budget, app, min_available=2)
     try:
         wait_for(
             "the pods to be ready",
@@ -132,7 +124,7 @@ def test_an_eviction_blocked_by_a_budget_names_it(kube: KubeClient, suffix: str)
         assert f"evict pod {NAMESPACE}/{names[0]}: 429" in str(blocked.value)
         assert kube.get_pod(NAMESPACE, names[0]).phase == "Running"
     finally:
-        policy.delete_namespaced_pod_disruption_budget(budget, NAMESPACE)
+        delete_pod_budget(kube, NAMESPACE, budget)
         for name in names:
             kube.delete_pod(NAMESPACE, name, grace_period_s=0, missing_ok=True)
 
