@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from rollout.run import (
     BackupWritten,
@@ -20,6 +21,7 @@ from rollout.run import (
     StepStarted,
     Uncordoned,
 )
+from rollout.transports.kube import KubeClient
 from tests.examples import REPO
 
 PLAN_JSON = json.dumps({"name": "registry-mirror", "waves": [["gpu-1", "gpu-2"]]})
@@ -92,3 +94,30 @@ def kill_lock_holder(holder: subprocess.Popen[str]) -> None:
     assert holder.stdin is not None and holder.stdout is not None
     holder.stdin.close()
     holder.stdout.close()
+
+
+class FleetWithoutSsh:
+    """The CLI's FleetConnection without SSH: the API through `kube`, a stand-in runner per
+    node named; gathering notes the nodes it would probe and gives no facts (only the faked
+    planner and executor look at them). Patch `connect` in for the class."""
+
+    def __init__(self, kube: KubeClient, nodes: Sequence[str] = ()) -> None:
+        self.kube = kube
+        self.runners: dict[str, Any] = {name: f"runner of {name}" for name in nodes}
+        self.inventory_path = Path("inventory.yaml")
+        self.probed: list[str] | None = None
+
+    def connect(self, inventory: Path, *_: Any, **__: Any) -> FleetWithoutSsh:
+        """What FleetConnection(inventory, kubeconfig, context, ...) gives: this fleet."""
+        self.inventory_path = inventory
+        return self
+
+    def gather(self, spec: Any, max_parallel: int = 8) -> object:
+        self.probed = sorted(self.runners)
+        return object()
+
+    def __enter__(self) -> FleetWithoutSsh:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass

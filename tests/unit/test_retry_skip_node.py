@@ -27,6 +27,7 @@ from rollout.run import (
 from rollout.transports.kube import KubeClient
 from tests.emulator import emulated_kube
 from tests.examples import PLAN
+from tests.unit.runfakes import FleetWithoutSsh
 
 NODES = ("gpu-a-1", "gpu-a-2", "gpu-a-3")
 
@@ -62,33 +63,18 @@ def halted_run(tmp_path: Path) -> str:
 
 @pytest.fixture
 def seen(kube: KubeClient, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    seen: dict[str, Any] = {}
-
-    class FakeFleet:
-        def __init__(self, inventory: Path, *_: Any, **__: Any) -> None:
-            self.kube = kube
-            self.inventory_path = inventory
-            self.runners = {name: f"runner of {name}" for name in NODES}
-
-        def gather(self, spec: Any, max_parallel: int = 8) -> object:
-            seen["probed"] = sorted(self.runners)
-            return object()
-
-        def __enter__(self) -> FakeFleet:
-            return self
-
-        def __exit__(self, *exc: object) -> None:
-            pass
+    fleet = FleetWithoutSsh(kube, NODES)
+    seen: dict[str, Any] = {"fleet": fleet}
 
     def gather_fleet_facts(spec: Any, runners: dict[str, Any], *_: Any, **__: Any) -> object:
-        seen["probed"] = sorted(runners)
+        fleet.probed = sorted(runners)
         return object()
 
     def execute(plan: Plan, spec: Any, facts: Any, fleet: Any, journal: Journal, *_: Any) -> Any:
         seen["state"] = journal.replay()
         return RunReport(RunOutcome.SUCCEEDED, "", {})
 
-    monkeypatch.setattr(cli_apply, "FleetConnection", FakeFleet)
+    monkeypatch.setattr(cli_apply, "FleetConnection", fleet.connect)
     monkeypatch.setattr(cli_apply, "gather_fleet_facts", gather_fleet_facts)
     monkeypatch.setattr(cli_apply, "execute", execute)
     return seen
@@ -99,7 +85,7 @@ def test_a_skipped_node_is_recorded_and_not_probed(
 ) -> None:
     args = ["resume", halted_run, "--skip-node", "gpu-a-2", "--state-dir", str(tmp_path)]
     assert main(args) == 0
-    assert seen["probed"] == ["gpu-a-1", "gpu-a-3"]
+    assert seen["fleet"].probed == ["gpu-a-1", "gpu-a-3"]
     skipped = seen["state"].node("gpu-a-2")
     assert skipped.outcome is NodeOutcome.SKIPPED and skipped.in_flight is None
     assert "--skip-node" in skipped.outcome_reason
@@ -113,7 +99,7 @@ def test_without_skip_every_node_is_probed(
     halted_run: str, seen: dict[str, Any], tmp_path: Path
 ) -> None:
     assert main(["resume", halted_run, "--state-dir", str(tmp_path)]) == 0
-    assert seen["probed"] == list(NODES)
+    assert seen["fleet"].probed == list(NODES)
     assert seen["state"].node("gpu-a-2").in_flight is not None  # re-checked by the step
 
 

@@ -37,7 +37,7 @@ from rollout.run import (
 from rollout.spec import Spec
 from rollout.transports.kube import KubeClient
 from tests.emulator import emulated_kube
-from tests.unit.runfakes import REPO, kill_lock_holder, start_lock_holder
+from tests.unit.runfakes import REPO, FleetWithoutSsh, kill_lock_holder, start_lock_holder
 
 PLAN = REPO / "examples" / "plan.yaml"
 STEP_KINDS = ("preflight", "cordon", "uncordon")
@@ -69,22 +69,9 @@ def plan() -> Plan:
 def fleet(kube: KubeClient, plan: Plan, monkeypatch: pytest.MonkeyPatch) -> KubeClient:
     """FleetConnection without SSH, over the emulator's API; the planner gives `plan`."""
 
-    class FakeFleet:
-        def __init__(self, inventory: Path, kubeconfig: str | None, context: str | None, **_: Any):
-            self.kube = kube
-            self.runners: dict[str, Any] = {}
-
-        def gather(self, spec: Spec, max_parallel: int = 8) -> object:
-            return object()  # only the (faked) planner and executor look at the facts
-
-        def __enter__(self) -> FakeFleet:
-            return self
-
-        def __exit__(self, *exc: object) -> None:
-            pass
-
-    monkeypatch.setattr(cli_apply, "FleetConnection", FakeFleet)  # resume
-    monkeypatch.setattr(cli_plan, "FleetConnection", FakeFleet)  # apply, through connect_fleet
+    connect = FleetWithoutSsh(kube).connect
+    monkeypatch.setattr(cli_apply, "FleetConnection", connect)  # resume
+    monkeypatch.setattr(cli_plan, "FleetConnection", connect)  # apply, through connect_fleet
     monkeypatch.setattr(cli_apply, "build_plan", lambda *_: plan)
     return kube
 
