@@ -1,8 +1,9 @@
-"""Test doubles shared by the suites: one scripted CommandRunner."""
+"""Test doubles shared by the suites: one scripted CommandRunner, and the API server's merge
+patch of a node's labels or annotations for the fake Kubernetes clients."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rollout.commands import DEFAULT_TIMEOUT_S, CommandResult, CommandRunner
@@ -66,3 +67,10 @@ class ScriptedRunner:
     def count(self, *words: str) -> int:
         """How many recorded commands contain every one of `words` as an argument."""
         return sum(1 for call in self.calls if all(w in call for w in words))
+
+
+def merge_patched(current: Mapping[str, str], patch: Mapping[str, str | None]) -> dict[str, str]:
+    """Labels or annotations after a merge patch, as the API server applies it: a None value
+    removes its key, any other sets it."""
+    merged = {**current, **patch}
+    return {key: value for key, value in merged.items() if value is not None}

@@ -19,7 +19,7 @@ from rollout.steps.base import StepContext, StepFailed, StepResultKind
 from rollout.steps.driver_operator import DriverConfirmStep, DriverPinStep, DriverReleaseStep
 from rollout.steps.driver_operator_plan import PINNED_BY_ANNOTATION, REVISION_BEFORE_ANNOTATION
 from rollout.transports.kube import KubeClient, Node, OwnerRef, Pod
-from tests.fakes import ScriptedRunner
+from tests.fakes import ScriptedRunner, merge_patched
 
 OLD, NEW = "535.183.01", "550.90.07"
 SKIP = "nvidia.com/gpu-driver-upgrade.skip"
@@ -82,9 +82,8 @@ class FakeCluster:
 
     def patch_node_labels(self, name: str, labels: Mapping[str, str | None]) -> Node:
         self.writes.append(f"label {name} {dict(labels)}")
-        merged = {**self.nodes[name].labels, **labels}
-        clean = {k: v for k, v in merged.items() if v is not None}
-        self.nodes[name] = replace(self.nodes[name], labels=clean)
+        patched = merge_patched(self.nodes[name].labels, labels)
+        self.nodes[name] = replace(self.nodes[name], labels=patched)
         return self.nodes[name]
 
     def set_unschedulable(self, name: str, unschedulable: bool) -> Node:
@@ -93,9 +92,8 @@ class FakeCluster:
         return self.nodes[name]
 
     def patch_node_annotations(self, name: str, annotations: Mapping[str, str | None]) -> Node:
-        merged = {**self.nodes[name].annotations, **annotations}
-        clean = {k: v for k, v in merged.items() if v is not None}
-        self.nodes[name] = replace(self.nodes[name], annotations=clean)
+        patched = merge_patched(self.nodes[name].annotations, annotations)
+        self.nodes[name] = replace(self.nodes[name], annotations=patched)
         return self.nodes[name]
 
     def create_event(self, *args: Any, **kwargs: Any) -> None:

@@ -26,7 +26,7 @@ from rollout.steps.base import StepContext, StepFailed
 from rollout.steps.driver_host import PAUSED
 from rollout.transports.errors import SshConnectError
 from rollout.transports.kube import KubeClient, Node, Pod
-from tests.fakes import ScriptedRunner
+from tests.fakes import ScriptedRunner, merge_patched
 from tests.node_facts import containerd_node
 
 NODE = "gpu-1"
@@ -179,8 +179,7 @@ class FakeKube:
 
     def patch_node_labels(self, name: str, labels: Mapping[str, str | None]) -> Node:
         self.patches.append(dict(labels))
-        merged = {**self.node.labels, **labels}
-        self.node = replace(self.node, labels={k: v for k, v in merged.items() if v is not None})
+        self.node = replace(self.node, labels=merge_patched(self.node.labels, labels))
         return self.node
 
     def set_unschedulable(self, name: str, unschedulable: bool) -> Node:

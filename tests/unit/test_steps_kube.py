@@ -52,6 +52,7 @@ from rollout.transports.kube import (
     Pod,
 )
 from rollout.transports.local import LocalRunner
+from tests.fakes import merge_patched
 from tests.node_facts import containerd_node
 
 NODE = "gpu-1"
@@ -126,15 +127,12 @@ class FakeKube:
         return self.node
 
     def patch_node_labels(self, name: str, labels: Mapping[str, str | None]) -> Node:
-        merged = {**self.node.labels, **labels}
-        self.node = replace(self.node, labels={k: v for k, v in merged.items() if v is not None})
+        self.node = replace(self.node, labels=merge_patched(self.node.labels, labels))
         return self.node
 
     def patch_node_annotations(self, name: str, annotations: Mapping[str, str | None]) -> Node:
-        merged = {**self.node.annotations, **annotations}
-        self.node = replace(
-            self.node, annotations={k: v for k, v in merged.items() if v is not None}
-        )
+        patched = merge_patched(self.node.annotations, annotations)
+        self.node = replace(self.node, annotations=patched)
         return self.node
 
     def create_event(
