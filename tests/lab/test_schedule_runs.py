@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -28,7 +27,7 @@ from rollout.schedule.manifests import ScheduleOptions, build_schedule
 from rollout.spec import parse_spec
 from rollout.transports.kube import KubeClient, Pod
 from tests.examples import edited_plan
-from tests.lab.labapi import api_lab, lab_kube_client
+from tests.lab.labapi import api_lab, lab_kube_client, wait_for
 from tests.lab.test_schedule import lab_kubectl
 from tests.unit.test_schedule import IMAGE
 
@@ -46,13 +45,21 @@ def shared(request: pytest.FixtureRequest) -> Lab:
 
 
 def eventually(probe: Callable[[], T | None], what: str, timeout_s: float = 180.0) -> T:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"not within {timeout_s:g}s: {what}")
+    return wait_for(probe, timeout_s, what=what, interval_s=0.5)
+
+
+def apply_ssh_secret(lab: Lab, home: Path, namespace: str, name: str) -> None:
+    """The Secret the operator creates with the lab's key and known_hosts (`kubectl create
+    secret generic` sends protobuf, which the lab's API reads for reviews only: the same
+    Secret as a manifest)."""
+    files = {"ssh-privatekey": lab.ssh.key_file, "known_hosts": lab.ssh.known_hosts}
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": namespace},
+        "data": {k: base64.b64encode(p.read_bytes()).decode() for k, p in files.items()},
+    }
+    lab_kubectl(lab, home, "apply", "-f", "-", stdin=json.dumps(secret))
 
 
 def pod_of(kube: KubeClient, job: str) -> Pod | None:
@@ -89,19 +96,9 @@ def test_overlapping_runs_one_refused_a_killed_run_continued(shared: Lab, tmp_pa
     cronjob = next(o for o in objects if o["kind"] == "CronJob")
     cronjob["spec"]["concurrencyPolicy"] = "Allow"  # on purpose: the Lease must hold alone
     manifest = yaml.safe_dump_all(objects)
-    ssh = shared.ssh
     lab_kubectl(shared, tmp_path, "apply", "-f", "-", stdin=manifest)
     try:
-        # the Secret the operator creates (`kubectl create secret generic` sends protobuf,
-        # which the lab's API reads for reviews only: the same Secret as a manifest)
-        files = {"ssh-privatekey": ssh.key_file, "known_hosts": ssh.known_hosts}
-        secret = {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": f"{CRONJOB}-ssh", "namespace": NAMESPACE},
-            "data": {k: base64.b64encode(p.read_bytes()).decode() for k, p in files.items()},
-        }
-        lab_kubectl(shared, tmp_path, "apply", "-f", "-", stdin=json.dumps(secret))
+        apply_ssh_secret(shared, tmp_path, NAMESPACE, f"{CRONJOB}-ssh")
         with lab_kube_client(shared) as kube:
             run_scheduled(shared, tmp_path, kube)
     finally:

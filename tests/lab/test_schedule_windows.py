@@ -11,15 +11,14 @@ node's real duration in the lab is, on that clock, the forecast's expected durat
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import functools
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import yaml
@@ -45,19 +44,17 @@ from tests.lab.test_cluster_shared import (
     require_lab_prerequisites,
 )
 from tests.lab.test_schedule import lab_kubectl
+from tests.lab.test_schedule_runs import CRONJOB, PLAN_NAME, apply_ssh_secret, eventually
 from tests.unit.test_schedule import IMAGE
 
 pytestmark = pytest.mark.lab
 
 NAMESPACE = "rollout"
-PLAN_NAME = "registry-mirror"
-CRONJOB = f"rollout-{PLAN_NAME}"
 NODES = 6
 # a node's real duration in this lab, and a run's from its start to its first node (seconds),
 # until the first run measures them
 FIRST_GUESS_S = 4.0
 STARTUP_GUESS_S = 3.0
-T = TypeVar("T")
 
 
 @dataclasses.dataclass
@@ -99,16 +96,6 @@ def scheduled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ScheduledLab
 
 def quiet(_: str) -> None:
     pass
-
-
-def eventually(probe: Callable[[], T | None], what: str, timeout_s: float) -> T:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"not within {timeout_s:g}s: {what}")
 
 
 def forecast_of(lab: Lab, plan: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
@@ -174,14 +161,7 @@ def test_six_nodes_two_per_window_as_forecast(
         load_inventory(lab.inventory),
     )
     lab_kubectl(lab, tmp_path, "apply", "-f", "-", stdin=yaml.safe_dump_all(built.objects))
-    files = {"ssh-privatekey": lab.ssh.key_file, "known_hosts": lab.ssh.known_hosts}
-    secret = {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": f"{CRONJOB}-ssh", "namespace": NAMESPACE},
-        "data": {k: base64.b64encode(p.read_bytes()).decode() for k, p in files.items()},
-    }
-    lab_kubectl(lab, tmp_path, "apply", "-f", "-", stdin=json.dumps(secret))
+    apply_ssh_secret(lab, tmp_path, NAMESPACE, f"{CRONJOB}-ssh")
 
     day = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     node_s, startup_s = FIRST_GUESS_S, STARTUP_GUESS_S

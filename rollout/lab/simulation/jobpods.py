@@ -235,29 +235,28 @@ class JobPods:
         if "emptyDir" in volume:
             source.mkdir(parents=True)
             source.chmod(0o777)
-        elif "configMap" in volume:
-            ref = volume["configMap"]
-            found = self.registry.find(CONFIGMAPS, namespace, str(ref["name"]))
-            if found is None:
-                raise _PodNotRunnable(
-                    "CreateContainerConfigError", f'configmap "{ref["name"]}" not found'
-                )
-            files = {k: str(v).encode() for k, v in (found.get("data") or {}).items()}
-            for key, value in (found.get("binaryData") or {}).items():
-                files[key] = base64.b64decode(value)
-            _write_files(source, files, int(ref.get("defaultMode", 0o644)))
+            return
+        # a ConfigMap's data is text, its binaryData and a Secret's data base64
+        if "configMap" in volume:
+            ref, kind, name = volume["configMap"], CONFIGMAPS, volume["configMap"]["name"]
         elif "secret" in volume:
-            ref = volume["secret"]
-            found = self.registry.find(SECRETS, namespace, str(ref["secretName"]))
-            if found is None:
-                raise _PodNotRunnable(
-                    "CreateContainerConfigError", f'secret "{ref["secretName"]}" not found'
-                )
-            files = {k: base64.b64decode(v) for k, v in (found.get("data") or {}).items()}
-            _write_files(source, files, int(ref.get("defaultMode", 0o644)))
+            ref, kind, name = volume["secret"], SECRETS, volume["secret"]["secretName"]
         else:
             kinds = ", ".join(sorted(k for k in volume if k != "name"))
             raise _PodNotRunnable("CreateContainerConfigError", f"volume type {kinds}: not run")
+        found = self.registry.find(kind, namespace, str(name))
+        if found is None:
+            raise _PodNotRunnable(
+                "CreateContainerConfigError", f'{kind.singular} "{name}" not found'
+            )
+        text = kind == CONFIGMAPS
+        files = {
+            k: str(v).encode() if text else base64.b64decode(v)
+            for k, v in (found.get("data") or {}).items()
+        }
+        for key, value in (found.get("binaryData") or {}).items():
+            files[key] = base64.b64decode(value)
+        _write_files(source, files, int(ref.get("defaultMode", 0o644)))
 
     # ------------------------------------------------------------------- follow
 

@@ -21,7 +21,6 @@ from rollout.transports.kube.objects import (
     OwnerRef,
     Pod,
     PodDisruptionBudget,
-    Secret,
     StrMap,
     Taint,
     Toleration,
@@ -29,6 +28,7 @@ from rollout.transports.kube.objects import (
     format_time,
     parse_time,
 )
+from rollout.transports.kube.secret import Secret
 
 __all__ = [
     "DEFAULT_KUBECONFIG",

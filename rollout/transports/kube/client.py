@@ -32,10 +32,10 @@ from rollout.transports.kube.objects import (
     Node,
     Pod,
     PodDisruptionBudget,
-    Secret,
     StrMap,
     format_time,
 )
+from rollout.transports.kube.secret import Secret
 
 # (connect, read): a hung API server fails a request instead of hanging the run.
 DEFAULT_REQUEST_TIMEOUT_S = (5.0, 30.0)

@@ -6,7 +6,6 @@ server sent (`from_json`) and writes the JSON it sends (`to_json`).
 
 from __future__ import annotations
 
-import base64
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -364,20 +363,6 @@ class ConfigMap:
     def decode_data(data: Mapping[str, Any]) -> Mapping[str, Any]:
         """`data` as the server sends it, as text (a Secret's comes base64)."""
         return data
-
-
-@dataclass(frozen=True)
-class Secret(ConfigMap):
-    """An Opaque Secret of text values (a run kept in the cluster): a ConfigMap's data, sent
-    base64, and readable only by those granted secrets (not the built-in view role)."""
-
-    def to_json(self) -> dict[str, Any]:
-        encoded = {k: base64.b64encode(v.encode()).decode() for k, v in self.data.items()}
-        return {**super().to_json(), "kind": "Secret", "type": "Opaque", "data": encoded}
-
-    @staticmethod
-    def decode_data(data: Mapping[str, Any]) -> Mapping[str, Any]:
-        return {k: base64.b64decode(str(v)).decode() for k, v in data.items()}
 
 
 @dataclass(frozen=True)
