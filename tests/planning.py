@@ -1,4 +1,5 @@
-"""Plan files the suites write: a time-slicing change, in the plan file's own YAML."""
+"""Plan files the suites write: a time-slicing change, in the plan file's own YAML; and the
+device plugin's config of a profile, as a ConfigMap holds it."""
 
 from __future__ import annotations
 
@@ -26,3 +27,11 @@ changes:
               - name: nvidia.com/gpu
                 replicas: {replicas}
 {policy}"""
+
+
+def sharing_config(replicas: int) -> str:
+    """The device plugin's config that shares each nvidia.com/gpu `replicas` ways."""
+    return (
+        "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+        f"    - name: nvidia.com/gpu\n      replicas: {replicas}\n"
+    )

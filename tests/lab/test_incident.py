@@ -32,6 +32,7 @@ from rollout.lab.nodes import RUNNING_RECORD, NodeSpec
 from rollout.lab.simulation.probe import handlers_in_dump
 from tests.lab.labapi import Waiting, apply_args, diagnose_report, patch_cluster_policy
 from tests.lab.test_cluster_shared import own_lab, ssh_check, ssh_run
+from tests.planning import sharing_config
 
 SERIES = ("1.6", "1.7")
 GRACE_S = 10
@@ -39,13 +40,6 @@ REGISTRY_DROP_IN = "/etc/containerd/conf.d/registry.toml"
 NAIVE_REGISTRY = (
     '[plugins."io.containerd.grpc.v1.cri".registry]\nconfig_path = "/etc/containerd/certs.d"\n'
 )
-PROFILE = """version: v1
-sharing:
-  timeSlicing:
-    resources:
-    - name: nvidia.com/gpu
-      replicas: 2
-"""
 GPU = "nvidia.com/gpu"
 FIX_PLAN = "incident-fix.yaml"
 PLUGIN_APP = "nvidia-device-plugin-daemonset"
@@ -168,7 +162,8 @@ def test_the_seed_incident(lab: Lab, core: Any, capsys: pytest.CaptureFixture[st
 
     # A time-slicing change: the operator rolls the toolkit, which re-runs on every node.
     core.create_namespaced_config_map(
-        "gpu-operator", {"metadata": {"name": "time-slicing"}, "data": {"shared-2x": PROFILE}}
+        "gpu-operator",
+        {"metadata": {"name": "time-slicing"}, "data": {"shared-2x": sharing_config(2)}},
     )
     config = {"name": "time-slicing", "default": ""}
     patch_cluster_policy(core.api_client, {"devicePlugin": {"config": config}})

@@ -14,6 +14,7 @@ from rollout.lab.controlplane import ControlPlane
 from rollout.lab.simulation import FixedRuntimeProbe, LabDescription, SimulationTimings
 from rollout.lab.simulation.probe import handlers_in_dump
 from tests.lab.labapi import patch_cluster_policy, wait_for
+from tests.planning import sharing_config
 from tests.sampler import sampling
 
 UUIDS = {
@@ -35,13 +36,6 @@ FAST = SimulationTimings(
     crash_backoff_s=0.1,
     crash_backoff_max_s=0.4,
 )
-TIME_SLICING = """version: v1
-sharing:
-  timeSlicing:
-    resources:
-    - name: nvidia.com/gpu
-      replicas: {replicas}
-"""
 
 
 def lab_description() -> LabDescription:
@@ -133,7 +127,7 @@ def use_time_slicing(
     """Publish one time-slicing profile under `key` of ConfigMap `name`; point the policy at it."""
     core.create_namespaced_config_map(
         "gpu-operator",
-        {"metadata": {"name": name}, "data": {key: TIME_SLICING.format(replicas=replicas)}},
+        {"metadata": {"name": name}, "data": {key: sharing_config(replicas)}},
     )
     patch_cluster_policy(api, {"devicePlugin": {"config": {"name": name, "default": default}}})
 
@@ -208,7 +202,7 @@ def test_time_slicing_follows_the_label_not_a_configmap_edit(
     before = plugin_pod(core, "lab-node-1").metadata.name
 
     core.patch_namespaced_config_map(
-        "time-slicing", "gpu-operator", {"data": {"a100": TIME_SLICING.format(replicas=8)}}
+        "time-slicing", "gpu-operator", {"data": {"a100": sharing_config(8)}}
     )
     time.sleep(0.4)  # many ticks: an edit alone reloads nothing (gpu-operator issue 1144)
     assert gpus(core, "lab-node-1") == ("8", "8")

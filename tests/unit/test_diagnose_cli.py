@@ -11,6 +11,7 @@ import yaml
 
 from rollout.cli import main
 from rollout.spec import load_spec
+from tests.planning import sharing_config
 from tests.unit.diagnose_facts import EXAMPLES, build_facts, load_cases
 
 DEFAULTS, _ = load_cases()
@@ -164,11 +165,7 @@ def test_fix_profile_label_missing_key(tmp_path: Path, capsys: pytest.CaptureFix
 def test_fix_gives_an_unshared_node_a_profile_without_sharing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    four = (
-        "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
-        "    - name: nvidia.com/gpu\n      replicas: 4\n"
-    )
-    profiles = {"default": "version: v1\n", "ts-4": four}
+    profiles = {"default": "version: v1\n", "ts-4": sharing_config(4)}
     _, change = fix_for_profile_label(tmp_path, capsys, "typo", "1", profiles)
     assert change["config"] == {"version": "v1"}
     out, _ = capsys.readouterr()

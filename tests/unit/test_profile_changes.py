@@ -28,7 +28,7 @@ from rollout.steps.profile_changes import (
 )
 from tests.examples import FACTS
 from tests.node_facts import containerd_node
-from tests.planning import time_slicing_plan
+from tests.planning import sharing_config, time_slicing_plan
 
 REF = "gpu-operator/time-slicing-config"
 LABEL = "nvidia.com/device-plugin.config"
@@ -36,13 +36,6 @@ LABEL = "nvidia.com/device-plugin.config"
 
 def plan_text(profile: str) -> str:
     return time_slicing_plan(name="share", targets="{nodes: [gpu-a-1, gpu-a-2]}", profile=profile)
-
-
-def sharing(replicas: int) -> str:
-    return (
-        "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
-        f"    - name: nvidia.com/gpu\n      replicas: {replicas}\n"
-    )
 
 
 def make_spec(profile: str = "shared-4x") -> Spec:
@@ -88,52 +81,52 @@ CASES = [
     Case(
         "no ConfigMap yet: the profile would be the only key, so a `default` shares nothing",
         None,
-        writes={"shared-4x": sharing(4), "default": NO_SHARING_CONFIG},
+        writes={"shared-4x": sharing_config(4), "default": NO_SHARING_CONFIG},
         policy={"name": "time-slicing-config"},
     ),
     Case(
         "ClusterPolicy unset over a single-key ConfigMap: two keys leave no fallback at all",
-        {"old-2x": sharing(2)},
-        writes={"shared-4x": sharing(4)},
+        {"old-2x": sharing_config(2)},
+        writes={"shared-4x": sharing_config(4)},
         policy={"name": "time-slicing-config"},
         unlabelled="keep no sharing (no config",
     ),
     Case(
         "the only key is in effect for unlabelled nodes: config.default keeps it",
-        {"old-2x": sharing(2)},
+        {"old-2x": sharing_config(2)},
         name="time-slicing-config",
-        writes={"shared-4x": sharing(4)},
+        writes={"shared-4x": sharing_config(4)},
         policy={"default": "old-2x"},
         unlabelled="keep profile 'old-2x' (config.default = 'old-2x')",
     ),
     Case(
         "new content under the key unlabelled nodes fall back to: the old content moves aside",
-        {"shared-4x": sharing(2)},
+        {"shared-4x": sharing_config(2)},
         name="time-slicing-config",
-        writes={"shared-4x": sharing(4), "default": sharing(2)},
+        writes={"shared-4x": sharing_config(4), "default": sharing_config(2)},
         unlabelled="keep profile 'shared-4x' (key 'default')",
     ),
     Case(
         "config.default elsewhere already: only the profile is written",
-        {"base": NO_SHARING_CONFIG, "x": sharing(8)},
+        {"base": NO_SHARING_CONFIG, "x": sharing_config(8)},
         name="time-slicing-config",
         default="base",
-        writes={"shared-4x": sharing(4)},
+        writes={"shared-4x": sharing_config(4)},
         unlabelled="keep no sharing (config.default = 'base')",
     ),
     Case(
         "a `default` key already holds what unlabelled nodes run",
-        {"default": sharing(2), "x": sharing(8)},
+        {"default": sharing_config(2), "x": sharing_config(8)},
         name="time-slicing-config",
-        writes={"shared-4x": sharing(4)},
+        writes={"shared-4x": sharing_config(4)},
         unlabelled="keep profile 'default' (key 'default')",
     ),
     Case(
         "the profile is named `default`: the fallback goes to a spare key",
-        {"a": sharing(2), "b": sharing(8)},
+        {"a": sharing_config(2), "b": sharing_config(8)},
         name="time-slicing-config",
         profile="default",
-        writes={"default": sharing(4), "rollout-fallback": NO_SHARING_CONFIG},
+        writes={"default": sharing_config(4), "rollout-fallback": NO_SHARING_CONFIG},
         policy={"default": "rollout-fallback"},
         unlabelled="keep no sharing (config.default = 'rollout-fallback')",
     ),
@@ -164,12 +157,12 @@ def test_unlabelled_nodes_keep_what_they_run(case: Case) -> None:
 
 def test_the_old_single_key_publication_would_share_every_node() -> None:
     """The bug this guards against, in the lab's terms: the profile as the only key."""
-    only = make_cluster({"shared-4x": sharing(4)}, name="time-slicing-config")
+    only = make_cluster({"shared-4x": sharing_config(4)}, name="time-slicing-config")
     assert lab_replicas(only, {}) == 4
 
 
 def test_a_policy_pointing_at_another_configmap_is_refused() -> None:
-    cluster = make_cluster({"x": sharing(2)}, name="their-config")
+    cluster = make_cluster({"x": sharing_config(2)}, name="their-config")
     with pytest.raises(InputError) as refused:
         plan_publication(make_spec(), cluster)
     assert "'their-config'" in str(refused.value) and "plan.yaml:7" in str(refused.value)
@@ -180,7 +173,9 @@ def node(labels: Mapping[str, str]) -> NodeFacts:
 
 
 def test_a_node_labelled_with_a_profile_the_configmap_lacks_is_refused() -> None:
-    cluster = make_cluster({"a": sharing(2), "b": sharing(8)}, name="time-slicing-config")
+    cluster = make_cluster(
+        {"a": sharing_config(2), "b": sharing_config(8)}, name="time-slicing-config"
+    )
     with pytest.raises(InputError) as refused:
         node_changes(node({LABEL: "a100-typo"}), cluster, make_spec())
     message = str(refused.value)
@@ -193,11 +188,11 @@ def test_a_node_labelled_with_a_profile_the_configmap_lacks_is_refused() -> None
 
 
 def test_the_lab_config_manager_exits_on_a_label_naming_no_key() -> None:
-    cluster = make_cluster({"a": sharing(2)}, name="time-slicing-config")
+    cluster = make_cluster({"a": sharing_config(2)}, name="time-slicing-config")
     with pytest.raises(ProfileError, match="a100-typo"):
         lab_replicas(cluster, {LABEL: "a100-typo"})
     with pytest.raises(ProfileError, match="'gone'"):
-        lab_replicas(make_cluster({"a": sharing(2)}, "time-slicing-config", "gone"), {})
+        lab_replicas(make_cluster({"a": sharing_config(2)}, "time-slicing-config", "gone"), {})
 
 
 def test_rollout_plan_says_what_unlabelled_nodes_run(
