@@ -197,3 +197,8 @@ def run_scheduled(lab: Lab, home: Path, kube: KubeClient) -> None:
         assert not kube.get_node(node.name).unschedulable, node.name
     reasons = [e.reason for e in kube.list_events(NAMESPACE) if e.reason == "RolloutDone"]
     assert reasons == ["RolloutDone"]
+    # as an operator sees it
+    described = lab_kubectl(lab, home, "describe", "configmap", CRONJOB, "-n", NAMESPACE)
+    assert "RolloutDone" in described and "every node done" in described, described
+    listed = lab_kubectl(lab, home, "get", "events", "-n", NAMESPACE)
+    assert f"configmap/{CRONJOB}" in listed and "RolloutDone" in listed, listed

@@ -219,3 +219,15 @@ def test_sigterm_stops_the_run_and_releases_the_lease(
     found = find_run(fleet, NAMESPACE, "registry-mirror")
     assert found is not None and found.state.step_in_flight("gpu-a-1") is not None
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # put back
+
+
+def test_a_pod_without_its_namespace_file_says_what_to_do(
+    fleet: KubeClient,  # noqa: F811
+    in_pod: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    (in_pod / "namespace").unlink()
+    assert main(pod_apply(tmp_path)) == 2
+    err = capsys.readouterr().err
+    assert f"{in_pod}/namespace is missing or empty" in err and "--state-dir" in err
