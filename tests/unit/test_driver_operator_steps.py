@@ -10,8 +10,7 @@ from typing import Any, cast
 
 import pytest
 
-from rollout.containerd import ConfigFiles, ContainerdVersion
-from rollout.facts import ClusterFacts, GpuFacts, NodeFacts
+from rollout.facts import ClusterFacts, GpuFacts
 from rollout.plan import NodePlan
 from rollout.run import Journal
 from rollout.spec import parse_spec
@@ -20,6 +19,7 @@ from rollout.steps.driver_operator import DriverConfirmStep, DriverPinStep, Driv
 from rollout.steps.driver_operator_plan import PINNED_BY_ANNOTATION, REVISION_BEFORE_ANNOTATION
 from rollout.transports.kube import KubeClient, Node, OwnerRef, Pod
 from tests.fakes import ScriptedRunner, merge_patched
+from tests.node_facts import containerd_node
 
 OLD, NEW = "535.183.01", "550.90.07"
 SKIP = "nvidia.com/gpu-driver-upgrade.skip"
@@ -128,15 +128,7 @@ def cluster() -> FakeCluster:
 
 def context(cluster: FakeCluster, journal: Journal, node: str, smi: str = NEW) -> StepContext:
     runner = ScriptedRunner(name=node).on(["nvidia-smi"], f"GPU-1, NVIDIA A100, {smi}\n")
-    facts = NodeFacts(
-        name=node,
-        containerd=ContainerdVersion.from_series("1.7.24"),
-        config_files=ConfigFiles(
-            main_path="/etc/containerd/config.toml",
-            files={"/etc/containerd/config.toml": "version = 2\n"},
-        ),
-        gpus=GpuFacts(count=1, driver_version=OLD),
-    )
+    facts = replace(containerd_node(node), gpus=GpuFacts(count=1, driver_version=OLD))
     return StepContext(
         node=node,
         node_plan=NodePlan(name=node, containerd_version="1.7.24", steps=()),
