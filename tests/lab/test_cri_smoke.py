@@ -23,6 +23,7 @@ from rollout.run import list_runs, read_run
 from rollout.steps.gpu_smoke import SMOKE_CONTAINER, smoke_pod_manifest
 from rollout.transports.kube import KubeClient, Pod
 from rollout.transports.kube.cluster_state import Event
+from tests.lab.converged import dump_of
 from tests.lab.labapi import apply_args
 from tests.lab.test_cluster_shared import own_lab, ssh_check
 
@@ -110,7 +111,7 @@ def test_broken_mirror_port_fails_the_smoke_pod_and_rolls_back(
     node = lab.nodes[0]
     registry = registry_host(node.address)
     wrong = registry.replace(f":{REGISTRY_PORT}", f":{REGISTRY_PORT + 1}")
-    before = ssh_check(lab, node, ["containerd", "config", "dump"])
+    before = dump_of(lab, node.name)
 
     broken = mirror_plan(tmp_path / "broken.yaml", node.name, wrong)
     assert main(apply_args(lab, broken, tmp_path / "state-broken")) == 1
@@ -118,7 +119,7 @@ def test_broken_mirror_port_fails_the_smoke_pod_and_rolls_back(
     state = read_run(tmp_path / "state-broken", run.run_id).node(node.name)
     assert state.outcome is not None and state.outcome.value == "rolled-back", state
     assert "gpu.smoke" in state.outcome_reason and "ErrImagePull" in state.outcome_reason
-    assert ssh_check(lab, node, ["containerd", "config", "dump"]) == before
+    assert dump_of(lab, node.name) == before
 
     good = mirror_plan(tmp_path / "good.yaml", node.name, registry)
     assert main(apply_args(lab, good, tmp_path / "state-good")) == 0
