@@ -2,21 +2,18 @@
 the CronJob fires when the plan's window opens on the lab's scaled clock, the lab runs each
 Job's pod as the rollout image's entrypoint, and each run continues the last one's (kept
 in the cluster) until every node is done. The window fits about two nodes: the first run
-does about two and stops with the window closing, the next continues, the last finishes.
-The forecast of `rollout plan` (windows needed, nodes per window) is checked against the
-runs, within one node per window and one window: the lab's speed moves with the machine's
-load between the measurement that sets the lab's clock and the window it is used for.
+does two and stops with the window closing, the second continues, the third finishes. The
+forecast of `rollout plan` (windows needed, nodes per window) is checked against the runs.
 
 Days pass in seconds: the schedule clock (cronjobs.ScaledClock, the CronJobs' and the
-pods' window checks; tests only) jumps to just before each window opens and runs so that a
-node's real duration in the lab is, on that clock, the forecast's expected duration."""
+pods' window checks; tests only) jumps to each window's opening and stops there; it moves
+by the forecast's expected duration of a node as each node starts, so that on it every node
+takes what the forecast says, whatever the speed of the machine running the lab."""
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
-import statistics
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -54,10 +51,6 @@ pytestmark = pytest.mark.lab
 
 NAMESPACE = "rollout"
 NODES = 6
-# a node's real duration in this lab, and a run's from its start to its first node (seconds),
-# until the first run measures them
-FIRST_GUESS_S = 4.0
-STARTUP_GUESS_S = 3.0
 
 
 @dataclasses.dataclass
@@ -73,7 +66,9 @@ def scheduled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ScheduledLab
     lab_dir = tmp_path_factory.mktemp("windows") / "lab"
     options = lab_options(lab_dir, ("1.7",) * NODES, 1, OWN_ADDRESS_PREFIX)
     built = bring_up_lab(dataclasses.replace(options, controlplane=False), progress=quiet)
-    clock = ScaledClock()
+    clock_dir = lab_dir.parent / "clock"
+    clock_dir.mkdir()
+    clock = ScaledClock(mirror=clock_dir / "now")
     server: ApiServer | None = None
     simulation: Simulation | None = None
     try:
@@ -147,8 +142,9 @@ def test_six_nodes_two_per_window_as_forecast(
     text = plan.read_text().replace('waves: [1, "50%"]', "waves: [1]")
     plan.write_text(text)
     expected_s = forecast_of(lab, plan, capsys)["waves"][0]["expected_s"]
-    # a window for about two and a half of them (whole minutes)
+    # a window for about two and a half of them (whole minutes): two fit, a third does not
     minutes = max(1, round(2.5 * expected_s / 60))
+    assert 2 * expected_s < minutes * 60 < 3 * expected_s, expected_s
     with_window(plan, minutes)
     forecast = forecast_of(lab, plan, capsys)
     predicted = [w["nodes"] for w in forecast["windows"]]
@@ -167,49 +163,35 @@ def test_six_nodes_two_per_window_as_forecast(
     apply_ssh_secret(lab, tmp_path, NAMESPACE, f"{CRONJOB}-ssh")
 
     day = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-    node_s, startup_s = FIRST_GUESS_S, STARTUP_GUESS_S
-    window_s = minutes * 60
     done: list[list[str]] = []
     logs: list[str] = []
-    scales: list[float] = []
     with lab_kube_client(lab) as kube:
-        for window in range(1, 6):
+        for window in range(1, 5):
             day += timedelta(days=1)
-            # The run needs startup_s (pod, facts) before its first node and node_s per
-            # node, in real seconds: the window is made to last, in real time, the startup
-            # and two and a half nodes, so the executor starts a second node, not a third,
-            # as the forecast packs two nodes of its expected duration into the window.
-            scale = window_s / (startup_s + 2.5 * node_s)
-            scales.append(scale)
-            lead_s = 0.5  # real seconds before the window opens
-            opens = time.time() + lead_s
-            clock.set((day - timedelta(seconds=lead_s * scale)).timestamp(), scale)
+            # The window opens, and the lab's clock stops there: it moves only as each node
+            # of the run starts, by the forecast's expected duration of a node, so each node
+            # takes on it what the forecast says, whatever the machine's speed.
+            clock.set(day.timestamp(), scale=0)
             before = {r["node"] for r in records(kube) if r["kind"] == "node-finished"}
             job = eventually(lambda: next(iter(jobs_of(kube)[len(done) :]), None), "a Job", 60)
-            ended = eventually(functools.partial(job_ended, kube, job), f"run {window}", 300)
+            started: set[str] = set()
+            deadline = time.monotonic() + 300
+            while (ended := job_ended(kube, job)) is None:
+                assert time.monotonic() < deadline, f"run {window} did not end"
+                for record in records(kube):
+                    node = record.get("node")
+                    if record["kind"] == "step-started" and node not in before | started:
+                        started.add(node)
+                        clock.advance(expected_s)
+                time.sleep(0.2)
             logs.append(ended)
             journal = records(kube)
             finished = [r["node"] for r in journal if r["kind"] == "node-finished"]
             done.append([n for n in finished if n not in before])
-            # the lab's speed now: this run's nodes (the load of the machine moves it)
-            node_s = statistics.median(real_node_durations(journal)[-len(done[-1]) :] or [node_s])
-            first_step = next(
-                datetime.fromisoformat(r["at"]).timestamp()
-                for r in journal
-                if r["kind"] == "step-started" and r["node"] not in before
-            )
-            startup_s = first_step - opens
             if journal and journal[-1]["kind"] == "run-finished":
                 break
-        # the windows as forecast: the nodes in plan order, about two per window (the
-        # lab's speed is measured between windows, and moves with the machine's load: a
-        # window may take one node more or less), as many windows or one more; a window
-        # closing at the end of each run but the last
-        durations = real_node_durations(journal)
-        order = [node for nodes in predicted for node in nodes]
-        assert [node for nodes in done for node in nodes] == order, done
-        assert all(1 <= len(nodes) <= 3 for nodes in done), (done, durations, scales)
-        assert len(predicted) <= len(done) <= len(predicted) + 1, (done, durations, scales)
+        # each run: the window's nodes as forecast, and a window closing but the last
+        assert done == predicted, (done, predicted, logs)
         assert all("window clos" in log for log in logs[:-1]), logs
         assert journal[-1] == {**journal[-1], "kind": "run-finished", "outcome": "succeeded"}
         assert sorted(finished) == sorted(n.name for n in lab.nodes)  # each node done once

@@ -47,7 +47,7 @@ from typing import Any
 from rollout.lab.apiserver.registry import Registry
 from rollout.lab.apiserver.resources import CONFIGMAPS, PODS, SECRETS
 from rollout.lab.simulation.cronjobs import ScaledClock
-from rollout.lab.simulation.podclock import POD_CLOCK_ENV
+from rollout.lab.simulation.podclock import POD_CLOCK_DIR, POD_CLOCK_ENV
 from rollout.lab.simulation.pods import is_deleting, is_terminal, node_of
 from rollout.lab.simulation.podservice import PodService
 from rollout.lab.simulation.podstatus import set_running, set_terminated, set_waiting
@@ -161,6 +161,9 @@ class JobPods:
         staging = Path(tempfile.mkdtemp(prefix="rollout-lab-jobpod-"))
         try:
             mounts = self._stage(pod, container, staging)
+            mirror = self.clock.mirror if isinstance(self.clock, ScaledClock) else None
+            if mirror is not None:  # tests: the lab's clock, as it moves
+                mounts.append((mirror.parent, POD_CLOCK_DIR, True))
             script = _namespace_script(name, mounts, staging)
         except _PodNotRunnable as refused:
             shutil.rmtree(staging, ignore_errors=True)
@@ -181,7 +184,11 @@ class JobPods:
         module = "rollout"
         if isinstance(self.clock, ScaledClock):  # tests: the window checks on the lab's clock
             module = "rollout.lab.simulation.podclock"
-            env[POD_CLOCK_ENV] = self.clock.to_text()
+            env[POD_CLOCK_ENV] = (
+                f"{POD_CLOCK_DIR}/{self.clock.mirror.name}"
+                if self.clock.mirror
+                else self.clock.to_text()
+            )
         command = [sys.executable, "-m", module, *(container.get("command") or [])[1:]]
         command += [str(a) for a in container.get("args") or []]
         log_path = staging / "output.log"
@@ -335,9 +342,10 @@ def _namespace_script(hostname: str, mounts: list[tuple[Path, str, bool]], stagi
     """The shell run inside the new namespaces: host name, overlays, bind mounts, then the
     command ("$@")."""
     lines = [f"hostname {shlex.quote(hostname)}"]
-    # a mount over the staging directory's own parents (an emptyDir at /tmp) hides the
-    # sources below it: those go last
-    mounts = sorted(mounts, key=lambda m: _is_under(staging, Path(m[1])))
+    # a mount over a source's parents (an emptyDir at /tmp) hides the sources below it:
+    # those go last
+    sources = [staging, *(source for source, _, _ in mounts)]
+    mounts = sorted(mounts, key=lambda m: any(_is_under(s, Path(m[1])) for s in sources))
     overlays = staging / "overlays"
     lines.append(f"mkdir -p {shlex.quote(str(overlays))}")
     lines.append(f"mount -t tmpfs rollout-lab-overlays {shlex.quote(str(overlays))}")
