@@ -185,7 +185,7 @@ def test_the_scheduled_pod_waits_for_its_secret_and_stops_when_deleted(
 
 
 def test_a_process_that_ignores_sigterm_is_killed_after_the_grace_period(
-    lab: tuple[Registry, Simulation, FakeClock],
+    lab: tuple[Registry, Simulation, FakeClock], tmp_path: Path
 ) -> None:
     """SIGTERM, and SIGKILL once the pod's grace period has passed."""
     api, simulation, _ = lab
@@ -196,7 +196,10 @@ def test_a_process_that_ignores_sigterm_is_killed_after_the_grace_period(
     (process,) = jobpods._running.values()
     process.popen.kill()  # the pod's process, swapped for one that ignores SIGTERM
     process.popen.wait()
-    process.popen = subprocess.Popen(["sh", "-c", "trap '' TERM; sleep 60"], start_new_session=True)
+    ready = tmp_path / "trapped"
+    script = f"trap '' TERM; touch {ready}; sleep 60"
+    process.popen = subprocess.Popen(["sh", "-c", script], start_new_session=True)
+    step_until(simulation, ready.exists, "SIGTERM ignored", 10.0)
     pod = pod_of(api, "stubborn")
     assert pod is not None
     api.delete(PODS, NAMESPACE, pod["metadata"]["name"])

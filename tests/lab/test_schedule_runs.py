@@ -62,6 +62,19 @@ def apply_ssh_secret(lab: Lab, home: Path, namespace: str, name: str) -> None:
     lab_kubectl(lab, home, "apply", "-f", "-", stdin=json.dumps(secret))
 
 
+def schedule_objects(lab: Lab, plan: Path, options: ScheduleOptions) -> list[dict[str, Any]]:
+    """What `rollout schedule PLAN -i INVENTORY` prints for the lab, as JSON objects."""
+    text = plan.read_text()
+    built = build_schedule(
+        parse_spec(text, str(plan)),
+        text,
+        load_playbooks(),
+        options,
+        load_inventory(lab.inventory),
+    )
+    return [json.loads(json.dumps(o)) for o in built.objects]
+
+
 def pod_of(kube: KubeClient, job: str) -> Pod | None:
     pods = kube.list_pods(NAMESPACE, label_selector=f"job-name={job}")
     return pods[0] if pods else None
@@ -83,16 +96,8 @@ def test_overlapping_runs_one_refused_a_killed_run_continued(shared: Lab, tmp_pa
     plan = edited_plan(
         tmp_path, "mirror.registry.internal:5000", "scheduled-runs.registry.internal:5000"
     )
-    text = plan.read_text()
-    spec = parse_spec(text, str(plan))
-    built = build_schedule(
-        spec,
-        text,
-        load_playbooks(),
-        ScheduleOptions(image=IMAGE, namespace=NAMESPACE, cron="0 3 * * *", suspend=True),
-        load_inventory(shared.inventory),
-    )
-    objects = [json.loads(json.dumps(o)) for o in built.objects]
+    options = ScheduleOptions(image=IMAGE, namespace=NAMESPACE, cron="0 3 * * *", suspend=True)
+    objects = schedule_objects(shared, plan, options)
     cronjob = next(o for o in objects if o["kind"] == "CronJob")
     cronjob["spec"]["concurrencyPolicy"] = "Allow"  # on purpose: the Lease must hold alone
     manifest = yaml.safe_dump_all(objects)

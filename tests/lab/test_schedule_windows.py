@@ -24,17 +24,14 @@ import pytest
 import yaml
 
 from rollout.cli import main
-from rollout.inventory import load_inventory
 from rollout.lab.apiserver import ApiServer, Registry
 from rollout.lab.cluster import LAB_FILE, Lab, bring_up_lab, tear_down_lab
 from rollout.lab.description import LabDescription
 from rollout.lab.simulation.cronjobs import ScaledClock
 from rollout.lab.simulation.engine import Simulation, SimulationTimings
 from rollout.lab.simulation.probe import RunningConfigProbe
-from rollout.playbook import load_playbooks
 from rollout.run.cluster import find_run
-from rollout.schedule.manifests import ScheduleOptions, build_schedule
-from rollout.spec import parse_spec
+from rollout.schedule.manifests import ScheduleOptions
 from rollout.transports.kube import KubeClient
 from tests.examples import edited_plan
 from tests.lab.labapi import fleet_args, lab_kube_client
@@ -44,7 +41,13 @@ from tests.lab.test_cluster_shared import (
     require_lab_prerequisites,
 )
 from tests.lab.test_schedule import lab_kubectl
-from tests.lab.test_schedule_runs import CRONJOB, PLAN_NAME, apply_ssh_secret, eventually
+from tests.lab.test_schedule_runs import (
+    CRONJOB,
+    PLAN_NAME,
+    apply_ssh_secret,
+    eventually,
+    schedule_objects,
+)
 from tests.unit.test_schedule import IMAGE
 
 pytestmark = pytest.mark.lab
@@ -150,16 +153,8 @@ def test_six_nodes_two_per_window_as_forecast(
     predicted = [w["nodes"] for w in forecast["windows"]]
     assert [len(w) for w in predicted] == [2, 2, 2], forecast
 
-    text = plan.read_text()
-    spec = parse_spec(text, str(plan))
-    built = build_schedule(
-        spec,
-        text,
-        load_playbooks(),
-        ScheduleOptions(image=IMAGE, namespace=NAMESPACE),
-        load_inventory(lab.inventory),
-    )
-    lab_kubectl(lab, tmp_path, "apply", "-f", "-", stdin=yaml.safe_dump_all(built.objects))
+    objects = schedule_objects(lab, plan, ScheduleOptions(image=IMAGE, namespace=NAMESPACE))
+    lab_kubectl(lab, tmp_path, "apply", "-f", "-", stdin=yaml.safe_dump_all(objects))
     apply_ssh_secret(lab, tmp_path, NAMESPACE, f"{CRONJOB}-ssh")
 
     day = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
