@@ -4,8 +4,8 @@ What the next scheduled run needs is kept in one Secret named after the plan, in
 schedule's namespace: ``rollout-<plan>-run``, with the keys
 
 - ``run-id``: the run it holds;
-- ``plan.json``: the plan as rendered when the run started (checked against the digest in
-  its run-started record, as in a run directory);
+- ``plan.json.gz``: the plan as rendered when the run started, gzipped and base64'd
+  (checked against the digest in its run-started record, as in a run directory);
 - ``invocation.json``: the plan file's text and where the fleet is;
 - ``journal.jsonl``: the journal, the backups index included (its backup-written records);
 - ``steps.json``: what each node's steps kept, ``{node: {step: data}}``.
@@ -26,6 +26,8 @@ by the next new run (`start_run`).
 
 from __future__ import annotations
 
+import base64
+import gzip
 import json
 import threading
 from collections.abc import Mapping
@@ -33,8 +35,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from rollout.errors import RolloutError
-from rollout.run.errors import InvocationUnreadable, JournalError, JournalWriteFailed
-from rollout.run.files import INVOCATION_FILE, JOURNAL_FILE, NAME_PATTERN, PLAN_FILE
+from rollout.run.errors import (
+    InvocationUnreadable,
+    JournalError,
+    JournalMismatch,
+    JournalWriteFailed,
+)
+from rollout.run.files import INVOCATION_FILE, JOURNAL_FILE, NAME_PATTERN
 from rollout.run.invocation import Invocation
 from rollout.run.journal import Journal, JournalContents, check_plan, parse_journal
 from rollout.run.records import Clock, RunId, parse_json_object, utc_now
@@ -45,6 +52,9 @@ from rollout.transports.kube.objects import frozen_map
 
 RUN_ID_KEY = "run-id"
 STEPS_KEY = "steps.json"
+# plan.json, gzipped and base64'd: a rendered plan is some 17 KB a node and compresses
+# about fifteenfold, and the whole Secret must stay under 1 MiB
+PLAN_KEY = "plan.json.gz"
 # The API refuses a Secret whose data passes 1 MiB; stop short of it with a clear error.
 MAX_DATA_BYTES = 1024 * 1024 - 16 * 1024
 LABEL_NAME = "app.kubernetes.io/name"
@@ -86,8 +96,8 @@ class ClusterRun:
 
     def read_plan_json(self) -> str:
         """plan.json, checked against the digest in the run-started record."""
-        text = self.secret.data.get(PLAN_FILE, "")
-        where = f"{self.where} (key {PLAN_FILE})"
+        text = unpack_plan(self.secret.data.get(PLAN_KEY, ""), self.where)
+        where = f"{self.where} (key {PLAN_KEY})"
         return check_plan(text, where, self.run_id, self.state.plan_digest)
 
 
@@ -125,7 +135,7 @@ def start_run(
         )
     data = {
         RUN_ID_KEY: run_id,
-        PLAN_FILE: plan_json,
+        PLAN_KEY: pack_plan(plan_json),
         INVOCATION_FILE: invocation.to_json().decode(),
         JOURNAL_FILE: "",
         STEPS_KEY: "{}",
@@ -173,7 +183,7 @@ class SecretStore:
 
     @property
     def plan_location(self) -> str:
-        return f"{self.where} (key {PLAN_FILE})"
+        return f"{self.where} (key {PLAN_KEY})"
 
     def append_journal(self, line: bytes) -> None:
         with self._lock:
@@ -181,7 +191,7 @@ class SecretStore:
             self._write({JOURNAL_FILE: journal})
 
     def read_plan_text(self) -> str:
-        return self._secret.data.get(PLAN_FILE, "")
+        return unpack_plan(self._secret.data.get(PLAN_KEY, ""), self.where)
 
     def read_invocation(self) -> Invocation:
         return _read_invocation(self._secret, self._run_id)
@@ -237,6 +247,22 @@ class SecretStore:
                 f"run {self._run_id}: could not write {self.where}: {e}"
             ) from e
         self._secret, self._created = written, True
+
+
+def pack_plan(plan_json: str) -> str:
+    """plan.json as the Secret keeps it (mtime 0: the same plan packs to the same text)."""
+    return base64.b64encode(gzip.compress(plan_json.encode(), mtime=0)).decode()
+
+
+def unpack_plan(packed: str, where: str) -> str:
+    """plan.json from its packed text; JournalMismatch when it cannot be unpacked."""
+    try:
+        return gzip.decompress(base64.b64decode(packed, validate=True)).decode()
+    except (ValueError, OSError, EOFError) as e:
+        raise JournalMismatch(
+            f"{where} (key {PLAN_KEY}): the plan the run started with cannot be read ({e});"
+            " only rollout writes it: start a new run"
+        ) from None
 
 
 def _read_journal(secret: Secret) -> tuple[RunState, tuple[JournalContents, Fold]]:

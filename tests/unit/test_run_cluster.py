@@ -5,6 +5,7 @@ next process, never silently overwritten by a second writer."""
 from __future__ import annotations
 
 import base64
+import gzip
 import json
 from collections.abc import Iterator
 
@@ -23,7 +24,7 @@ from rollout.run import (
     StepStarted,
 )
 from rollout.run import cluster as cluster_run
-from rollout.run.cluster import find_run, open_run, run_object_name, start_run
+from rollout.run.cluster import find_run, open_run, pack_plan, run_object_name, start_run
 from rollout.transports.kube import KubeClient, Secret
 from tests.emulator import emulated_kube
 from tests.unit.runfakes import PLAN_JSON, FakeClock, run_node
@@ -68,7 +69,7 @@ def test_a_run_is_one_opaque_secret_named_after_the_plan(kube: KubeClient) -> No
     assert run_object_name(PLAN) == secret.name
     assert set(secret.data) == {
         "run-id",
-        "plan.json",
+        "plan.json.gz",
         "invocation.json",
         "journal.jsonl",
         "steps.json",
@@ -86,7 +87,8 @@ def test_a_run_is_one_opaque_secret_named_after_the_plan(kube: KubeClient) -> No
         "secret", kube._core.read_namespaced_secret, NAMESPACE, secret.name
     )
     assert raw["type"] == "Opaque"
-    assert base64.b64decode(raw["data"]["plan.json"]).decode() == PLAN_JSON
+    packed = base64.b64decode(raw["data"]["plan.json.gz"]).decode()
+    assert gzip.decompress(base64.b64decode(packed)).decode() == PLAN_JSON
 
 
 def test_the_next_process_continues_where_the_last_stopped(kube: KubeClient) -> None:
@@ -152,13 +154,18 @@ def test_a_changed_plan_json_is_refused(kube: KubeClient) -> None:
     with start(kube) as journal:
         journal.append(StepStarted("gpu-1", 0, "cordon", 1))
     secret = kube.get_secret(NAMESPACE, run_object_name(PLAN))
-    kube.replace_secret(secret.with_data({**secret.data, "plan.json": "{}"}))
-    found = find_run(kube, NAMESPACE, PLAN)
-    assert found is not None
-    with pytest.raises(JournalMismatch, match="secret rollout/rollout-registry-mirror-run"):
-        found.read_plan_json()
-    with open_run(kube, NAMESPACE, PLAN) as journal, pytest.raises(JournalMismatch):
-        journal.read_plan_json()
+    for changed, said in (
+        (pack_plan("{}"), "does not match the plan run"),
+        ("not gzip", "cannot be read"),
+    ):
+        secret = kube.get_secret(NAMESPACE, run_object_name(PLAN))
+        kube.replace_secret(secret.with_data({**secret.data, "plan.json.gz": changed}))
+        found = find_run(kube, NAMESPACE, PLAN)
+        assert found is not None
+        with pytest.raises(JournalMismatch, match="secret rollout/rollout-registry-mirror-run"):
+            found.read_plan_json()
+        with open_run(kube, NAMESPACE, PLAN) as journal, pytest.raises(JournalMismatch, match=said):
+            journal.read_plan_json()
 
 
 def test_a_run_too_big_for_a_secret_stops_before_acting(
