@@ -7,7 +7,8 @@ schedule's namespace: ``rollout-<plan>-run``, with the keys
 - ``plan.json.gz``: the plan as rendered when the run started, gzipped and base64'd
   (checked against the digest in its run-started record, as in a run directory);
 - ``invocation.json``: the plan file's text and where the fleet is;
-- ``journal.jsonl``: the journal, the backups index included (its backup-written records);
+- ``journal.jsonl``, ``journal.NNNN.jsonl.gz``: the journal, the backups index included (its
+  backup-written records): packed chunks, then the open one appended to;
 - ``steps.json``: what each node's steps kept, ``{node: {step: data}}``.
 
 A Secret, not a ConfigMap: the plan's text and what steps read on nodes are in it (invariant
@@ -29,6 +30,7 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import re
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -55,6 +57,12 @@ STEPS_KEY = "steps.json"
 # plan.json, gzipped and base64'd: a rendered plan is some 17 KB a node and compresses
 # about fifteenfold, and the whole Secret must stay under 1 MiB
 PLAN_KEY = "plan.json.gz"
+# The journal: an open chunk (`journal.jsonl`, plain, appended to) and, each time it passes
+# this many characters, a packed chunk more (`journal.NNNN.jsonl.gz`): a journal compresses
+# about tenfold, so 1 MiB holds some two thousand nodes', and no append sends more than the
+# Secret and one chunk.
+CHUNK_CHARS = 64 * 1024
+_CHUNK_KEY = re.compile(r"journal\.\d{4}\.jsonl\.gz")
 # The API refuses a Secret whose data passes 1 MiB; stop short of it with a clear error.
 MAX_DATA_BYTES = 1024 * 1024 - 16 * 1024
 LABEL_NAME = "app.kubernetes.io/name"
@@ -135,7 +143,7 @@ def start_run(
         )
     data = {
         RUN_ID_KEY: run_id,
-        PLAN_KEY: pack_plan(plan_json),
+        PLAN_KEY: pack_text(plan_json),
         INVOCATION_FILE: invocation.to_json().decode(),
         JOURNAL_FILE: "",
         STEPS_KEY: "{}",
@@ -188,7 +196,12 @@ class SecretStore:
     def append_journal(self, line: bytes) -> None:
         with self._lock:
             journal = self._secret.data.get(JOURNAL_FILE, "") + line.decode()
-            self._write({JOURNAL_FILE: journal})
+            if len(journal) <= CHUNK_CHARS:
+                self._write({JOURNAL_FILE: journal})
+                return
+            # the open chunk is full: packed, in one write with the emptied open chunk
+            closed = chunk_key(len(closed_chunks(self._secret)))
+            self._write({closed: pack_text(journal), JOURNAL_FILE: ""})
 
     def read_plan_text(self) -> str:
         return unpack_plan(self._secret.data.get(PLAN_KEY, ""), self.where)
@@ -249,25 +262,53 @@ class SecretStore:
         self._secret, self._created = written, True
 
 
-def pack_plan(plan_json: str) -> str:
-    """plan.json as the Secret keeps it (mtime 0: the same plan packs to the same text)."""
-    return base64.b64encode(gzip.compress(plan_json.encode(), mtime=0)).decode()
+def pack_text(text: str) -> str:
+    """Text as the Secret keeps it packed: gzip (mtime 0: the same text packs the same), base64."""
+    return base64.b64encode(gzip.compress(text.encode(), mtime=0)).decode()
 
 
-def unpack_plan(packed: str, where: str) -> str:
-    """plan.json from its packed text; JournalMismatch when it cannot be unpacked."""
+def unpack_text(packed: str, where: str) -> str:
+    """Packed text back; JournalMismatch, naming `where`, when it cannot be unpacked."""
     try:
         return gzip.decompress(base64.b64decode(packed, validate=True)).decode()
     except (ValueError, OSError, EOFError) as e:
         raise JournalMismatch(
-            f"{where} (key {PLAN_KEY}): the plan the run started with cannot be read ({e});"
-            " only rollout writes it: start a new run"
+            f"{where}: it cannot be read ({e}); only rollout writes it: start a new run"
         ) from None
 
 
+def unpack_plan(packed: str, where: str) -> str:
+    """plan.json from its packed text; JournalMismatch when it cannot be unpacked."""
+    return unpack_text(packed, f"{where} (key {PLAN_KEY}), the plan the run started with,")
+
+
+def chunk_key(index: int) -> str:
+    return f"journal.{index:04d}.jsonl.gz"
+
+
+def closed_chunks(secret: Secret) -> list[str]:
+    """The keys of the journal's packed chunks, in order."""
+    keys = sorted(k for k in secret.data if _CHUNK_KEY.fullmatch(k))
+    expected = [chunk_key(i) for i in range(len(keys))]
+    if keys != expected:
+        where = f"secret {secret.namespace}/{secret.name}"
+        raise JournalError(
+            f"{where}: the journal's chunks are {', '.join(keys)}, not {', '.join(expected)}:"
+            " one is missing; only rollout writes them: start a new run"
+        )
+    return keys
+
+
+def journal_text(secret: Secret) -> str:
+    """The whole journal a Secret holds: its packed chunks, then the open one."""
+    where = f"secret {secret.namespace}/{secret.name}"
+    packed = [unpack_text(secret.data[k], f"{where} (key {k})") for k in closed_chunks(secret)]
+    return "".join(packed) + secret.data.get(JOURNAL_FILE, "")
+
+
 def _read_journal(secret: Secret) -> tuple[RunState, tuple[JournalContents, Fold]]:
-    where = f"secret {secret.namespace}/{secret.name} (key {JOURNAL_FILE})"
-    contents, fold = parse_journal(secret.data.get(JOURNAL_FILE, "").encode(), where)
+    where = f"secret {secret.namespace}/{secret.name} (journal)"
+    contents, fold = parse_journal(journal_text(secret).encode(), where)
     return fold.freeze(contents.notes), (contents, fold)
 
 

@@ -22,7 +22,7 @@ import yaml
 from rollout.inventory import load_inventory
 from rollout.lab.cluster import Lab
 from rollout.playbook import load_playbooks
-from rollout.run.cluster import find_run
+from rollout.run.cluster import find_run, journal_text
 from rollout.schedule.manifests import ScheduleOptions, build_schedule
 from rollout.spec import parse_spec
 from rollout.transports.kube import KubeClient, Pod
@@ -89,7 +89,7 @@ def journal_kinds(kube: KubeClient) -> list[dict[str, Any]]:
     found = find_run(kube, NAMESPACE, PLAN_NAME)
     if found is None:
         return []
-    return [json.loads(line) for line in found.secret.data["journal.jsonl"].splitlines()]
+    return [json.loads(line) for line in journal_text(found.secret).splitlines()]
 
 
 def test_overlapping_runs_one_refused_a_killed_run_continued(shared: Lab, tmp_path: Path) -> None:

@@ -30,7 +30,7 @@ from rollout.lab.description import LabDescription
 from rollout.lab.simulation.cronjobs import ScaledClock
 from rollout.lab.simulation.engine import Simulation, SimulationTimings
 from rollout.lab.simulation.probe import RunningConfigProbe
-from rollout.run.cluster import find_run
+from rollout.run.cluster import find_run, journal_text
 from rollout.schedule.manifests import ScheduleOptions
 from rollout.transports.kube import KubeClient
 from tests.examples import edited_plan
@@ -120,7 +120,7 @@ def records(kube: KubeClient) -> list[dict[str, Any]]:
     found = find_run(kube, NAMESPACE, PLAN_NAME)
     if found is None:
         return []
-    return [json.loads(line) for line in found.secret.data["journal.jsonl"].splitlines()]
+    return [json.loads(line) for line in journal_text(found.secret).splitlines()]
 
 
 def real_node_durations(journal: list[dict[str, Any]]) -> list[float]:

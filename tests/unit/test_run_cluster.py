@@ -24,7 +24,14 @@ from rollout.run import (
     StepStarted,
 )
 from rollout.run import cluster as cluster_run
-from rollout.run.cluster import find_run, open_run, pack_plan, run_object_name, start_run
+from rollout.run.cluster import (
+    find_run,
+    journal_text,
+    open_run,
+    pack_text,
+    run_object_name,
+    start_run,
+)
 from rollout.transports.kube import KubeClient, Secret
 from tests.emulator import emulated_kube
 from tests.unit.runfakes import PLAN_JSON, FakeClock, run_node
@@ -76,7 +83,7 @@ def test_a_run_is_one_opaque_secret_named_after_the_plan(kube: KubeClient) -> No
     }
     assert secret.labels["app.kubernetes.io/managed-by"] == "rollout"
     assert secret.labels["app.kubernetes.io/instance"] == PLAN
-    lines = secret.data["journal.jsonl"].splitlines()
+    lines = journal_text(secret).splitlines()
     assert json.loads(lines[0])["kind"] == "run-started"
     assert json.loads(lines[-1]) == {**json.loads(lines[-1]), "kind": "node-finished"}
     assert json.loads(secret.data["steps.json"]) == {
@@ -147,7 +154,7 @@ def test_a_finished_run_is_replaced_by_the_next_new_run(kube: KubeClient) -> Non
         assert journal.replay().run_id == "20261201-050000-registry-mirror-0002"
     found = find_run(kube, NAMESPACE, PLAN)
     assert found is not None and found.run_id == "20261201-050000-registry-mirror-0002"
-    assert len(found.secret.data["journal.jsonl"].splitlines()) == 1
+    assert len(journal_text(found.secret).splitlines()) == 1
 
 
 def test_a_changed_plan_json_is_refused(kube: KubeClient) -> None:
@@ -155,7 +162,7 @@ def test_a_changed_plan_json_is_refused(kube: KubeClient) -> None:
         journal.append(StepStarted("gpu-1", 0, "cordon", 1))
     secret = kube.get_secret(NAMESPACE, run_object_name(PLAN))
     for changed, said in (
-        (pack_plan("{}"), "does not match the plan run"),
+        (pack_text("{}"), "does not match the plan run"),
         ("not gzip", "cannot be read"),
     ):
         secret = kube.get_secret(NAMESPACE, run_object_name(PLAN))
@@ -176,3 +183,28 @@ def test_a_run_too_big_for_a_secret_stops_before_acting(
         run_node(journal, "gpu-1")
     found = find_run(kube, NAMESPACE, PLAN)
     assert found is not None and isinstance(found.secret, Secret)
+
+
+def test_a_long_journal_is_kept_in_packed_chunks(
+    kube: KubeClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cluster_run, "CHUNK_CHARS", 2000)
+    with start(kube) as journal:
+        for node in ("gpu-1", "gpu-2", "gpu-3", "gpu-4"):
+            run_node(journal, node)
+        written = journal.entries()
+    secret = kube.get_secret(NAMESPACE, run_object_name(PLAN))
+    chunks = sorted(k for k in secret.data if k.startswith("journal.0"))
+    assert len(chunks) >= 3 and chunks[0] == "journal.0000.jsonl.gz"
+    assert len(secret.data["journal.jsonl"]) <= 2000
+    # reopened: every record, in order, from the chunks and the open part
+    with open_run(kube, NAMESPACE, PLAN) as again:
+        assert again.entries() == written
+        again.append(StepStarted("gpu-5", 0, "cordon", 1))
+    found = find_run(kube, NAMESPACE, PLAN)
+    assert found is not None and found.state.step_in_flight("gpu-5") is not None
+    # a chunk gone is said, not skipped over
+    secret = kube.get_secret(NAMESPACE, run_object_name(PLAN))
+    kube.replace_secret(secret.with_data({k: v for k, v in secret.data.items() if k != chunks[1]}))
+    with pytest.raises(JournalError, match="one is missing"):
+        find_run(kube, NAMESPACE, PLAN)

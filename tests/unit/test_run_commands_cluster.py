@@ -28,7 +28,7 @@ from rollout.run import (
     StepOutcome,
     StepStarted,
 )
-from rollout.run.cluster import find_run
+from rollout.run.cluster import find_run, journal_text
 from rollout.spec import Spec
 from rollout.transports.kube import ConfigMap, KubeClient, incluster
 from tests.kubeconfigs import write_kubeconfig
@@ -137,7 +137,7 @@ def test_the_next_scheduled_run_continues_the_run_kept_in_the_cluster(
     )
     found = find_run(fleet, NAMESPACE, "registry-mirror")
     assert found is not None and found.state.outcome is RunOutcome.SUCCEEDED
-    kinds = [json.loads(line)["kind"] for line in found.secret.data["journal.jsonl"].splitlines()]
+    kinds = [json.loads(line)["kind"] for line in journal_text(found.secret).splitlines()]
     assert kinds.count("run-started") == 1 and kinds.count("run-resumed") == 1
     assert kinds.count("node-finished") == 2  # no node done twice
     assert plan_from_data(json.loads(found.read_plan_json())) == plan
