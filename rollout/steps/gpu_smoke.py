@@ -243,6 +243,7 @@ class GpuSmokeStep(ReachingStep, MarkingStep):
             )
         elif "ContainerCreating" in pod.container_reasons:
             hint = "\n  stuck creating: check containerd's `nvidia` runtime handler on the node"
+        hint += "".join(f"\n  {message}" for message in pod.container_messages)
         return f"smoke {describe_pod(pod)}: {head}{hint}\n  log:\n{_indent(tail_lines(log))}"
 
     @staticmethod

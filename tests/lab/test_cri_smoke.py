@@ -119,6 +119,8 @@ def test_broken_mirror_port_fails_the_smoke_pod_and_rolls_back(
     state = read_run(tmp_path / "state-broken", run.run_id).node(node.name)
     assert state.outcome is not None and state.outcome.value == "rolled-back", state
     assert "gpu.smoke" in state.outcome_reason and "ErrImagePull" in state.outcome_reason
+    # containerd's own words, as the kubelet put them in the container's waiting state
+    assert f'failed to pull and unpack image "{PULL_ONLY_SMOKE_IMAGE}"' in state.outcome_reason
     assert dump_of(lab, node.name) == before
 
     good = mirror_plan(tmp_path / "good.yaml", node.name, registry)

@@ -199,6 +199,8 @@ class Pod:
     uses_empty_dir: bool = False
     # waiting/terminated reasons of the containers (ContainerCreating, CrashLoopBackOff, ...)
     container_reasons: tuple[str, ...] = ()
+    # what the containers' states say beside their reasons (a pull error, a start error)
+    container_messages: tuple[str, ...] = ()
     reason: str = ""
     message: str = ""
     # nvidia.com/gpu the pod's containers ask for (limits, else requests), summed
@@ -230,10 +232,13 @@ class Pod:
     def from_json(cls, obj: Mapping[str, Any]) -> Pod:
         meta, spec, status = object_parts(obj)
         reasons: list[str] = []
+        messages: list[str] = []
         for container_status in status.get("containerStatuses") or []:
             for state in (container_status.get("state") or {}).values():
                 if isinstance(state, Mapping) and state.get("reason"):
                     reasons.append(str(state["reason"]))
+                if isinstance(state, Mapping) and state.get("message"):
+                    messages.append(str(state["message"]))
         init_statuses = tuple(
             ContainerStatus.from_json(s) for s in status.get("initContainerStatuses") or []
         )
@@ -272,6 +277,7 @@ class Pod:
             deleting=bool(meta.get("deletionTimestamp")),
             uses_empty_dir=any("emptyDir" in v for v in spec.get("volumes") or []),
             container_reasons=tuple(reasons),
+            container_messages=tuple(messages),
             reason=status.get("reason", ""),
             message=status.get("message", ""),
             gpu_request=sum(_gpu_request(c) for c in spec.get("containers") or []),
