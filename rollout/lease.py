@@ -89,7 +89,7 @@ class RunLease:
             try:
                 self._lease = self.kube.create_lease(fresh)
             except Conflict as exc:
-                raise LeaseHeld(self._held_message("another run took it just now")) from exc
+                raise LeaseHeld(self._held_message(self._taken_just_now())) from exc
         else:
             if current.holder_identity not in (None, "", self.identity) and not _expired(
                 current, now
@@ -116,7 +116,7 @@ class RunLease:
             try:
                 self._lease = self.kube.replace_lease(taken)
             except Conflict as exc:
-                raise LeaseHeld(self._held_message("another run took it just now")) from exc
+                raise LeaseHeld(self._held_message(self._taken_just_now())) from exc
         self._stop.clear()
         self._thread = threading.Thread(target=self._renew_loop, name="lease-renew", daemon=True)
         self._thread.start()
@@ -170,6 +170,14 @@ class RunLease:
                 self.renew()
             except RolloutError:
                 continue  # API trouble: the next tick tries again, well before expiry
+
+    def _taken_just_now(self) -> str:
+        """Who won the race for the lease, for the refusal's message."""
+        try:
+            holder = self.kube.get_lease(self.namespace, self.name).holder_identity
+        except RolloutError:
+            holder = None
+        return f"taken just now by {holder}" if holder else "another run took it just now"
 
     def _held_message(self, detail: str) -> str:
         return (

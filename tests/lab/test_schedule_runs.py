@@ -5,14 +5,19 @@ kubectl, the Job pods run by the lab as processes of the rollout image's entrypo
 Two runs started at once (the CronJob's Forbid taken off on purpose): the Lease lets one
 proceed and refuses the other, saying who holds it. The one that proceeds is deleted in the
 middle of a node (SIGTERM): its step in flight finishes, the Lease is released, and the next
-run continues the same run from the cluster and converges: every node done exactly once,
-none left cordoned."""
+run is killed outright (SIGKILL) in the middle of its work: the Lease stays held until it
+expires, and the run after that continues the same run from the cluster and converges:
+every node done exactly once, none left cordoned."""
 
 from __future__ import annotations
 
 import base64
 import json
+import os
+import signal
 from collections.abc import Callable
+from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -85,6 +90,22 @@ def ended(kube: KubeClient, job: str) -> Pod | None:
     return pod if pod is not None and pod.phase in ("Succeeded", "Failed") else None
 
 
+def kill_pod_process(pod: str) -> None:
+    """SIGKILL the session of the process the lab runs for `pod` (its environment names it)."""
+    wanted = f"HOSTNAME={pod}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if wanted in environ and any(v.startswith(b"KUBERNETES_SERVICE_HOST=") for v in environ):
+            os.killpg(os.getpgid(int(entry.name)), signal.SIGKILL)
+            return
+    raise AssertionError(f"no process runs pod {pod}")
+
+
 def journal_kinds(kube: KubeClient) -> list[dict[str, Any]]:
     found = find_run(kube, NAMESPACE, PLAN_NAME)
     if found is None:
@@ -155,7 +176,8 @@ def run_scheduled(lab: Lab, home: Path, kube: KubeClient) -> None:
     )
     assert loser.phase == "Failed"
     refused = kube.read_pod_log(NAMESPACE, loser.name)
-    assert "another rollout run is working on this cluster (lease kube-system/rollout held" in (
+    # held by the other run, or taken by it just now (both created the Lease at once)
+    assert "another rollout run is working on this cluster (lease kube-system/rollout " in (
         refused
     ), refused
     winner_job = "second" if loser.labels["job-name"] == "first" else "first"
@@ -184,9 +206,24 @@ def run_scheduled(lab: Lab, home: Path, kube: KubeClient) -> None:
     assert pod_of(kube, winner_job) is None  # a deleted pod is a failed one: not replaced
     stopped = journal_kinds(kube)
     assert not any(r["kind"] == "run-finished" for r in stopped)
-    # the next run continues that run from the cluster, and converges
+    # the next one killed outright in the middle of a node (the OOM killer, a lost machine):
+    # no step finishes, nothing is released
     start("third")
-    done = eventually(lambda: ended(kube, "third"), "the third run ended", 300.0)
+    eventually(lambda: len(journal_kinds(kube)) > len(stopped) + 2 or None, "the third run at work")
+    killed = pod_of(kube, "third")
+    assert killed is not None
+    kill_pod_process(killed.name)
+    assert eventually(lambda: ended(kube, "third"), "the killed run's pod ended").phase == "Failed"
+    lease = kube.get_lease("kube-system", "rollout")
+    assert (lease.holder_identity or "").endswith(f"/{killed.name}"), lease
+    assert not any(r["kind"] == "run-finished" for r in journal_kinds(kube))
+    # the next schedule comes after the dead run's Lease has expired: the run continues from
+    # the cluster, and converges
+    assert lease.renew_time is not None
+    stale = lease.renew_time - timedelta(seconds=2 * (lease.lease_duration_s or 60))
+    kube.replace_lease(replace(lease, renew_time=stale))
+    start("fourth")
+    done = eventually(lambda: ended(kube, "fourth"), "the fourth run ended", 300.0)
     log = kube.read_pod_log(NAMESPACE, done.name)
     assert done.phase == "Succeeded", log
     found = find_run(kube, NAMESPACE, PLAN_NAME)

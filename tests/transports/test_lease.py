@@ -9,7 +9,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from rollout.lease import LeaseHeld, RunLease, run_identity
-from rollout.transports.kube import KubeClient
+from rollout.transports.errors import NotFound
+from rollout.transports.kube import KubeClient, Lease
 from tests.emulator import emulated_kube
 
 
@@ -102,3 +103,27 @@ def test_a_refused_block_never_runs(kube: KubeClient) -> None:
     finally:
         first.release()
     assert not ran
+
+
+def test_losing_the_race_to_create_names_the_winner(
+    kube: KubeClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two runs found no lease and both created one: the loser says who won."""
+    winner = RunLease(kube, "rollout/run-a/pod-a", renew_every_s=3600)
+    winner.acquire()
+    read = kube.get_lease
+    calls: list[str] = []
+
+    def first_read_finds_none(namespace: str, name: str) -> Lease:
+        calls.append(name)
+        if len(calls) == 1:  # read before the winner's create landed
+            raise NotFound("get", f"lease kube-system/{name}", status=404)
+        return read(namespace, name)
+
+    monkeypatch.setattr(kube, "get_lease", first_read_finds_none)
+    try:
+        with pytest.raises(LeaseHeld, match="taken just now by rollout/run-a/pod-a"):
+            RunLease(kube, "rollout/run-a/pod-b", renew_every_s=3600).acquire()
+    finally:
+        monkeypatch.undo()
+        winner.release()
