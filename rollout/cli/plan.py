@@ -79,6 +79,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="text for a terminal (default), markdown for a review comment, json for tools",
     )
     parser.add_argument(
+        "--schedule-namespace",
+        metavar="NS",
+        help="live facts: the forecast also uses the node durations measured by the plan's "
+        "scheduled run, kept in the cluster in namespace NS (`rollout schedule --namespace`)",
+    )
+    parser.add_argument(
         "--detailed-exitcode",
         action="store_true",
         help="exit 0 when nothing would change, 2 when something would, 1 on error",
@@ -101,14 +107,21 @@ def connect_fleet(args: argparse.Namespace) -> FleetConnection:
     )
 
 
-def gather_live_facts(spec: Spec, args: argparse.Namespace) -> FleetFacts:
-    """Probe the inventory's nodes over SSH and the cluster through the Kubernetes API."""
+def gather_live_facts(spec: Spec, args: argparse.Namespace) -> tuple[FleetFacts, dict[str, float]]:
+    """Probe the inventory's nodes over SSH and the cluster through the Kubernetes API; with
+    --schedule-namespace, also the durations the plan's scheduled run measured."""
     with connect_fleet(args) as fleet:
         print(
             f"gathering facts from {len(fleet.runners)} node(s) over SSH and the Kubernetes API",
             file=sys.stderr,
         )
-        return fleet.gather(spec, max_parallel=args.parallel)
+        facts = fleet.gather(spec, max_parallel=args.parallel)
+        if args.schedule_namespace is None:
+            return facts, {}
+        from rollout.schedule.forecast import scheduled_durations
+
+        name = spec.metadata.name
+        return facts, scheduled_durations(fleet.kube, args.schedule_namespace, name)
 
 
 def add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
@@ -177,13 +190,19 @@ def run_plan(args: argparse.Namespace) -> int:
             " (--facts DIR plans from recorded facts, --inventory FILE probes the nodes)"
         )
     spec = load_spec(args.plan_file)
+    scheduled: dict[str, float] = {}
+    if args.facts is not None and args.schedule_namespace is not None:
+        raise BadInput(
+            "--schedule-namespace reads the scheduled run from the cluster, which --facts "
+            "plans without; pass --inventory FILE (with --kubeconfig/--context) instead"
+        )
     if args.facts is not None:
         with _collector_paused():
             fleet = load_recorded_facts(args.facts)
     elif args.inventory is not None:
         # the SSH and Kubernetes libraries are imported meanwhile: objects that live on
         with _collector_paused():
-            fleet = gather_live_facts(spec, args)
+            fleet, scheduled = gather_live_facts(spec, args)
     else:
         raise BadInput(
             "where do the facts come from? pass --inventory FILE (with --kubeconfig/--context) "
@@ -197,7 +216,8 @@ def run_plan(args: argparse.Namespace) -> int:
     from rollout.cli.render import forecast_to_markdown, print_forecast
     from rollout.schedule.forecast import forecast_for, forecast_lines
 
-    forecast = forecast_for(spec, plan)  # how long, and in which maintenance windows
+    # how long, and in which maintenance windows
+    forecast = forecast_for(spec, plan, scheduled=scheduled)
     if args.output == "json":
         write_plan_json(plan, sys.stdout, forecast.to_data())
     elif args.output == "markdown":

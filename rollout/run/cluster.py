@@ -46,7 +46,7 @@ from rollout.run.errors import (
 from rollout.run.files import INVOCATION_FILE, JOURNAL_FILE, NAME_PATTERN
 from rollout.run.invocation import Invocation
 from rollout.run.journal import Journal, JournalContents, check_plan, parse_journal
-from rollout.run.records import Clock, RunId, parse_json_object, utc_now
+from rollout.run.records import Clock, Entry, RunId, parse_json_object, utc_now
 from rollout.run.state import Fold, RunState
 from rollout.transports.errors import Conflict, NotFound
 from rollout.transports.kube import Secret
@@ -101,6 +101,11 @@ class ClusterRun:
     @property
     def where(self) -> str:
         return f"secret {self.secret.namespace}/{self.secret.name}"
+
+    def entries(self) -> tuple[Entry, ...]:
+        """The journal's records with their times."""
+        _, (contents, _) = _read_journal(self.secret)
+        return contents.entries
 
     def read_plan_json(self) -> str:
         """plan.json, checked against the digest in the run-started record."""

@@ -17,7 +17,7 @@ know better), and one that is longer than any window is named.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,6 +26,7 @@ from zoneinfo import ZoneInfo
 from rollout.plan import NodePlan, Plan
 from rollout.run import (
     JOURNAL_FILE,
+    Entry,
     JournalError,
     NodeFinished,
     NodeOutcome,
@@ -35,6 +36,7 @@ from rollout.run import (
     list_runs,
     read_journal,
 )
+from rollout.run.cluster import SecretApi, find_run
 from rollout.schedule.window import nominal_length_s, spans_from
 from rollout.spec import Policy, Spec
 from rollout.spec.changes.driver import DEFAULT_OPERATOR_UPGRADE_TIMEOUT_S
@@ -255,11 +257,17 @@ def _makespan(durations: list[float], parallel: int) -> float:
 
 
 def forecast_for(
-    spec: Spec, plan: Plan, state_dir: Path | None = None, now: datetime | None = None
+    spec: Spec,
+    plan: Plan,
+    state_dir: Path | None = None,
+    now: datetime | None = None,
+    scheduled: Mapping[str, float] | None = None,
 ) -> Forecast:
     """The forecast `rollout plan` prints: measured durations of earlier runs of the plan
-    under `state_dir` (default: the run store's), windows dated from `now` (default: now)."""
+    under `state_dir` (default: the run store's) and, winning over those, `scheduled` (the
+    plan's scheduled run's, from the cluster); windows dated from `now` (default: now)."""
     measured = measured_durations(state_dir or default_state_dir(), spec.metadata.name)
+    measured.update(scheduled or {})
     return forecast_plan(plan, spec.policy, measured, now or datetime.now(UTC))
 
 
@@ -304,18 +312,33 @@ def measured_durations(state_dir: Path, plan_name: str) -> dict[str, float]:
             entries = read_journal(run.run_dir / JOURNAL_FILE).entries
         except (JournalError, RunIncomplete, OSError):
             continue
-        started: dict[str, datetime] = {}
-        for entry in entries:
-            record = entry.record
-            if isinstance(record, StepStarted):
-                started.setdefault(record.node, entry.at)
-            elif (
-                isinstance(record, NodeFinished)
-                and record.node in started
-                and record.outcome is NodeOutcome.SUCCEEDED
-                and record.node not in durations
-            ):
-                durations[record.node] = (entry.at - started[record.node]).total_seconds()
+        durations = {**node_durations(entries), **durations}
+    return durations
+
+
+def scheduled_durations(kube: SecretApi, namespace: str, plan_name: str) -> dict[str, float]:
+    """node_durations of the plan's scheduled run, kept in the cluster (rollout/run/cluster.py);
+    empty when it has none yet."""
+    found = find_run(kube, namespace, plan_name)
+    if found is None:
+        return {}
+    return node_durations(found.entries())
+
+
+def node_durations(entries: Iterable[Entry]) -> dict[str, float]:
+    """Seconds each node of one run's journal took, from its first step to its success."""
+    durations: dict[str, float] = {}
+    started: dict[str, datetime] = {}
+    for entry in entries:
+        record = entry.record
+        if isinstance(record, StepStarted):
+            started.setdefault(record.node, entry.at)
+        elif (
+            isinstance(record, NodeFinished)
+            and record.node in started
+            and record.outcome is NodeOutcome.SUCCEEDED
+        ):
+            durations.setdefault(record.node, (entry.at - started[record.node]).total_seconds())
     return durations
 
 

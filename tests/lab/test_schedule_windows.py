@@ -99,9 +99,11 @@ def quiet(_: str) -> None:
     pass
 
 
-def forecast_of(lab: Lab, plan: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+def forecast_of(
+    lab: Lab, plan: Path, capsys: pytest.CaptureFixture[str], *extra: str
+) -> dict[str, Any]:
     capsys.readouterr()
-    assert main(["plan", str(plan), *fleet_args(lab), "-o", "json"]) in (0, 2)
+    assert main(["plan", str(plan), *fleet_args(lab), "-o", "json", *extra]) in (0, 2)
     return dict(json.loads(capsys.readouterr().out)["forecast"])
 
 
@@ -185,6 +187,9 @@ def test_six_nodes_two_per_window_as_forecast(
             done.append([n for n in finished if n not in before])
             if journal and journal[-1]["kind"] == "run-finished":
                 break
+            if window == 1:  # the forecast of what is left learns from the scheduled run
+                learned = forecast_of(lab, plan, capsys, "--schedule-namespace", NAMESPACE)
+                assert learned["measured_nodes"] == len(done[0]), learned
         # each run: the window's nodes as forecast, and a window closing but the last
         assert done == predicted, (done, predicted, logs)
         assert all("window clos" in log for log in logs[:-1]), logs

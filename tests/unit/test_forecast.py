@@ -181,3 +181,14 @@ def test_rollout_plan_prints_the_forecast(
     ]
     assert main(["plan", str(plan), "--facts", str(FACTS), "--output", "markdown"]) == 0
     assert "#### Forecast" in capsys.readouterr().out
+
+
+def test_the_scheduled_run_is_read_from_the_cluster_only(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    plan = REPO / "examples" / "plan.yaml"
+    args = ["plan", str(plan), "--facts", str(FACTS), "--schedule-namespace", "rollout"]
+    assert main(args) == 2
+    said = capsys.readouterr().err
+    assert "--schedule-namespace reads the scheduled run from the cluster" in said
+    assert "pass --inventory FILE" in said

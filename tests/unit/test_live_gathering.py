@@ -113,7 +113,7 @@ def test_plan_gathers_live_facts_with_the_collector_paused(
 
     def gather(spec: Any, args: Any) -> Any:
         seen.append(gc.isenabled())
-        return load_recorded_facts(FACTS)
+        return load_recorded_facts(FACTS), {}
 
     monkeypatch.setattr(cli_plan, "gather_live_facts", gather)
     assert gc.isenabled()
