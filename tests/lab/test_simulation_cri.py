@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 from kubernetes import client
@@ -56,7 +57,9 @@ def probe() -> CriProbe:
 @pytest.fixture()
 def api_url(probe: CriProbe) -> Iterator[str]:
     """The control plane's URL, for the conftest's clients."""
-    with ControlPlane.start(lab_description(), probe, port=0, timings=FAST) as plane:
+    # a back-off long enough to see the pod wait in it
+    timings = replace(FAST, crash_backoff_s=1.0, crash_backoff_max_s=1.0)
+    with ControlPlane.start(lab_description(), probe, port=0, timings=timings) as plane:
         yield plane.url
 
 
@@ -67,6 +70,9 @@ def test_a_pull_error_waits_then_a_new_sandbox_runs_the_container(
     command = ["sh", "-c", "nvidia-smi -L"]
     pod = gpu_pod("smoke", 1, runtimeClassName="nvidia", container={"command": command})
     core.create_namespaced_pod("default", pod)
+    # until the next try: ImagePullBackOff, saying why the pull failed (kubelet 1.32+)
+    waiting = wait_for(lambda: backing_off(core, "smoke"))
+    assert waiting.message == f'Back-off pulling image "cuda:12.4": ErrImagePull: {PULL_ERROR}'
     wait_for(lambda: core.read_namespaced_pod("smoke", "default").status.phase == "Succeeded")
     assert core.read_namespaced_pod_log("smoke", "default") == "GPU 0: from the container\n"
 
@@ -79,9 +85,18 @@ def test_a_pull_error_waits_then_a_new_sandbox_runs_the_container(
     events = core.list_namespaced_event("default").items
     pulls = [e for e in events if e.involved_object.name == "smoke" and e.reason == "Failed"]
     assert pulls and pulls[0].message == f'Failed to pull image "cuda:12.4": {PULL_ERROR}'
+    backoff = [e for e in events if e.involved_object.name == "smoke" and e.reason == "BackOff"]
+    assert backoff and backoff[0].message == 'Back-off pulling image "cuda:12.4"'
+    assert backoff[0].type == "Normal"
 
     core.delete_namespaced_pod("smoke", "default", grace_period_seconds=0)
     wait_for(lambda: probe.removed == ["sandbox-1", "sandbox-2"])
+
+
+def backing_off(core: client.CoreV1Api, name: str) -> client.V1ContainerStateWaiting | None:
+    statuses = core.read_namespaced_pod(name, "default").status.container_statuses or []
+    waiting = statuses[0].state.waiting if statuses else None
+    return waiting if waiting is not None and waiting.reason == "ImagePullBackOff" else None
 
 
 def test_a_pod_without_a_runtime_class_is_not_run_through_the_cri(

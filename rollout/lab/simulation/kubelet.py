@@ -335,6 +335,8 @@ class Kubelet:
         uid = pod["metadata"]["uid"]
         due, _ = self._backoff.get(uid, (now, 0.0))
         if now < due:
+            if waiting_reason(pod) == "ErrImagePull":
+                self._pull_backing_off(pod, now)
             return
         run = self._cri_runs.get(uid)
         if run is None:
@@ -365,6 +367,19 @@ class Kubelet:
         self._write_pod(pod, lambda p: set_running(p, self.node.address, ip, now))
         self._write_pod(pod, lambda p: set_terminated(p, now, outcome.exit_code))
         self._release(uid)
+
+    def _pull_backing_off(self, pod: dict[str, Any], now: float) -> None:
+        """After a failed pull, until the next try: ImagePullBackOff, whose message carries
+        the failed pull's (kubelet 1.32 and later: "Back-off pulling image X: ErrImagePull:
+        ..."), with the kubelet's BackOff event."""
+        image = pod["spec"]["containers"][0].get("image", "")
+        statuses = pod["status"].get("containerStatuses") or [{}]
+        failed = ((statuses[0].get("state") or {}).get("waiting") or {}).get("message", "")
+        backing_off = f'Back-off pulling image "{image}"'
+        message = f"{backing_off}: ErrImagePull: {failed}" if failed else backing_off
+        self._write_pod(pod, lambda p: set_waiting(p, "ImagePullBackOff", message, now))
+        self._recorder.record(pod, "Normal", "BackOff", backing_off)
+        self._recorder.record(pod, "Warning", "Failed", "Error: ImagePullBackOff")
 
     def _container_request(self, pod: Mapping[str, Any], attempt: int) -> ContainerRequest:
         meta, spec = pod["metadata"], pod["spec"]
