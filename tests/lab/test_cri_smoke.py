@@ -17,6 +17,7 @@ from kubernetes import client, config
 
 from rollout.cli import main
 from rollout.lab.cluster import Lab
+from rollout.lab.nodes import NodeSpec
 from rollout.lab.registry import REGISTRY_PORT, registry_host
 from rollout.lab.registryimages import PULL_ONLY_SMOKE_IMAGE, SMOKE_IMAGE
 from rollout.run import list_runs, read_run
@@ -79,12 +80,17 @@ def test_smoke_pod_runs_through_the_cri_and_logs_its_gpus(lab: Lab, kube: KubeCl
         uuid = lines[0].rsplit("UUID: ", 1)[1].rstrip(")")
         assert uuid in node_uuids(lab, spec.name)
         # the container ran in the node's containerd: its sandbox goes with the pod
-        sandboxes = ssh_check(lab, spec, ["ctr", "-n", "k8s.io", "containers", "ls", "-q"])
-        deadline = time.monotonic() + 10
-        while sandboxes.strip() and time.monotonic() < deadline:
-            time.sleep(0.2)
-            sandboxes = ssh_check(lab, spec, ["ctr", "-n", "k8s.io", "containers", "ls", "-q"])
-        assert not sandboxes.strip(), "the deleted pod's sandbox and container are removed"
+        assert_no_containers_left(lab, spec)
+
+
+def assert_no_containers_left(lab: Lab, spec: NodeSpec) -> None:
+    """Within 10 s, the node's containerd holds no sandbox nor container of a deleted pod."""
+    containers = ssh_check(lab, spec, ["ctr", "-n", "k8s.io", "containers", "ls", "-q"])
+    deadline = time.monotonic() + 10
+    while containers.strip() and time.monotonic() < deadline:
+        time.sleep(0.2)
+        containers = ssh_check(lab, spec, ["ctr", "-n", "k8s.io", "containers", "ls", "-q"])
+    assert not containers.strip(), "the deleted pod's sandbox and container are removed"
 
 
 def test_missing_handler_fails_as_containerd_reports_it(lab: Lab, kube: KubeClient) -> None:
@@ -122,6 +128,7 @@ def test_broken_mirror_port_fails_the_smoke_pod_and_rolls_back(
     # containerd's own words, as the kubelet put them in the container's waiting state
     assert f'failed to pull and unpack image "{PULL_ONLY_SMOKE_IMAGE}"' in state.outcome_reason
     assert dump_of(lab, node.name) == before
+    assert_no_containers_left(lab, node)  # the sandbox the pulls were tried in went too
 
     good = mirror_plan(tmp_path / "good.yaml", node.name, registry)
     assert main(apply_args(lab, good, tmp_path / "state-good")) == 0

@@ -1,7 +1,7 @@
 """The kubelet's side of pods run through a node's CRI, with a fake node runtime: what it asks
-(handler, image, command, the allocated GPUs), how a container that never started waits and is
-tried again in a new sandbox, and that sandboxes go with their pods. The real CRI is in
-tests/lab/test_cri_smoke.py."""
+(handler, image, command, the allocated GPUs), how a container whose image could not be pulled
+waits and is pulled again in the same sandbox, and that sandboxes go with their pods. The real
+CRI is in tests/lab/test_cri_smoke.py."""
 
 from __future__ import annotations
 
@@ -37,7 +37,9 @@ class CriProbe(FixedRuntimeProbe):
     def run_pod(self, node: str, request: ContainerRequest) -> PodOutcome:
         with self._cri:
             self.requests.append(request)
-            return self.outcomes.pop(0)
+            outcome = self.outcomes.pop(0)
+            # a try in a sandbox a failed pull left runs in it, as CriPodRunner does
+            return replace(outcome, sandbox_id=request.sandbox_id or outcome.sandbox_id)
 
     def remove_pod_sandbox(self, node: str, sandbox_id: str) -> None:
         with self._cri:
@@ -63,7 +65,7 @@ def api_url(probe: CriProbe) -> Iterator[str]:
         yield plane.url
 
 
-def test_a_pull_error_waits_then_a_new_sandbox_runs_the_container(
+def test_a_pull_error_waits_then_the_same_sandbox_runs_the_container(
     core: client.CoreV1Api, probe: CriProbe
 ) -> None:
     wait_for(lambda: gpus(core, "lab-node-1") == ("2", "2"))
@@ -79,9 +81,11 @@ def test_a_pull_error_waits_then_a_new_sandbox_runs_the_container(
     first, second = probe.requests
     assert (first.handler, first.image, list(first.command)) == ("nvidia", "cuda:12.4", command)
     assert first.env["NVIDIA_VISIBLE_DEVICES"] in UUIDS["lab-node-1"]
-    assert (first.attempt, second.attempt) == (0, 1), "each try in a sandbox of its own"
+    # as the kubelet: the pull is tried again in the sandbox the failed pull left
+    assert (first.sandbox_id, second.sandbox_id) == (None, "sandbox-1")
+    assert (first.attempt, second.attempt) == (0, 0)
     assert second.env == first.env, "the same GPU on every try"
-    assert probe.removed == ["sandbox-1"], "the failed try's sandbox is removed"
+    assert probe.removed == [], "the sandbox stays while the pod runs in it"
     events = core.list_namespaced_event("default").items
     pulls = [e for e in events if e.involved_object.name == "smoke" and e.reason == "Failed"]
     assert pulls and pulls[0].message == f'Failed to pull image "cuda:12.4": {PULL_ERROR}'
@@ -90,7 +94,7 @@ def test_a_pull_error_waits_then_a_new_sandbox_runs_the_container(
     assert backoff[0].type == "Normal"
 
     core.delete_namespaced_pod("smoke", "default", grace_period_seconds=0)
-    wait_for(lambda: probe.removed == ["sandbox-1", "sandbox-2"])
+    wait_for(lambda: probe.removed == ["sandbox-1"])
 
 
 def backing_off(core: client.CoreV1Api, name: str) -> client.V1ContainerStateWaiting | None:

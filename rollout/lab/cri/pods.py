@@ -43,8 +43,11 @@ class ContainerRequest:
     # The pod's runtimeClassName (its runtime handler); None: containerd's default.
     handler: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
-    # A new sandbox for each try of the same pod (its name must be new to containerd).
+    # A new sandbox for each try of the same pod (its name must be new to containerd) ...
     attempt: int = 0
+    # ... but for a try after a failed pull, which runs in the sandbox that pull left (as the
+    # kubelet retries only the pull); that sandbox's attempt is `attempt`.
+    sandbox_id: str | None = None
     wait_s: float = 30.0
 
     @property
@@ -91,14 +94,19 @@ class CriPodRunner:
             images = p.services.ImageServiceStub(channel)
             sandbox_config = self._sandbox_config(request)
             try:
-                sandbox = runtime.RunPodSandbox(
-                    api.RunPodSandboxRequest(
-                        config=sandbox_config, runtime_handler=request.handler or ""
-                    ),
-                    timeout=RPC_TIMEOUT_S,
-                ).pod_sandbox_id
+                if request.sandbox_id is not None:
+                    sandbox = self._ready_sandbox(runtime, request.sandbox_id)
+                else:
+                    sandbox = runtime.RunPodSandbox(
+                        api.RunPodSandboxRequest(
+                            config=sandbox_config, runtime_handler=request.handler or ""
+                        ),
+                        timeout=RPC_TIMEOUT_S,
+                    ).pod_sandbox_id
             except p.grpc.RpcError as error:
                 return PodOutcome(None, reason="FailedCreatePodSandBox", message=_rpc(error))
+            except CriCallFailed as gone:
+                return PodOutcome(None, reason="FailedCreatePodSandBox", message=str(gone))
             try:
                 self._ensure_image(images, request.image, sandbox_config)
             except p.grpc.RpcError as error:
@@ -145,6 +153,17 @@ class CriPodRunner:
                 )
             except p.grpc.RpcError as error:
                 raise CriCallFailed(f"removing sandbox {sandbox_id[:12]}: {_rpc(error)}") from error
+
+    def _ready_sandbox(self, runtime: Any, sandbox_id: str) -> str:
+        """`sandbox_id`, while containerd still has it ready (a restart or a reboot took it
+        down: the kubelet then starts over in a new one)."""
+        api = self._protocol.api
+        status = runtime.PodSandboxStatus(
+            api.PodSandboxStatusRequest(pod_sandbox_id=sandbox_id), timeout=RPC_TIMEOUT_S
+        ).status
+        if status.state != api.SANDBOX_READY:
+            raise CriCallFailed(f"sandbox {sandbox_id[:12]} is no longer ready")
+        return sandbox_id
 
     def _sandbox_config(self, request: ContainerRequest) -> Any:
         api = self._protocol.api

@@ -175,6 +175,8 @@ class Kubelet:
     _cri_runs: dict[str, Future[PodOutcome]] = field(default_factory=dict, init=False)
     _cri_attempts: dict[str, int] = field(default_factory=dict, init=False)
     _sandboxes: dict[str, list[str]] = field(default_factory=dict, init=False)
+    # uid -> the sandbox a failed pull left, and its attempt: the next try pulls in it
+    _pulling_in: dict[str, tuple[str, int]] = field(default_factory=dict, init=False)
     _pool: ThreadPoolExecutor = field(init=False)
 
     def __post_init__(self) -> None:
@@ -340,9 +342,11 @@ class Kubelet:
             return
         run = self._cri_runs.get(uid)
         if run is None:
-            attempt = self._cri_attempts.get(uid, 0)
-            self._cri_attempts[uid] = attempt + 1
-            request = self._container_request(pod, attempt)
+            sandbox, attempt = self._pulling_in.get(uid, (None, -1))
+            if sandbox is None:
+                attempt = self._cri_attempts.get(uid, 0)
+                self._cri_attempts[uid] = attempt + 1
+            request = self._container_request(pod, attempt, sandbox)
             self._cri_runs[uid] = self._pool.submit(self.probe.run_pod, self.name, request)
             if waiting_reason(pod) is None:
                 self._write_pod(pod, lambda p: set_waiting(p, "ContainerCreating", "", now))
@@ -354,9 +358,15 @@ class Kubelet:
             outcome = run.result()
         except RolloutError as error:  # the compiled CRI API is missing on this host
             outcome = PodOutcome(None, reason="FailedCreatePodSandBox", message=str(error))
-        if outcome.sandbox_id is not None:
+        kept = self._pulling_in.pop(uid, None)
+        if outcome.sandbox_id is not None and outcome.sandbox_id not in self._sandboxes.get(
+            uid, []
+        ):
             self._sandboxes.setdefault(uid, []).append(outcome.sandbox_id)
         if not outcome.started:
+            if outcome.reason == "ErrImagePull" and outcome.sandbox_id is not None:
+                attempt = kept[1] if kept else self._cri_attempts[uid] - 1
+                self._pulling_in[uid] = (outcome.sandbox_id, attempt)
             self._cri_failed(pod, outcome, now)
             return
         self._backoff.pop(uid, None)
@@ -381,7 +391,9 @@ class Kubelet:
         self._recorder.record(pod, "Normal", "BackOff", backing_off)
         self._recorder.record(pod, "Warning", "Failed", "Error: ImagePullBackOff")
 
-    def _container_request(self, pod: Mapping[str, Any], attempt: int) -> ContainerRequest:
+    def _container_request(
+        self, pod: Mapping[str, Any], attempt: int, sandbox: str | None
+    ) -> ContainerRequest:
         meta, spec = pod["metadata"], pod["spec"]
         container = spec["containers"][0]
         command = [*(container.get("command") or []), *(container.get("args") or [])]
@@ -400,6 +412,7 @@ class Kubelet:
             handler=self._handler_of(str(spec["runtimeClassName"])),
             env=env,
             attempt=attempt,
+            sandbox_id=sandbox,
         )
 
     def _handler_of(self, runtime_class: str) -> str:
@@ -428,8 +441,13 @@ class Kubelet:
             said = f"Error: {outcome.message}"
         self._write_pod(pod, lambda p: set_waiting(p, reason, message, now))
         self._recorder.record(pod, "Warning", event, said)
+        # the sandbox a failed pull left stays for the next try's pull; others go
+        kept = self._pulling_in.get(uid, (None, 0))[0]
         for sandbox in self._sandboxes.pop(uid, []):
-            self._pool.submit(self._remove_sandbox, sandbox)
+            if sandbox == kept:
+                self._sandboxes[uid] = [sandbox]
+            else:
+                self._pool.submit(self._remove_sandbox, sandbox)
 
     @staticmethod
     def _sandbox_of(run: Future[PodOutcome]) -> str | None:
@@ -626,6 +644,7 @@ class Kubelet:
                 self._pool.submit(self._remove_sandbox, sandbox)
         for uid in [u for u in self._cri_attempts if u not in present]:
             del self._cri_attempts[uid]
+            self._pulling_in.pop(uid, None)
         for memory in (self._first_seen, self._running_since, self._backoff):
             for uid in list(memory):
                 if uid not in active:
