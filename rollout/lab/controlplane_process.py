@@ -7,17 +7,12 @@ and log into the lab directory under the names below, which both sides share.
 from __future__ import annotations
 
 import importlib.util
-import os
-import signal
-import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
 from rollout.errors import RolloutError
+from rollout.lab.daemons import http_answers, start_daemon, stop_daemon
 from rollout.lab.nodes import process_alive
 
 CONTROLPLANE_MODULE = "rollout.lab.controlplane"
@@ -47,29 +42,23 @@ def controlplane_available() -> bool:
 def launch_controlplane(lab_dir: Path, api_url: str, progress: Progress) -> None:
     """Start the control plane for the lab in lab_dir and wait until api_url answers."""
     progress(f"lab: starting the control plane on {api_url}")
-    log = (lab_dir / LOG_FILE).open("ab")
-    with log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", CONTROLPLANE_MODULE, "--lab-dir", str(lab_dir)],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    (lab_dir / LAUNCH_PID_FILE).write_text(f"{process.pid}\n")
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            tail = _tail(lab_dir / LOG_FILE)
-            error = ApiPortTaken if "Address already in use" in tail else ControlPlaneFailed
-            raise error(f"the control plane exited with {process.returncode}\n" + tail)
-        if controlplane_answers(api_url):
-            progress(f"lab: control plane ready on {api_url}")
-            return
-        time.sleep(0.2)
+    process, answered = start_daemon(
+        [sys.executable, "-m", CONTROLPLANE_MODULE, "--lab-dir", str(lab_dir)],
+        lab_dir / LOG_FILE,
+        lab_dir / LAUNCH_PID_FILE,
+        lambda: controlplane_answers(api_url),
+        READY_TIMEOUT_S,
+        poll_s=0.2,
+    )
+    if answered:
+        progress(f"lab: control plane ready on {api_url}")
+        return
+    tail = _tail(lab_dir / LOG_FILE)
+    if process.returncode is not None:
+        error = ApiPortTaken if "Address already in use" in tail else ControlPlaneFailed
+        raise error(f"the control plane exited with {process.returncode}\n" + tail)
     raise ControlPlaneFailed(
-        f"the control plane did not answer {api_url}/healthz within "
-        f"{READY_TIMEOUT_S:g}s\n" + _tail(lab_dir / LOG_FILE)
+        f"the control plane did not answer {api_url}/healthz within {READY_TIMEOUT_S:g}s\n" + tail
     )
 
 
@@ -80,14 +69,7 @@ def stop_controlplane(lab_dir: Path, progress: Progress) -> None:
     for pid in pids:
         if not _is_controlplane(pid, lab_dir):
             continue
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + STOP_TIMEOUT_S
-        while process_alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if process_alive(pid):
-            os.kill(pid, signal.SIGKILL)
-            while process_alive(pid) and time.monotonic() < deadline + 5:
-                time.sleep(0.1)
+        stop_daemon(pid, STOP_TIMEOUT_S, poll_s=0.1)
         progress(f"lab: control plane {pid} stopped")
     for name in (PID_FILE, LAUNCH_PID_FILE):
         (lab_dir / name).unlink(missing_ok=True)
@@ -95,11 +77,7 @@ def stop_controlplane(lab_dir: Path, progress: Progress) -> None:
 
 def controlplane_answers(api_url: str) -> bool:
     """Whether the API at api_url answers /healthz."""
-    try:
-        with urllib.request.urlopen(f"{api_url}/healthz", timeout=1.0) as response:
-            return bool(response.status == 200)
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
+    return http_answers(f"{api_url}/healthz")
 
 
 def _is_controlplane(pid: int, lab_dir: Path) -> bool:

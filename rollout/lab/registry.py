@@ -11,17 +11,12 @@ Lab directory: registry/config.yml, registry/storage/, registry.log, registry.pi
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
-import subprocess
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
 from rollout.errors import RolloutError
+from rollout.lab.daemons import http_answers, start_daemon, stop_daemon
 from rollout.lab.nodes import process_alive
 
 REGISTRY_PROGRAM = "docker-registry"
@@ -61,33 +56,24 @@ def start_registry(lab_dir: Path, host: str, progress: Progress) -> None:
     config = directory / "config.yml"
     config.write_text(_config_text(host, directory / "storage"))
     progress(f"lab: starting the image registry on http://{host}")
-    with (lab_dir / LOG_FILE).open("ab") as log:
-        process = subprocess.Popen(
-            [REGISTRY_PROGRAM, "serve", str(config)],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+    process, answered = start_daemon(
+        [REGISTRY_PROGRAM, "serve", str(config)],
+        lab_dir / LOG_FILE,
+        lab_dir / PID_FILE,
+        lambda: registry_answers(host),
+        READY_TIMEOUT_S,
+    )
+    if answered:
+        return
+    if process.returncode is not None:
+        raise RegistryFailed(
+            f"{REGISTRY_PROGRAM} exited ({process.returncode}); see {lab_dir / LOG_FILE}"
         )
-    (lab_dir / PID_FILE).write_text(f"{process.pid}\n")
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RegistryFailed(
-                f"{REGISTRY_PROGRAM} exited ({process.returncode}); see {lab_dir / LOG_FILE}"
-            )
-        if registry_answers(host):
-            return
-        time.sleep(0.1)
     raise RegistryFailed(f"the registry on {host} did not answer in {READY_TIMEOUT_S:g}s")
 
 
 def registry_answers(host: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://{host}/v2/", timeout=1.0) as response:
-            return bool(response.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False
+    return http_answers(f"http://{host}/v2/")
 
 
 def stop_registry(lab_dir: Path, progress: Progress) -> None:
@@ -96,12 +82,7 @@ def stop_registry(lab_dir: Path, progress: Progress) -> None:
     if pid is None:
         (lab_dir / PID_FILE).unlink(missing_ok=True)
         return
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + STOP_TIMEOUT_S
-    while process_alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if process_alive(pid):
-        os.kill(pid, signal.SIGKILL)
+    stop_daemon(pid, STOP_TIMEOUT_S)
     (lab_dir / PID_FILE).unlink(missing_ok=True)
     progress("lab: stopped the image registry")
 
