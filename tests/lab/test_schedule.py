@@ -375,12 +375,18 @@ def test_forbid_skips_a_run_while_one_is_active_and_a_late_start_is_missed() -> 
     assert len(owned_jobs(api)) == 2  # the next schedule runs
 
 
-def test_backoff_limit_zero_fails_the_job_at_the_first_failed_pod() -> None:
+def at_first_run() -> tuple[Registry, CronJobController, JobController, dict[str, Any]]:
+    """A CronJob every 10 minutes, its clock at the first run: the cluster and that run's pod."""
     start = datetime(2024, 1, 1, 12, 0, 30, tzinfo=UTC)
     api, clock, cronjobs, jobs = cluster_at(start, "cron=*/10 * * * *")
     clock.set(start + timedelta(minutes=10))
     tick(cronjobs, jobs)
     (pod,) = api.list_objects(PODS, "rollout")
+    return api, cronjobs, jobs, pod
+
+
+def test_backoff_limit_zero_fails_the_job_at_the_first_failed_pod() -> None:
+    api, cronjobs, jobs, pod = at_first_run()
     set_phase(api, pod, "Failed")
     tick(cronjobs, jobs)
     (job,) = owned_jobs(api)
@@ -389,11 +395,7 @@ def test_backoff_limit_zero_fails_the_job_at_the_first_failed_pod() -> None:
 
 
 def test_a_pod_deleted_before_it_ended_counts_as_failed() -> None:
-    start = datetime(2024, 1, 1, 12, 0, 30, tzinfo=UTC)
-    api, clock, cronjobs, jobs = cluster_at(start, "cron=*/10 * * * *")
-    clock.set(start + timedelta(minutes=10))
-    tick(cronjobs, jobs)
-    (pod,) = api.list_objects(PODS, "rollout")
+    api, cronjobs, jobs, pod = at_first_run()
     set_phase(api, pod, "Running")
     tick(cronjobs, jobs)
     api.delete(PODS, "rollout", pod["metadata"]["name"])
