@@ -339,6 +339,12 @@ def test_the_cronjob_fires_when_the_window_opens_in_its_time_zone() -> None:
     assert [a["name"] for a in cronjob["status"]["active"]] == [job["metadata"]["name"]]
     assert "SuccessfulCreate" in reasons(api, SA)
     (pod,) = api.list_objects(PODS, "rollout")
+    # in the controllers' own words
+    said = {
+        (e["involvedObject"]["name"], e["message"]) for e in api.list_objects(EVENTS, "rollout")
+    }
+    assert (SA, f"Created job {job['metadata']['name']}") in said
+    assert (job["metadata"]["name"], f"Created pod: {pod['metadata']['name']}") in said
     assert pod["metadata"]["labels"]["batch.kubernetes.io/job-name"] == job["metadata"]["name"]
     assert pod["spec"]["serviceAccountName"] == SA
     assert pod["spec"]["containers"][0]["image"] == IMAGE

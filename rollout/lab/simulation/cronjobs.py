@@ -33,7 +33,7 @@ from rollout.lab.apiserver.batch import parse_schedule
 from rollout.lab.apiserver.errors import ApiError
 from rollout.lab.apiserver.metadata import format_timestamp, new_name_suffix
 from rollout.lab.apiserver.registry import Registry
-from rollout.lab.apiserver.resources import CRONJOBS, JOBS, PODS
+from rollout.lab.apiserver.resources import CRONJOBS, JOBS, PODS, ResourceKind
 from rollout.lab.simulation.events import EventRecorder
 
 SCHEDULED_ANNOTATION = "batch.kubernetes.io/cronjob-scheduled-timestamp"
@@ -144,6 +144,27 @@ def _owned_by(obj: Mapping[str, Any], owner: Mapping[str, Any]) -> bool:
     return any(r.get("uid") == uid for r in obj["metadata"].get("ownerReferences") or [])
 
 
+def _create_told(
+    registry: Registry,
+    events: EventRecorder,
+    resource: ResourceKind,
+    owner: Mapping[str, Any],
+    obj: dict[str, Any],
+    said: tuple[str, str],
+) -> dict[str, Any] | None:
+    """Create `obj` for its controller `owner`, whose Event tells how it went: `said` words the
+    failure ({error}) and the success ({name}) as that controller does."""
+    failed, done = said
+    try:
+        created = registry.create(resource, obj["metadata"]["namespace"], obj)
+    except ApiError as exc:
+        events.record(owner, "Warning", "FailedCreate", failed.format(error=exc))
+        return None
+    name = created["metadata"]["name"]
+    events.record(owner, "Normal", "SuccessfulCreate", done.format(name=name))
+    return created
+
+
 def _owner_reference(owner: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "apiVersion": owner["apiVersion"],
@@ -249,15 +270,8 @@ class CronJobController:
             },
             "spec": template.get("spec") or {},
         }
-        try:
-            created = self.registry.create(JOBS, metadata["namespace"], job)
-        except ApiError as exc:
-            self.events.record(cronjob, "Warning", "FailedCreate", f"Error creating job: {exc}")
-            return None
-        self.events.record(
-            cronjob, "Normal", "SuccessfulCreate", f"Created job {created['metadata']['name']}"
-        )
-        return created
+        said = ("Error creating job: {error}", "Created job {name}")  # the CronJob controller's
+        return _create_told(self.registry, self.events, JOBS, cronjob, job, said)
 
     def _delete_job(self, cronjob: dict[str, Any], job: Mapping[str, Any]) -> None:
         name = job["metadata"]["name"]
@@ -425,15 +439,8 @@ class JobController:
             },
             "spec": template.get("spec") or {},
         }
-        try:
-            created = self.registry.create(PODS, metadata["namespace"], pod)
-        except ApiError as exc:
-            self.events.record(job, "Warning", "FailedCreate", f"Error creating: {exc}")
-            return None
-        self.events.record(
-            job, "Normal", "SuccessfulCreate", f"Created pod: {created['metadata']['name']}"
-        )
-        return created
+        said = ("Error creating: {error}", "Created pod: {name}")  # the Job controller's words
+        return _create_told(self.registry, self.events, PODS, job, pod, said)
 
     def _delete_pod(self, pod: Mapping[str, Any]) -> None:
         try:
