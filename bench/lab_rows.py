@@ -139,6 +139,17 @@ import fabric, paramiko, pydantic, yaml, tomlkit, tomllib, tenacity
 IMPORT_ALL = IMPORT_LIBRARIES + "import rollout.cli.plan, rollout.connection, rollout.planner\n"
 
 
+def checkout_commit(directory: Path) -> str:
+    """The short commit a checkout is at, or "unknown" outside git."""
+    found = subprocess.run(
+        ["git", "-C", str(directory), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return found.stdout.strip() if found.returncode == 0 else "unknown"
+
+
 def measure_plan_live(
     lab: Lab, runs: int, scratch: Path, before: Path | None = None
 ) -> dict[str, Any]:
@@ -193,7 +204,8 @@ def measure_plan_live(
         "imports_cpu_s": medians["imports"]["cpu_s"],
         "library_imports_cpu_s": medians["libraries"]["cpu_s"],
         "variants": medians,
-        "before": str(before) if before else None,
+        # the commit the code before was checked out at, never the folder's path
+        "before": checkout_commit(before) if before else None,
         "outputs_identical": len(distinct) == 1,
         "target_ratio": TARGET_FLOOR_RATIO,
     }
