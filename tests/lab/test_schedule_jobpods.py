@@ -21,6 +21,7 @@ import pytest
 from rollout.lab.apiserver import Registry
 from rollout.lab.apiserver.resources import CRONJOBS, JOBS, PODS, ROLES, SECRETS
 from rollout.lab.description import LabDescription
+from rollout.lab.simulation import jobpods
 from rollout.lab.simulation.engine import Simulation, SimulationTimings
 from rollout.lab.simulation.jobpods import LAB_HOST_NODE, image_name, is_rollout_job_pod
 from tests.lab.test_schedule import FakeClock, cluster_at
@@ -56,12 +57,24 @@ def create_ssh_secret(api: Registry) -> None:
     api.create(SECRETS, NAMESPACE, {**secret, "data": {"ssh-privatekey": key}})
 
 
-def run_job(api: Registry, name: str, args: list[str], grace_s: int | None = None) -> None:
-    """A Job of the schedule's pod template, running `rollout ARGS` instead of the apply."""
+def run_job(
+    api: Registry,
+    name: str,
+    args: list[str],
+    grace_s: int | None = None,
+    empty_dir_at: str | None = None,
+) -> None:
+    """A Job of the schedule's pod template, running `rollout ARGS` instead of the apply
+    (with one more emptyDir volume, mounted at `empty_dir_at`, when given)."""
     if api.find(SECRETS, NAMESPACE, f"{SA}-ssh") is None:
         create_ssh_secret(api)
     template = copy.deepcopy(api.get(CRONJOBS, NAMESPACE, SA)["spec"]["jobTemplate"])
     template["spec"]["template"]["spec"]["containers"][0]["args"] = args
+    if empty_dir_at is not None:
+        pod_spec = template["spec"]["template"]["spec"]
+        pod_spec["volumes"].append({"name": "extra", "emptyDir": {}})
+        mount = {"name": "extra", "mountPath": empty_dir_at}
+        pod_spec["containers"][0]["volumeMounts"].append(mount)
     if grace_s is not None:
         template["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = grace_s
     api.create(JOBS, NAMESPACE, {"metadata": {"name": name}, "spec": template["spec"]})
@@ -126,6 +139,23 @@ def test_a_job_pod_runs_as_its_service_account_over_https(
     assert phase(api, "status") == "Succeeded", log
     (state,) = pod["status"]["containerStatuses"]
     assert state["state"]["terminated"]["exitCode"] == 0
+
+
+def test_a_volume_over_the_tree_rollout_runs_from_does_not_hide_it(
+    lab: tuple[Registry, Simulation, FakeClock],
+) -> None:
+    """In a pod the entrypoint is the image's, under no volume; on the lab's host it is this
+    checkout (or install), which an emptyDir at /tmp hides when the checkout is under /tmp."""
+    api, simulation, _ = lab
+    tree = str(Path(jobpods.__file__).resolve().parents[3])
+    args = ["status", "--schedule", "mirror", "-n", NAMESPACE]
+    run_job(api, "covered", args, empty_dir_at=tree)
+    step_until(simulation, finished(api, "covered"), "the covered pod finished")
+    pod = pod_of(api, "covered")
+    assert pod is not None
+    log = api.read_log(NAMESPACE, pod["metadata"]["name"], None, None)
+    assert phase(api, "covered") == "Succeeded", log
+    assert "no run of plan mirror kept in the cluster" in log
 
 
 def test_the_account_is_held_to_its_role(lab: tuple[Registry, Simulation, FakeClock]) -> None:

@@ -338,10 +338,30 @@ def _signal(process: _Process, number: signal.Signals) -> None:
         os.killpg(process.popen.pid, number)
 
 
+def _entrypoint_paths() -> list[Path]:
+    """What the image's entrypoint runs from on this host (the interpreter's prefixes and the
+    tree rollout is imported from), outermost only: in a pod these are the image's own files,
+    never under a volume."""
+    found = [Path(sys.prefix), Path(sys.base_prefix), Path(__file__).resolve().parents[3]]
+    resolved = sorted({p.resolve() for p in found}, key=lambda p: len(p.parts))
+    outermost: list[Path] = []
+    for path in resolved:
+        if not any(path == o or o in path.parents for o in outermost):
+            outermost.append(path)
+    return outermost
+
+
 def _namespace_script(hostname: str, mounts: list[tuple[Path, str, bool]], staging: Path) -> str:
     """The shell run inside the new namespaces: host name, overlays, bind mounts, then the
-    command ("$@")."""
+    command ("$@"). A volume mounted over what the entrypoint runs from (an emptyDir at /tmp
+    over a checkout under /tmp) would hide it: such a tree is held open (fd 3 up) before the
+    mounts and bound back at its path after them."""
+    targets = [Path(target) for _, target, _ in mounts]
+    hidden = [
+        path for path in _entrypoint_paths() if any(path == t or t in path.parents for t in targets)
+    ][:7]
     lines = [f"hostname {shlex.quote(hostname)}"]
+    lines += [f"exec {3 + i}<{shlex.quote(str(path))}" for i, path in enumerate(hidden)]
     # a mount over a source's parents (an emptyDir at /tmp) hides the sources below it:
     # those go last
     sources = [staging, *(source for source, _, _ in mounts)]
@@ -369,6 +389,12 @@ def _namespace_script(hostname: str, mounts: list[tuple[Path, str, bool]], stagi
         lines.append(f"mount --bind {shlex.quote(str(source))} {quoted}")
         if read_only:
             lines.append(f"mount -o remount,bind,ro {quoted}")
+    for i, path in enumerate(hidden):
+        quoted = shlex.quote(str(path))
+        lines.append(f"mkdir -p {quoted}")
+        # not canonicalized: the fd's link names a path the mounts above now hide
+        lines.append(f"mount --no-canonicalize --bind /proc/self/fd/{3 + i} {quoted}")
+        lines.append(f"exec {3 + i}<&-")
     lines.append('exec "$@"')
     return "\n".join(lines)
 
