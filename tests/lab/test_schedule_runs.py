@@ -1,4 +1,4 @@
-"""Scheduled runs on the shared lab, end to end: `rollout schedule`'s objects applied with
+"""Scheduled runs on a lab of their own, end to end: `rollout schedule`'s objects applied with
 kubectl, the Job pods run by the lab as processes of the rollout image's entrypoint
 (simulation/jobpods.py), their run kept in the cluster (rollout/run/cluster.py).
 
@@ -15,7 +15,7 @@ import base64
 import json
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -32,7 +32,8 @@ from rollout.schedule.manifests import ScheduleOptions, build_schedule
 from rollout.spec import parse_spec
 from rollout.transports.kube import KubeClient, Pod
 from tests.examples import edited_plan
-from tests.lab.labapi import api_lab, lab_kube_client, wait_for
+from tests.lab.labapi import lab_kube_client, wait_for
+from tests.lab.test_cluster_shared import own_lab
 from tests.lab.test_schedule import lab_kubectl
 from tests.unit.test_schedule import IMAGE
 
@@ -45,8 +46,11 @@ T = TypeVar("T")
 
 
 @pytest.fixture(scope="module")
-def shared(request: pytest.FixtureRequest) -> Lab:
-    return api_lab(request)
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    """A lab of this file's own: the runs converge its nodes to the plan's mirror, which the
+    shared lab's other tests must not find (scripts/test runs it with the own-lab tests)."""
+    with own_lab(tmp_path_factory.mktemp("runs") / "lab", ("1.6", "1.7", "2.1", "1.7"), 2) as up:
+        yield up
 
 
 def eventually(probe: Callable[[], T | None], what: str, timeout_s: float = 180.0) -> T:
