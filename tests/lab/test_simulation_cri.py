@@ -14,6 +14,7 @@ from kubernetes import client
 
 from rollout.lab.controlplane import ControlPlane
 from rollout.lab.cri import ContainerRequest, PodOutcome
+from rollout.lab.cri.pods import CriCallFailed
 from rollout.lab.simulation import FixedRuntimeProbe
 from tests.lab.labapi import wait_for
 from tests.lab.test_simulation import FAST, UUIDS, gpu_pod, gpus, lab_description
@@ -111,3 +112,28 @@ def test_a_pod_without_a_runtime_class_is_not_run_through_the_cri(
     core.create_namespaced_pod("default", pod)
     wait_for(lambda: core.read_namespaced_pod("plain", "default").status.phase == "Succeeded")
     assert probe.requests == []
+
+
+class FlakyRemovalProbe(CriProbe):
+    """A containerd that refuses the first removal (it is restarting)."""
+
+    def remove_pod_sandbox(self, node: str, sandbox_id: str) -> None:
+        with self._cri:
+            self.tries = getattr(self, "tries", 0) + 1
+            if self.tries == 1:
+                raise CriCallFailed("removing sandbox: connection refused")
+            self.removed.append(sandbox_id)
+
+
+def test_a_removal_containerd_refused_is_tried_again() -> None:
+    probe = FlakyRemovalProbe([PodOutcome("sandbox-1", exit_code=0, output="GPU 0: x\n")])
+    with ControlPlane.start(lab_description(), probe, port=0, timings=FAST) as plane:
+        core = client.CoreV1Api(client.ApiClient(client.Configuration(host=plane.url)))
+        wait_for(lambda: gpus(core, "lab-node-1") == ("2", "2"))
+        command = ["sh", "-c", "nvidia-smi -L"]
+        pod = gpu_pod("smoke", 1, runtimeClassName="nvidia", container={"command": command})
+        core.create_namespaced_pod("default", pod)
+        wait_for(lambda: core.read_namespaced_pod("smoke", "default").status.phase == "Succeeded")
+        core.delete_namespaced_pod("smoke", "default", grace_period_seconds=0)
+        wait_for(lambda: probe.removed == ["sandbox-1"])
+        assert probe.tries == 2

@@ -94,6 +94,8 @@ GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
 DRIVER_LABELS = ("major", "minor", "rev")
 # Operands that wait for the toolkit (the GPU Operator gives them its validation init step).
 AFTER_TOOLKIT = (DEVICE_PLUGIN.name, VALIDATOR.name)
+# How many times a sandbox removal is tried before it is left to the node's next boot.
+REMOVE_TRIES = 20
 WAITING_RESTART = ("CrashLoopBackOff", "CreateContainerError", "ContainerCreating")
 
 
@@ -175,6 +177,9 @@ class Kubelet:
     _cri_runs: dict[str, Future[PodOutcome]] = field(default_factory=dict, init=False)
     _cri_attempts: dict[str, int] = field(default_factory=dict, init=False)
     _sandboxes: dict[str, list[str]] = field(default_factory=dict, init=False)
+    # sandbox id -> tries left: removals that failed (containerd restarting), tried again
+    # at later passes, as the kubelet's garbage collection does
+    _unremoved: dict[str, int] = field(default_factory=dict, init=False)
     # uid -> the sandbox a failed pull left, and its attempt: the next try pulls in it
     _pulling_in: dict[str, tuple[str, int]] = field(default_factory=dict, init=False)
     _pool: ThreadPoolExecutor = field(init=False)
@@ -201,6 +206,9 @@ class Kubelet:
             # A dead node's kubelet posts nothing: the node controller marks it Unknown.
             self._sync_node(now)
             return
+        if runtime.containerd_active:
+            for sandbox in list(self._unremoved):
+                self._pool.submit(self._remove_sandbox, sandbox)
         pods = self._pods()
         if self._boot is not None and runtime.boot != self._boot:
             self._rebooted(pods, now)
@@ -459,8 +467,15 @@ class Kubelet:
     def _remove_sandbox(self, sandbox_id: str) -> None:
         try:
             self.probe.remove_pod_sandbox(self.name, sandbox_id)
-        except RolloutError as error:  # the node or its containerd is gone: nothing to stop
+        except RolloutError as error:  # containerd restarting, or the node gone
+            left = self._unremoved.get(sandbox_id, REMOVE_TRIES) - 1
             log.info("kubelet %s: sandbox %s not removed: %s", self.name, sandbox_id[:12], error)
+            if left > 0:
+                self._unremoved[sandbox_id] = left
+            else:
+                self._unremoved.pop(sandbox_id, None)
+            return
+        self._unremoved.pop(sandbox_id, None)
 
     def _restart_pod(self, pod: dict[str, Any], now: float) -> None:
         """After a reboot: a new sandbox, then the containers, one restart more."""
