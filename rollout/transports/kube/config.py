@@ -17,19 +17,18 @@ KUBECONFIG_ENV = "KUBECONFIG"
 
 
 def load_kubeconfig(path: str | None = None, context: str | None = None) -> k8s.Configuration:
-    """Like kubectl: `path`, else $KUBECONFIG (a ':' list), else ~/.kube/config."""
+    """Like kubectl: `path`, else $KUBECONFIG (a ':' list), else ~/.kube/config; in a pod
+    with none of them, the pod's service account."""
+    # here, not at the top: incluster.py imports this module's names
+    from rollout.transports.kube.incluster import in_cluster_configuration, pod_service_account
+
+    account = pod_service_account(path, context)
+    if account is not None:
+        return _without_retries(in_cluster_configuration(account))
     chosen = path or os.environ.get(KUBECONFIG_ENV) or DEFAULT_KUBECONFIG
     files = [Path(p).expanduser() for p in chosen.split(os.pathsep) if p]
     where = f"kubeconfig {chosen}"
     if not any(f.is_file() for f in files):
-        # in a pod with nothing naming a kubeconfig: the pod's service account
-        from rollout.transports.kube.incluster import find_service_account, in_cluster_configuration
-
-        account = (
-            None if path or context or os.environ.get(KUBECONFIG_ENV) else find_service_account()
-        )
-        if account is not None:
-            return _without_retries(in_cluster_configuration(account))
         missing = not any(f.exists() for f in files)
         message = "no such file" if missing else "not a regular file (a kubeconfig is a file)"
         raise KubeConfigError("load", where, message=message)

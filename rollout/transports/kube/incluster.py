@@ -2,8 +2,8 @@
 
 A pod gets `KUBERNETES_SERVICE_HOST`/`KUBERNETES_SERVICE_PORT` in its environment and its
 account's token, CA and namespace under SERVICE_ACCOUNT_DIR. rollout uses them when nothing
-names a kubeconfig: no --kubeconfig, no $KUBECONFIG, no ~/.kube/config (config.py asks
-`find_service_account` at the one place the kubeconfig is loaded). The token is read again
+names a kubeconfig: no --kubeconfig, no $KUBECONFIG, no ~/.kube/config (`pod_service_account`
+is that rule; config.py asks it at the one place the kubeconfig is loaded). The token is read again
 as the client's loader does, so a projected token that the kubelet rotates keeps working.
 """
 
@@ -19,6 +19,7 @@ from kubernetes.config.config_exception import ConfigException
 from kubernetes.config.incluster_config import InClusterConfigLoader
 
 from rollout.transports.errors import KubeConfigError
+from rollout.transports.kube.config import DEFAULT_KUBECONFIG, KUBECONFIG_ENV
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 HOST_ENV = "KUBERNETES_SERVICE_HOST"
@@ -68,12 +69,12 @@ def find_service_account(
 def pod_service_account(
     kubeconfig: str | None, context: str | None, environ: Mapping[str, str] | None = None
 ) -> ServiceAccount | None:
-    """The pod's account when the client will talk as it (config.load_kubeconfig's rule):
+    """The pod's account when the client will talk as it (config.load_kubeconfig asks here):
     nothing names a kubeconfig or a context and none is at the default path; else None."""
     env = os.environ if environ is None else environ
-    if kubeconfig or context or env.get("KUBECONFIG"):
+    if kubeconfig or context or env.get(KUBECONFIG_ENV):
         return None
-    if Path("~/.kube/config").expanduser().is_file():
+    if Path(DEFAULT_KUBECONFIG).expanduser().is_file():
         return None
     return find_service_account(env)
 
