@@ -125,19 +125,6 @@ def records(kube: KubeClient) -> list[dict[str, Any]]:
     return [json.loads(line) for line in journal_text(found.secret).splitlines()]
 
 
-def real_node_durations(journal: list[dict[str, Any]]) -> list[float]:
-    """Seconds each finished node took, first step to its end (the journal's own clock)."""
-    started: dict[str, datetime] = {}
-    durations = []
-    for record in journal:
-        at = datetime.fromisoformat(record["at"])
-        if record["kind"] == "step-started":
-            started.setdefault(record["node"], at)
-        elif record["kind"] == "node-finished" and record["node"] in started:
-            durations.append((at - started[record["node"]]).total_seconds())
-    return durations
-
-
 def test_six_nodes_two_per_window_as_forecast(
     scheduled: ScheduledLab, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
