@@ -47,8 +47,9 @@ class Command:
 
 # Every subcommand, in the order `rollout --help` lists them. Only the module of the command
 # being run is imported: each pulls in its libraries (rich, pydantic, kubernetes, fabric), and
-# `rollout --help` needs none of them. The help texts are the modules' own, checked equal by
-# tests/unit/test_startup.py.
+# `rollout --help` needs none of them. A module builds its commands with add_listed_command,
+# which gives each the help line listed here (tests/unit/test_startup.py checks that the
+# listing and the built parsers read the same).
 COMMANDS = (
     Command("plan", "show what would change (dry run)", "rollout.cli.plan"),
     Command(
@@ -86,6 +87,43 @@ COMMANDS = (
         "rollout.cli.version",
     ),
 )
+
+
+def add_command(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    description: str | None = None,
+    epilog: str | None = None,
+    *,
+    help: str,
+    as_written: bool = False,
+) -> argparse.ArgumentParser:
+    """A (sub)command's parser: `help` is its line in its parent's help; `description` and
+    `epilog` are wrapped by argparse, or, `as_written`, kept as laid out in lines and lists."""
+    return subparsers.add_parser(
+        name,
+        help=help,
+        description=description,
+        epilog=epilog,
+        formatter_class=(
+            argparse.RawDescriptionHelpFormatter if as_written else argparse.HelpFormatter
+        ),
+    )
+
+
+def add_listed_command(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    description: str | None = None,
+    epilog: str | None = None,
+    *,
+    as_written: bool = False,
+) -> argparse.ArgumentParser:
+    """A top-level command's parser, with the help line `rollout --help` lists for it."""
+    (listed,) = (command for command in COMMANDS if command.name == name)
+    return add_command(
+        subparsers, name, description, epilog, help=listed.help, as_written=as_written
+    )
 
 
 def build_parser(commands: Collection[str] | None = None) -> argparse.ArgumentParser:

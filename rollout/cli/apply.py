@@ -11,6 +11,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from rollout.cli import add_listed_command
 from rollout.cli.plan import add_fleet_arguments, connect_fleet
 from rollout.cli.render import (
     LiveProgress,
@@ -53,25 +54,28 @@ from rollout.steps.base import StepContext
 from rollout.steps.containerd import remove_run_stages
 from rollout.steps.driver_operator_plan import operator_run_notes
 
+APPLY_HELP = (
+    "Plan as `rollout plan` does, show it, ask, then apply it node by node, wave by "
+    "wave. Every step is journalled under the state directory; a run killed at any "
+    "point continues with `rollout resume RUN`. One run per cluster at a time (a "
+    "Lease in kube-system). A failed node is rolled back (policy.on_failure) and the "
+    "run halts; any node labelled nvidia.com/gpu-driver-upgrade-state=upgrade-failed "
+    "halts it before the next node. With policy.maintenance_window no node starts "
+    "outside the window, nor one that the longest node of the run so far says would "
+    "not finish before it closes; the nodes in flight finish.\n\n"
+    "Exit status: 0 done, 1 failed or halted, 2 bad input, 3 not confirmed, 4 stopped "
+    "at the window's end (`rollout resume RUN` in the next window continues)."
+)
+
+RESUME_HELP = (
+    "Continue RUN from its journal: finished steps are not redone, the step that was "
+    "in flight is checked again against fresh facts. Uses the plan as it was when the "
+    "run started."
+)
+
 
 def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    apply = subparsers.add_parser(
-        "apply",
-        help="apply a plan: waves of cordon, drain, write, restart, verify, uncordon",
-        description=(
-            "Plan as `rollout plan` does, show it, ask, then apply it node by node, wave by "
-            "wave. Every step is journalled under the state directory; a run killed at any "
-            "point continues with `rollout resume RUN`. One run per cluster at a time (a "
-            "Lease in kube-system). A failed node is rolled back (policy.on_failure) and the "
-            "run halts; any node labelled nvidia.com/gpu-driver-upgrade-state=upgrade-failed "
-            "halts it before the next node. With policy.maintenance_window no node starts "
-            "outside the window, nor one that the longest node of the run so far says would "
-            "not finish before it closes; the nodes in flight finish.\n\n"
-            "Exit status: 0 done, 1 failed or halted, 2 bad input, 3 not confirmed, 4 stopped "
-            "at the window's end (`rollout resume RUN` in the next window continues)."
-        ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    apply = add_listed_command(subparsers, "apply", APPLY_HELP, as_written=True)
     apply.add_argument("plan_file", metavar="PLAN", type=Path)
     add_fleet_arguments(apply)
     apply.add_argument("--yes", "-y", action="store_true", help="skip the confirmation")
@@ -79,15 +83,7 @@ def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
     add_state_argument(apply)
     apply.set_defaults(func=run_apply)
 
-    resume = subparsers.add_parser(
-        "resume",
-        help="continue an interrupted or halted run where it stopped",
-        description=(
-            "Continue RUN from its journal: finished steps are not redone, the step that was "
-            "in flight is checked again against fresh facts. Uses the plan as it was when the "
-            "run started."
-        ),
-    )
+    resume = add_listed_command(subparsers, "resume", RESUME_HELP)
     resume.add_argument("run_id", metavar="RUN")
     resume.add_argument(
         "--skip-node",
@@ -102,9 +98,7 @@ def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
     add_state_argument(resume)
     resume.set_defaults(func=run_resume)
 
-    status = subparsers.add_parser(
-        "status", help="show runs, or one run's nodes and steps", description="Show a run."
-    )
+    status = add_listed_command(subparsers, "status", "Show a run.")
     status.add_argument("run_id", metavar="RUN", nargs="?", help="default: the latest run")
     status.add_argument("--all", action="store_true", help="list every run")
     add_state_argument(status)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from rollout.cli import add_listed_command
 from rollout.cli.plan import add_fleet_arguments, connect_fleet
 from rollout.cli.render import make_console, md_code, md_text, safe, show_controls
 from rollout.diagnose import Diagnosis, Finding, Severity, diagnose, plan_remedies
@@ -40,13 +41,7 @@ examples:
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "diagnose",
-        help="find why GPU pods or nodes do not work (read-only)",
-        description=HELP,
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = add_listed_command(subparsers, "diagnose", HELP, EPILOG, as_written=True)
     parser.add_argument("nodes", metavar="NODE", nargs="*", help="nodes to check (default: all)")
     parser.add_argument("--pod", metavar="NS/NAME", help="also explain this pod")
     parser.add_argument(

@@ -7,6 +7,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
+from rollout.cli import add_command, add_listed_command
 from rollout.cli.plan import add_fleet_arguments, connect_fleet
 from rollout.cli.render import show_controls
 from rollout.errors import BadInput, ExitCode
@@ -29,13 +30,14 @@ gives the plan the live `rollout plan PLAN` would.
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("facts", help="record facts for offline plan and diagnose")
+    parser = add_listed_command(subparsers, "facts")
     verbs = parser.add_subparsers(dest="facts_command", metavar="VERB")
-    record = verbs.add_parser(
+    record = add_command(
+        verbs,
         "record",
+        HELP,
         help="probe the cluster and write its facts into DIR",
-        description=HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        as_written=True,
     )
     record.add_argument("directory", metavar="DIR", type=Path, help="a new, empty directory")
     record.add_argument(

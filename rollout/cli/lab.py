@@ -7,6 +7,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from rollout.cli import add_command, add_listed_command
 from rollout.errors import BadInput
 from rollout.lab.cluster import (
     DEFAULT_ADDRESS_PREFIX,
@@ -45,10 +46,8 @@ from rollout.lab.scenarios import (
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `lab` and its up, down and status subcommands."""
-    lab = subparsers.add_parser(
-        "lab",
-        help="a local lab cluster (systemd-nspawn nodes, emulated Kubernetes API)",
-        description="Bring a local lab cluster up, report on it, or take it down.",
+    lab = add_listed_command(
+        subparsers, "lab", "Bring a local lab cluster up, report on it, or take it down."
     )
     commands = lab.add_subparsers(
         dest="lab_command",
@@ -166,14 +165,8 @@ def _add_command(
 ) -> argparse.ArgumentParser:
     """A lab subcommand: its help, `--lab-dir` and `run` as its handler; an epilog is shown
     as written (it lists examples or scenarios, one a line)."""
-    parser = commands.add_parser(
-        name,
-        help=help,
-        description=description,
-        epilog=epilog,
-        formatter_class=(
-            argparse.RawDescriptionHelpFormatter if epilog else argparse.HelpFormatter
-        ),
+    parser = add_command(
+        commands, name, description, epilog, help=help, as_written=epilog is not None
     )
     _add_lab_dir(parser)
     parser.set_defaults(func=run)

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rollout.cli import add_listed_command
 from rollout.cli.render import make_console, plan_to_markdown, print_plan_text, write_plan_json
 from rollout.errors import BadInput, ExitCode
 from rollout.facts import FleetFacts, load_recorded_facts
@@ -56,13 +57,7 @@ examples:
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "plan",
-        help="show what would change (dry run)",
-        description=HELP,
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = add_listed_command(subparsers, "plan", HELP, EPILOG, as_written=True)
     parser.add_argument("plan_file", metavar="PLAN", type=Path, help="the plan.yaml")
     parser.add_argument(
         "--facts",

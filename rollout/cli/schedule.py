@@ -17,6 +17,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from rollout.cli import add_listed_command
 from rollout.errors import BadInput, ExitCode, RolloutError
 from rollout.executor import RunReport
 from rollout.inputfile import read_text
@@ -61,13 +62,7 @@ window.
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "schedule",
-        help="Kubernetes manifests (CronJob, least-privilege RBAC) for scheduled waves",
-        description=HELP,
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = add_listed_command(subparsers, "schedule", HELP, EPILOG, as_written=True)
     parser.add_argument("plan_file", metavar="PLAN", type=Path, help="the plan.yaml")
     parser.add_argument(
         "--inventory",

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rollout import __version__
+from rollout.cli import add_listed_command
 from rollout.errors import ExitCode
 
 # Written by the Containerfile (ARG ROLLOUT_COMMIT) before the package is built, so the image
@@ -29,11 +30,7 @@ implementation running it; the image built from the Containerfile records its co
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "version",
-        help="print the version, the commit of the build and the Python running it",
-        description=HELP,
-    )
+    parser = add_listed_command(subparsers, "version", HELP)
     parser.add_argument(
         "--output", "-o", choices=("text", "json"), default="text", help="text (default) or json"
     )
