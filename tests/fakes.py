@@ -6,13 +6,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from rollout.commands import DEFAULT_TIMEOUT_S, CommandResult, CommandRunner
+from rollout.commands import CommandResult, CommandRunner
+from rollout.transports.runner import ArgvRunner
 
 Reply = str | CommandResult | Callable[[Sequence[str]], CommandResult]
 
 
 @dataclass(kw_only=True)
-class ScriptedRunner:
+class ScriptedRunner(ArgvRunner):
     """A CommandRunner that records every command and replies by argv prefix.
 
     A list of replies is consumed in order (the last one repeats); a string reply is the
@@ -35,14 +36,9 @@ class ScriptedRunner:
         self.replies[tuple(prefix)] = list(replies)
         return self
 
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        stdin: bytes | None = None,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
+    def run_argv(
+        self, argv: tuple[str, ...], stdin: bytes | None, timeout_s: float
     ) -> CommandResult:
-        argv = tuple(argv)
         self.calls.append(argv)
         self.inputs.append(stdin)
         return self.answer(argv, stdin, timeout_s)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
-from rollout.commands import DEFAULT_TIMEOUT_S, CommandResult, CommandTimeout
+from rollout.commands import CommandResult, CommandTimeout
+from rollout.transports.runner import ArgvRunner
 
 
-class LocalRunner:
+class LocalRunner(ArgvRunner):
     """A CommandRunner for the local machine, with an optional fixed environment."""
 
     def __init__(self, env: Mapping[str, str] | None = None) -> None:
@@ -18,12 +19,8 @@ class LocalRunner:
     def host(self) -> str:
         return "local"
 
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        stdin: bytes | None = None,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
+    def run_argv(
+        self, argv: tuple[str, ...], stdin: bytes | None, timeout_s: float
     ) -> CommandResult:
         try:
             done = subprocess.run(
@@ -37,7 +34,7 @@ class LocalRunner:
         except subprocess.TimeoutExpired as exc:
             raise CommandTimeout(argv, self.host, timeout_s) from exc
         return CommandResult(
-            argv=tuple(argv),
+            argv=argv,
             exit_code=done.returncode,
             stdout=done.stdout.decode("utf-8", "replace"),
             stderr=done.stderr.decode("utf-8", "replace"),

@@ -29,7 +29,7 @@ import fabric
 import paramiko
 
 from rollout.closeable import Closeable
-from rollout.commands import DEFAULT_TIMEOUT_S, CommandResult, CommandTimeout
+from rollout.commands import CommandResult, CommandTimeout
 from rollout.inventory import Host
 from rollout.retry import REQUEST_POLICY, call_with_policy
 from rollout.transports.errors import (
@@ -49,6 +49,7 @@ from rollout.transports.hostkeys import (
     pinned_keys,
 )
 from rollout.transports.idempotence import Idempotence, classify_command
+from rollout.transports.runner import ArgvRunner
 from rollout.transports.sshchannel import exchange
 
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
@@ -80,7 +81,7 @@ class SshOptions:
     ssh_config_path: str | None = None
 
 
-class SshRunner(Closeable):
+class SshRunner(ArgvRunner, Closeable):
     """A CommandRunner for one inventory host over SSH; one connection, reused.
 
     Not for concurrent use from several threads (run_on_nodes gives each node one thread);
@@ -194,12 +195,8 @@ class SshRunner(Closeable):
             wrapped = ["sudo", "-n", "--", *wrapped]
         return shlex.join(wrapped)
 
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        stdin: bytes | None = None,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
+    def run_argv(
+        self, argv: tuple[str, ...], stdin: bytes | None, timeout_s: float
     ) -> CommandResult:
         """Run argv on the node; the result even for a non-zero exit.
 
@@ -209,7 +206,6 @@ class SshRunner(Closeable):
         timeout_s (it is killed on the node), and an SshError when the node could not be
         reached or the session failed.
         """
-        argv = tuple(argv)
         if classify_command(argv) is not Idempotence.IDEMPOTENT:
             return self._run_once(argv, stdin, timeout_s)
         return call_with_policy(
