@@ -24,8 +24,9 @@ from rollout.lab.apiserver.registry import Registry
 from rollout.lab.apiserver.server import ApiServer
 from rollout.lab.controlplane_process import LOG_FILE, PID_FILE
 from rollout.lab.description import LAB_FILE, LabDescription
-from rollout.lab.simulation.engine import Simulation, SimulationTimings
+from rollout.lab.simulation.engine import Simulation
 from rollout.lab.simulation.probe import NodeRuntimeProbe, RunningConfigProbe
+from rollout.lab.simulation.timing import SimulationTimings
 from rollout.lab.sshfaults import injector_for_lab
 
 log = logging.getLogger("rollout.lab.controlplane")

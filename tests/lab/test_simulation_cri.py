@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 
 import pytest
@@ -16,6 +17,7 @@ from rollout.lab.controlplane import ControlPlane
 from rollout.lab.cri import ContainerRequest, PodOutcome
 from rollout.lab.cri.pods import CriCallFailed
 from rollout.lab.simulation import FixedRuntimeProbe
+from rollout.lab.simulation.probe import RuntimeState
 from tests.lab.labapi import wait_for
 from tests.lab.test_simulation import FAST, UUIDS, gpu_pod, gpus, lab_description
 
@@ -125,8 +127,10 @@ class FlakyRemovalProbe(CriProbe):
             self.removed.append(sandbox_id)
 
 
-def test_a_removal_containerd_refused_is_tried_again() -> None:
-    probe = FlakyRemovalProbe([PodOutcome("sandbox-1", exit_code=0, output="GPU 0: x\n")])
+@contextmanager
+def smoke_pod_deleted(probe: CriProbe) -> Iterator[None]:
+    """A smoke pod run through the CRI to its end, then deleted; the cluster runs on while
+    the caller watches its sandbox go."""
     with ControlPlane.start(lab_description(), probe, port=0, timings=FAST) as plane:
         core = client.CoreV1Api(client.ApiClient(client.Configuration(host=plane.url)))
         wait_for(lambda: gpus(core, "lab-node-1") == ("2", "2"))
@@ -135,5 +139,48 @@ def test_a_removal_containerd_refused_is_tried_again() -> None:
         core.create_namespaced_pod("default", pod)
         wait_for(lambda: core.read_namespaced_pod("smoke", "default").status.phase == "Succeeded")
         core.delete_namespaced_pod("smoke", "default", grace_period_seconds=0)
+        yield
+
+
+def test_a_removal_containerd_refused_is_tried_again() -> None:
+    probe = FlakyRemovalProbe([PodOutcome("sandbox-1", exit_code=0, output="GPU 0: x\n")])
+    with smoke_pod_deleted(probe):
         wait_for(lambda: probe.removed == ["sandbox-1"])
         assert probe.tries == 2
+
+
+class SlowRemovalProbe(FlakyRemovalProbe):
+    """... whose next removal takes several of the kubelet's passes (containerd is slow to
+    come back)."""
+
+    PASSES = 5
+
+    def __init__(self, outcomes: list[PodOutcome]) -> None:
+        super().__init__(outcomes)
+        self.passes: dict[str, int] = {}  # node -> its kubelet's passes (one state read each)
+        self.slow_passes = 0
+
+    def state(self, node: str) -> RuntimeState:
+        with self._cri:
+            self.passes[node] = self.passes.get(node, 0) + 1
+        return super().state(node)
+
+    def remove_pod_sandbox(self, node: str, sandbox_id: str) -> None:
+        if getattr(self, "tries", 0) == 1:  # the try after the refused one: slow
+            start = self.passes[node]
+            wait_for(lambda: self.passes[node] >= start + self.PASSES)
+            self.slow_passes = self.passes[node] - start
+        super().remove_pod_sandbox(node, sandbox_id)
+
+
+def test_a_removal_in_flight_is_not_sent_again() -> None:
+    """One removal per sandbox outstanding: the passes while a try is still running queue
+    no second one behind it."""
+    probe = SlowRemovalProbe([PodOutcome("sandbox-1", exit_code=0, output="GPU 0: x\n")])
+    with smoke_pod_deleted(probe):
+        wait_for(lambda: probe.removed)
+        assert probe.slow_passes >= SlowRemovalProbe.PASSES
+        # passes enough for any removal queued behind the slow one to have run
+        done = sum(probe.passes.values())
+        wait_for(lambda: sum(probe.passes.values()) >= done + 2 * SlowRemovalProbe.PASSES)
+        assert (probe.tries, probe.removed) == (2, ["sandbox-1"])

@@ -7,12 +7,10 @@ clients see the same eventual consistency they see on a real cluster.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 
 from rollout.lab.apiserver.registry import Registry
 from rollout.lab.apiserver.resources import CLUSTERPOLICIES
@@ -25,51 +23,18 @@ from rollout.lab.simulation.driverpods import DriverContainers
 from rollout.lab.simulation.events import EventRecorder
 from rollout.lab.simulation.gpuoperator import CLUSTER_POLICY_NAME
 from rollout.lab.simulation.jobpods import JobPods
-from rollout.lab.simulation.kubelet import Kubelet, KubeletTimings
+from rollout.lab.simulation.kubelet import Kubelet
 from rollout.lab.simulation.nodelifecycle import NodeLifecycleController
 from rollout.lab.simulation.nvidiadrivers import NVIDIADriverController
 from rollout.lab.simulation.probe import NodeRuntimeProbe
 from rollout.lab.simulation.scheduler import Scheduler
+from rollout.lab.simulation.timing import SimulationTimings
 from rollout.lab.simulation.upgrade import UpgradeController
 from rollout.lab.simulation.upgradestate import UpgradeTimings
 
 log = logging.getLogger("rollout.lab.simulation")
 
-
-@dataclass(frozen=True)
-class SimulationTimings:
-    """Every delay of the simulated cluster, in seconds; tests shrink them all."""
-
-    tick_s: float = 0.5
-    pod_start_s: float = 0.2
-    smoke_run_s: float = 1.0
-    device_plugin_grace_s: float = 300.0
-    upgrade_dwell_s: float = 0.5
-    validation_timeout_s: float = 600.0
-    # The upgrade controller's periodic reconcile (the operator's: 120 s) and how often a
-    # failing driver container restarts.
-    upgrade_resync_s: float = 2.0
-    driver_restart_s: float = 0.2
-    # A deleted running pod stays Terminating this long (capped by its grace period).
-    pod_termination_s: float = 0.5
-    # Kubelet: container stop, crash back-off (first, cap), device-plugin registration.
-    container_stop_s: float = 0.0
-    crash_backoff_s: float = 1.0
-    crash_backoff_max_s: float = 5.0
-    plugin_registration_s: float = 0.0
-    # How long start() ticks for every node's toolkit and device plugin to come up.
-    settle_s: float = 25.0
-
-    @classmethod
-    def from_lab(cls, lab: LabDescription) -> SimulationTimings:
-        """Defaults, the lab's device-plugin grace, then its "simulation" overrides."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        overrides = {k: float(v) for k, v in lab.timings.items() if k in known}
-        timings = cls(device_plugin_grace_s=lab.device_plugin_grace_s)
-        return dataclasses.replace(timings, **overrides)
-
-    def with_overrides(self, overrides: Mapping[str, float]) -> SimulationTimings:
-        return dataclasses.replace(self, **dict(overrides))
+__all__ = ["Simulation", "SimulationTimings"]
 
 
 class Simulation:
@@ -90,15 +55,6 @@ class Simulation:
         self.lab = lab
         self.timings = timings or SimulationTimings.from_lab(lab)
         self._clock = clock
-        kubelet_timings = KubeletTimings(
-            pod_start_s=self.timings.pod_start_s,
-            smoke_run_s=self.timings.smoke_run_s,
-            device_plugin_grace_s=self.timings.device_plugin_grace_s,
-            container_stop_s=self.timings.container_stop_s,
-            crash_backoff_s=self.timings.crash_backoff_s,
-            crash_backoff_max_s=self.timings.crash_backoff_max_s,
-            plugin_registration_s=self.timings.plugin_registration_s,
-        )
         self._lifecycle = NodeLifecycleController(registry, clock)
         self._operator = ClusterPolicyController(registry)
         self._nvidia_drivers = NVIDIADriverController(registry)
@@ -107,7 +63,7 @@ class Simulation:
             registry, EventRecorder(registry, "default-scheduler", clock=clock), clock
         )
         self.kubelets = tuple(
-            Kubelet(registry, node, index, probe, kubelet_timings, clock)
+            Kubelet(registry, node, index, probe, self.timings, clock)
             for index, node in enumerate(lab.nodes)
         )
         self._drivers = DriverContainers(

@@ -8,8 +8,8 @@ What it models, from FACTS.md:
   a lost `nvidia` handler shows only when the device plugin's pod next starts: a pod the
   operator rolls, a crash's restart, the node's reboot.
 - A smoke pod (its container runs nvidia-smi) that names a runtime class runs for real
-  through the node's containerd CRI (rollout.lab.cri): sandbox with the class's handler,
-  image pulled through the node's registry config, container started by runc; its log is
+  through the node's containerd CRI (cripods.py): sandbox with the class's handler, image
+  pulled through the node's registry config, container started by runc; its log is
   containerd's log file and containerd's errors are its waiting reasons and events.
 - The toolkit pod's container is the node's toolkit unit (toolkitunit.py): its start writes
   99-nvidia.toml and restarts containerd, its end deletes the drop-in. Operand pods of the
@@ -36,9 +36,9 @@ from rollout.errors import RolloutError
 from rollout.lab.apiserver.errors import ApiError
 from rollout.lab.apiserver.metadata import format_timestamp
 from rollout.lab.apiserver.registry import DeleteOptions, Registry
-from rollout.lab.apiserver.resources import CONFIGMAPS, NODES, PODS, RUNTIMECLASSES
-from rollout.lab.cri import ContainerRequest, PodOutcome
+from rollout.lab.apiserver.resources import CONFIGMAPS, NODES, PODS
 from rollout.lab.description import GpuDescription, NodeDescription
+from rollout.lab.simulation.cripods import CriPods
 from rollout.lab.simulation.events import EventRecorder
 from rollout.lab.simulation.gpuoperator import (
     DEVICE_PLUGIN,
@@ -62,6 +62,7 @@ from rollout.lab.simulation.pods import (
     is_ready,
     is_terminal,
     runs_nvidia_smi,
+    write_pod,
 )
 from rollout.lab.simulation.podstatus import (
     set_crash_loop,
@@ -81,6 +82,7 @@ from rollout.lab.simulation.profiles import (
     config_name,
     select_profile,
 )
+from rollout.lab.simulation.timing import SimulationTimings
 from rollout.lab.simulation.toolkitunit import ToolkitUnit
 
 log = logging.getLogger("rollout.lab.simulation")
@@ -94,25 +96,7 @@ GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
 DRIVER_LABELS = ("major", "minor", "rev")
 # Operands that wait for the toolkit (the GPU Operator gives them its validation init step).
 AFTER_TOOLKIT = (DEVICE_PLUGIN.name, VALIDATOR.name)
-# How many times a sandbox removal is tried before it is left to the node's next boot.
-REMOVE_TRIES = 20
 WAITING_RESTART = ("CrashLoopBackOff", "CreateContainerError", "ContainerCreating")
-
-
-@dataclass(frozen=True)
-class KubeletTimings:
-    """How fast the simulated node acts; all shortened in tests."""
-
-    pod_start_s: float = 0.2
-    smoke_run_s: float = 1.0
-    device_plugin_grace_s: float = 300.0
-    # A deleted pod's containers take this long to stop (within the pod's grace period).
-    container_stop_s: float = 0.0
-    # CrashLoopBackOff: the first back-off, doubled at each restart up to the cap.
-    crash_backoff_s: float = 1.0
-    crash_backoff_max_s: float = 5.0
-    # From the device plugin's container running to nvidia.com/gpu registered.
-    plugin_registration_s: float = 0.0
 
 
 @dataclass
@@ -155,7 +139,7 @@ class Kubelet:
     node: NodeDescription
     node_index: int
     probe: NodeRuntimeProbe
-    timings: KubeletTimings
+    timings: SimulationTimings
     clock: Callable[[], float] = time.time
     _devices: _DeviceManager = field(default_factory=_DeviceManager, init=False)
     _first_seen: dict[str, float] = field(default_factory=dict, init=False)
@@ -173,16 +157,9 @@ class Kubelet:
     _commands: dict[str, Future[NodeCommandOutcome | None]] = field(
         default_factory=dict, init=False
     )
-    # uid -> a pod's run through the node's CRI; its tries so far; its sandboxes on the node
-    _cri_runs: dict[str, Future[PodOutcome]] = field(default_factory=dict, init=False)
-    _cri_attempts: dict[str, int] = field(default_factory=dict, init=False)
-    _sandboxes: dict[str, list[str]] = field(default_factory=dict, init=False)
-    # sandbox id -> tries left: removals that failed (containerd restarting), tried again
-    # at later passes, as the kubelet's garbage collection does
-    _unremoved: dict[str, int] = field(default_factory=dict, init=False)
-    # uid -> the sandbox a failed pull left, and its attempt: the next try pulls in it
-    _pulling_in: dict[str, tuple[str, int]] = field(default_factory=dict, init=False)
     _pool: ThreadPoolExecutor = field(init=False)
+    # smoke pods that name a runtime class: run through the node's CRI (cripods.py)
+    _cri: CriPods = field(init=False)
 
     def __post_init__(self) -> None:
         self._recorder = EventRecorder(self.registry, "kubelet", self.node.name, self.clock)
@@ -190,6 +167,15 @@ class Kubelet:
         self.toolkit = ToolkitUnit(self.probe, self.node.name)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"pod-{self.name}")
         self._runtime = self.probe.state(self.node.name)
+        self._cri = CriPods(
+            self.registry,
+            self.probe,
+            self.node.name,
+            self.node.address,
+            self.timings,
+            self._recorder,
+            self._pool,
+        )
 
     @property
     def name(self) -> str:
@@ -207,8 +193,7 @@ class Kubelet:
             self._sync_node(now)
             return
         if runtime.containerd_active:
-            for sandbox in list(self._unremoved):
-                self._pool.submit(self._remove_sandbox, sandbox)
+            self._cri.retry_removals()
         pods = self._pods()
         if self._boot is not None and runtime.boot != self._boot:
             self._rebooted(pods, now)
@@ -281,7 +266,7 @@ class Kubelet:
             if waiting_reason(pod) is None:
                 self._write_pod(pod, lambda p: set_waiting(p, "PodInitializing", "", now))
             return False
-        if self._through_cri(pod) or self._handler_ok(pod):
+        if self._cri.runs(pod) or self._handler_ok(pod):
             return True  # the CRI answers for the handler itself
         runtime_class = pod["spec"]["runtimeClassName"]
         error = f'failed to get sandbox runtime: no runtime for "{runtime_class}" is configured'
@@ -317,8 +302,9 @@ class Kubelet:
             self._write_pod(pod, lambda p: set_failed(p, "UnexpectedAdmissionError", message))
             self._recorder.record(pod, "Warning", "UnexpectedAdmissionError", message)
             return
-        if self._through_cri(pod):
-            self._run_through_cri(pod, now)
+        if self._cri.runs(pod):
+            if self._cri.run(pod, now, self._visible_gpus(uid)):
+                self._release(uid)
             return
         ip = f"10.244.{self.node_index}.{self._ip_counter % 250 + 2}"
         self._ip_counter += 1
@@ -329,153 +315,6 @@ class Kubelet:
             # the container's command, run on the node with the GPUs the pod was given
             visible = ",".join(g.uuid for g in self._visible_gpus(uid))
             self._commands[uid] = self._pool.submit(self._run_command, smoke[1], visible)
-
-    def _through_cri(self, pod: Mapping[str, Any]) -> bool:
-        """A smoke pod naming a runtime class runs through the node's own containerd."""
-        return (
-            bool(pod["spec"].get("runtimeClassName"))
-            and runs_nvidia_smi(pod) is not None
-            and self.probe.runs_pods(self.name)
-        )
-
-    def _run_through_cri(self, pod: dict[str, Any], now: float) -> None:
-        """Sandbox, image, container through the CRI (in the node's worker); a pod whose
-        container never started waits with containerd's error and is tried again after a
-        back-off, each try in a sandbox of its own; one that ran ends with its exit status."""
-        uid = pod["metadata"]["uid"]
-        due, _ = self._backoff.get(uid, (now, 0.0))
-        if now < due:
-            if waiting_reason(pod) == "ErrImagePull":
-                self._pull_backing_off(pod, now)
-            return
-        run = self._cri_runs.get(uid)
-        if run is None:
-            sandbox, attempt = self._pulling_in.get(uid, (None, -1))
-            if sandbox is None:
-                attempt = self._cri_attempts.get(uid, 0)
-                self._cri_attempts[uid] = attempt + 1
-            request = self._container_request(pod, attempt, sandbox)
-            self._cri_runs[uid] = self._pool.submit(self.probe.run_pod, self.name, request)
-            if waiting_reason(pod) is None:
-                self._write_pod(pod, lambda p: set_waiting(p, "ContainerCreating", "", now))
-            return
-        if not run.done():
-            return
-        del self._cri_runs[uid]
-        try:
-            outcome = run.result()
-        except RolloutError as error:  # the compiled CRI API is missing on this host
-            outcome = PodOutcome(None, reason="FailedCreatePodSandBox", message=str(error))
-        kept = self._pulling_in.pop(uid, None)
-        if outcome.sandbox_id is not None and outcome.sandbox_id not in self._sandboxes.get(
-            uid, []
-        ):
-            self._sandboxes.setdefault(uid, []).append(outcome.sandbox_id)
-        if not outcome.started:
-            if outcome.reason == "ErrImagePull" and outcome.sandbox_id is not None:
-                attempt = kept[1] if kept else self._cri_attempts[uid] - 1
-                self._pulling_in[uid] = (outcome.sandbox_id, attempt)
-            self._cri_failed(pod, outcome, now)
-            return
-        self._backoff.pop(uid, None)
-        ip = self.node.address  # the sandbox shares the node's network
-        meta = pod["metadata"]
-        container = str(pod["spec"]["containers"][0]["name"])
-        self.registry.write_log(meta["namespace"], meta["name"], container, outcome.output)
-        self._write_pod(pod, lambda p: set_running(p, self.node.address, ip, now))
-        self._write_pod(pod, lambda p: set_terminated(p, now, outcome.exit_code))
-        self._release(uid)
-
-    def _pull_backing_off(self, pod: dict[str, Any], now: float) -> None:
-        """After a failed pull, until the next try: ImagePullBackOff, whose message carries
-        the failed pull's (kubelet 1.32 and later: "Back-off pulling image X: ErrImagePull:
-        ..."), with the kubelet's BackOff event."""
-        image = pod["spec"]["containers"][0].get("image", "")
-        statuses = pod["status"].get("containerStatuses") or [{}]
-        failed = ((statuses[0].get("state") or {}).get("waiting") or {}).get("message", "")
-        backing_off = f'Back-off pulling image "{image}"'
-        message = f"{backing_off}: ErrImagePull: {failed}" if failed else backing_off
-        self._write_pod(pod, lambda p: set_waiting(p, "ImagePullBackOff", message, now))
-        self._recorder.record(pod, "Normal", "BackOff", backing_off)
-        self._recorder.record(pod, "Warning", "Failed", "Error: ImagePullBackOff")
-
-    def _container_request(
-        self, pod: Mapping[str, Any], attempt: int, sandbox: str | None
-    ) -> ContainerRequest:
-        meta, spec = pod["metadata"], pod["spec"]
-        container = spec["containers"][0]
-        command = [*(container.get("command") or []), *(container.get("args") or [])]
-        env = {str(e["name"]): str(e.get("value", "")) for e in container.get("env") or []}
-        if gpu_request(pod):
-            # What the device plugin's Allocate answers: the GPUs given to the container.
-            visible = ",".join(g.uuid for g in self._visible_gpus(meta["uid"]))
-            env["NVIDIA_VISIBLE_DEVICES"] = visible
-        return ContainerRequest(
-            namespace=str(meta["namespace"]),
-            pod=str(meta["name"]),
-            uid=str(meta["uid"]),
-            container=str(container["name"]),
-            image=str(container.get("image", "")),
-            command=[str(word) for word in command],
-            handler=self._handler_of(str(spec["runtimeClassName"])),
-            env=env,
-            attempt=attempt,
-            sandbox_id=sandbox,
-        )
-
-    def _handler_of(self, runtime_class: str) -> str:
-        """The runtime handler the pod's RuntimeClass names (admission checked it exists)."""
-        found = self.registry.find(RUNTIMECLASSES, None, runtime_class) or {}
-        return str(found.get("handler") or runtime_class)
-
-    def _cri_failed(self, pod: dict[str, Any], outcome: PodOutcome, now: float) -> None:
-        """As the kubelet reports a container that could not start: its waiting reason and
-        message, an event, a back-off before the next try."""
-        uid = pod["metadata"]["uid"]
-        _, previous = self._backoff.get(uid, (now, 0.0))
-        delay = min(
-            max(previous * 2, self.timings.crash_backoff_s), self.timings.crash_backoff_max_s
-        )
-        self._backoff[uid] = (now + delay, delay)
-        image = pod["spec"]["containers"][0].get("image", "")
-        if outcome.reason == "FailedCreatePodSandBox":
-            reason, message, event = "ContainerCreating", "", "FailedCreatePodSandBox"
-            said = f"Failed to create pod sandbox: {outcome.message}"
-        elif outcome.reason == "ErrImagePull":
-            reason, message, event = outcome.reason, outcome.message, "Failed"
-            said = f'Failed to pull image "{image}": {outcome.message}'
-        else:
-            reason, message, event = outcome.reason, outcome.message, "Failed"
-            said = f"Error: {outcome.message}"
-        self._write_pod(pod, lambda p: set_waiting(p, reason, message, now))
-        self._recorder.record(pod, "Warning", event, said)
-        # the sandbox a failed pull left stays for the next try's pull; others go
-        kept = self._pulling_in.get(uid, (None, 0))[0]
-        for sandbox in self._sandboxes.pop(uid, []):
-            if sandbox == kept:
-                self._sandboxes[uid] = [sandbox]
-            else:
-                self._pool.submit(self._remove_sandbox, sandbox)
-
-    @staticmethod
-    def _sandbox_of(run: Future[PodOutcome]) -> str | None:
-        try:
-            return run.result().sandbox_id
-        except RolloutError:
-            return None
-
-    def _remove_sandbox(self, sandbox_id: str) -> None:
-        try:
-            self.probe.remove_pod_sandbox(self.name, sandbox_id)
-        except RolloutError as error:  # containerd restarting, or the node gone
-            left = self._unremoved.get(sandbox_id, REMOVE_TRIES) - 1
-            log.info("kubelet %s: sandbox %s not removed: %s", self.name, sandbox_id[:12], error)
-            if left > 0:
-                self._unremoved[sandbox_id] = left
-            else:
-                self._unremoved.pop(sandbox_id, None)
-            return
-        self._unremoved.pop(sandbox_id, None)
 
     def _restart_pod(self, pod: dict[str, Any], now: float) -> None:
         """After a reboot: a new sandbox, then the containers, one restart more."""
@@ -524,8 +363,7 @@ class Kubelet:
                 return  # the unit still runs, or its stop does
         elif now - since < self.timings.container_stop_s:
             return
-        for sandbox in self._sandboxes.pop(uid, []):
-            self._pool.submit(self._remove_sandbox, sandbox)
+        self._cri.remove_sandboxes(uid)
         if not holder_stopped(self.node.root, pod):
             return  # its operand stand-in process still runs on the node
         meta = pod["metadata"]
@@ -563,9 +401,7 @@ class Kubelet:
     def _crash(self, pod: dict[str, Any], line: str, now: float) -> None:
         uid = pod["metadata"]["uid"]
         _, previous = self._backoff.get(uid, (now, 0.0))
-        delay = min(
-            max(previous * 2, self.timings.crash_backoff_s), self.timings.crash_backoff_max_s
-        )
+        delay = self.timings.crash_backoff_after(previous)
         self._backoff[uid] = (now + delay, delay)
         self._write_pod(pod, lambda p: set_crash_loop(p, now, delay))
         self._write_plugin_log(pod, line)
@@ -603,7 +439,7 @@ class Kubelet:
         )
 
     def _write_pod(self, pod: Mapping[str, Any], change: Callable[[dict[str, Any]], None]) -> None:
-        self.registry.mutate(PODS, pod["metadata"]["namespace"], pod["metadata"]["name"], change)
+        write_pod(self.registry, pod, change)
 
     # ---------------------------------------------------------------- devices
 
@@ -649,17 +485,7 @@ class Kubelet:
             if uid not in active:
                 self._release(uid)
         present = {p["metadata"]["uid"] for p in pods}
-        for uid in [u for u in self._cri_runs if u not in present and self._cri_runs[u].done()]:
-            # the pod went while its run was in flight: what the run made goes too
-            sandbox = self._sandbox_of(self._cri_runs.pop(uid))
-            self._sandboxes.setdefault(uid, []).extend([sandbox] if sandbox else [])
-        for uid in [u for u in self._sandboxes if u not in present]:
-            # the pod is gone (deleted with no grace): its sandbox goes too
-            for sandbox in self._sandboxes.pop(uid):
-                self._pool.submit(self._remove_sandbox, sandbox)
-        for uid in [u for u in self._cri_attempts if u not in present]:
-            del self._cri_attempts[uid]
-            self._pulling_in.pop(uid, None)
+        self._cri.forget_gone(present)
         for memory in (self._first_seen, self._running_since, self._backoff):
             for uid in list(memory):
                 if uid not in active:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from fractions import Fraction
 from typing import Any
 
+from rollout.lab.apiserver.registry import Registry
+from rollout.lab.apiserver.resources import PODS
 from rollout.lab.quantity import parse_quantity
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -60,3 +62,10 @@ def runs_nvidia_smi(pod: Mapping[str, Any]) -> tuple[str, list[str]] | None:
 
 def pod_key(pod: Mapping[str, Any]) -> tuple[str, str]:
     return str(pod["metadata"].get("namespace") or ""), str(pod["metadata"]["name"])
+
+
+def write_pod(
+    registry: Registry, pod: Mapping[str, Any], change: Callable[[dict[str, Any]], None]
+) -> None:
+    """Apply `change` to the stored pod (the one `pod` was read from)."""
+    registry.mutate(PODS, pod["metadata"]["namespace"], pod["metadata"]["name"], change)

@@ -16,12 +16,14 @@ node is NotReady while its real containerd is down (Debian's RestartSec=5 after 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from rollout.errors import BadInput
-from rollout.lab.description import LAB_FILE
+from rollout.lab.description import LAB_FILE, LabDescription
 
 REALISTIC: Mapping[str, float] = {
     "tick_s": 0.5,
@@ -34,6 +36,47 @@ REALISTIC: Mapping[str, float] = {
     "plugin_registration_s": 5.0,
 }
 PROFILES: Mapping[str, Mapping[str, float]] = {"fast": {}, "realistic": REALISTIC}
+
+
+@dataclass(frozen=True)
+class SimulationTimings:
+    """Every delay of the simulated cluster, in seconds; tests shrink them all."""
+
+    tick_s: float = 0.5
+    pod_start_s: float = 0.2
+    smoke_run_s: float = 1.0
+    device_plugin_grace_s: float = 300.0
+    upgrade_dwell_s: float = 0.5
+    validation_timeout_s: float = 600.0
+    # The upgrade controller's periodic reconcile (the operator's: 120 s) and how often a
+    # failing driver container restarts.
+    upgrade_resync_s: float = 2.0
+    driver_restart_s: float = 0.2
+    # A deleted running pod stays Terminating this long (capped by its grace period).
+    pod_termination_s: float = 0.5
+    # Kubelet: container stop, crash back-off (first, cap), device-plugin registration.
+    container_stop_s: float = 0.0
+    crash_backoff_s: float = 1.0
+    crash_backoff_max_s: float = 5.0
+    plugin_registration_s: float = 0.0
+    # How long start() ticks for every node's toolkit and device plugin to come up.
+    settle_s: float = 25.0
+
+    @classmethod
+    def from_lab(cls, lab: LabDescription) -> SimulationTimings:
+        """Defaults, the lab's device-plugin grace, then its "simulation" overrides."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        overrides = {k: float(v) for k, v in lab.timings.items() if k in known}
+        timings = cls(device_plugin_grace_s=lab.device_plugin_grace_s)
+        return dataclasses.replace(timings, **overrides)
+
+    def with_overrides(self, overrides: Mapping[str, float]) -> SimulationTimings:
+        return dataclasses.replace(self, **dict(overrides))
+
+    def crash_backoff_after(self, previous_s: float) -> float:
+        """The kubelet's back-off after one of `previous_s`: the first, then doubled at each
+        restart up to the cap."""
+        return min(max(previous_s * 2, self.crash_backoff_s), self.crash_backoff_max_s)
 
 
 def set_timing_profile(lab_dir: Path, name: str) -> None:
