@@ -16,8 +16,8 @@ import shlex
 from collections.abc import Sequence
 from typing import Any
 
-from rollout.commands import DEFAULT_TIMEOUT_S, CommandResult, CommandRunner, check
-from rollout.facts.fact import Fact, ProbeFailed
+from rollout.commands import DEFAULT_TIMEOUT_S, CommandResult, CommandRunner
+from rollout.facts.fact import Fact, ProbeFailed, fact_output
 
 
 def batch_script(facts: Sequence[Fact[Any]], boundary: str) -> str:
@@ -68,10 +68,7 @@ def read_facts(
     boundary = "rollout-fact-" + secrets.token_hex(12)
     argv = ["sh", "-c", batch_script(facts, boundary), "rollout-probe"]
     result = runner.run(argv, timeout_s=timeout_s)
-    values = []
-    for fact, own in zip(facts, split_batch(facts, boundary, result), strict=True):
-        if not own.ok and fact.optional:
-            values.append(fact.parse("", runner.host))
-        else:
-            values.append(fact.parse(check(own, fact.what).stdout, runner.host))
-    return values
+    return [
+        fact.parse(fact_output(fact, own), runner.host)
+        for fact, own in zip(facts, split_batch(facts, boundary, result), strict=True)
+    ]

@@ -13,7 +13,7 @@ from typing import Any
 from rollout.containerd import ConfigFiles, ContainerdVersion, dump_command, parse_dump
 from rollout.containerd.staging import normalise_dump
 from rollout.errors import RolloutError
-from rollout.facts.fact import ProbeFailed
+from rollout.facts.fact import CommandFact, ProbeFailed
 
 CONTAINERD_BIN = "containerd"
 CONTAINERD_DIR = "/etc/containerd"
@@ -31,25 +31,20 @@ class ContainerdChanged(RolloutError):
 
 
 @dataclass(frozen=True)
-class ContainerdVersionFact:
+class ContainerdVersionFact(CommandFact[ContainerdVersion]):
     """`containerd --version` -> ContainerdVersion."""
 
     binary: str = CONTAINERD_BIN
-    optional: bool = False
-
-    @property
-    def what(self) -> str:
-        return "read the containerd version"
+    sentence = "read the containerd version"
+    parser = staticmethod(ContainerdVersion.from_output)
+    optional = False
 
     def command(self) -> list[str]:
         return [self.binary, "--version"]
 
-    def parse(self, text: str, host: str) -> ContainerdVersion:
-        return ContainerdVersion.from_output(text)
-
 
 @dataclass(frozen=True)
-class ConfigFilesFact:
+class ConfigFilesFact(CommandFact[ConfigFiles]):
     """Every file under /etc/containerd (find + cat, one round trip) -> ConfigFiles.
 
     The main config must be among them: a node without it is not configured as planned.
@@ -57,11 +52,8 @@ class ConfigFilesFact:
 
     main_path: str = DEFAULT_CONTAINERD_CONFIG
     directory: str = CONTAINERD_DIR
-    optional: bool = False
-
-    @property
-    def what(self) -> str:
-        return f"read {self.directory}"
+    sentence = "read {directory}"
+    optional = False
 
     def command(self) -> list[str]:
         return [
@@ -90,7 +82,7 @@ class ConfigFilesFact:
 
 
 @dataclass(frozen=True)
-class ConfigDumpFact:
+class ConfigDumpFact(CommandFact[dict[str, Any]]):
     """containerd's real `config dump` of the node's files, run from `/` as systemd runs it.
 
     Parsed without `imports` (1.x prints the resolved paths in map order, which changes from
@@ -99,11 +91,8 @@ class ConfigDumpFact:
 
     main_path: str = DEFAULT_CONTAINERD_CONFIG
     binary: str = CONTAINERD_BIN
-    optional: bool = False
-
-    @property
-    def what(self) -> str:
-        return f"containerd config dump of {self.main_path}"
+    sentence = "containerd config dump of {main_path}"
+    optional = False
 
     def command(self) -> list[str]:
         return dump_command(self.binary, self.main_path)
@@ -146,28 +135,6 @@ def _planned_version(text: str) -> ContainerdVersion:
         ) from exc
 
 
-@dataclass(frozen=True)
-class ConfigMtimesFact:
-    """When each file under /etc/containerd last changed (seconds since the epoch, UTC).
-
-    Compared with containerd's ActiveEnterTimestamp: a file changed after containerd started
-    is not loaded yet, and the next restart will load it.
-    """
-
-    directory: str = CONTAINERD_DIR
-    optional: bool = True
-
-    @property
-    def what(self) -> str:
-        return f"read the modification times under {self.directory}"
-
-    def command(self) -> list[str]:
-        return ["find", self.directory, "-type", "f", "-printf", "%T@ %p\\n"]
-
-    def parse(self, text: str, host: str) -> dict[str, float]:
-        return parse_mtimes(text)
-
-
 def parse_mtimes(text: str) -> dict[str, float]:
     """`find -printf '%T@ %p\\n'` output -> {path: mtime}; unreadable lines are skipped."""
     times: dict[str, float] = {}
@@ -178,3 +145,19 @@ def parse_mtimes(text: str) -> dict[str, float]:
         except ValueError:
             continue
     return dict(sorted(times.items()))
+
+
+@dataclass(frozen=True)
+class ConfigMtimesFact(CommandFact[dict[str, float]]):
+    """When each file under /etc/containerd last changed (seconds since the epoch, UTC).
+
+    Compared with containerd's ActiveEnterTimestamp: a file changed after containerd started
+    is not loaded yet, and the next restart will load it.
+    """
+
+    directory: str = CONTAINERD_DIR
+    sentence = "read the modification times under {directory}"
+    parser = staticmethod(parse_mtimes)
+
+    def command(self) -> list[str]:
+        return ["find", self.directory, "-type", "f", "-printf", "%T@ %p\\n"]

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from rollout.facts.fact import ShellFact
+
 _EXIT = re.compile(r"^rollout-exit=(\d+)$")
 _UUID = re.compile(r"\b(GPU-[0-9a-fA-F-]+)")
 MISMATCH = "Driver/library version mismatch"
@@ -38,32 +40,28 @@ class DriverStatus:
         return self.exit_code == 127
 
 
-@dataclass(frozen=True)
-class DriverStatusFact:
-    """`nvidia-smi -L` with its exit code -> DriverStatus."""
-
-    optional: bool = True
-
-    @property
-    def what(self) -> str:
-        return "run nvidia-smi -L"
-
-    def command(self) -> list[str]:
-        return ["sh", "-c", 'nvidia-smi -L 2>&1; echo "rollout-exit=$?"']
-
-    def parse(self, text: str, host: str) -> DriverStatus:
-        return parse_driver_status(text)
+def split_exit_code(text: str) -> tuple[list[str], int]:
+    """A script's output that ends `echo "rollout-exit=$?"` -> its non-blank lines before that,
+    and the exit code (127 where the line is missing: the command did not run)."""
+    lines = [line.rstrip() for line in text.splitlines() if line.strip()]
+    if lines and (match := _EXIT.match(lines[-1].strip())):
+        return lines[:-1], int(match[1])
+    return lines, 127
 
 
 def parse_driver_status(text: str) -> DriverStatus:
     """The fact's output (nvidia-smi's lines, then `rollout-exit=N`) -> DriverStatus."""
-    lines = [line.rstrip() for line in text.splitlines() if line.strip()]
-    exit_code = 127
-    if lines and (match := _EXIT.match(lines[-1].strip())):
-        exit_code = int(match[1])
-        lines.pop()
+    lines, exit_code = split_exit_code(text)
     uuids = tuple(m[1] for line in lines if (m := _UUID.search(line)) and "MIG-" not in line)
     return DriverStatus(exit_code, uuids, tuple(lines[-MAX_OUTPUT_LINES:]))
+
+
+class DriverStatusFact(ShellFact[DriverStatus]):
+    """`nvidia-smi -L` with its exit code -> DriverStatus."""
+
+    sentence = "run nvidia-smi -L"
+    script = 'nvidia-smi -L 2>&1; echo "rollout-exit=$?"'
+    parser = staticmethod(parse_driver_status)
 
 
 _LOADED = re.compile(r"Kernel Module\s+(?:for \S+\s+)?(?P<version>\d+(?:\.\d+)+)")
@@ -91,28 +89,6 @@ class DriverKernel:
         )
 
 
-@dataclass(frozen=True)
-class DriverKernelFact:
-    """`uname -r`, /proc/driver/nvidia/version and `modinfo -F version nvidia` -> DriverKernel."""
-
-    optional: bool = True
-
-    @property
-    def what(self) -> str:
-        return "read the kernel and nvidia module versions"
-
-    def command(self) -> list[str]:
-        return [
-            "sh",
-            "-c",
-            "uname -r; echo ---; cat /proc/driver/nvidia/version 2>/dev/null; echo ---; "
-            "modinfo -F version nvidia 2>/dev/null; true",
-        ]
-
-    def parse(self, text: str, host: str) -> DriverKernel | None:
-        return parse_driver_kernel(text)
-
-
 def parse_driver_kernel(text: str) -> DriverKernel | None:
     """The fact's three sections -> DriverKernel; None when the output is not that."""
     parts: list[list[str]] = [[]]
@@ -130,3 +106,14 @@ def parse_driver_kernel(text: str) -> DriverKernel | None:
         loaded=loaded["version"] if loaded else None,
         installed=installed or None,
     )
+
+
+class DriverKernelFact(ShellFact[DriverKernel | None]):
+    """`uname -r`, /proc/driver/nvidia/version and `modinfo -F version nvidia` -> DriverKernel."""
+
+    sentence = "read the kernel and nvidia module versions"
+    script = (
+        "uname -r; echo ---; cat /proc/driver/nvidia/version 2>/dev/null; echo ---; "
+        "modinfo -F version nvidia 2>/dev/null; true"
+    )
+    parser = staticmethod(parse_driver_kernel)

@@ -21,9 +21,15 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
-from rollout.commands import CommandRunner, check
-from rollout.facts.driver import MISMATCH, DriverKernelFact
+from rollout.commands import CommandRunner
+from rollout.facts.driver import (
+    MAX_OUTPUT_LINES,
+    MISMATCH,
+    DriverKernelFact,
+    split_exit_code,
+)
 from rollout.facts.driver_modules import (
     GpuClientsFact,
     LoadedModule,
@@ -32,19 +38,11 @@ from rollout.facts.driver_modules import (
     parse_lsmod,
     parse_unit_states,
 )
-from rollout.facts.fact import Fact
+from rollout.facts.fact import CommandFact, ShellFact, read_output
 
-_EXIT = re.compile(r"^rollout-exit=(\d+)$")
 _VERSION = re.compile(r"^\d+(?:\.\d+)+$")
 NO_MOKUTIL = "rollout-no-mokutil"
-MAX_OUTPUT_LINES = 20
-
-
-def _split_exit(text: str) -> tuple[list[str], int]:
-    lines = [line.rstrip() for line in text.splitlines() if line.strip()]
-    if lines and (match := _EXIT.match(lines[-1].strip())):
-        return lines[:-1], int(match[1])
-    return lines, 127
+T = TypeVar("T")
 
 
 # ------------------------------------------------------------------ nvidia-smi's version
@@ -79,34 +77,22 @@ class DriverVersion:
         return f"nvidia-smi exited {self.exit_code}: {last}"
 
 
-@dataclass(frozen=True)
-class DriverVersionFact:
-    """`nvidia-smi --query-gpu=driver_version` and its exit code -> DriverVersion."""
-
-    optional: bool = True
-
-    @property
-    def what(self) -> str:
-        return "read the driver version with nvidia-smi"
-
-    def command(self) -> list[str]:
-        return [
-            "sh",
-            "-c",
-            "nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>&1; "
-            'echo "rollout-exit=$?"',
-        ]
-
-    def parse(self, text: str, host: str) -> DriverVersion:
-        return parse_driver_version(text)
-
-
 def parse_driver_version(text: str) -> DriverVersion:
     """The fact's output (one version line per GPU, then `rollout-exit=N`) -> DriverVersion."""
-    lines, code = _split_exit(text)
+    lines, code = split_exit_code(text)
     versions = {line.strip() for line in lines if _VERSION.match(line.strip())}
     version = versions.pop() if code == 0 and len(versions) == 1 else None
     return DriverVersion(code, version, tuple(lines[-MAX_OUTPUT_LINES:]))
+
+
+class DriverVersionFact(ShellFact[DriverVersion]):
+    """`nvidia-smi --query-gpu=driver_version` and its exit code -> DriverVersion."""
+
+    sentence = "read the driver version with nvidia-smi"
+    script = (
+        'nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>&1; echo "rollout-exit=$?"'
+    )
+    parser = staticmethod(parse_driver_version)
 
 
 # ------------------------------------------------------------------ packages
@@ -132,25 +118,6 @@ class InstalledPackage:
         return bool(self.version) and self.status[1:2] in {"i", "U", "F", "W", "t"}
 
 
-@dataclass(frozen=True)
-class InstalledPackagesFact:
-    """`dpkg-query -W` of the named packages -> name -> InstalledPackage (absent: unknown)."""
-
-    packages: tuple[str, ...]
-    optional: bool = True
-
-    @property
-    def what(self) -> str:
-        return "read the installed driver packages"
-
-    def command(self) -> list[str]:
-        query = "dpkg-query -W -f='${binary:Package}\\t${Version}\\t${db:Status-Abbrev}\\n'"
-        return ["sh", "-c", f'{query} "$@" 2>/dev/null; true', "sh", *self.packages]
-
-    def parse(self, text: str, host: str) -> dict[str, InstalledPackage]:
-        return parse_installed_packages(text)
-
-
 def parse_installed_packages(text: str) -> dict[str, InstalledPackage]:
     """`dpkg-query -W -f='${binary:Package}\\t${Version}\\t${db:Status-Abbrev}\\n'` lines."""
     found: dict[str, InstalledPackage] = {}
@@ -164,25 +131,37 @@ def parse_installed_packages(text: str) -> dict[str, InstalledPackage]:
 
 
 @dataclass(frozen=True)
-class HeldPackagesFact:
-    """`apt-mark showhold` -> the held package names."""
+class PackagesFact(ShellFact[T]):
+    """A fact about the named packages: its script reads their names as "$@"."""
 
-    optional: bool = True
-
-    @property
-    def what(self) -> str:
-        return "read the held packages"
+    packages: tuple[str, ...]
 
     def command(self) -> list[str]:
-        return ["apt-mark", "showhold"]
+        return [*super().command(), "sh", *self.packages]
 
-    def parse(self, text: str, host: str) -> tuple[str, ...]:
-        return parse_held_packages(text)
+
+class InstalledPackagesFact(PackagesFact[dict[str, InstalledPackage]]):
+    """`dpkg-query -W` of the named packages -> name -> InstalledPackage (absent: unknown)."""
+
+    sentence = "read the installed driver packages"
+    script = (
+        "dpkg-query -W -f='${binary:Package}\\t${Version}\\t${db:Status-Abbrev}\\n'"
+        ' "$@" 2>/dev/null; true'
+    )
+    parser = staticmethod(parse_installed_packages)
 
 
 def parse_held_packages(text: str) -> tuple[str, ...]:
     """One name per line (`:arch` dropped), sorted."""
     return tuple(sorted({w.split(":")[0] for w in text.split() if not w.startswith("W:")}))
+
+
+class HeldPackagesFact(CommandFact[tuple[str, ...]]):
+    """`apt-mark showhold` -> the held package names."""
+
+    sentence = "read the held packages"
+    argv = ("apt-mark", "showhold")
+    parser = staticmethod(parse_held_packages)
 
 
 @dataclass(frozen=True)
@@ -197,24 +176,6 @@ class AptVersion:
         """The Debian version without epoch and revision: 1:550.127.05-1~deb12u1 -> 550.127.05."""
         version = self.version.split(":", 1)[-1]
         return version.rsplit("-", 1)[0] if "-" in version else version
-
-
-@dataclass(frozen=True)
-class AptVersionsFact:
-    """`apt-cache madison` of the named packages -> name -> the versions offered."""
-
-    packages: tuple[str, ...]
-    optional: bool = True
-
-    @property
-    def what(self) -> str:
-        return "read the versions the apt sources offer"
-
-    def command(self) -> list[str]:
-        return ["sh", "-c", 'apt-cache madison "$@" 2>&1; true', "sh", *self.packages]
-
-    def parse(self, text: str, host: str) -> dict[str, tuple[AptVersion, ...]]:
-        return parse_madison(text)
 
 
 def parse_madison(text: str) -> dict[str, tuple[AptVersion, ...]]:
@@ -234,34 +195,20 @@ def parse_madison(text: str) -> dict[str, tuple[AptVersion, ...]]:
     return {name: tuple(versions) for name, versions in found.items()}
 
 
+class AptVersionsFact(PackagesFact[dict[str, tuple[AptVersion, ...]]]):
+    """`apt-cache madison` of the named packages -> name -> the versions offered."""
+
+    sentence = "read the versions the apt sources offer"
+    script = 'apt-cache madison "$@" 2>&1; true'
+    parser = staticmethod(parse_madison)
+
+
 def matching_version(offered: tuple[AptVersion, ...], driver: str) -> AptVersion | None:
     """The first offered version whose upstream part is the driver version."""
     return next((v for v in offered if v.upstream == driver), None)
 
 
 # ------------------------------------------------------------------ Secure Boot
-
-
-@dataclass(frozen=True)
-class SecureBootFact:
-    """`mokutil --sb-state` -> True / False; None where mokutil is missing or cannot say."""
-
-    optional: bool = True
-
-    @property
-    def what(self) -> str:
-        return "read the Secure Boot state"
-
-    def command(self) -> list[str]:
-        return [
-            "sh",
-            "-c",
-            f"command -v mokutil >/dev/null 2>&1 || {{ echo {NO_MOKUTIL}; exit 0; }}; "
-            "mokutil --sb-state 2>&1; true",
-        ]
-
-    def parse(self, text: str, host: str) -> bool | None:
-        return parse_secure_boot(text)
 
 
 def parse_secure_boot(text: str) -> bool | None:
@@ -271,6 +218,17 @@ def parse_secure_boot(text: str) -> bool | None:
         if len(words) == 2 and words[0] == "SecureBoot":
             return {"enabled": True, "disabled": False}.get(words[1])
     return None
+
+
+class SecureBootFact(ShellFact[bool | None]):
+    """`mokutil --sb-state` -> True / False; None where mokutil is missing or cannot say."""
+
+    sentence = "read the Secure Boot state"
+    script = (
+        f"command -v mokutil >/dev/null 2>&1 || {{ echo {NO_MOKUTIL}; exit 0; }}; "
+        "mokutil --sb-state 2>&1; true"
+    )
+    parser = staticmethod(parse_secure_boot)
 
 
 # ------------------------------------------------------------------ together
@@ -323,29 +281,21 @@ def signed_module_package(driver: str, kernel: str) -> str:
     return f"linux-modules-nvidia-{driver.split('.')[0]}-{kernel}"
 
 
-def read_raw(runner: CommandRunner, fact: Fact[object]) -> str:
-    """A fact's command output as its parser reads it (read_fact without the parse)."""
-    result = runner.run(fact.command())
-    if not result.ok and fact.optional:
-        return ""
-    return check(result, fact.what).stdout
-
-
 def read_driver_host(runner: CommandRunner, packages: tuple[str, ...], version: str) -> DriverHost:
     """Every host driver fact of one node, for a plan that installs `packages` at `version`.
 
     The signed module package of the running kernel is asked of apt alongside the packages.
     """
     raw = {
-        "nvidia_smi": read_raw(runner, DriverVersionFact()),
-        "kernel": read_raw(runner, DriverKernelFact()),
-        "packages": read_raw(runner, InstalledPackagesFact(packages)),
-        "held": read_raw(runner, HeldPackagesFact()),
-        "secure_boot": read_raw(runner, SecureBootFact()),
-        "clients": read_raw(runner, GpuClientsFact()),
-        "lsmod": read_raw(runner, LoadedModulesFact()),
+        "nvidia_smi": read_output(runner, DriverVersionFact()),
+        "kernel": read_output(runner, DriverKernelFact()),
+        "packages": read_output(runner, InstalledPackagesFact(packages)),
+        "held": read_output(runner, HeldPackagesFact()),
+        "secure_boot": read_output(runner, SecureBootFact()),
+        "clients": read_output(runner, GpuClientsFact()),
+        "lsmod": read_output(runner, LoadedModulesFact()),
     }
     kernel = raw["kernel"].strip().splitlines()[0] if raw["kernel"].strip() else ""
     asked = packages + ((signed_module_package(version, kernel),) if kernel else ())
-    raw["apt"] = read_raw(runner, AptVersionsFact(asked))
+    raw["apt"] = read_output(runner, AptVersionsFact(asked))
     return driver_host_from_raw(raw)

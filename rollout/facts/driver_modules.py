@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from rollout.facts.fact import ProbeFailed
+from rollout.facts.fact import CommandFact, ProbeFailed
 
 PERSISTENCED = "nvidia-persistenced.service"
 FABRICMANAGER = "nvidia-fabricmanager.service"
@@ -34,15 +34,11 @@ class UnitState:
 
 
 @dataclass(frozen=True)
-class GpuClientsFact:
+class GpuClientsFact(CommandFact[tuple[UnitState, ...]]):
     """`systemctl show` of nvidia-persistenced and nvidia-fabricmanager -> UnitStates."""
 
     units: tuple[str, ...] = GPU_CLIENT_UNITS
-    optional: bool = True
-
-    @property
-    def what(self) -> str:
-        return "read the state of nvidia-persistenced and nvidia-fabricmanager"
+    sentence = "read the state of nvidia-persistenced and nvidia-fabricmanager"
 
     def command(self) -> list[str]:
         return ["systemctl", "show", "-p", "Id,LoadState,ActiveState", "--", *self.units]
@@ -94,23 +90,6 @@ class LoadedModule:
         return max(0, self.used - len(self.users))
 
 
-@dataclass(frozen=True)
-class LoadedModulesFact:
-    """`lsmod` -> the nvidia modules loaded now."""
-
-    optional: bool = True
-
-    @property
-    def what(self) -> str:
-        return "list the loaded kernel modules"
-
-    def command(self) -> list[str]:
-        return ["lsmod"]
-
-    def parse(self, text: str, host: str) -> tuple[LoadedModule, ...]:
-        return parse_lsmod(text)
-
-
 def parse_lsmod(text: str) -> tuple[LoadedModule, ...]:
     """`Module Size Used by` lines -> the nvidia modules (name starts with `nvidia`)."""
     modules: list[LoadedModule] = []
@@ -121,6 +100,14 @@ def parse_lsmod(text: str) -> tuple[LoadedModule, ...]:
         users = tuple(u for u in (words[3].split(",") if len(words) > 3 else []) if u and u != "-")
         modules.append(LoadedModule(words[0], int(words[2]), users))
     return tuple(modules)
+
+
+class LoadedModulesFact(CommandFact[tuple[LoadedModule, ...]]):
+    """`lsmod` -> the nvidia modules loaded now."""
+
+    sentence = "list the loaded kernel modules"
+    argv = ("lsmod",)
+    parser = staticmethod(parse_lsmod)
 
 
 def unload_order(modules: tuple[LoadedModule, ...]) -> list[str]:
@@ -143,18 +130,12 @@ def unload_order(modules: tuple[LoadedModule, ...]) -> list[str]:
 # ------------------------------------------------------------------ boot id
 
 
-@dataclass(frozen=True)
-class BootIdFact:
+class BootIdFact(CommandFact[str]):
     """/proc/sys/kernel/random/boot_id: changes on every boot."""
 
-    optional: bool = False
-
-    @property
-    def what(self) -> str:
-        return "read the boot id"
-
-    def command(self) -> list[str]:
-        return ["cat", "/proc/sys/kernel/random/boot_id"]
+    sentence = "read the boot id"
+    argv = ("cat", "/proc/sys/kernel/random/boot_id")
+    optional = False
 
     def parse(self, text: str, host: str) -> str:
         boot_id = text.strip()

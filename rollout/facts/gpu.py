@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from rollout.facts.fact import CommandFact
+
 _GPU_LINE = re.compile(
     r"^\s*(?P<uuid>GPU-[0-9a-fA-F-]+)\s*,\s*(?P<name>[^,]+?)\s*,\s*(?P<driver>[^,\s]+)\s*$"
 )
@@ -20,26 +22,6 @@ class GpuFacts:
     driver_version: str = ""
 
 
-@dataclass(frozen=True)
-class GpuQueryFact:
-    """`nvidia-smi --query-gpu=uuid,name,driver_version` -> GpuFacts.
-
-    Optional: a node without nvidia-smi (or without a loaded driver) has no GPUs to report.
-    """
-
-    optional: bool = True
-
-    @property
-    def what(self) -> str:
-        return "query the GPUs"
-
-    def command(self) -> list[str]:
-        return ["nvidia-smi", "--query-gpu=uuid,name,driver_version", "--format=csv,noheader"]
-
-    def parse(self, text: str, host: str) -> GpuFacts:
-        return parse_gpu_query(text)
-
-
 def parse_gpu_query(text: str) -> GpuFacts:
     """`nvidia-smi --query-gpu=uuid,name,driver_version --format=csv,noheader` -> GpuFacts."""
     rows = [m for m in (_GPU_LINE.match(line) for line in text.splitlines()) if m]
@@ -49,3 +31,14 @@ def parse_gpu_query(text: str) -> GpuFacts:
         uuids=tuple(m["uuid"] for m in rows),
         driver_version=rows[0]["driver"] if rows else "",
     )
+
+
+class GpuQueryFact(CommandFact[GpuFacts]):
+    """`nvidia-smi --query-gpu=uuid,name,driver_version` -> GpuFacts.
+
+    Optional: a node without nvidia-smi (or without a loaded driver) has no GPUs to report.
+    """
+
+    sentence = "query the GPUs"
+    argv = ("nvidia-smi", "--query-gpu=uuid,name,driver_version", "--format=csv,noheader")
+    parser = staticmethod(parse_gpu_query)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from rollout.facts.fact import ShellFact
+
 # `NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus.`
 _XID = re.compile(r"NVRM: Xid \((?P<pci>[^)]*)\): (?P<xid>\d+)(?:,\s*(?P<rest>.*))?$")
 MAX_XID_LINES = 200
@@ -43,27 +45,6 @@ class XidEvent:
         return XID_MEANINGS.get(self.xid, "not in rollout's Xid table (see NVIDIA's Xid catalog)")
 
 
-@dataclass(frozen=True)
-class KernelXidFact:
-    """`journalctl -k` and `dmesg` -> the Xid lines; optional (no log reader: no Xids known)."""
-
-    optional: bool = True
-
-    @property
-    def what(self) -> str:
-        return "read the kernel log"
-
-    def command(self) -> list[str]:
-        return [
-            "sh",
-            "-c",
-            "journalctl -k --no-pager -q -o short-iso 2>/dev/null; dmesg 2>/dev/null; true",
-        ]
-
-    def parse(self, text: str, host: str) -> tuple[XidEvent, ...]:
-        return parse_xids(text)
-
-
 # k8s-device-plugin: `XidCriticalError: Xid=79 on Device=GPU-..., marking device as unhealthy.`
 _PLUGIN_XID = re.compile(r"XidCriticalError: Xid=(?P<xid>\d+) on Device=(?P<device>[^,;\s]+)")
 
@@ -94,3 +75,11 @@ def parse_xids(text: str) -> tuple[XidEvent, ...]:
         seen.add(line)
         events.append(XidEvent(int(match["xid"]), match["pci"], line))
     return tuple(events[-MAX_XID_LINES:])
+
+
+class KernelXidFact(ShellFact[tuple[XidEvent, ...]]):
+    """`journalctl -k` and `dmesg` -> the Xid lines; optional (no log reader: no Xids known)."""
+
+    sentence = "read the kernel log"
+    script = "journalctl -k --no-pager -q -o short-iso 2>/dev/null; dmesg 2>/dev/null; true"
+    parser = staticmethod(parse_xids)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from rollout.facts.fact import ProbeFailed
+from rollout.facts.fact import CommandFact, ProbeFailed
 
 SERVICE = "containerd"
 SHOW_PROPERTIES = (
@@ -55,15 +55,12 @@ class ServiceState:
 
 
 @dataclass(frozen=True)
-class ServiceFact:
+class ServiceFact(CommandFact[ServiceState]):
     """`systemctl show <unit>` of the properties that describe and prove a restart."""
 
     unit: str = SERVICE
-    optional: bool = False
-
-    @property
-    def what(self) -> str:
-        return f"read the state of {self.unit}.service"
+    sentence = "read the state of {unit}.service"
+    optional = False
 
     def command(self) -> list[str]:
         argv = ["systemctl", "show", self.unit, "--timestamp=us+utc"]
@@ -126,25 +123,19 @@ _JOURNAL_EVENTS = ("Sent signal SIGHUP", "Scheduled restart job", "Started ", "F
 MAX_JOURNAL_LINES = 50
 
 
-@dataclass(frozen=True)
-class ServiceJournalFact:
-    """`journalctl -u containerd` -> the lines telling its restarts and signals; optional."""
-
-    unit: str = SERVICE
-    optional: bool = True
-
-    @property
-    def what(self) -> str:
-        return f"read the journal of {self.unit}.service"
-
-    def command(self) -> list[str]:
-        return ["journalctl", "-u", self.unit, "--no-pager", "-q", "-o", "short-iso", "-n", "500"]
-
-    def parse(self, text: str, host: str) -> tuple[str, ...]:
-        return parse_service_journal(text)
-
-
 def parse_service_journal(text: str) -> tuple[str, ...]:
     """The journal's restart, signal and failure lines, the last MAX_JOURNAL_LINES."""
     lines = [line.strip() for line in text.splitlines() if any(e in line for e in _JOURNAL_EVENTS)]
     return tuple(lines[-MAX_JOURNAL_LINES:])
+
+
+@dataclass(frozen=True)
+class ServiceJournalFact(CommandFact[tuple[str, ...]]):
+    """`journalctl -u containerd` -> the lines telling its restarts and signals; optional."""
+
+    unit: str = SERVICE
+    sentence = "read the journal of {unit}.service"
+    parser = staticmethod(parse_service_journal)
+
+    def command(self) -> list[str]:
+        return ["journalctl", "-u", self.unit, "--no-pager", "-q", "-o", "short-iso", "-n", "500"]
