@@ -1,12 +1,15 @@
-"""Test doubles shared by the suites: one scripted CommandRunner, and the API server's merge
-patch of a node's labels or annotations for the fake Kubernetes clients."""
+"""Test doubles shared by the suites: one scripted CommandRunner, and the part of KubeClient
+the in-memory fakes of it share (nodes, pods and Events)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from rollout.commands import CommandResult, CommandRunner
+from rollout.lab.apiserver.selectors import FieldSelector, LabelSelector
+from rollout.transports.kube import EventType, Node, Pod
 from rollout.transports.runner import ArgvRunner
 
 Reply = str | CommandResult | Callable[[Sequence[str]], CommandResult]
@@ -70,3 +73,77 @@ def merge_patched(current: Mapping[str, str], patch: Mapping[str, str | None]) -
     removes its key, any other sets it."""
     merged = {**current, **patch}
     return {key: value for key, value in merged.items() if value is not None}
+
+
+class InMemoryKube:
+    """Just enough of KubeClient, in memory, for the steps' tests: nodes patched as the API
+    server patches them, pods listed as it filters them (the lab emulator's own selectors),
+    and the Events recorded. Each suite's fake adds what its steps read besides."""
+
+    def __init__(self, *nodes: Node) -> None:
+        self.nodes = {node.name: node for node in nodes}
+        self.pods: dict[Any, Pod] = {}  # keyed as the suite finds them
+        self.events: list[tuple[str, str, EventType]] = []
+
+    @property
+    def node(self) -> Node:
+        """The only node, where the fake has one."""
+        (only,) = self.nodes.values()
+        return only
+
+    @node.setter
+    def node(self, node: Node) -> None:
+        self.nodes[node.name] = node
+
+    def get_node(self, name: str) -> Node:
+        return self.nodes[name]
+
+    def set_unschedulable(self, name: str, unschedulable: bool) -> Node:
+        self.nodes[name] = replace(self.nodes[name], unschedulable=unschedulable)
+        return self.nodes[name]
+
+    def patch_node_labels(self, name: str, labels: Mapping[str, str | None]) -> Node:
+        patched = merge_patched(self.nodes[name].labels, labels)
+        self.nodes[name] = replace(self.nodes[name], labels=patched)
+        return self.nodes[name]
+
+    def patch_node_annotations(self, name: str, annotations: Mapping[str, str | None]) -> Node:
+        patched = merge_patched(self.nodes[name].annotations, annotations)
+        self.nodes[name] = replace(self.nodes[name], annotations=patched)
+        return self.nodes[name]
+
+    def create_event(
+        self,
+        namespace: str,
+        node: str,
+        reason: str,
+        message: str,
+        type: EventType = EventType.NORMAL,
+    ) -> str:
+        self.events.append((reason, message, type))
+        return f"{node}.{len(self.events)}"
+
+    def list_pods(
+        self,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> list[Pod]:
+        labels = LabelSelector.from_text(label_selector)
+        fields = FieldSelector.from_text(field_selector)
+        return [
+            pod
+            for pod in self.pods.values()
+            if namespace in (None, pod.namespace)
+            and labels.matches(pod.labels)
+            and fields.matches(selectable_fields(pod))
+        ]
+
+
+def selectable_fields(pod: Pod) -> dict[str, Any]:
+    """The fields of a pod a field selector names, as the API server's JSON has them."""
+    return {
+        "metadata": {"namespace": pod.namespace, "name": pod.name},
+        "spec": {"nodeName": pod.node_name},
+        "status": {"phase": pod.phase},
+    }

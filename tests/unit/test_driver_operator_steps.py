@@ -18,7 +18,7 @@ from rollout.steps.base import StepContext, StepFailed, StepResultKind
 from rollout.steps.driver_operator import DriverConfirmStep, DriverPinStep, DriverReleaseStep
 from rollout.steps.driver_operator_plan import PINNED_BY_ANNOTATION, REVISION_BEFORE_ANNOTATION
 from rollout.transports.kube import KubeClient, Node, OwnerRef, Pod
-from tests.fakes import ScriptedRunner, merge_patched
+from tests.fakes import InMemoryKube, ScriptedRunner
 from tests.node_facts import containerd_node
 
 OLD, NEW = "535.183.01", "550.90.07"
@@ -37,16 +37,18 @@ policy: {{max_unavailable: 1}}
 SPEC = parse_spec(SPEC_TEXT, "unit.yaml")
 
 
-class FakeCluster:
+class FakeCluster(InMemoryKube):
     """Nodes, driver pods and the ClusterPolicy; records every write in order."""
 
     def __init__(self, names: tuple[str, ...] = ("n1", "n2", "n3")) -> None:
         ready = {"Ready": "True"}
-        self.nodes = {
-            n: Node(name=n, uid=n, resource_version="1", labels=dict(SERVED), conditions=ready)
-            for n in names
-        }
-        self.pods = {n: self.driver_pod(n, "rev-old") for n in names}
+        super().__init__(
+            *(
+                Node(name=n, uid=n, resource_version="1", labels=dict(SERVED), conditions=ready)
+                for n in names
+            )
+        )
+        self.pods = {n: self.driver_pod(n, "rev-old") for n in names}  # node -> its driver pod
         self.policy: dict[str, Any] = {
             "metadata": {"name": "cluster-policy"},
             "spec": {"driver": {"version": OLD, "upgradePolicy": {"autoUpgrade": True}}},
@@ -82,31 +84,11 @@ class FakeCluster:
 
     def patch_node_labels(self, name: str, labels: Mapping[str, str | None]) -> Node:
         self.writes.append(f"label {name} {dict(labels)}")
-        patched = merge_patched(self.nodes[name].labels, labels)
-        self.nodes[name] = replace(self.nodes[name], labels=patched)
-        return self.nodes[name]
+        return super().patch_node_labels(name, labels)
 
     def set_unschedulable(self, name: str, unschedulable: bool) -> Node:
         self.writes.append(f"unschedulable {name} {unschedulable}")
-        self.nodes[name] = replace(self.nodes[name], unschedulable=unschedulable)
-        return self.nodes[name]
-
-    def patch_node_annotations(self, name: str, annotations: Mapping[str, str | None]) -> Node:
-        patched = merge_patched(self.nodes[name].annotations, annotations)
-        self.nodes[name] = replace(self.nodes[name], annotations=patched)
-        return self.nodes[name]
-
-    def create_event(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-    def list_pods(
-        self,
-        namespace: str | None = None,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-    ) -> list[Pod]:
-        node = (field_selector or "").removeprefix("spec.nodeName=")
-        return [self.pods[node]] if node in self.pods else []
+        return super().set_unschedulable(name, unschedulable)
 
     def read_pod_log(self, namespace: str, name: str, container: str | None = None) -> str:
         return "ERROR: the kernel module failed to build\n" * 3

@@ -26,7 +26,7 @@ from rollout.steps.base import StepContext, StepFailed
 from rollout.steps.driver_host import PAUSED
 from rollout.transports.errors import SshConnectError
 from rollout.transports.kube import KubeClient, Node, Pod
-from tests.fakes import ScriptedRunner, merge_patched
+from tests.fakes import InMemoryKube, ScriptedRunner
 from tests.node_facts import containerd_node
 
 NODE = "gpu-1"
@@ -158,39 +158,27 @@ class FakeHost(ScriptedRunner):
         raise AssertionError(f"unscripted command: {argv}")
 
 
-class FakeKube:
+class FakeKube(InMemoryKube):
     """Node labels and the operand pods that follow them, as the operator's DaemonSets do."""
 
     def __init__(self, labels: Mapping[str, str]) -> None:
-        self.node = Node(
-            name=NODE,
-            uid="n1",
-            resource_version="1",
-            labels=dict(labels),
-            conditions={"Ready": "True"},
+        super().__init__(
+            Node(
+                name=NODE,
+                uid="n1",
+                resource_version="1",
+                labels=dict(labels),
+                conditions={"Ready": "True"},
+            )
         )
         self.patches: list[dict[str, str | None]] = []
-
-    def get_node(self, name: str) -> Node:
-        return self.node
 
     def list_nodes(self, label_selector: str | None = None) -> list[Node]:
         return [] if label_selector else [self.node]
 
     def patch_node_labels(self, name: str, labels: Mapping[str, str | None]) -> Node:
         self.patches.append(dict(labels))
-        self.node = replace(self.node, labels=merge_patched(self.node.labels, labels))
-        return self.node
-
-    def set_unschedulable(self, name: str, unschedulable: bool) -> Node:
-        self.node = replace(self.node, unschedulable=unschedulable)
-        return self.node
-
-    def patch_node_annotations(self, name: str, annotations: Mapping[str, str | None]) -> Node:
-        return self.node
-
-    def create_event(self, *args: Any) -> None:
-        return None
+        return super().patch_node_labels(name, labels)
 
     def list_pods(self, namespace: str | None = None, label_selector: str | None = None,
                   field_selector: str | None = None) -> list[Pod]:  # fmt: skip

@@ -52,7 +52,7 @@ from rollout.transports.kube import (
     Pod,
 )
 from rollout.transports.local import LocalRunner
-from tests.fakes import merge_patched
+from tests.fakes import InMemoryKube
 from tests.node_facts import containerd_node
 
 NODE = "gpu-1"
@@ -90,18 +90,18 @@ def make_facts(labels: Mapping[str, str] | None = None, gpus: int = 2) -> NodeFa
     )
 
 
-class FakeKube:
-    """Just enough of KubeClient, in memory; records what the steps did."""
+class FakeKube(InMemoryKube):
+    """One GPU node, its pods, ConfigMaps and the ClusterPolicy; records what the steps did."""
 
     def __init__(self) -> None:
-        self.node = Node(name=NODE, uid="n1", resource_version="1", conditions={"Ready": "True"})
-        self.pods: dict[tuple[str, str], Pod] = {}
+        super().__init__(
+            Node(name=NODE, uid="n1", resource_version="1", conditions={"Ready": "True"})
+        )
         self.configmaps: dict[tuple[str, str], ConfigMap] = {}
         self.policy: dict[str, Any] = {
             "metadata": {"name": "cluster-policy"},
             "spec": {"devicePlugin": {"config": {"name": "", "default": ""}}},
         }
-        self.events: list[tuple[str, str, EventType]] = []
         self.evictions: list[str] = []
         self.blocked: dict[str, str] = {}  # pod name -> PDB refusing its eviction
         self.conflicts = 0  # replace_configmap answers Conflict this many times first
@@ -117,48 +117,7 @@ class FakeKube:
     def list_nodes(self, label_selector: str | None = None) -> list[Node]:
         return [self.node]
 
-    # nodes
-    def get_node(self, name: str) -> Node:
-        assert name == NODE
-        return self.node
-
-    def set_unschedulable(self, name: str, unschedulable: bool) -> Node:
-        self.node = replace(self.node, unschedulable=unschedulable)
-        return self.node
-
-    def patch_node_labels(self, name: str, labels: Mapping[str, str | None]) -> Node:
-        self.node = replace(self.node, labels=merge_patched(self.node.labels, labels))
-        return self.node
-
-    def patch_node_annotations(self, name: str, annotations: Mapping[str, str | None]) -> Node:
-        patched = merge_patched(self.node.annotations, annotations)
-        self.node = replace(self.node, annotations=patched)
-        return self.node
-
-    def create_event(
-        self,
-        namespace: str,
-        node: str,
-        reason: str,
-        message: str,
-        type: EventType = EventType.NORMAL,
-    ) -> str:
-        self.events.append((reason, message, type))
-        return f"{node}.{len(self.events)}"
-
     # pods
-    def list_pods(
-        self,
-        namespace: str | None = None,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-    ) -> list[Pod]:
-        pods = list(self.pods.values())
-        if label_selector:
-            key, _, value = label_selector.partition("=")
-            pods = [p for p in pods if p.labels.get(key) == value]
-        return pods
-
     def get_pod(self, namespace: str, name: str) -> Pod:
         try:
             return self.pods[(namespace, name)]
