@@ -1,11 +1,17 @@
 """`rollout apply`, `resume` and `status` over the run store, with recorded facts and the API
 emulator instead of SSH and a real cluster: the Lease before the run, clear errors for a run
-resume cannot open, and where a run stands (finished, halted, running, interrupted)."""
+resume cannot open, and where a run stands (finished, halted, running, interrupted).
+
+What apply does alike wherever its run is kept (a state directory, or the cluster when it runs
+in the scheduled pod) is tested for both places here; the rest of the scheduled pod's runs in
+test_run_commands_cluster.py."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import os
+import signal
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -13,12 +19,11 @@ from typing import Any
 import pytest
 
 import rollout.cli.apply as cli_apply
-import rollout.cli.plan as cli_plan
 from rollout.cli import main
 from rollout.cli.status import window_note
 from rollout.executor import RunReport
 from rollout.lease import RunLease
-from rollout.plan import NodePlan, Plan, StepPlan, Wave, plan_from_data, plan_to_data
+from rollout.plan import Plan, plan_from_data, plan_to_data
 from rollout.run import (
     INVOCATION_FILE,
     CordonedByRollout,
@@ -31,57 +36,18 @@ from rollout.run import (
     StepOutcome,
     StepStarted,
     list_runs,
-    read_plan_json,
     read_run,
 )
 from rollout.spec import Spec
 from rollout.transports.kube import KubeClient
-from tests.emulator import emulated_kube
-from tests.unit.runfakes import REPO, FleetWithoutSsh, kill_lock_holder, start_lock_holder
+from tests.unit import runfakes
+from tests.unit.runfakes import PLAN, RunPlace, apply_args, kill_lock_holder, start_lock_holder
 
-PLAN = REPO / "examples" / "plan.yaml"
-STEP_KINDS = ("preflight", "cordon", "uncordon")
+# the run commands' fixtures, shared with test_run_commands_cluster.py
+kube, plan, fleet, in_pod = runfakes.kube, runfakes.plan, runfakes.fleet, runfakes.in_pod
+place = runfakes.place
+
 HALT_REASON = "halt label on gpu-b-1 (nvidia.com/gpu-driver-upgrade-state=upgrade-failed)"
-
-
-@pytest.fixture
-def kube() -> Iterator[KubeClient]:
-    # rollout: a scheduled run's namespace (test_run_commands_cluster.py)
-    with emulated_kube(None, "kube-system", "rollout") as client:
-        yield client
-
-
-@pytest.fixture
-def plan() -> Plan:
-    """A small plan of two nodes in two waves, as the planner would make it."""
-    steps = tuple(StepPlan.acting(kind, f"{kind} it") for kind in STEP_KINDS)
-    nodes = tuple(NodePlan(name, "1.7.24", steps) for name in ("gpu-a-1", "gpu-a-2"))
-    return Plan(
-        name="registry-mirror",
-        source=str(PLAN),
-        facts_source="recorded",
-        changes=("registry mirror",),
-        waves=(Wave(1, nodes[:1]), Wave(2, nodes[1:])),
-    )
-
-
-@pytest.fixture
-def fleet(kube: KubeClient, plan: Plan, monkeypatch: pytest.MonkeyPatch) -> KubeClient:
-    """FleetConnection without SSH, over the emulator's API; the planner gives `plan`."""
-
-    connect = FleetWithoutSsh(kube).connect
-    monkeypatch.setattr(cli_apply, "FleetConnection", connect)  # resume
-    monkeypatch.setattr(cli_plan, "FleetConnection", connect)  # apply, through connect_fleet
-    monkeypatch.setattr(cli_apply, "build_plan", lambda *_: plan)
-    return kube
-
-
-def apply_args(tmp_path: Path, state: Path) -> list[str]:
-    inventory = tmp_path / "inventory.yaml"
-    return [
-        *("apply", str(PLAN), "-i", str(inventory), "--state-dir", str(state)),
-        *("--yes", "--output", "json"),
-    ]
 
 
 def make_run(state: Path, plan: Plan, *, invocation: Invocation | None = None) -> Journal:
@@ -123,31 +89,32 @@ def test_an_apply_refused_by_the_lease_creates_no_run(
 
 def test_apply_holds_the_lease_before_its_run_exists(
     fleet: KubeClient,
+    place: RunPlace,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    state = tmp_path / "state"
     seen: dict[str, Any] = {}
     real_acquire = RunLease.acquire
 
     def acquire(lease: RunLease) -> None:
-        seen["runs when the lease was taken"] = list_runs(state)
+        seen["runs when the lease was taken"] = place.run_ids(fleet)
         real_acquire(lease)
 
     def execute(plan: Plan, spec: Spec, facts: object, _f: Any, journal: Journal, *_: Any) -> Any:
         seen["run_id"] = journal.run_id
         seen["holder"] = fleet.get_lease("kube-system", "rollout").holder_identity
         seen["invocation"] = journal.read_invocation()
-        seen["plan"] = plan_from_data(json.loads(read_plan_json(state, journal.run_id)))
+        seen["plan"] = plan_from_data(json.loads(journal.read_plan_json()))
         seen["executed"] = plan
         return RunReport(RunOutcome.SUCCEEDED, "", {})
 
     monkeypatch.setattr(RunLease, "acquire", acquire)
     monkeypatch.setattr(cli_apply, "execute", execute)
-    assert main(apply_args(tmp_path, state)) == 0
+    assert main(place.args) == 0
     assert seen["runs when the lease was taken"] == []
-    assert seen["holder"] == f"rollout/{seen['run_id']}"
+    pod = f"/{place.pod}" if place.pod else ""
+    assert seen["holder"] == f"rollout/{seen['run_id']}{pod}"
     assert seen["invocation"] == Invocation(
         spec_source=str(PLAN),
         spec_text=PLAN.read_text(),
@@ -158,7 +125,38 @@ def test_apply_holds_the_lease_before_its_run_exists(
     )
     assert seen["plan"] == seen["executed"]
     assert fleet.get_lease("kube-system", "rollout").holder_identity == "", "released after"
-    assert f"run {seen['run_id']} (resume with" in capsys.readouterr().err
+    assert f"run {seen['run_id']} ({place.kept}" in capsys.readouterr().err
+    assert place.run_ids(fleet) == [seen["run_id"]]
+
+
+def test_sigterm_stops_the_run_and_releases_the_lease(
+    fleet: KubeClient,
+    place: RunPlace,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """SIGTERM (a pod deleted or past activeDeadlineSeconds, a service stopped) stops the run
+    as Ctrl-C does: its journal kept where the run is, and the Lease free for the next run."""
+    seen: dict[str, Any] = {}
+
+    def execute(
+        planned: Plan, spec: Spec, facts: object, connection: Any, journal: Journal, *_: Any
+    ) -> RunReport:
+        seen["run_id"] = journal.run_id
+        seen["holder"] = connection.kube.get_lease("kube-system", "rollout").holder_identity
+        journal.append(StepStarted("gpu-a-1", 0, "preflight", 1))
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+        raise AssertionError("SIGTERM did not stop the run")
+
+    monkeypatch.setattr(cli_apply, "execute", execute)
+    assert main(place.args) == 3
+    assert "aborted" in capsys.readouterr().err
+    assert seen["holder"].endswith(f"/{place.pod or seen['run_id']}")
+    assert fleet.get_lease("kube-system", "rollout").holder_identity == ""  # released
+    state = place.read_state(fleet, seen["run_id"])
+    assert state.step_in_flight("gpu-a-1") is not None
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # put back
 
 
 # --- resume -----------------------------------------------------------------------------------
