@@ -5,7 +5,8 @@ rollout.facts.recorded) and live (probed over SSH and the Kubernetes API;
 rollout.facts.live). The steps read the same fact objects for their drift checks and
 verifications, through `read_fact`; nothing else runs these commands.
 
-- fact: `Fact` (command + parse), `read_fact(runner, fact)`, `ProbeFailed`.
+- fact: `Fact` (command + parse), `read_fact(runner, fact)`, `ProbeFailed`; `CommandFact`
+  and `ShellFact`, the frame the facts are written in (a sentence, a command, a parser).
 - containerd: `ContainerdVersionFact`, `ConfigFilesFact` (/etc/containerd, find + cat),
   `ConfigDumpFact` (the real `config dump`, run from /), `check_containerd_version(planned,
   found)` (the one drift check of the containerd release).

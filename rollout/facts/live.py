@@ -337,10 +337,7 @@ def read_operand_daemonsets(kube: KubeClient) -> tuple[DaemonSetFacts, ...] | No
             namespace=d.namespace,
             name=d.name,
             node_selector=dict(d.node_selector),
-            tolerations=tuple(
-                Toleration(key=t.key, operator=t.operator, value=t.value, effect=t.effect)
-                for t in d.tolerations
-            ),
+            tolerations=tuple(Toleration.from_api(t) for t in d.tolerations),
             desired=d.desired,
             ready=d.ready,
         )

@@ -12,7 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # the kube transport loads kubernetes (0.3 s): facts need it only for pods
+from rollout.transports.kube import Toleration as ApiToleration
+
+if TYPE_CHECKING:
     from rollout.transports.kube import Pod
 
 GPU_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
@@ -28,11 +30,17 @@ class ContainerGpus:
 
 
 @dataclass(frozen=True)
-class Toleration:
-    key: str = ""
-    operator: str = "Equal"
-    value: str = ""
-    effect: str = ""
+class Toleration(ApiToleration):
+    """A toleration as the API transport reads it, with Kubernetes' rule for a taint.
+
+    The facts leave `toleration_seconds` unset: diagnose does not judge it and recorded facts
+    do not keep it.
+    """
+
+    @classmethod
+    def from_api(cls, toleration: ApiToleration) -> Toleration:
+        """The transport's toleration (a live pod's or DaemonSet's) as the facts keep it."""
+        return cls(toleration.key, toleration.operator, toleration.value, toleration.effect)
 
     def tolerates(self, key: str, value: str, effect: str) -> bool:
         """Kubernetes' rule: an empty key with Exists tolerates everything."""
@@ -188,10 +196,7 @@ def pod_facts_from(pod: Pod) -> PodFacts:
             for c in pod.resources
         ),
         node_selector=dict(pod.node_selector),
-        tolerations=tuple(
-            Toleration(key=t.key, operator=t.operator, value=t.value, effect=t.effect)
-            for t in pod.tolerations
-        ),
+        tolerations=tuple(Toleration.from_api(t) for t in pod.tolerations),
         unschedulable_message=pod.scheduling_message
         or (pod.message if pod.reason == "Unschedulable" else ""),
         container_reasons=pod.container_reasons,
