@@ -12,7 +12,7 @@ import os
 import threading
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, Self, TypeVar
 
 from kubernetes import client as k8s
 
@@ -55,8 +55,23 @@ class Versioned(Protocol):
     def resource_version(self) -> str | None: ...
 
 
+class Namespaced(Versioned, Protocol):
+    """What creating or replacing an object needs of it: where it is, and its JSON both ways."""
+
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    def to_json(self) -> dict[str, Any]: ...
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> Self: ...
+
+
 V = TypeVar("V", bound=Versioned)
-D = TypeVar("D", bound=ConfigMap)  # a ConfigMap or a Secret
+N = TypeVar("N", bound=Namespaced)  # a ConfigMap, a Secret or a Lease
 
 
 def default_request_timeout_s() -> tuple[float, float]:
@@ -396,14 +411,22 @@ class KubeClient(Closeable):
 
     def create_configmap(self, configmap: ConfigMap) -> ConfigMap:
         """Create it; Conflict when it exists already."""
-        return self._create_data_object(
-            "configmap", self._core.create_namespaced_config_map, configmap, self.get_configmap
+        return self._create_namespaced(
+            "configmap",
+            self._core.create_namespaced_config_map,
+            configmap,
+            self.get_configmap,
+            _same_data,
         )
 
     def replace_configmap(self, configmap: ConfigMap) -> ConfigMap:
         """Replace it; Conflict when it changed since `configmap` was read."""
-        return self._replace_data_object(
-            "configmap", self._core.replace_namespaced_config_map, configmap, self.get_configmap
+        return self._replace_namespaced(
+            "configmap",
+            self._core.replace_namespaced_config_map,
+            configmap,
+            self.get_configmap,
+            _same_data,
         )
 
     # ------------------------------------------------------------------ secrets
@@ -417,58 +440,14 @@ class KubeClient(Closeable):
 
     def create_secret(self, secret: Secret) -> Secret:
         """Create it; Conflict when it exists already."""
-        return self._create_data_object(
-            "secret", self._core.create_namespaced_secret, secret, self.get_secret
+        return self._create_namespaced(
+            "secret", self._core.create_namespaced_secret, secret, self.get_secret, _same_data
         )
 
     def replace_secret(self, secret: Secret) -> Secret:
         """Replace it; Conflict when it changed since `secret` was read."""
-        return self._replace_data_object(
-            "secret", self._core.replace_namespaced_secret, secret, self.get_secret
-        )
-
-    def _create_data_object(
-        self, kind: str, call: Callable[..., Any], obj: D, read: Callable[[str, str], D]
-    ) -> D:
-        what = f"{kind} {obj.namespace}/{obj.name}"
-
-        def act() -> D:
-            body = obj.to_json()
-            body["metadata"].pop("resourceVersion", None)
-            data = self._calls.create_namespaced(kind, call, obj.namespace, obj.name, body)
-            return type(obj).from_json(data)
-
-        def recheck(error: BaseException) -> D | None:
-            found = self._find(lambda: read(obj.namespace, obj.name))
-            if found is None:
-                return None
-            if _same_data(found, obj):
-                return found
-            raise ChangedByAnother(
-                "create",
-                what,
-                status=409,
-                reason="Conflict",
-                message="created by another writer meanwhile",
-            ) from error
-
-        return self._calls.guarded("create", what, act, recheck)
-
-    def _replace_data_object(
-        self, kind: str, call: Callable[..., Any], obj: D, read: Callable[[str, str], D]
-    ) -> D:
-        def act() -> D:
-            data = self._calls.replace_namespaced(
-                kind, call, obj.namespace, obj.name, obj.to_json()
-            )
-            return type(obj).from_json(data)
-
-        return self._replace_checked(
-            f"{kind} {obj.namespace}/{obj.name}",
-            obj.resource_version,
-            act,
-            lambda: read(obj.namespace, obj.name),
-            lambda fresh: _same_data(fresh, obj),
+        return self._replace_namespaced(
+            "secret", self._core.replace_namespaced_secret, secret, self.get_secret, _same_data
         )
 
     # ------------------------------------------------------------------ ClusterPolicy
@@ -616,53 +595,75 @@ class KubeClient(Closeable):
 
     def create_lease(self, lease: Lease) -> Lease:
         """Create it; Conflict when someone else created it first."""
-        body = lease.to_json()
-        body["metadata"].pop("resourceVersion", None)
-        what = f"lease {lease.namespace}/{lease.name}"
-
-        def act() -> Lease:
-            data = self._calls.create_namespaced(
-                "lease",
-                self._coordination.create_namespaced_lease,
-                lease.namespace,
-                lease.name,
-                body,
-            )
-            return Lease.from_json(data)
-
-        def recheck(error: BaseException) -> Lease | None:
-            found = self._find(lambda: self.get_lease(lease.namespace, lease.name))
-            if found is None:
-                return None
-            if _same_lease(found, lease):
-                return found
-            raise ChangedByAnother(
-                "create", what, status=409, reason="Conflict", message="created by another run"
-            ) from error
-
-        return self._calls.guarded("create", what, act, recheck)
+        return self._create_namespaced(
+            "lease", self._coordination.create_namespaced_lease, lease, self.get_lease, _same_lease
+        )
 
     def replace_lease(self, lease: Lease) -> Lease:
         """Replace it; Conflict when it changed since `lease` was read (someone else holds it)."""
         if not lease.resource_version:
             raise ValueError("replace_lease needs the resource_version of the lease as read")
+        return self._replace_namespaced(
+            "lease", self._coordination.replace_namespaced_lease, lease, self.get_lease, _same_lease
+        )
 
-        def act() -> Lease:
+    # ------------------------------------------------------------------ create and replace
+
+    def _create_namespaced(
+        self,
+        kind: str,
+        call: Callable[..., Any],
+        obj: N,
+        read: Callable[[str, str], N],
+        same: Callable[[N, N], bool],
+    ) -> N:
+        """A create made again after a lost answer only when a fresh read finds nothing:
+        `same` content there means it landed; anything else is another writer's object,
+        ChangedByAnother."""
+        what = f"{kind} {obj.namespace}/{obj.name}"
+
+        def act() -> N:
+            body = obj.to_json()
+            body["metadata"].pop("resourceVersion", None)
+            data = self._calls.create_namespaced(kind, call, obj.namespace, obj.name, body)
+            return type(obj).from_json(data)
+
+        def recheck(error: BaseException) -> N | None:
+            found = self._find(lambda: read(obj.namespace, obj.name))
+            if found is None:
+                return None
+            if same(found, obj):
+                return found
+            raise ChangedByAnother(
+                "create",
+                what,
+                status=409,
+                reason="Conflict",
+                message="created by another writer meanwhile",
+            ) from error
+
+        return self._calls.guarded("create", what, act, recheck)
+
+    def _replace_namespaced(
+        self,
+        kind: str,
+        call: Callable[..., Any],
+        obj: N,
+        read: Callable[[str, str], N],
+        same: Callable[[N, N], bool],
+    ) -> N:
+        def act() -> N:
             data = self._calls.replace_namespaced(
-                "lease",
-                self._coordination.replace_namespaced_lease,
-                lease.namespace,
-                lease.name,
-                lease.to_json(),
+                kind, call, obj.namespace, obj.name, obj.to_json()
             )
-            return Lease.from_json(data)
+            return type(obj).from_json(data)
 
         return self._replace_checked(
-            f"lease {lease.namespace}/{lease.name}",
-            lease.resource_version,
+            f"{kind} {obj.namespace}/{obj.name}",
+            obj.resource_version,
             act,
-            lambda: self.get_lease(lease.namespace, lease.name),
-            lambda fresh: _same_lease(fresh, lease),
+            lambda: read(obj.namespace, obj.name),
+            lambda fresh: same(fresh, obj),
         )
 
     # ------------------------------------------------------------------ re-checks
