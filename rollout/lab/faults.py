@@ -21,7 +21,7 @@ import hashlib
 import json
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -108,19 +108,8 @@ class FaultSettings:
         return bool(self.api_read or self.api_write or self.ssh)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "seed": self.seed,
-            "api_read": self.api_read,
-            "api_write": self.api_write,
-            "ssh": self.ssh,
-            "kinds": list(self.kinds),
-            "ssh_kinds": list(self.ssh_kinds),
-            "slow_s": self.slow_s,
-            "retry_after_s": self.retry_after_s,
-            "refused_s": self.refused_s,
-            "link_s": self.link_s,
-            "link_kbit": self.link_kbit,
-        }
+        """Every field by its name (json writes the kinds' tuples as lists)."""
+        return asdict(self)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> FaultSettings:
