@@ -57,7 +57,7 @@ class CommandFact(Generic[T]):
     """
 
     sentence: ClassVar[str]
-    argv: ClassVar[tuple[str, ...]] = ()
+    argv: ClassVar[tuple[str, ...]]
     parser: ClassVar[staticmethod[[str], T]]
     optional: ClassVar[bool] = True
 

@@ -26,7 +26,19 @@ from rollout.facts import (
     load_recorded_facts,
     read_fact,
 )
-from rollout.facts.service import SHOW_PROPERTIES
+from rollout.facts.containerd import ConfigMtimesFact
+from rollout.facts.driver import DriverKernelFact, DriverStatusFact
+from rollout.facts.driver_host import (
+    AptVersionsFact,
+    DriverVersionFact,
+    HeldPackagesFact,
+    InstalledPackagesFact,
+    SecureBootFact,
+)
+from rollout.facts.driver_modules import BootIdFact, GpuClientsFact, LoadedModulesFact
+from rollout.facts.fact import Fact
+from rollout.facts.kernel import KernelXidFact
+from rollout.facts.service import SHOW_PROPERTIES, ServiceJournalFact
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "facts"
 
@@ -209,3 +221,58 @@ def test_the_one_version_check_names_both_versions(planned: str, found: str, ref
 def test_a_plan_without_a_usable_version_is_refused() -> None:
     with pytest.raises(ContainerdChanged, match="no usable containerd version"):
         check_containerd_version("", parse_version("containerd containerd.io 1.7.24 abc"))
+
+
+def every_fact() -> list[Fact[object]]:
+    """One of each fact of the package, as the probes and steps build them."""
+    return [
+        ContainerdVersionFact(),
+        ConfigFilesFact(),
+        ConfigDumpFact(),
+        ConfigMtimesFact(),
+        ServiceFact(),
+        ServiceJournalFact(),
+        GpuQueryFact(),
+        KernelXidFact(),
+        DriverStatusFact(),
+        DriverKernelFact(),
+        DriverVersionFact(),
+        InstalledPackagesFact(("nvidia-driver-550",)),
+        HeldPackagesFact(),
+        AptVersionsFact(("nvidia-driver-550",)),
+        SecureBootFact(),
+        GpuClientsFact(),
+        LoadedModulesFact(),
+        BootIdFact(),
+    ]
+
+
+@pytest.mark.parametrize("fact", every_fact(), ids=lambda fact: type(fact).__name__)
+def test_every_fact_states_a_sentence_and_a_command(fact: Fact[object]) -> None:
+    assert fact.what and "{" not in fact.what
+    argv = fact.command()
+    assert argv and all(isinstance(word, str) and word for word in argv[:3])
+
+
+def test_a_sentence_names_the_facts_own_fields() -> None:
+    assert ServiceFact("kubelet").what == "read the state of kubelet.service"
+    assert ConfigFilesFact(directory="/srv/cd").what == "read /srv/cd"
+    assert ConfigDumpFact("/a/b.toml").what == "containerd config dump of /a/b.toml"
+
+
+def test_a_script_fact_runs_its_script_in_sh_with_its_packages_as_arguments() -> None:
+    assert KernelXidFact().command()[:2] == ["sh", "-c"]
+    argv = AptVersionsFact(("a", "b c")).command()
+    assert argv == ["sh", "-c", 'apt-cache madison "$@" 2>&1; true', "sh", "a", "b c"]
+    assert InstalledPackagesFact(()).command()[-1] == "sh", "no packages: an empty $@"
+
+
+def test_only_the_facts_a_plan_cannot_do_without_are_required() -> None:
+    required = {type(f).__name__ for f in every_fact() if not f.optional}
+    assert required == {
+        "ContainerdVersionFact",
+        "ConfigFilesFact",
+        "ConfigDumpFact",
+        "ServiceFact",
+        "BootIdFact",
+    }
