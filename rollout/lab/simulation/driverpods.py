@@ -32,7 +32,7 @@ from rollout.lab.simulation.gpuoperator import (
     driver_version_of,
     is_driver_pod,
 )
-from rollout.lab.simulation.pods import is_deleting
+from rollout.lab.simulation.pods import is_deleting, write_pod
 from rollout.lab.simulation.podstatus import set_running
 
 log = logging.getLogger("rollout.lab.simulation")
@@ -110,7 +110,7 @@ class DriverContainers:
                 set_running(p, address, None, now)
             p["metadata"].setdefault("annotations", {})[INSTALLED_ANNOTATION] = version
 
-        self._write(pod, finish)
+        write_pod(self.registry, pod, finish)
         log.info("driver container on %s installed %s", name, version)
 
     def _crash(self, pod: dict[str, Any], version: str) -> None:
@@ -140,12 +140,9 @@ class DriverContainers:
                 entry["state"] = {"terminated": terminated}
                 entry["lastState"] = {"terminated": terminated}
 
-        self._write(pod, crash)
+        write_pod(self.registry, pod, crash)
         meta = pod["metadata"]
         self.registry.write_log(meta["namespace"], meta["name"], DRIVER.container, line + "\n")
-
-    def _write(self, pod: Mapping[str, Any], change: Callable[[dict[str, Any]], None]) -> None:
-        self.registry.mutate(PODS, pod["metadata"]["namespace"], pod["metadata"]["name"], change)
 
 
 def _all_ready(pod: Mapping[str, Any]) -> bool:
