@@ -27,6 +27,7 @@ from rollout.transports.kube.objects import (
     format_micro_time,
     format_time,
     parse_time,
+    plain,
 )
 from rollout.transports.kube.secret import Secret
 
@@ -55,6 +56,7 @@ __all__ = [
     "format_micro_time",
     "format_time",
     "parse_time",
+    "plain",
     "translate_api_errors",
 ]
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from rollout.retry import REQUEST_POLICY, RetryPolicy, call_with_policy, is_transient
@@ -151,12 +151,3 @@ class JsonCalls:
         self, kind: str, call: Callable[..., Any], namespace: str, name: str, body: Any
     ) -> Any:
         return self.request("replace", f"{kind} {namespace}/{name}", call, name, namespace, body)
-
-
-def plain(value: Any) -> Any:
-    """Mappings (MappingProxyType included) as dicts, for the client's body validation."""
-    if isinstance(value, Mapping):
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [plain(v) for v in value]
-    return value

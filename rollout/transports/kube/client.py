@@ -21,7 +21,7 @@ from rollout.errors import BadInput
 from rollout.retry import is_transient
 from rollout.transports.errors import ChangedByAnother, Conflict, NotFound
 from rollout.transports.kube.apierrors import translate_api_errors
-from rollout.transports.kube.calls import JsonCalls, plain
+from rollout.transports.kube.calls import JsonCalls
 from rollout.transports.kube.cluster_state import DaemonSet, Event, RuntimeClass
 from rollout.transports.kube.config import load_in_cluster, load_kubeconfig, url_configuration
 from rollout.transports.kube.objects import (
@@ -34,6 +34,7 @@ from rollout.transports.kube.objects import (
     PodDisruptionBudget,
     StrMap,
     format_time,
+    plain,
 )
 from rollout.transports.kube.secret import Secret
 

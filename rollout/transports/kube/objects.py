@@ -439,3 +439,12 @@ class EvictionOutcome(Enum):
 
 def object_parts(obj: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     return obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+
+
+def plain(value: Any) -> Any:
+    """Mappings as dicts, sequences as lists, all the way down (for the client, and YAML)."""
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return value
