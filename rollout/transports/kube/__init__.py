@@ -10,13 +10,13 @@ client model objects, and translates ApiException and urllib3 errors in one plac
 from typing import TYPE_CHECKING, Any
 
 from rollout.transports.kube.cluster_state import DaemonSet, Event, RuntimeClass
+from rollout.transports.kube.lease import Lease
 from rollout.transports.kube.objects import (
     ConfigMap,
     ContainerResources,
     ContainerStatus,
     EventType,
     EvictionOutcome,
-    Lease,
     Node,
     OwnerRef,
     Pod,

@@ -6,7 +6,6 @@ Every request reads the raw JSON (`calls.JsonCalls`) instead of the client's mod
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
 import threading
@@ -24,11 +23,11 @@ from rollout.transports.kube.apierrors import translate_api_errors
 from rollout.transports.kube.calls import JsonCalls
 from rollout.transports.kube.cluster_state import DaemonSet, Event, RuntimeClass
 from rollout.transports.kube.config import load_in_cluster, load_kubeconfig, url_configuration
+from rollout.transports.kube.lease import Lease
 from rollout.transports.kube.objects import (
     ConfigMap,
     EventType,
     EvictionOutcome,
-    Lease,
     Node,
     Pod,
     PodDisruptionBudget,
@@ -67,6 +66,8 @@ class Namespaced(Versioned, Protocol):
 
     def to_json(self) -> dict[str, Any]: ...
 
+    def same_content(self, other: Self) -> bool: ...
+
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> Self: ...
 
@@ -87,17 +88,6 @@ def default_request_timeout_s() -> tuple[float, float]:
     if read_s <= 0:
         raise BadInput(f"${REQUEST_TIMEOUT_ENV}={text!r}: give the API read timeout in seconds")
     return (min(DEFAULT_REQUEST_TIMEOUT_S[0], read_s), read_s)
-
-
-def _same_data(found: ConfigMap, ours: ConfigMap) -> bool:
-    mine = (ours.data, ours.labels, ours.annotations)
-    return (found.data, found.labels, found.annotations) == mine
-
-
-def _same_lease(found: Lease, ours: Lease) -> bool:
-    return dataclasses.replace(found, resource_version=None) == dataclasses.replace(
-        ours, resource_version=None
-    )
 
 
 def _budget_refusal(error: BaseException) -> bool:
@@ -417,7 +407,6 @@ class KubeClient(Closeable):
             self._core.create_namespaced_config_map,
             configmap,
             self.get_configmap,
-            _same_data,
         )
 
     def replace_configmap(self, configmap: ConfigMap) -> ConfigMap:
@@ -427,7 +416,6 @@ class KubeClient(Closeable):
             self._core.replace_namespaced_config_map,
             configmap,
             self.get_configmap,
-            _same_data,
         )
 
     # ------------------------------------------------------------------ secrets
@@ -442,13 +430,13 @@ class KubeClient(Closeable):
     def create_secret(self, secret: Secret) -> Secret:
         """Create it; Conflict when it exists already."""
         return self._create_namespaced(
-            "secret", self._core.create_namespaced_secret, secret, self.get_secret, _same_data
+            "secret", self._core.create_namespaced_secret, secret, self.get_secret
         )
 
     def replace_secret(self, secret: Secret) -> Secret:
         """Replace it; Conflict when it changed since `secret` was read."""
         return self._replace_namespaced(
-            "secret", self._core.replace_namespaced_secret, secret, self.get_secret, _same_data
+            "secret", self._core.replace_namespaced_secret, secret, self.get_secret
         )
 
     # ------------------------------------------------------------------ ClusterPolicy
@@ -597,7 +585,7 @@ class KubeClient(Closeable):
     def create_lease(self, lease: Lease) -> Lease:
         """Create it; Conflict when someone else created it first."""
         return self._create_namespaced(
-            "lease", self._coordination.create_namespaced_lease, lease, self.get_lease, _same_lease
+            "lease", self._coordination.create_namespaced_lease, lease, self.get_lease
         )
 
     def replace_lease(self, lease: Lease) -> Lease:
@@ -605,21 +593,16 @@ class KubeClient(Closeable):
         if not lease.resource_version:
             raise ValueError("replace_lease needs the resource_version of the lease as read")
         return self._replace_namespaced(
-            "lease", self._coordination.replace_namespaced_lease, lease, self.get_lease, _same_lease
+            "lease", self._coordination.replace_namespaced_lease, lease, self.get_lease
         )
 
     # ------------------------------------------------------------------ create and replace
 
     def _create_namespaced(
-        self,
-        kind: str,
-        call: Callable[..., Any],
-        obj: N,
-        read: Callable[[str, str], N],
-        same: Callable[[N, N], bool],
+        self, kind: str, call: Callable[..., Any], obj: N, read: Callable[[str, str], N]
     ) -> N:
         """A create made again after a lost answer only when a fresh read finds nothing:
-        `same` content there means it landed; anything else is another writer's object,
+        the same content there means it landed; anything else is another writer's object,
         ChangedByAnother."""
         what = f"{kind} {obj.namespace}/{obj.name}"
 
@@ -633,7 +616,7 @@ class KubeClient(Closeable):
             found = self._find(lambda: read(obj.namespace, obj.name))
             if found is None:
                 return None
-            if same(found, obj):
+            if found.same_content(obj):
                 return found
             raise ChangedByAnother(
                 "create",
@@ -646,12 +629,7 @@ class KubeClient(Closeable):
         return self._calls.guarded("create", what, act, recheck)
 
     def _replace_namespaced(
-        self,
-        kind: str,
-        call: Callable[..., Any],
-        obj: N,
-        read: Callable[[str, str], N],
-        same: Callable[[N, N], bool],
+        self, kind: str, call: Callable[..., Any], obj: N, read: Callable[[str, str], N]
     ) -> N:
         def act() -> N:
             data = self._calls.replace_namespaced(
@@ -664,7 +642,7 @@ class KubeClient(Closeable):
             obj.resource_version,
             act,
             lambda: read(obj.namespace, obj.name),
-            lambda fresh: same(fresh, obj),
+            lambda fresh: fresh.same_content(obj),
         )
 
     # ------------------------------------------------------------------ re-checks

@@ -342,6 +342,11 @@ class ConfigMap:
     def with_data(self, data: Mapping[str, str]) -> Self:
         return replace(self, data=frozen_map(data))
 
+    def same_content(self, other: ConfigMap) -> bool:
+        """Whether `other` holds what this one does (its version and uid aside)."""
+        mine = (self.data, self.labels, self.annotations)
+        return (other.data, other.labels, other.annotations) == mine
+
     def to_json(self) -> dict[str, Any]:
         meta: dict[str, Any] = {"name": self.name, "namespace": self.namespace}
         if self.labels:
@@ -369,59 +374,6 @@ class ConfigMap:
     def decode_data(data: Mapping[str, Any]) -> Mapping[str, Any]:
         """`data` as the server sends it, as text (a Secret's comes base64)."""
         return data
-
-
-@dataclass(frozen=True)
-class Lease:
-    """A coordination.k8s.io Lease; replace_lease is optimistic on resource_version."""
-
-    namespace: str
-    name: str
-    holder_identity: str | None = None
-    lease_duration_s: int | None = None
-    acquire_time: datetime | None = None
-    renew_time: datetime | None = None
-    lease_transitions: int = 0
-    labels: StrMap = field(default_factory=empty_map)
-    resource_version: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        meta: dict[str, Any] = {"name": self.name, "namespace": self.namespace}
-        if self.labels:
-            meta["labels"] = dict(self.labels)
-        if self.resource_version:
-            meta["resourceVersion"] = self.resource_version
-        spec: dict[str, Any] = {"leaseTransitions": self.lease_transitions}
-        if self.holder_identity is not None:
-            spec["holderIdentity"] = self.holder_identity
-        if self.lease_duration_s is not None:
-            spec["leaseDurationSeconds"] = self.lease_duration_s
-        if self.acquire_time is not None:
-            spec["acquireTime"] = format_micro_time(self.acquire_time)
-        if self.renew_time is not None:
-            spec["renewTime"] = format_micro_time(self.renew_time)
-        return {
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": meta,
-            "spec": spec,
-        }
-
-    @classmethod
-    def from_json(cls, obj: Mapping[str, Any]) -> Lease:
-        meta, spec, _ = object_parts(obj)
-        duration = spec.get("leaseDurationSeconds")
-        return cls(
-            namespace=meta.get("namespace", ""),
-            name=meta["name"],
-            holder_identity=spec.get("holderIdentity"),
-            lease_duration_s=int(duration) if duration is not None else None,
-            acquire_time=parse_time(spec.get("acquireTime")),
-            renew_time=parse_time(spec.get("renewTime")),
-            lease_transitions=int(spec.get("leaseTransitions") or 0),
-            labels=frozen_map(meta.get("labels")),
-            resource_version=meta.get("resourceVersion"),
-        )
 
 
 class EventType(Enum):
