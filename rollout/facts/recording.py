@@ -22,7 +22,7 @@ from rollout.facts.model import FleetFacts, NodeFacts
 from rollout.facts.recorded import CLUSTER_FILE, FILES_DIR, NODE_FILE
 from rollout.facts.service import ServiceState
 from rollout.secrets import redact_toml
-from rollout.transports.kube import Pod
+from rollout.transports.kube import Pod, plain
 
 
 def record_fleet(fleet: FleetFacts, directory: Path) -> list[Path]:
@@ -158,12 +158,12 @@ def _cluster_document(fleet: FleetFacts) -> dict[str, Any]:
     cluster = fleet.cluster
     doc: dict[str, Any] = {
         "configmaps": {k: dict(v) for k, v in cluster.configmaps.items()},
-        "cluster_policy": _plain(cluster.cluster_policy),
+        "cluster_policy": plain(cluster.cluster_policy),
         "pods": [p.to_manifest() for p in cluster.pods],
         "pod_events": {k: list(v) for k, v in cluster.pod_events.items()},
     }
     if cluster.nvidia_drivers:
-        doc["nvidia_drivers"] = _plain(cluster.nvidia_drivers)
+        doc["nvidia_drivers"] = plain(cluster.nvidia_drivers)
     if cluster.runtime_classes is not None:
         doc["runtime_classes"] = dict(cluster.runtime_classes)
     if cluster.daemonsets is not None:
@@ -171,14 +171,6 @@ def _cluster_document(fleet: FleetFacts) -> dict[str, Any]:
     if cluster.failed_creates:
         doc["failed_creates"] = {k: list(v) for k, v in cluster.failed_creates.items()}
     return doc
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value
 
 
 def _write(path: Path, document: Mapping[str, Any]) -> Path:
