@@ -38,7 +38,7 @@ def translate_api_errors(verb: str, obj: str) -> Iterator[None]:
     except ApiException as exc:
         raise error_from_api_exception(exc, verb, obj) from exc
     except pydantic.ValidationError as exc:
-        # the client checks request bodies against its models before sending them
+        # a body checked against the client's models before it is sent (a pod's manifest)
         raise Invalid(
             verb, obj, reason="rejected by the client", message=_describe_validation(exc)
         ) from exc
@@ -113,8 +113,7 @@ def _describe_validation(exc: pydantic.ValidationError) -> str:
     """`spec.containers.0.resources.limits.nvidia.com/gpu: Input should be a valid string`."""
     problems = []
     for error in exc.errors():
-        # the first location item is the argument's position or name, not part of the body
-        where = ".".join(str(part) for part in error["loc"][1:])
+        where = ".".join(str(part) for part in error["loc"])
         problems.append(f"{where}: {error['msg']}" if where else str(error["msg"]))
     return "; ".join(problems)
 

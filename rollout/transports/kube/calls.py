@@ -1,8 +1,9 @@
 """How KubeClient calls the official client: one request in, the server's JSON out.
 
-Every request reads the raw JSON (`_preload_content=False`) instead of the client's models:
-rollout needs a few fields of each object, and the JSON is what the server said, with no
-model (de)serialisation in between to disagree with it. Errors are translated here, once.
+Every request goes over the client's generic HTTP path (`resources.ApiRequest`, sent by
+`send`) and reads the raw JSON instead of the client's models: rollout needs a few fields of
+each object, and the JSON is what the server said, with no model (de)serialisation in between
+to disagree with it. Errors are translated here, once.
 
 Requests are retried here by their class (rollout.transports.idempotence): an idempotent one
 (a read, a merge patch) under the request policy; a checked one (create, replace, evict,
@@ -17,12 +18,41 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
+
 from rollout.retry import REQUEST_POLICY, RetryPolicy, call_with_policy, is_transient
 from rollout.transports.errors import Conflict, KubeError
 from rollout.transports.idempotence import Idempotence, classify_request
 from rollout.transports.kube.apierrors import translate_api_errors
+from rollout.transports.kube.resources import ApiRequest, Resource
 
 T = TypeVar("T")
+# what every generated method asks for and authenticates with
+ACCEPT = "application/json"
+AUTH_SETTINGS = ["BearerToken"]
+
+
+def send(api: ApiClient, request: ApiRequest, timeout_s: tuple[float, float]) -> bytes:
+    """Send one request as a generated client method does (the client's serialisation,
+    authentication and REST layer), and return the body; ApiException for an error status."""
+    headers = {"Accept": ACCEPT}
+    if request.content_type is not None:
+        headers["Content-Type"] = request.content_type
+    serialized = api.param_serialize(
+        method=request.method,
+        resource_path=request.path,
+        path_params=dict(request.path_params),
+        query_params=list(request.query),
+        header_params=headers,
+        body=request.body,
+        auth_settings=AUTH_SETTINGS,
+    )
+    response = api.call_api(*serialized, _request_timeout=timeout_s)
+    data: bytes = response.read()  # type: ignore[no-untyped-call]
+    if not 200 <= response.status <= 299:
+        raise ApiException.from_response(http_resp=response, body=None, data=None)
+    return data
 
 
 def retryable_blindly(verb: str) -> Callable[[BaseException], bool]:
@@ -49,13 +79,13 @@ class JsonCalls:
         self.policy = policy
         self.sleep = sleep
 
-    def request(self, verb: str, obj: str, call: Callable[..., Any], *args: Any, **kw: Any) -> Any:
-        """Call one client method and return the decoded JSON body; an idempotent request
-        is retried on transient errors, any other is made once (see `guarded`)."""
+    def request(self, verb: str, obj: str, api: ApiClient, request: ApiRequest) -> Any:
+        """Make one request and return the decoded JSON body; an idempotent request is
+        retried on transient errors, any other is made once (see `guarded`)."""
         if classify_request(verb) is not Idempotence.IDEMPOTENT:
-            return self.request_once(verb, obj, call, *args, **kw)
+            return self.request_once(verb, obj, api, request)
         return call_with_policy(
-            lambda: self.request_once(verb, obj, call, *args, **kw),
+            lambda: self.request_once(verb, obj, api, request),
             self.policy,
             sleep=self.sleep,
             operation=f"{verb} {obj}",
@@ -96,13 +126,14 @@ class JsonCalls:
             attempt, self.policy, sleep=self.sleep, operation=f"{verb} {obj}", retry_on=retry_on
         )
 
-    def request_once(
-        self, verb: str, obj: str, call: Callable[..., Any], *args: Any, **kw: Any
-    ) -> Any:
-        """Call one client method once and return the decoded JSON body."""
+    def request_bytes(self, verb: str, obj: str, api: ApiClient, request: ApiRequest) -> bytes:
+        """Make one request once and return the body as sent (a pod's log is text)."""
         with translate_api_errors(verb, obj):
-            response = call(*args, _preload_content=False, _request_timeout=self._timeout, **kw)
-            data = response.data
+            return send(api, request, self._timeout)
+
+    def request_once(self, verb: str, obj: str, api: ApiClient, request: ApiRequest) -> Any:
+        """Make one request once and return the decoded JSON body."""
+        data = self.request_bytes(verb, obj, api, request)
         if not data:
             return {}
         try:
@@ -117,37 +148,16 @@ class JsonCalls:
 
     def list_in(
         self,
-        kind: str,
+        api: ApiClient,
+        resource: Resource,
         namespace: str | None,
-        namespaced: Callable[..., Any],
-        everywhere: Callable[..., Any],
         label_selector: str | None = None,
         field_selector: str | None = None,
     ) -> list[Any]:
         """The items of one namespace's list (None: every namespace's), as JSON."""
         shown = ", ".join(s for s in (label_selector, field_selector) if s)
-        what = f"{kind} in {namespace or 'all namespaces'}" + (f" ({shown})" if shown else "")
-        selectors = {"label_selector": label_selector, "field_selector": field_selector}
-        if namespace is None:
-            data = self.request("list", what, everywhere, **selectors)
-        else:
-            data = self.request("list", what, namespaced, namespace, **selectors)
+        where = namespace or "all namespaces"
+        what = f"{resource.plural} in {where}" + (f" ({shown})" if shown else "")
+        request = resource.list(namespace, label_selector, field_selector)
+        data = self.request("list", what, api, request)
         return list(data.get("items") or [])
-
-    # The client's namespaced calls take (name, namespace[, body]) to read or replace and
-    # (namespace, body) to create; these three keep that order, and the label, in one place.
-
-    def read_namespaced(
-        self, kind: str, call: Callable[..., Any], namespace: str, name: str
-    ) -> Any:
-        return self.request("get", f"{kind} {namespace}/{name}", call, name, namespace)
-
-    def create_namespaced(
-        self, kind: str, call: Callable[..., Any], namespace: str, name: str, body: Any
-    ) -> Any:
-        return self.request("create", f"{kind} {namespace}/{name}", call, namespace, body)
-
-    def replace_namespaced(
-        self, kind: str, call: Callable[..., Any], namespace: str, name: str, body: Any
-    ) -> Any:
-        return self.request("replace", f"{kind} {namespace}/{name}", call, name, namespace, body)

@@ -1,14 +1,13 @@
 # long module: one job, every Kubernetes operation rollout makes, each with its retry or re-check
 """The Kubernetes API through the official client: the operations rollout needs, nothing more.
 
-Every request reads the raw JSON (`calls.JsonCalls`) instead of the client's models.
+Every request is an `ApiRequest` on a kind of `resources`, sent over the client's generic
+HTTP path, and reads the raw JSON (`calls.JsonCalls`) instead of the client's models.
 """
 
 from __future__ import annotations
 
-import functools
 import os
-import threading
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Protocol, Self, TypeVar
@@ -35,15 +34,28 @@ from rollout.transports.kube.objects import (
     format_time,
     plain,
 )
+from rollout.transports.kube.resources import (
+    CLUSTER_POLICIES,
+    CONFIGMAPS,
+    DAEMONSETS,
+    EVENTS,
+    LEASES,
+    NODES,
+    NVIDIA_DRIVERS,
+    PDBS,
+    PODS,
+    RUNTIME_CLASSES,
+    SECRETS,
+    Resource,
+    evict_pod,
+    read_pod_log,
+)
 from rollout.transports.kube.secret import Secret
 
 # (connect, read): a hung API server fails a request instead of hanging the run.
 DEFAULT_REQUEST_TIMEOUT_S = (5.0, 30.0)
 # Overrides the read timeout, in seconds (the lab's chaos tests answer late on purpose).
 REQUEST_TIMEOUT_ENV = "ROLLOUT_API_TIMEOUT_S"
-MERGE_PATCH = "application/merge-patch+json"
-CLUSTER_POLICY = ("nvidia.com", "v1", "clusterpolicies")
-NVIDIA_DRIVER = ("nvidia.com", "v1alpha1", "nvidiadrivers")
 EVENT_SOURCE = "rollout"
 
 
@@ -90,6 +102,15 @@ def default_request_timeout_s() -> tuple[float, float]:
     return (min(DEFAULT_REQUEST_TIMEOUT_S[0], read_s), read_s)
 
 
+def check_pod_manifest(manifest: Mapping[str, Any]) -> None:
+    """pydantic.ValidationError where the client's Pod model refuses the manifest (a quantity
+    that is not a string), as the client's generated create method did before sending it."""
+    # imported here: the model and those it names take half a second, for the smoke pod only
+    from kubernetes.client.models.v1_pod import V1Pod
+
+    V1Pod.model_validate(manifest)
+
+
 def _budget_refusal(error: BaseException) -> bool:
     return type(error).__name__ == "EvictionBlocked"
 
@@ -105,47 +126,12 @@ class KubeClient(Closeable):
     ) -> None:
         request_timeout_s = request_timeout_s or default_request_timeout_s()
         self._api = api
-        self._timeout = request_timeout_s
         self._calls = JsonCalls(request_timeout_s)
 
-    # Each API group's class is imported on first use: kubernetes imports an API module with
-    # every model it names and builds its validators, 0.4 s for CoreV1Api and 0.3 s for
-    # AppsV1Api, which `plan` never calls.
-
-    @functools.cached_property
-    def _core(self) -> k8s.CoreV1Api:
-        return k8s.CoreV1Api(self._api)
-
-    @functools.cached_property
-    def _policy(self) -> k8s.PolicyV1Api:
-        return k8s.PolicyV1Api(self._api)
-
-    @functools.cached_property
-    def _coordination(self) -> k8s.CoordinationV1Api:
-        return k8s.CoordinationV1Api(self._api)
-
-    @functools.cached_property
-    def _apps(self) -> k8s.AppsV1Api:
-        return k8s.AppsV1Api(self._api)
-
-    @functools.cached_property
-    def _node(self) -> k8s.NodeV1Api:
-        return k8s.NodeV1Api(self._api)
-
-    @functools.cached_property
-    def _custom(self) -> k8s.CustomObjectsApi:
-        return k8s.CustomObjectsApi(self._api)
-
     def import_in_background(self) -> None:
-        """Import the API classes `plan`'s reads use (nodes and pods, budgets, custom objects)
-        in a thread of its own, to overlap with other work: a request made meanwhile waits
-        for its class's import (Python's import lock), as it would without this."""
-
-        def load() -> None:
-            for api in ("_core", "_policy", "_custom"):
-                getattr(self, api)
-
-        threading.Thread(target=load, name="kube-import", daemon=True).start()
+        """Nothing is left to import: requests no longer go through the client's generated API
+        classes, whose import this overlapped with the SSH probe. Kept until its caller
+        (rollout.connection) drops the call."""
 
     @classmethod
     def from_kubeconfig(cls, path: str | None = None, context: str | None = None) -> KubeClient:
@@ -174,15 +160,13 @@ class KubeClient(Closeable):
 
     def get_node(self, name: str) -> Node:
         return Node.from_json(
-            self._calls.request("get", f"node {name}", self._core.read_node, name)
+            self._calls.request("get", f"node {name}", self._api, NODES.get(name))
         )
 
     def list_nodes(self, label_selector: str | None = None) -> list[Node]:
         """Nodes, optionally only those matching a label selector (`a=b,c in (d)`)."""
         what = f"nodes ({label_selector})" if label_selector else "nodes"
-        data = self._calls.request(
-            "list", what, self._core.list_node, label_selector=label_selector
-        )
+        data = self._calls.request("list", what, self._api, NODES.list(None, label_selector))
         return [Node.from_json(i) for i in data.get("items") or []]
 
     def patch_node_labels(self, name: str, labels: Mapping[str, str | None]) -> Node:
@@ -206,7 +190,7 @@ class KubeClient(Closeable):
 
     def _patch_node(self, name: str, patch: dict[str, Any]) -> Node:
         data = self._calls.request(
-            "patch", f"node {name}", self._core.patch_node, name, patch, _content_type=MERGE_PATCH
+            "patch", f"node {name}", self._api, NODES.merge_patch(name, patch)
         )
         return Node.from_json(data)
 
@@ -219,37 +203,29 @@ class KubeClient(Closeable):
         field_selector: str | None = None,
     ) -> list[Pod]:
         """Pods of one namespace (None: all), filtered as by kubectl's -l and --field-selector."""
-        items = self._calls.list_in(
-            "pods",
-            namespace,
-            self._core.list_namespaced_pod,
-            self._core.list_pod_for_all_namespaces,
-            label_selector,
-            field_selector,
-        )
+        items = self._calls.list_in(self._api, PODS, namespace, label_selector, field_selector)
         return [Pod.from_json(i) for i in items]
 
     def get_pod(self, namespace: str, name: str) -> Pod:
-        return Pod.from_json(
-            self._calls.read_namespaced("pod", self._core.read_namespaced_pod, namespace, name)
-        )
+        return Pod.from_json(self._read_namespaced("pod", PODS, namespace, name))
 
     def create_pod(self, namespace: str, manifest: Mapping[str, Any]) -> Pod:
         """Create a pod from a manifest (a dict as in YAML); returns it as created.
 
-        Quantities must be strings ("1", not 1): the client validates bodies against its
-        models, and a mismatch is Invalid before anything is sent.
+        Quantities must be strings ("1", not 1): the manifest is checked against the client's
+        Pod model, and a mismatch is Invalid before anything is sent.
         """
         meta = manifest.get("metadata") or {}
         name = meta.get("name")
-        shown = name or f"{meta.get('generateName', '')}*"
+        what = f"pod {namespace}/{name or meta.get('generateName', '') + '*'}"
         labels = dict(meta.get("labels") or {})
+        body = plain(manifest)
+        with translate_api_errors("create", what):
+            check_pod_manifest(body)
 
         def act() -> Pod:
             return Pod.from_json(
-                self._calls.create_namespaced(
-                    "pod", self._core.create_namespaced_pod, namespace, shown, plain(manifest)
-                )
+                self._calls.request("create", what, self._api, PODS.create(body, namespace))
             )
 
         def recheck(error: BaseException) -> Pod | None:
@@ -261,7 +237,7 @@ class KubeClient(Closeable):
 
         if not name:
             return act()  # a generated name cannot be looked for: never retried
-        return self._calls.guarded("create", f"pod {namespace}/{name}", act, recheck)
+        return self._calls.guarded("create", what, act, recheck)
 
     def delete_pod(
         self,
@@ -278,14 +254,8 @@ class KubeClient(Closeable):
         def act() -> bool:
             tries.append(1)
             try:
-                self._calls.request_once(
-                    "delete",
-                    what,
-                    self._core.delete_namespaced_pod,
-                    name,
-                    namespace,
-                    grace_period_seconds=grace_period_s,
-                )
+                request = PODS.delete(name, namespace, grace_period_s)
+                self._calls.request_once("delete", what, self._api, request)
             except NotFound:
                 if missing_ok or len(tries) > 1:
                     # after a lost answer, gone is what the first try asked for
@@ -306,17 +276,8 @@ class KubeClient(Closeable):
         what = f"pod {namespace}/{name}"
 
         def read() -> str:
-            with translate_api_errors("read log of", what):
-                # typed as str, but with _preload_content=False it is the raw response
-                response: Any = self._core.read_namespaced_pod_log(
-                    name,
-                    namespace,
-                    container=container,
-                    tail_lines=tail_lines,
-                    _preload_content=False,
-                    _request_timeout=self._timeout,
-                )
-                data: bytes = response.data
+            request = read_pod_log(namespace, name, container, tail_lines)
+            data = self._calls.request_bytes("read log of", what, self._api, request)
             return data.decode("utf-8", "replace")
 
         return self._calls.retried("read log of", what, read)
@@ -345,9 +306,7 @@ class KubeClient(Closeable):
                     if found is None:
                         return EvictionOutcome.GONE
                     before.append(found)
-                self._calls.request_once(
-                    "evict", what, self._core.create_namespaced_pod_eviction, name, namespace, body
-                )
+                self._calls.request_once("evict", what, self._api, evict_pod(namespace, name, body))
             except NotFound:
                 return EvictionOutcome.GONE
             return EvictionOutcome.EVICTED
@@ -365,133 +324,88 @@ class KubeClient(Closeable):
         )
 
     def list_pdbs(self, namespace: str | None = None) -> list[PodDisruptionBudget]:
-        items = self._calls.list_in(
-            "poddisruptionbudgets",
-            namespace,
-            self._policy.list_namespaced_pod_disruption_budget,
-            self._policy.list_pod_disruption_budget_for_all_namespaces,
-        )
+        items = self._calls.list_in(self._api, PDBS, namespace)
         return [PodDisruptionBudget.from_json(i) for i in items]
 
     def list_daemonsets(
         self, namespace: str | None = None, label_selector: str | None = None
     ) -> list[DaemonSet]:
         """DaemonSets of one namespace (None: all), with their desired and ready counts."""
-        items = self._calls.list_in(
-            "daemonsets",
-            namespace,
-            self._apps.list_namespaced_daemon_set,
-            self._apps.list_daemon_set_for_all_namespaces,
-            label_selector,
-        )
+        items = self._calls.list_in(self._api, DAEMONSETS, namespace, label_selector)
         return [DaemonSet.from_json(i) for i in items]
 
     def list_runtime_classes(self) -> list[RuntimeClass]:
         """The cluster's RuntimeClasses (node.k8s.io/v1)."""
-        data = self._calls.request("list", "runtimeclasses", self._node.list_runtime_class)
+        data = self._calls.request("list", "runtimeclasses", self._api, RUNTIME_CLASSES.list())
         return [RuntimeClass.from_json(i) for i in data.get("items") or []]
 
     # ------------------------------------------------------------------ configmaps
 
     def get_configmap(self, namespace: str, name: str) -> ConfigMap:
-        return ConfigMap.from_json(
-            self._calls.read_namespaced(
-                "configmap", self._core.read_namespaced_config_map, namespace, name
-            )
-        )
+        return ConfigMap.from_json(self._read_namespaced("configmap", CONFIGMAPS, namespace, name))
 
     def create_configmap(self, configmap: ConfigMap) -> ConfigMap:
         """Create it; Conflict when it exists already."""
-        return self._create_namespaced(
-            "configmap",
-            self._core.create_namespaced_config_map,
-            configmap,
-            self.get_configmap,
-        )
+        return self._create_namespaced("configmap", CONFIGMAPS, configmap, self.get_configmap)
 
     def replace_configmap(self, configmap: ConfigMap) -> ConfigMap:
         """Replace it; Conflict when it changed since `configmap` was read."""
-        return self._replace_namespaced(
-            "configmap",
-            self._core.replace_namespaced_config_map,
-            configmap,
-            self.get_configmap,
-        )
+        return self._replace_namespaced("configmap", CONFIGMAPS, configmap, self.get_configmap)
 
     # ------------------------------------------------------------------ secrets
 
     def get_secret(self, namespace: str, name: str) -> Secret:
-        return Secret.from_json(
-            self._calls.read_namespaced(
-                "secret", self._core.read_namespaced_secret, namespace, name
-            )
-        )
+        return Secret.from_json(self._read_namespaced("secret", SECRETS, namespace, name))
 
     def create_secret(self, secret: Secret) -> Secret:
         """Create it; Conflict when it exists already."""
-        return self._create_namespaced(
-            "secret", self._core.create_namespaced_secret, secret, self.get_secret
-        )
+        return self._create_namespaced("secret", SECRETS, secret, self.get_secret)
 
     def replace_secret(self, secret: Secret) -> Secret:
         """Replace it; Conflict when it changed since `secret` was read."""
-        return self._replace_namespaced(
-            "secret", self._core.replace_namespaced_secret, secret, self.get_secret
-        )
+        return self._replace_namespaced("secret", SECRETS, secret, self.get_secret)
 
     # ------------------------------------------------------------------ ClusterPolicy
 
     def list_cluster_policies(self) -> list[dict[str, Any]]:
         """The GPU Operator's ClusterPolicies (there is normally one), as JSON."""
-        return self._list_cluster_objects("clusterpolicies", CLUSTER_POLICY)
+        return self._list_cluster_objects(CLUSTER_POLICIES)
 
     def get_cluster_policy(self, name: str) -> dict[str, Any]:
-        return self._get_cluster_object(f"clusterpolicy {name}", CLUSTER_POLICY, name)
+        return self._get_cluster_object(f"clusterpolicy {name}", CLUSTER_POLICIES, name)
 
     def patch_cluster_policy(self, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
         """A JSON merge patch (custom resources take no strategic merge); None deletes."""
-        return self._patch_cluster_object(f"clusterpolicy {name}", CLUSTER_POLICY, name, patch)
+        return self._patch_cluster_object(f"clusterpolicy {name}", CLUSTER_POLICIES, name, patch)
 
     # ------------------------------------------------------------------ NVIDIADriver
 
     def list_nvidia_drivers(self) -> list[dict[str, Any]]:
         """The GPU Operator's NVIDIADriver resources (cluster-scoped), as JSON; NotFound where
         the cluster does not serve the kind."""
-        return self._list_cluster_objects("nvidiadrivers", NVIDIA_DRIVER)
+        return self._list_cluster_objects(NVIDIA_DRIVERS)
 
     def get_nvidia_driver(self, name: str) -> dict[str, Any]:
-        return self._get_cluster_object(f"nvidiadriver {name}", NVIDIA_DRIVER, name)
+        return self._get_cluster_object(f"nvidiadriver {name}", NVIDIA_DRIVERS, name)
 
     def patch_nvidia_driver(self, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
         """A JSON merge patch (custom resources take no strategic merge); None deletes."""
-        return self._patch_cluster_object(f"nvidiadriver {name}", NVIDIA_DRIVER, name, patch)
+        return self._patch_cluster_object(f"nvidiadriver {name}", NVIDIA_DRIVERS, name, patch)
 
     # ------------------------------------------------------------- custom resources
 
-    def _list_cluster_objects(self, what: str, kind: tuple[str, str, str]) -> list[dict[str, Any]]:
-        data = self._calls.request("list", what, self._custom.list_cluster_custom_object, *kind)
-        return list(data.get("items") or [])
+    def _list_cluster_objects(self, kind: Resource) -> list[dict[str, Any]]:
+        return self._calls.list_in(self._api, kind, None)
 
-    def _get_cluster_object(
-        self, what: str, kind: tuple[str, str, str], name: str
-    ) -> dict[str, Any]:
-        result: dict[str, Any] = self._calls.request(
-            "get", what, self._custom.get_cluster_custom_object, *kind, name
-        )
+    def _get_cluster_object(self, what: str, kind: Resource, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._calls.request("get", what, self._api, kind.get(name))
         return result
 
     def _patch_cluster_object(
-        self, what: str, kind: tuple[str, str, str], name: str, patch: Mapping[str, Any]
+        self, what: str, kind: Resource, name: str, patch: Mapping[str, Any]
     ) -> dict[str, Any]:
-        result: dict[str, Any] = self._calls.request(
-            "patch",
-            what,
-            self._custom.patch_cluster_custom_object,
-            *kind,
-            name,
-            plain(patch),
-            _content_type=MERGE_PATCH,
-        )
+        request = kind.merge_patch(name, plain(patch))
+        result: dict[str, Any] = self._calls.request("patch", what, self._api, request)
         return result
 
     # ------------------------------------------------------------------ events
@@ -539,7 +453,7 @@ class KubeClient(Closeable):
 
         def act() -> str:
             data = self._calls.request_once(
-                "create", what, self._core.create_namespaced_event, namespace, body
+                "create", what, self._api, EVENTS.create(body, namespace)
             )
             return str((data.get("metadata") or {}).get("name", ""))
 
@@ -562,44 +476,33 @@ class KubeClient(Closeable):
     ) -> list[Event]:
         """Events of one namespace (None: all), oldest first, filtered as by --field-selector
         (`involvedObject.kind=Pod,involvedObject.name=train-1`)."""
-        items = self._calls.list_in(
-            "events",
-            namespace,
-            self._core.list_namespaced_event,
-            self._core.list_event_for_all_namespaces,
-            None,
-            field_selector,
-        )
+        items = self._calls.list_in(self._api, EVENTS, namespace, None, field_selector)
         never = datetime.min.replace(tzinfo=UTC)
         return sorted((Event.from_json(i) for i in items), key=lambda e: e.last_seen or never)
 
     # ------------------------------------------------------------------ leases
 
     def get_lease(self, namespace: str, name: str) -> Lease:
-        return Lease.from_json(
-            self._calls.read_namespaced(
-                "lease", self._coordination.read_namespaced_lease, namespace, name
-            )
-        )
+        return Lease.from_json(self._read_namespaced("lease", LEASES, namespace, name))
 
     def create_lease(self, lease: Lease) -> Lease:
         """Create it; Conflict when someone else created it first."""
-        return self._create_namespaced(
-            "lease", self._coordination.create_namespaced_lease, lease, self.get_lease
-        )
+        return self._create_namespaced("lease", LEASES, lease, self.get_lease)
 
     def replace_lease(self, lease: Lease) -> Lease:
         """Replace it; Conflict when it changed since `lease` was read (someone else holds it)."""
         if not lease.resource_version:
             raise ValueError("replace_lease needs the resource_version of the lease as read")
-        return self._replace_namespaced(
-            "lease", self._coordination.replace_namespaced_lease, lease, self.get_lease
-        )
+        return self._replace_namespaced("lease", LEASES, lease, self.get_lease)
 
-    # ------------------------------------------------------------------ create and replace
+    # ------------------------------------------------------------------ read, create and replace
+
+    def _read_namespaced(self, kind: str, resource: Resource, namespace: str, name: str) -> Any:
+        what = f"{kind} {namespace}/{name}"
+        return self._calls.request("get", what, self._api, resource.get(name, namespace))
 
     def _create_namespaced(
-        self, kind: str, call: Callable[..., Any], obj: N, read: Callable[[str, str], N]
+        self, kind: str, resource: Resource, obj: N, read: Callable[[str, str], N]
     ) -> N:
         """A create made again after a lost answer only when a fresh read finds nothing:
         the same content there means it landed; anything else is another writer's object,
@@ -609,7 +512,8 @@ class KubeClient(Closeable):
         def act() -> N:
             body = obj.to_json()
             body["metadata"].pop("resourceVersion", None)
-            data = self._calls.create_namespaced(kind, call, obj.namespace, obj.name, body)
+            request = resource.create(body, obj.namespace)
+            data = self._calls.request("create", what, self._api, request)
             return type(obj).from_json(data)
 
         def recheck(error: BaseException) -> N | None:
@@ -629,16 +533,16 @@ class KubeClient(Closeable):
         return self._calls.guarded("create", what, act, recheck)
 
     def _replace_namespaced(
-        self, kind: str, call: Callable[..., Any], obj: N, read: Callable[[str, str], N]
+        self, kind: str, resource: Resource, obj: N, read: Callable[[str, str], N]
     ) -> N:
+        what = f"{kind} {obj.namespace}/{obj.name}"
+
         def act() -> N:
-            data = self._calls.replace_namespaced(
-                kind, call, obj.namespace, obj.name, obj.to_json()
-            )
-            return type(obj).from_json(data)
+            request = resource.replace(obj.name, obj.to_json(), obj.namespace)
+            return type(obj).from_json(self._calls.request("replace", what, self._api, request))
 
         return self._replace_checked(
-            f"{kind} {obj.namespace}/{obj.name}",
+            what,
             obj.resource_version,
             act,
             lambda: read(obj.namespace, obj.name),
