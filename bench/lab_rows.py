@@ -129,11 +129,11 @@ def digests_only(memo: Path, into: Path) -> Path:
     return into
 
 
-# What plan -i imports: the libraries alone (kubernetes' API classes it calls, SSH, the spec's
-# models, YAML and TOML), and with rollout's own modules.
+# What plan -i imports: the libraries alone (kubernetes' client and configuration, no API
+# class, SSH, the spec's models, YAML and TOML), and with rollout's own modules.
 IMPORT_LIBRARIES = """
 from kubernetes import client, config
-client.CoreV1Api, client.PolicyV1Api, client.CustomObjectsApi
+client.ApiClient
 import fabric, paramiko, pydantic, yaml, tomlkit, tomllib, tenacity
 """
 IMPORT_ALL = IMPORT_LIBRARIES + "import rollout.cli.plan, rollout.connection, rollout.planner\n"
