@@ -42,7 +42,6 @@ _BLANK = re.compile(r" *(?:#[^\r\x85\u2028\u2029]*)?")
 class _Kind(enum.Enum):
     ENTRY = "key: value"
     ITEM = "- value"
-    SKIP = "blank or comment"
     OTHER = "not read here"
 
 
@@ -59,6 +58,7 @@ class NotPlain(Exception):
 
 
 _Line = tuple[_Kind, int, str, Any]  # kind, indent, key, value
+_NOT_READ: _Line = (_Kind.OTHER, 0, "", None)
 
 
 class BlockReader:
@@ -70,13 +70,12 @@ class BlockReader:
 
     def read(self, text: str, max_values: int) -> dict[str, Any] | None:
         """The document's data (a mapping at its root), or None: not a document read here."""
-        lines = [
-            line for line in map(self.read_line, text.split("\n")) if line[0] is not _Kind.SKIP
-        ]
+        # blank lines and comments read as None and leave, in C
+        lines: list[_Line] = [*filter(None, map(self.read_line, text.split("\n")))]
         # every line a key and a value at most: well within the limits, or not read here
         if not lines or 2 * len(lines) + 1 >= max_values:
             return None
-        if any(line[0] is _Kind.OTHER for line in lines):
+        if _NOT_READ in lines:  # compared in C: only _NOT_READ equals it (its kind)
             return None
         try:
             data, end = _mapping(lines, 0, 0, 1)
@@ -84,13 +83,13 @@ class BlockReader:
             return None
         return data if end == len(lines) else None
 
-    def _read_line(self, line: str) -> _Line:
+    def _read_line(self, line: str) -> _Line | None:
         try:
             return self._reading(line)
         except NotPlain:
-            return (_Kind.OTHER, 0, "", None)
+            return _NOT_READ
 
-    def _reading(self, line: str) -> _Line:
+    def _reading(self, line: str) -> _Line | None:
         entry = _ENTRY.fullmatch(line)
         if entry is not None:
             key = entry["key"]
@@ -102,7 +101,7 @@ class BlockReader:
         if item is not None:
             return (_Kind.ITEM, len(item["indent"]), "", self._scalar(item))
         if _BLANK.fullmatch(line) is not None:
-            return (_Kind.SKIP, 0, "", None)
+            return None  # blank or a comment
         raise NotPlain
 
     def _scalar(self, found: re.Match[str]) -> Any:

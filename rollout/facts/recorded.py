@@ -28,6 +28,7 @@ containerd config they form must load (valid TOML, imports that exist) on the no
 
 from __future__ import annotations
 
+import enum
 import functools
 import os
 import posixpath
@@ -53,6 +54,8 @@ from rollout.facts.recorded_cluster import load_cluster_facts, strings, valid_na
 from rollout.facts.recorded_files import (
     CONTROL_CHARACTERS,
     for_node,
+    open_plain,
+    read_open_text,
     read_plain_text,
     read_recorded_files,
 )
@@ -146,20 +149,21 @@ def load_recorded_facts(directory: Path) -> FleetFacts:
             hint="pass --facts DIR with one sub-directory per node holding node.yaml and files/",
         )
     with os.scandir(directory) as listing:  # directory entries: a fleet is 10,000 of them
-        names = sorted(entry.name for entry in listing if _holds_node_facts(entry))
-    node_dirs = [directory / name for name in names]
-    if not node_dirs:
-        raise InputError(
-            SourceLocation(str(directory)),
-            f"no node facts: no sub-directory holds a {NODE_FILE}",
-            hint="each node's facts live in <dir>/<node>/node.yaml and <dir>/<node>/files/",
-        )
+        names = sorted(entry.name for entry in listing if _is_directory(entry))
+    # paths as strings: a fleet is 10,000 nodes, and pathlib's joins cost more than their reads
+    base = str(directory)
+    held = False  # whether any sub-directory holds a node.yaml
     errors: list[InputError] = []
     nodes: list[NodeFacts] = []
-    first_at: dict[str, Path] = {}
-    for node_dir in node_dirs:
+    first_at: dict[str, str] = {}
+    for name in names:
+        node_dir = _child(base, name)
+        text = _read_node_file(_child(node_dir, NODE_FILE))
+        if text is _Absent.NO_NODE_FILE:
+            continue
+        held = True
         try:
-            node = load_node_facts(node_dir)
+            node = _load_node(node_dir, name, text)
         except InputErrors as exc:
             errors.extend(exc.errors)
             continue
@@ -170,8 +174,9 @@ def load_recorded_facts(directory: Path) -> FleetFacts:
             errors.append(
                 NodeFactsError(
                     node.name,
-                    SourceLocation(str(node_dir / NODE_FILE)),
-                    f"the node is recorded twice (first in {first_at[node.name] / NODE_FILE})",
+                    SourceLocation(_child(node_dir, NODE_FILE)),
+                    "the node is recorded twice "
+                    f"(first in {_child(first_at[node.name], NODE_FILE)})",
                     field="name",
                     hint="keep one directory per node; `name` defaults to the directory name",
                 )
@@ -179,6 +184,12 @@ def load_recorded_facts(directory: Path) -> FleetFacts:
             continue
         first_at[node.name] = node_dir
         nodes.append(node)
+    if not held:
+        raise InputError(
+            SourceLocation(str(directory)),
+            f"no node facts: no sub-directory holds a {NODE_FILE}",
+            hint="each node's facts live in <dir>/<node>/node.yaml and <dir>/<node>/files/",
+        )
     cluster = ClusterFacts()
     try:
         cluster = load_cluster_facts(directory / CLUSTER_FILE)
@@ -191,23 +202,50 @@ def load_recorded_facts(directory: Path) -> FleetFacts:
     return FleetFacts(nodes=tuple(nodes), cluster=cluster, source=str(directory))
 
 
-def _holds_node_facts(entry: os.DirEntry[str]) -> bool:
-    """A directory (or a link to one) with a node.yaml (or a link named so) in it."""
+def _is_directory(entry: os.DirEntry[str]) -> bool:
+    """A directory or a link to one (a node's directory, if it holds a node.yaml)."""
     try:
-        return entry.is_dir() and os.path.lexists(os.path.join(entry.path, NODE_FILE))
+        return entry.is_dir()
     except OSError:
         return False
 
 
+def _child(directory: str, name: str) -> str:
+    """str(Path(directory) / name) of a path pathlib wrote (`.`, `/`, or no trailing slash)."""
+    if directory == ".":
+        return name
+    return directory + name if directory.endswith("/") else f"{directory}/{name}"
+
+
+class _Absent(enum.Enum):
+    NO_NODE_FILE = "no node.yaml, nor a link named so: not a node's directory"
+
+
+def _read_node_file(path: str) -> str | _Absent | None:
+    """A node.yaml's text as read_plain_text reads it (None: read_text words why), or
+    NO_NODE_FILE where nothing is named so: one open where a look-up and a read were two."""
+    try:
+        fd = open_plain(path)
+    except FileNotFoundError:
+        return _Absent.NO_NODE_FILE
+    except OSError:  # a link, a directory that may not be searched...: whether the name exists
+        return None if os.path.lexists(path) else _Absent.NO_NODE_FILE
+    return read_open_text(fd, MAX_INPUT_BYTES)
+
+
 def load_node_facts(node_dir: Path) -> NodeFacts:
     """Read one node's recorded facts; InputErrors naming the node and each file."""
-    path = node_dir / NODE_FILE
-    fallback = node_dir.name
+    text = read_plain_text(str(node_dir / NODE_FILE), MAX_INPUT_BYTES)
+    return _load_node(str(node_dir), node_dir.name, text)
+
+
+def _load_node(node_dir: str, dir_name: str, text: str | None) -> NodeFacts:
+    """load_node_facts of `node_dir` (named `dir_name`), whose node.yaml reads as `text`."""
+    source = _child(node_dir, NODE_FILE)
+    fallback = dir_name
     try:
-        source = str(path)
-        text = read_plain_text(source, MAX_INPUT_BYTES)
         if text is None:  # read_text words why
-            doc = SourceDocument.from_path(path)
+            doc = SourceDocument.from_path(Path(source))
         else:
             doc = SourceDocument.from_text(text, source)
         if not isinstance(doc.data, dict):
@@ -224,11 +262,11 @@ def load_node_facts(node_dir: Path) -> NodeFacts:
         raise InputErrors([for_node(fallback, e) for e in exc.errors]) from exc
     except InputError as exc:
         raise InputErrors([for_node(fallback, exc)]) from exc
-    name = record.name or node_dir.name
+    name = record.name or dir_name
     if record.name is None and not valid_name(name):
         raise NodeFactsError(
             name[:253],
-            SourceLocation(str(path)),
+            SourceLocation(source),
             f"the directory name {describe_value(name)} is not a Kubernetes node name",
             field="name",
             hint="add `name:` with the node's name as `kubectl get nodes` shows it",
@@ -239,7 +277,8 @@ def load_node_facts(node_dir: Path) -> NodeFacts:
         raise NodeFactsError(
             name, doc.location_of(("containerd_version",)), str(exc), field="containerd_version"
         ) from exc
-    files = read_recorded_files(node_dir / FILES_DIR, name)
+    files_dir = _child(node_dir, FILES_DIR)
+    files = read_recorded_files(files_dir, name)
     main_path = record.containerd_config
     if main_path not in files:
         raise NodeFactsError(
@@ -247,7 +286,7 @@ def load_node_facts(node_dir: Path) -> NodeFacts:
             doc.location_of(("containerd_config",), at_key=True),
             f"{main_path} is not among the recorded files",
             field="containerd_config",
-            hint=f"record the node's files under {node_dir / FILES_DIR}{main_path}",
+            hint=f"record the node's files under {files_dir}{main_path}",
         )
     node = NodeFacts(
         name=name,
@@ -258,7 +297,7 @@ def load_node_facts(node_dir: Path) -> NodeFacts:
         unschedulable=record.unschedulable,
         ready=record.ready,
         gpus=_gpus(record.gpus),
-        recorded_at=str(node_dir),
+        recorded_at=node_dir,
         taints=record.taints,
         capacity=dict(record.capacity),
         allocatable=dict(record.allocatable),

@@ -20,24 +20,24 @@ from rollout.facts.containerd import MAX_FILE_BYTES
 from rollout.facts.model import NodeFactsError
 from rollout.fieldproblems import describe_value
 from rollout.inputfile import read_text
-from rollout.memo import BoundedCache
+from rollout.memo import ValueTable
 
 # Control characters have no place in a node-side path; a newline in one would forge lines
 # of rollout's own output.
 CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f]")
 
 
-def read_recorded_files(root: Path, node: str) -> dict[str, str]:
+def read_recorded_files(root: str | os.PathLike[str], node: str) -> dict[str, str]:
     """Every recorded file under `root`, as node path -> text; refuses what is not config.
 
     Only regular files (or symlinks to regular files inside `root`) of valid UTF-8 and at
     most MAX_FILE_BYTES are read (by rollout.inputfile, as every input file); anything else
     is an error naming the node and the path.
     """
-    walk = _Walk(root, node)
+    walk = _Walk(os.fspath(root), node)
     # paths as strings and directory entries' own types: a fleet is tens of thousands of
     # files, and pathlib's parsing or a stat of each cost more than reading it
-    if not walk.visit(os.fspath(root), ""):
+    if not walk.visit(walk.root, ""):
         return {}  # no directory there (Path.is_dir's answer, without a stat of its own)
     if walk.errors:
         raise InputErrors(walk.errors)
@@ -51,7 +51,7 @@ class _Walk:
     fleet's ten thousand of them kept the garbage collector busy.
     """
 
-    def __init__(self, root: Path, node: str) -> None:
+    def __init__(self, root: str, node: str) -> None:
         self.root = root
         self.node = node
         self.files: dict[str, str] = {}
@@ -60,23 +60,22 @@ class _Walk:
     def visit(self, directory: str, below: str) -> bool:
         """Read `directory`; False, and nothing read, when it is not a directory at all."""
         node, errors = self.node, self.errors
+        dirs: list[os.DirEntry[str]] = []
+        others: list[os.DirEntry[str]] = []
         try:
             with os.scandir(directory) as listing:
-                entries = list(listing)
+                for entry in listing:
+                    try:
+                        is_dir = entry.is_dir()
+                    except OSError:
+                        is_dir = False
+                    (dirs if is_dir else others).append(entry)
         except OSError as exc:
             if not below and exc.errno in _NOT_A_DIRECTORY:
                 return False
             where = SourceLocation(str(exc.filename or self.root))
             errors.append(NodeFactsError(node, where, f"cannot read: {exc.strerror or exc}"))
             return True
-        dirs: list[os.DirEntry[str]] = []
-        others: list[os.DirEntry[str]] = []
-        for entry in entries:
-            try:
-                is_dir = entry.is_dir()
-            except OSError:
-                is_dir = False
-            (dirs if is_dir else others).append(entry)
         for entry in sorted(dirs, key=_entry_name):
             if entry.is_symlink():
                 errors.append(
@@ -86,7 +85,10 @@ class _Walk:
                         "a symlink to a directory; record the directory's files themselves",
                     )
                 )
-        for entry in sorted(others, key=_entry_name):
+        if len(others) > 1:
+            others.sort(key=_entry_name)
+        files = self.files
+        for entry in others:
             node_path = f"{below}/{entry.name}"
             try:
                 if CONTROL_CHARACTERS.search(node_path):
@@ -94,10 +96,10 @@ class _Walk:
                         SourceLocation(entry.path),
                         f"the file name holds a control character: {describe_value(node_path)}",
                     )
-                self.files[node_path] = _read_recorded_file(entry, self.root)
+                files[node_path] = _read_recorded_file(entry, self.root)
             except InputError as exc:
                 errors.append(for_node(node, exc))
-        for entry in dirs:
+        for entry in dirs:  # os.walk's order: the listing's
             if not entry.is_symlink():
                 self.visit(entry.path, f"{below}/{entry.name}")
         return True
@@ -112,18 +114,19 @@ def _entry_name(entry: os.DirEntry[str]) -> str:
 
 
 # Recorded fleets repeat a few configurations many times (the toolkit writes byte-identical
-# drop-ins across a node pool): one string per distinct text, shared by every node holding it.
-_TEXTS: BoundedCache[str, str] = BoundedCache(4096)
+# drop-ins across a node pool): one string per distinct text, shared by every node holding it
+# (a plain table: a lock and LRU order per file cost more than the file's read).
+_TEXTS: ValueTable[str] = ValueTable(str, 4096)
 
 
-def _read_recorded_file(entry: os.DirEntry[str], root: Path) -> str:
+def _read_recorded_file(entry: os.DirEntry[str], root: str) -> str:
     if not entry.is_symlink():
         # the walk does not follow directory links and reports them (read_recorded_files), so
         # a plain file under the root is inside it: no path to resolve
         text = read_plain_text(entry.path, MAX_FILE_BYTES)
         if text is None:
             text = read_text(Path(entry.path), max_bytes=MAX_FILE_BYTES)
-        return _TEXTS.get_or_compute(text, lambda: text)
+        return _TEXTS.get(text)
     local = Path(entry.path)
     where = SourceLocation(str(local))
     try:
@@ -132,7 +135,7 @@ def _read_recorded_file(entry: os.DirEntry[str], root: Path) -> str:
         raise InputError(where, "a symlink loop") from exc
     except OSError as exc:
         raise InputError(where, f"a symlink to nothing ({exc.strerror or exc})") from exc
-    if local.is_symlink() and not target.is_relative_to(root.resolve()):
+    if local.is_symlink() and not target.is_relative_to(Path(root).resolve()):
         # a link out of the facts could carry any file of this machine into a plan's diff
         raise InputError(
             where,
@@ -154,9 +157,20 @@ def read_plain_text(local: str, max_bytes: int) -> str | None:
     a link and without blocking, and checked to be a regular file before it is read.
     """
     try:
-        fd = os.open(local, _OPEN_FLAGS)
+        fd = open_plain(local)
     except OSError:
         return None
+    return read_open_text(fd, max_bytes)
+
+
+def open_plain(local: str) -> int:
+    """A file descriptor for read_open_text: `local` opened without following a link and
+    without blocking; OSError as os.open raises it."""
+    return os.open(local, _OPEN_FLAGS)
+
+
+def read_open_text(fd: int, max_bytes: int) -> str | None:
+    """read_plain_text of a file open_plain opened; closes `fd`."""
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode) or info.st_size > max_bytes:
