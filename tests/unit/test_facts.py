@@ -92,6 +92,41 @@ def test_directory_without_nodes_is_bad_input(tmp_path: Path) -> None:
         load_recorded_facts(tmp_path)
 
 
+def test_a_node_is_a_directory_with_anything_named_node_yaml(tmp_path: Path) -> None:
+    """A sub-directory without node.yaml is not a node; one whose node.yaml is a dangling link
+    or a directory is, and is refused naming its node.yaml."""
+    write_node(tmp_path, "n1", version_line(), MAIN_CONFIG)
+    (tmp_path / "notes" / "files").mkdir(parents=True)
+    (tmp_path / "stray.yaml").write_text("name: stray\n")
+    (tmp_path / "n2").mkdir()
+    (tmp_path / "n2" / "node.yaml").symlink_to(tmp_path / "nowhere.yaml")
+    (tmp_path / "n3" / "node.yaml").mkdir(parents=True)
+    dangling, directory = facts_errors(tmp_path)
+    assert str(dangling.location) == str(tmp_path / "n2" / "node.yaml")
+    assert "file not found" in str(dangling)
+    assert str(directory.location) == str(tmp_path / "n3" / "node.yaml")
+    assert "not a regular file" in str(directory)
+
+
+@pytest.mark.parametrize("spelling", [".", "fleet", "fleet/", "./fleet", "ABSOLUTE"])
+def test_paths_read_as_pathlib_writes_them(
+    spelling: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Node paths are joined as strings: the same text pathlib gives, however the directory
+    is spelled (recorded_at, and the file an error names)."""
+    fleet = tmp_path / "fleet"
+    write_node(fleet, "n1", version_line(), MAIN_CONFIG)
+    write_node(fleet, "n2", version_line(), {})
+    monkeypatch.chdir(fleet if spelling == "." else tmp_path)
+    directory = fleet if spelling == "ABSOLUTE" else Path(spelling)
+    (error,) = facts_errors(directory)
+    assert error.location.path == str(directory / "n2" / "node.yaml")
+    assert f"under {directory / 'n2' / 'files'}/etc/containerd/config.toml" in str(error)
+    (fleet / "n2" / "node.yaml").unlink()
+    (node,) = load_recorded_facts(directory).nodes
+    assert node.recorded_at == str(directory / "n1")
+
+
 def test_missing_version_names_the_field(tmp_path: Path) -> None:
     write_node(tmp_path, "n1", "name: n1\n", MAIN_CONFIG)
     (error,) = facts_errors(tmp_path)
