@@ -34,8 +34,6 @@ class FleetConnection(Closeable):
         options = SshOptions(accept_new_host_keys=accept_new_host_keys)
         self.runners = {host.name: SshRunner(host, options) for host in self.inventory.hosts}
         self.kube = KubeClient.from_kubeconfig(kubeconfig, context)
-        # the client's API classes load while the nodes answer over SSH, not before
-        self.kube.import_in_background()
 
     def gather(self, spec: Spec, max_parallel: int = 8) -> FleetFacts:
         """Fresh facts of every inventory node, probed in parallel (bounded)."""

@@ -34,6 +34,7 @@ from rollout.retry import RetryEvent, RetryPolicy, watch_retries
 from rollout.transports.errors import KubeUnreachable, ServerError
 from rollout.transports.kube import ConfigMap, KubeClient, Lease
 from rollout.transports.kube.calls import JsonCalls
+from rollout.transports.kube.resources import NODES
 
 FAST = RetryPolicy(attempts=6, first_wait_s=0.01, max_wait_s=0.05, deadline_s=30)
 
@@ -93,7 +94,6 @@ class FaultyApi:
 
     def client(self, timeout_s: float = 5.0) -> KubeClient:
         kube = KubeClient.from_url(self.url)
-        kube._timeout = (timeout_s, timeout_s)
         kube._calls = JsonCalls((timeout_s, timeout_s), FAST)
         return kube
 
@@ -110,7 +110,7 @@ def seed_objects(kube: KubeClient) -> None:
     kube.create_configmap(ConfigMap("default", "cm", {"a": "1"}))
     for name in ("n1", "n2"):
         body = {"metadata": {"name": name}, "status": {"conditions": []}}
-        kube._calls.request_once("create", f"node {name}", kube._core.create_node, body)
+        kube._calls.request_once("create", f"node {name}", kube._api, NODES.create(body))
 
 
 def test_every_write_fails_once_and_is_retried_exactly_once(api: FaultyApi) -> None:

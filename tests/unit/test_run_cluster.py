@@ -33,6 +33,7 @@ from rollout.run.cluster import (
     start_run,
 )
 from rollout.transports.kube import KubeClient, Secret
+from rollout.transports.kube.resources import SECRETS
 from tests.emulator import emulated_kube
 from tests.unit.runfakes import PLAN_JSON, FakeClock, run_node
 
@@ -90,9 +91,7 @@ def test_a_run_is_one_opaque_secret_named_after_the_plan(kube: KubeClient) -> No
         "gpu-1": {"containerd.write": {"staged": "/tmp/x"}}
     }
     # a Secret, sent base64 and typed Opaque: not readable where only ConfigMaps are
-    raw = kube._calls.read_namespaced(
-        "secret", kube._core.read_namespaced_secret, NAMESPACE, secret.name
-    )
+    raw = kube._read_namespaced("secret", SECRETS, NAMESPACE, secret.name)
     assert raw["type"] == "Opaque"
     packed = base64.b64decode(raw["data"]["plan.json.gz"]).decode()
     assert gzip.decompress(base64.b64decode(packed)).decode() == PLAN_JSON

@@ -128,11 +128,6 @@ class KubeClient(Closeable):
         self._api = api
         self._calls = JsonCalls(request_timeout_s)
 
-    def import_in_background(self) -> None:
-        """Nothing is left to import: requests no longer go through the client's generated API
-        classes, whose import this overlapped with the SSH probe. Kept until its caller
-        (rollout.connection) drops the call."""
-
     @classmethod
     def from_kubeconfig(cls, path: str | None = None, context: str | None = None) -> KubeClient:
         """Like kubectl: `path`, else $KUBECONFIG (a ':' list), else ~/.kube/config."""
