@@ -1,42 +1,21 @@
 """A connection to a fleet: one SSH runner per inventory node and one Kubernetes client.
 
 Opened once per command and shared by fact gathering and every step, so each node gets
-exactly one SSH connection for a whole run. The client is built in a thread of its own
-(importing kubernetes and reading the kubeconfig take a good part of `plan -i`), while the
-nodes' SSH handshakes and commands are in flight; whatever needs it first waits for it.
+exactly one SSH connection for a whole run.
 """
 
 from __future__ import annotations
 
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from rollout.closeable import Closeable
-from rollout.errors import RolloutError
 from rollout.facts import FleetFacts
 from rollout.facts.live import gather_fleet_facts
 from rollout.inventory import load_inventory
 from rollout.spec import Spec
 from rollout.transports.fanout import close_runners
+from rollout.transports.kube import KubeClient
 from rollout.transports.ssh import SshOptions, SshRunner
-
-if TYPE_CHECKING:
-    from rollout.transports.kube import KubeClient
-
-
-def connect_cluster(kubeconfig: str | None, context: str | None) -> KubeClient:
-    """The client of the kubeconfig's cluster (KubeConfigError where it cannot be read)."""
-    # imported here, in the connection's thread: kubernetes loads beside the SSH round trips
-    from rollout.transports.kube import KubeClient
-
-    return KubeClient.from_kubeconfig(kubeconfig, context)
-
-
-def close_client(built: Future[KubeClient]) -> None:
-    """Close a client once built; one whose kubeconfig failed holds nothing."""
-    if built.exception() is None:
-        built.result().close()
 
 
 class FleetConnection(Closeable):
@@ -54,32 +33,18 @@ class FleetConnection(Closeable):
         self.inventory = load_inventory(inventory)
         options = SshOptions(accept_new_host_keys=accept_new_host_keys)
         self.runners = {host.name: SshRunner(host, options) for host in self.inventory.hosts}
-        # not a daemon: a client still being built when the command ends is built and closed
-        builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rollout-kube")
-        self._kube = builder.submit(connect_cluster, kubeconfig, context)
-        builder.shutdown(wait=False)
-
-    @property
-    def kube(self) -> KubeClient:
-        """The cluster's client, once built; the kubeconfig's KubeConfigError is raised here."""
-        return self._kube.result()
+        self.kube = KubeClient.from_kubeconfig(kubeconfig, context)
 
     def gather(self, spec: Spec, max_parallel: int = 8) -> FleetFacts:
         """Fresh facts of every inventory node, probed in parallel (bounded)."""
-        try:
-            return gather_fleet_facts(
-                spec,
-                self.runners,
-                self._kube.result,
-                max_parallel=max_parallel,
-                source=str(self.inventory_path),
-            )
-        except RolloutError:
-            # a kubeconfig that cannot be read is the error, as when it was read before the
-            # nodes were reached
-            self._kube.result()
-            raise
+        return gather_fleet_facts(
+            spec,
+            self.runners,
+            self.kube,
+            max_parallel=max_parallel,
+            source=str(self.inventory_path),
+        )
 
     def close(self) -> None:
         close_runners(self.runners)
-        self._kube.add_done_callback(close_client)
+        self.kube.close()

@@ -9,10 +9,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rollout.commands import CommandRunner
 from rollout.containerd import ConfigFiles, ContainerdVersion
@@ -28,6 +28,7 @@ from rollout.facts.containerd import (
 from rollout.facts.daemonsets import DaemonSetFacts
 from rollout.facts.driver import DriverKernelFact, DriverStatusFact
 from rollout.facts.driver_host_live import with_driver_hosts
+from rollout.facts.driver_operator_live import read_nvidia_drivers, with_operator_kernels
 from rollout.facts.fact import ProbeFailed, read_fact
 from rollout.facts.gpu import GpuFacts, GpuQueryFact
 from rollout.facts.kernel import KernelXidFact
@@ -38,10 +39,7 @@ from rollout.retry import retry_transient
 from rollout.spec import Spec, TimeSlicingChange
 from rollout.transports.errors import Forbidden, NotFound
 from rollout.transports.fanout import run_on_nodes
-from rollout.transports.kube import Event, Node, Pod
-
-if TYPE_CHECKING:
-    from rollout.transports.kube import KubeClient
+from rollout.transports.kube import Event, KubeClient, Node, Pod
 
 
 @dataclass(frozen=True)
@@ -103,10 +101,6 @@ def node_facts_from(name: str, probe: NodeProbe, node: Node, pods: Sequence[Pod]
 def gather_cluster_facts(spec: Spec, kube: KubeClient) -> ClusterFacts:
     """The ConfigMaps the plan's time-slicing changes touch, the ClusterPolicy spec, and the
     NVIDIADrivers where the plan names one."""
-    # here and in with_plan_facts, not at the top: driver_operator_live imports KubeClient
-    # (kubernetes), whose import FleetConnection leaves to a thread while the nodes are probed
-    from rollout.facts.driver_operator_live import read_nvidia_drivers
-
     configmaps: dict[str, Mapping[str, str]] = {}
     for change in spec.changes_of(TimeSlicingChange):
         ref = change.configmap
@@ -133,15 +127,12 @@ def gather_cluster_facts(spec: Spec, kube: KubeClient) -> ClusterFacts:
 def gather_fleet_facts(
     spec: Spec,
     runners: Mapping[str, CommandRunner],
-    kube: KubeClient | Callable[[], KubeClient],
+    kube: KubeClient,
     max_parallel: int = 8,
     source: str = "live",
 ) -> FleetFacts:
-    """Probe every node in parallel (bounded); one failed node fails the gathering, named.
+    """Probe every node in parallel (bounded); one failed node fails the gathering, named."""
 
-    `kube` is the client, or what returns it once built (FleetConnection builds it meanwhile):
-    each node asks for it after its SSH round trip, the cluster's reads at once."""
-    client = kube if callable(kube) else ready(kube)
     api_errors: dict[str, RolloutError] = {}
 
     def probe(runner: CommandRunner) -> NodeFacts:
@@ -149,9 +140,8 @@ def gather_fleet_facts(
         # the node's API reads in its thread too, beside the other nodes' SSH round trips
         name = runner.host
         try:
-            api = client()
-            bound = api.list_pods(None, field_selector=f"spec.nodeName={name}")
-            node = api.get_node(name)
+            bound = kube.list_pods(None, field_selector=f"spec.nodeName={name}")
+            node = kube.get_node(name)
         except RolloutError as exc:
             api_errors[name] = exc
             raise
@@ -163,7 +153,7 @@ def gather_fleet_facts(
 
     def read_cluster() -> None:
         try:
-            cluster.set_result(gather_cluster_facts(spec, client()))
+            cluster.set_result(gather_cluster_facts(spec, kube))
         except BaseException as exc:  # raised by cluster.result(), in the caller's thread
             cluster.set_exception(exc)
 
@@ -186,11 +176,6 @@ def gather_fleet_facts(
         cluster=cluster.result(),
         source=source,
     )
-
-
-def ready(kube: KubeClient) -> Callable[[], KubeClient]:
-    """A client already built, as what returns it."""
-    return lambda: kube
 
 
 # ---------------------------------------------------------------- diagnosis
@@ -244,8 +229,6 @@ def with_plan_facts(
 ) -> list[NodeFacts]:
     """The nodes with the extra facts the plan's changes need: host driver facts for a
     `mode: host` driver upgrade, the running kernel for `mode: operator`; unchanged otherwise."""
-    from rollout.facts.driver_operator_live import with_operator_kernels
-
     found = with_driver_hosts(spec, runners, nodes, max_parallel)
     return with_operator_kernels(spec, runners, found, max_parallel)
 

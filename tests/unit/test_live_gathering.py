@@ -3,8 +3,6 @@
 `gather_fleet_facts` probes every node over SSH (each node's API reads in its thread) and
 reads the cluster (ClusterPolicy, budgets, ConfigMaps) meanwhile, in a thread of its own. A
 node that cannot be probed is still reported before any error of the cluster's reads.
-FleetConnection builds the Kubernetes client while the nodes are probed; a kubeconfig that
-cannot be read is still the error, and closing is safe however far the client got.
 """
 
 from __future__ import annotations
@@ -13,23 +11,20 @@ import gc
 import json
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
-from rollout import connection
 from rollout.cli import main
 from rollout.cli import plan as cli_plan
-from rollout.connection import FleetConnection
 from rollout.containerd import ConfigFiles, ContainerdVersion
 from rollout.facts import live, load_recorded_facts
 from rollout.facts.fact import ProbeFailed
 from rollout.facts.gpu import GpuFacts
 from rollout.facts.live import NodeProbe, gather_fleet_facts
 from rollout.spec.plan import parse_spec
-from rollout.transports.errors import KubeConfigError, KubeError
+from rollout.transports.errors import KubeError
 from rollout.transports.kube import Node, Pod
 from tests.examples import FACTS, PLAN
 
@@ -39,9 +34,6 @@ WAIT_S = 10.0
 class Runner:
     def __init__(self, host: str) -> None:
         self.host = host
-
-    def close(self) -> None:
-        pass
 
 
 class Kube:
@@ -161,99 +153,3 @@ def test_a_failed_node_is_reported_without_waiting_for_the_cluster(
         assert time.monotonic() - started < WAIT_S / 2
     finally:
         kube.release.set()
-
-
-class ClosingKube(Kube):
-    """A client that counts its closes."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.closed = 0
-
-    def close(self) -> None:
-        self.closed += 1
-
-
-@pytest.fixture
-def inventory(tmp_path: Path) -> Path:
-    path = tmp_path / "inventory.yaml"
-    nodes = "".join(f"  - name: {n}\n    address: 127.0.0.1\n" for n in ("n1", "n2"))
-    path.write_text(f"apiVersion: rollout/v1\nkind: Inventory\nnodes:\n{nodes}")
-    return path
-
-
-def without_ssh(fleet: FleetConnection) -> FleetConnection:
-    fleet.runners = {name: Runner(name) for name in fleet.runners}  # type: ignore[misc]
-    return fleet
-
-
-@pytest.fixture
-def slow_client(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[ClosingKube, threading.Event]]:
-    """FleetConnection's client, built only once the returned event is set."""
-    kube, release = ClosingKube(), threading.Event()
-
-    def connect_cluster(kubeconfig: str | None, context: str | None) -> ClosingKube:
-        assert release.wait(WAIT_S), "the client was waited for before it could be built"
-        return kube
-
-    monkeypatch.setattr(connection, "connect_cluster", connect_cluster)
-    yield kube, release
-    release.set()
-
-
-def test_the_client_is_built_while_the_nodes_are_probed(
-    monkeypatch: pytest.MonkeyPatch,
-    inventory: Path,
-    slow_client: tuple[ClosingKube, threading.Event],
-) -> None:
-    kube, release = slow_client
-    probed: list[str] = []
-
-    def probe_node(runner: Runner, main_path: str = "") -> NodeProbe:
-        probed.append(runner.host)
-        if len(probed) == 2:  # both nodes reached before the client exists
-            release.set()
-        probe: NodeProbe = probe_waiting_for(kube)(runner, main_path)
-        return probe
-
-    monkeypatch.setattr(live, "probe_node", probe_node)
-    spec = parse_spec(PLAN.read_text(), str(PLAN))
-    with without_ssh(FleetConnection(inventory, None, None)) as fleet:
-        facts = fleet.gather(spec)
-        assert fleet.kube is kube  # type: ignore[comparison-overlap]
-    assert [n.name for n in facts.nodes] == ["n1", "n2"]
-    assert kube.closed == 1
-
-
-@pytest.mark.parametrize("nodes_fail", [False, True])
-def test_an_unreadable_kubeconfig_is_the_error_nodes_or_not(
-    monkeypatch: pytest.MonkeyPatch, inventory: Path, tmp_path: Path, nodes_fail: bool
-) -> None:
-    kube = Kube()
-    monkeypatch.setattr(live, "probe_node", probe_waiting_for(kube, "n1" if nodes_fail else ""))
-    spec = parse_spec(PLAN.read_text(), str(PLAN))
-    missing = str(tmp_path / "nope")
-    with without_ssh(FleetConnection(inventory, missing, None)) as fleet:
-        kube.cluster_started.set()  # the client's error stops the cluster's reads first
-        with pytest.raises(KubeConfigError, match="nope: no such file") as raised:
-            fleet.gather(spec)
-        assert raised.value.exit_code == 2
-        with pytest.raises(KubeConfigError):
-            fleet.kube  # noqa: B018
-    fleet.close()  # again, after a client that never was
-
-
-def test_closing_before_the_client_is_built_closes_it_once_built(
-    inventory: Path, slow_client: tuple[ClosingKube, threading.Event]
-) -> None:
-    kube, release = slow_client
-    started = time.monotonic()
-    with FleetConnection(inventory, None, None):
-        pass
-    assert time.monotonic() - started < WAIT_S / 2  # closing waits for nothing
-    assert kube.closed == 0
-    release.set()
-    deadline = time.monotonic() + WAIT_S
-    while not kube.closed and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert kube.closed == 1

@@ -51,18 +51,6 @@ def test_plan_from_recorded_facts_reaches_for_no_ssh_and_no_cluster() -> None:
     assert "rich" in imported  # it does render
 
 
-def test_reaching_a_fleet_leaves_kubernetes_to_the_connections_thread() -> None:
-    """FleetConnection imports kubernetes in the thread that builds its client, while the
-    nodes' SSH round trips are in flight: importing it (and the live facts) must not."""
-    script = "import json, sys, rollout.connection; print(json.dumps(sorted(sys.modules)))"
-    result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
-    )
-    imported = {m.split(".")[0] for m in json.loads(result.stdout)}
-    assert "kubernetes" not in imported
-    assert {"fabric", "paramiko"} <= imported
-
-
 def test_the_listing_is_the_commands_own_help() -> None:
     """`rollout --help` built from the listing reads as the one built from every module."""
     assert build_parser(()).format_help() == build_parser().format_help()
