@@ -37,7 +37,6 @@ class ContainerdVersionFact(CommandFact[ContainerdVersion]):
     binary: str = CONTAINERD_BIN
     sentence = "read the containerd version"
     parser = staticmethod(ContainerdVersion.from_output)
-    optional = False
 
     def command(self) -> list[str]:
         return [self.binary, "--version"]
@@ -53,7 +52,6 @@ class ConfigFilesFact(CommandFact[ConfigFiles]):
     main_path: str = DEFAULT_CONTAINERD_CONFIG
     directory: str = CONTAINERD_DIR
     sentence = "read {directory}"
-    optional = False
 
     def command(self) -> list[str]:
         return [
@@ -92,7 +90,6 @@ class ConfigDumpFact(CommandFact[dict[str, Any]]):
     main_path: str = DEFAULT_CONTAINERD_CONFIG
     binary: str = CONTAINERD_BIN
     sentence = "containerd config dump of {main_path}"
-    optional = False
 
     def command(self) -> list[str]:
         return dump_command(self.binary, self.main_path)
@@ -156,6 +153,7 @@ class ConfigMtimesFact(CommandFact[dict[str, float]]):
     """
 
     directory: str = CONTAINERD_DIR
+    optional = True
     sentence = "read the modification times under {directory}"
     parser = staticmethod(parse_mtimes)
 

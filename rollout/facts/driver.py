@@ -59,6 +59,7 @@ def parse_driver_status(text: str) -> DriverStatus:
 class DriverStatusFact(ShellFact[DriverStatus]):
     """`nvidia-smi -L` with its exit code -> DriverStatus."""
 
+    optional = True
     sentence = "run nvidia-smi -L"
     script = 'nvidia-smi -L 2>&1; echo "rollout-exit=$?"'
     parser = staticmethod(parse_driver_status)
@@ -111,6 +112,7 @@ def parse_driver_kernel(text: str) -> DriverKernel | None:
 class DriverKernelFact(ShellFact[DriverKernel | None]):
     """`uname -r`, /proc/driver/nvidia/version and `modinfo -F version nvidia` -> DriverKernel."""
 
+    optional = True
     sentence = "read the kernel and nvidia module versions"
     script = (
         "uname -r; echo ---; cat /proc/driver/nvidia/version 2>/dev/null; echo ---; "

@@ -88,6 +88,7 @@ def parse_driver_version(text: str) -> DriverVersion:
 class DriverVersionFact(ShellFact[DriverVersion]):
     """`nvidia-smi --query-gpu=driver_version` and its exit code -> DriverVersion."""
 
+    optional = True
     sentence = "read the driver version with nvidia-smi"
     script = (
         'nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>&1; echo "rollout-exit=$?"'
@@ -135,6 +136,7 @@ class PackagesFact(ShellFact[T]):
     """A fact about the named packages: its script reads their names as "$@"."""
 
     packages: tuple[str, ...]
+    optional = True
 
     def command(self) -> list[str]:
         return [*super().command(), "sh", *self.packages]
@@ -159,6 +161,7 @@ def parse_held_packages(text: str) -> tuple[str, ...]:
 class HeldPackagesFact(CommandFact[tuple[str, ...]]):
     """`apt-mark showhold` -> the held package names."""
 
+    optional = True
     sentence = "read the held packages"
     argv = ("apt-mark", "showhold")
     parser = staticmethod(parse_held_packages)
@@ -223,6 +226,7 @@ def parse_secure_boot(text: str) -> bool | None:
 class SecureBootFact(ShellFact[bool | None]):
     """`mokutil --sb-state` -> True / False; None where mokutil is missing or cannot say."""
 
+    optional = True
     sentence = "read the Secure Boot state"
     script = (
         f"command -v mokutil >/dev/null 2>&1 || {{ echo {NO_MOKUTIL}; exit 0; }}; "

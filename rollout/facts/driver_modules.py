@@ -38,6 +38,7 @@ class GpuClientsFact(CommandFact[tuple[UnitState, ...]]):
     """`systemctl show` of nvidia-persistenced and nvidia-fabricmanager -> UnitStates."""
 
     units: tuple[str, ...] = GPU_CLIENT_UNITS
+    optional = True
     sentence = "read the state of nvidia-persistenced and nvidia-fabricmanager"
 
     def command(self) -> list[str]:
@@ -105,6 +106,7 @@ def parse_lsmod(text: str) -> tuple[LoadedModule, ...]:
 class LoadedModulesFact(CommandFact[tuple[LoadedModule, ...]]):
     """`lsmod` -> the nvidia modules loaded now."""
 
+    optional = True
     sentence = "list the loaded kernel modules"
     argv = ("lsmod",)
     parser = staticmethod(parse_lsmod)
@@ -135,7 +137,6 @@ class BootIdFact(CommandFact[str]):
 
     sentence = "read the boot id"
     argv = ("cat", "/proc/sys/kernel/random/boot_id")
-    optional = False
 
     def parse(self, text: str, host: str) -> str:
         boot_id = text.strip()

@@ -52,14 +52,15 @@ class CommandFact(Generic[T]):
     - `argv`: its command (a command built from its fields overrides `command()`);
     - `parser`: the pure parser of the command's stdout (a fact whose parser needs the node or
       one of its fields overrides `parse`);
-    - `optional`: false where a failing command is an error rather than `none`.
+    - `optional`: true where a failing command means `none` (the parser reads empty
+      output); false by default, so a failing command is an error unless a fact says so.
     A subclass with fields of its own is a frozen dataclass too.
     """
 
     sentence: ClassVar[str]
     argv: ClassVar[tuple[str, ...]]
     parser: ClassVar[staticmethod[[str], T]]
-    optional: ClassVar[bool] = True
+    optional: ClassVar[bool] = False
 
     @property
     def what(self) -> str:

@@ -39,6 +39,7 @@ class GpuQueryFact(CommandFact[GpuFacts]):
     Optional: a node without nvidia-smi (or without a loaded driver) has no GPUs to report.
     """
 
+    optional = True
     sentence = "query the GPUs"
     argv = ("nvidia-smi", "--query-gpu=uuid,name,driver_version", "--format=csv,noheader")
     parser = staticmethod(parse_gpu_query)

@@ -80,6 +80,7 @@ def parse_xids(text: str) -> tuple[XidEvent, ...]:
 class KernelXidFact(ShellFact[tuple[XidEvent, ...]]):
     """`journalctl -k` and `dmesg` -> the Xid lines; optional (no log reader: no Xids known)."""
 
+    optional = True
     sentence = "read the kernel log"
     script = "journalctl -k --no-pager -q -o short-iso 2>/dev/null; dmesg 2>/dev/null; true"
     parser = staticmethod(parse_xids)

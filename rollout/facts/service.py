@@ -60,7 +60,6 @@ class ServiceFact(CommandFact[ServiceState]):
 
     unit: str = SERVICE
     sentence = "read the state of {unit}.service"
-    optional = False
 
     def command(self) -> list[str]:
         argv = ["systemctl", "show", self.unit, "--timestamp=us+utc"]
@@ -134,6 +133,7 @@ class ServiceJournalFact(CommandFact[tuple[str, ...]]):
     """`journalctl -u containerd` -> the lines telling its restarts and signals; optional."""
 
     unit: str = SERVICE
+    optional = True
     sentence = "read the journal of {unit}.service"
     parser = staticmethod(parse_service_journal)
 
