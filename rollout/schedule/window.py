@@ -30,16 +30,8 @@ class WindowSpan:
     opens: datetime
     closes: datetime
 
-    @property
-    def length_s(self) -> float:
-        return (self.closes - self.opens).total_seconds()
-
     def holds(self, moment: datetime) -> bool:
         return self.opens <= moment < self.closes
-
-    def left_s(self, moment: datetime) -> float:
-        """Seconds from `moment` until the window closes (0 once closed)."""
-        return max(0.0, (self.closes - moment).total_seconds())
 
 
 def nominal_length_s(window: MaintenanceWindow) -> int:
