@@ -15,7 +15,7 @@ from rollout.plan import NodePlan
 from rollout.run import Journal
 from rollout.spec import Spec, parse_spec
 from rollout.steps import builtin_steps
-from rollout.steps.base import StepContext, StepFailed, StepResultKind
+from rollout.steps.base import StepContext, StepFailed, StepResult, StepResultKind
 from rollout.steps.cordon import CordonStep, UncordonStep
 from rollout.steps.deadline import Deadline
 from rollout.steps.drain import DrainStep
@@ -210,6 +210,12 @@ def make_context(
         progress=(lines.append if lines is not None else lambda _: None),
         sleep=lambda _: None,
     )
+
+
+def assert_done(result: StepResult, says: str) -> None:
+    """The step acted, and its one line for the journal says `says`."""
+    assert result.kind is StepResultKind.DONE, result
+    assert says in result.detail, result.detail
 
 
 # ------------------------------------------------------------------ registry and plumbing
@@ -417,9 +423,7 @@ def test_gpu_wait_returns_when_allocatable_matches(kube: FakeKube, journal: Jour
     kube.node = replace(
         kube.node, capacity={"nvidia.com/gpu": "2"}, allocatable={"nvidia.com/gpu": "2"}
     )
-    result = GpuWaitStep().apply(make_context(kube, journal))
-    assert result.kind is StepResultKind.DONE
-    assert "allocatable nvidia.com/gpu = 2" in result.detail
+    assert_done(GpuWaitStep().apply(make_context(kube, journal)), "allocatable nvidia.com/gpu = 2")
 
 
 def test_gpu_wait_follows_the_profile_the_restarted_plugin_loads(
@@ -436,8 +440,7 @@ def test_gpu_wait_follows_the_profile_the_restarted_plugin_loads(
     )
     facts = make_facts({"nvidia.com/gpu.replicas": "1"})
     result = GpuWaitStep().apply(make_context(kube, journal, facts=facts))
-    assert result.kind is StepResultKind.DONE
-    assert "nvidia.com/gpu = 4 (2 GPUs x 2 replicas)" in result.detail
+    assert_done(result, "nvidia.com/gpu = 4 (2 GPUs x 2 replicas)")
     # a plan that sets the profile keeps its own expectation whatever the label says
     spec = make_spec(slicing=True, policy="policy: {verify: {gpu_wait_timeout_s: 1}}\n")
     with pytest.raises(StepFailed, match=r"expected nvidia\.com/gpu = 8"):
@@ -601,8 +604,7 @@ def test_configmap_update_waits_for_the_operator_to_roll_its_operands(
         [plugin_daemonset(2, 2)],
     ]
     result = ConfigMapUpdateStep().apply(slicing_context(kube, journal))
-    assert result.kind is StepResultKind.DONE
-    assert "the GPU Operator rolled out its operands; GPU nodes Ready" in result.detail
+    assert_done(result, "the GPU Operator rolled out its operands; GPU nodes Ready")
 
 
 def test_configmap_update_fails_when_the_operator_never_settles(
@@ -634,19 +636,26 @@ def test_node_label_saves_the_previous_value_and_undo_restores_it(
     assert kube.node.labels[PROFILE_LABEL] == "old"
 
 
-def test_the_device_plugin_restarts_only_for_new_content_under_an_old_label(
-    kube: FakeKube, journal: Journal
-) -> None:
+def new_content_under_the_label(kube: FakeKube, journal: Journal) -> StepContext:
+    """A node already labelled with the profile, whose content configmap.update has just
+    replaced: node.label has nothing to do, so the device plugin must reload it."""
     ref = ("gpu-operator", "time-slicing-config")
     kube.configmaps[ref] = ConfigMap(*ref, data={"a100-4x": "version: v1\n"}, resource_version="1")
     kube.policy["spec"]["devicePlugin"]["config"]["name"] = "time-slicing-config"
     kube.patch_node_labels(NODE, {PROFILE_LABEL: "a100-4x"})
-    plugin = add_pod(
-        kube, "plugin-1", owner="DaemonSet", labels={"app": "nvidia-device-plugin-daemonset"}
-    )
     ctx = slicing_context(kube, journal)
     ConfigMapUpdateStep().apply(ctx)
     assert NodeLabelStep().apply(ctx).kind is StepResultKind.NOOP
+    return ctx
+
+
+def test_the_device_plugin_restarts_only_for_new_content_under_an_old_label(
+    kube: FakeKube, journal: Journal
+) -> None:
+    ctx = new_content_under_the_label(kube, journal)
+    plugin = add_pod(
+        kube, "plugin-1", owner="DaemonSet", labels={"app": "nvidia-device-plugin-daemonset"}
+    )
 
     def replace_plugin(namespace: str, name: str, *_: Any, **__: Any) -> bool:
         del kube.pods[(namespace, name)]
@@ -654,8 +663,7 @@ def test_the_device_plugin_restarts_only_for_new_content_under_an_old_label(
         return True
 
     kube.delete_pod = replace_plugin  # type: ignore[method-assign]
-    result = DevicePluginRestartStep().apply(ctx)
-    assert result.kind is StepResultKind.DONE and "plugin-2 ready" in result.detail
+    assert_done(DevicePluginRestartStep().apply(ctx), "plugin-2 ready")
     assert ctx.load_data("deviceplugin.restart")["deleted_uid"] == "uid-plugin-1"
 
 
@@ -664,13 +672,7 @@ def test_a_plugin_being_replaced_is_waited_for_not_restarted(
 ) -> None:
     """No live plugin pod (the DaemonSet replacing one whose config-manager failed, now that
     the profile exists): nothing to delete; its replacement loads the profile."""
-    ref = ("gpu-operator", "time-slicing-config")
-    kube.configmaps[ref] = ConfigMap(*ref, data={"a100-4x": "version: v1\n"}, resource_version="1")
-    kube.policy["spec"]["devicePlugin"]["config"]["name"] = "time-slicing-config"
-    kube.patch_node_labels(NODE, {PROFILE_LABEL: "a100-4x"})
-    ctx = slicing_context(kube, journal)
-    ConfigMapUpdateStep().apply(ctx)
-    assert NodeLabelStep().apply(ctx).kind is StepResultKind.NOOP
+    ctx = new_content_under_the_label(kube, journal)
     reads = 0
     listed = kube.list_pods
 
@@ -683,6 +685,5 @@ def test_a_plugin_being_replaced_is_waited_for_not_restarted(
         return listed(*args, **kw)
 
     kube.list_pods = replacing  # type: ignore[method-assign]
-    result = DevicePluginRestartStep().apply(ctx)
-    assert result.kind is StepResultKind.DONE and "plugin-2 ready" in result.detail
+    assert_done(DevicePluginRestartStep().apply(ctx), "plugin-2 ready")
     assert ctx.load_data("deviceplugin.restart") == {"deleted_pod": "", "deleted_uid": ""}
