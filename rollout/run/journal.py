@@ -204,10 +204,6 @@ class Journal(Closeable):
     def path(self) -> Path:
         return self.run_dir / JOURNAL_FILE
 
-    @property
-    def plan_path(self) -> Path:
-        return self.run_dir / PLAN_FILE
-
     @classmethod
     def create(
         cls,

@@ -26,6 +26,7 @@ from rollout.lease import RunLease
 from rollout.plan import Plan, plan_from_data, plan_to_data
 from rollout.run import (
     INVOCATION_FILE,
+    PLAN_FILE,
     CordonedByRollout,
     Invocation,
     Journal,
@@ -293,10 +294,10 @@ def test_status_reads_the_plan_through_its_digest(
     with make_run(tmp_path, plan) as journal:
         run_id = journal.run_id
         changed = plan_to_data(plan) | {"name": "something-else"}
-        journal.plan_path.write_text(json.dumps(changed))
+        (journal.run_dir / PLAN_FILE).write_text(json.dumps(changed))
     assert main(["status", run_id, "--state-dir", str(tmp_path)]) == 1
     err = capsys.readouterr().err
-    assert f"{journal.plan_path} does not match the plan run {run_id} started with" in err
+    assert f"{journal.run_dir / PLAN_FILE} does not match the plan run {run_id} started with" in err
 
 
 def test_status_names_the_nodes_left_and_the_maintenance_window(

@@ -18,6 +18,7 @@ import pytest
 from rollout.errors import ExitCode, RolloutError
 from rollout.run import (
     JOURNAL_FILE,
+    PLAN_FILE,
     CordonedByRollout,
     InvalidRecord,
     Journal,
@@ -99,7 +100,7 @@ def test_errors_are_rollout_errors() -> None:
 
 
 def test_changed_plan_json_is_detected(journal: Journal) -> None:
-    journal.plan_path.write_text(PLAN_JSON.replace("gpu-2", "gpu-3"))
+    (journal.run_dir / PLAN_FILE).write_text(PLAN_JSON.replace("gpu-2", "gpu-3"))
     with pytest.raises(JournalMismatch, match="was changed"):
         journal.read_plan_json()
 
