@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 from zoneinfo import ZoneInfo
 
 from rollout.lab.apiserver.batch import parse_schedule
@@ -176,13 +176,22 @@ def _owner_reference(owner: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-class CronJobController:
-    """Creates a CronJob's Jobs on schedule and keeps its status and history."""
+class _BatchController:
+    """What both batch controllers hold: the registry, the batch clock, and an Event recorder
+    under the component name the real controller reports its Events as."""
+
+    component: ClassVar[str]
 
     def __init__(self, registry: Registry, clock: Callable[[], float] = time.time) -> None:
         self.registry = registry
         self.clock = clock
-        self.events = EventRecorder(registry, "cronjob-controller", clock=clock)
+        self.events = EventRecorder(registry, self.component, clock=clock)
+
+
+class CronJobController(_BatchController):
+    """Creates a CronJob's Jobs on schedule and keeps its status and history."""
+
+    component = "cronjob-controller"
 
     def reconcile(self) -> None:
         for cronjob in self.registry.list_objects(CRONJOBS):
@@ -348,13 +357,10 @@ class CronJobController:
         self.registry.mutate(CRONJOBS, metadata["namespace"], metadata["name"], change)
 
 
-class JobController:
+class JobController(_BatchController):
     """Runs each Job's one pod and turns the pod's end into the Job's conditions."""
 
-    def __init__(self, registry: Registry, clock: Callable[[], float] = time.time) -> None:
-        self.registry = registry
-        self.clock = clock
-        self.events = EventRecorder(registry, "job-controller", clock=clock)
+    component = "job-controller"
 
     def reconcile(self) -> None:
         for job in self.registry.list_objects(JOBS):
