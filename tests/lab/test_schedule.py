@@ -7,7 +7,7 @@ import json
 import re
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -50,21 +50,27 @@ SA = "rollout-mirror"
 NAMESPACES = ("default", "kube-system", "gpu-operator", "rollout")
 
 
-def schedule_yaml(tmp_path: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> str:
+@pytest.fixture()
+def rollout_schedule(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Callable[..., str]:
+    """`rollout schedule` of the example plan: what it prints, given more options or none."""
     path = tmp_path / "plan.yaml"
     path.write_text(plan_text())
-    assert main(["schedule", str(path), "-i", str(INVENTORY), "--image", IMAGE, *extra]) == 0
-    return capsys.readouterr().out
+
+    def print_manifests(*extra: str) -> str:
+        argv = ["schedule", str(path), "-i", str(INVENTORY), "--image", IMAGE, *extra]
+        assert main(argv) == 0
+        return capsys.readouterr().out
+
+    return print_manifests
 
 
 def test_the_schedule_applies_and_the_role_allows_exactly_the_steps(
     kubectl: Kubectl,  # noqa: F811
     registry: Registry,  # noqa: F811
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    rollout_schedule: Callable[..., str],
 ) -> None:
     kubectl("create", "namespace", "gpu-operator")
-    out = schedule_yaml(tmp_path, capsys)
+    out = rollout_schedule()
     applied = kubectl("apply", "-f", "-", stdin=out).stdout.splitlines()
     assert applied == [
         "namespace/rollout created",
@@ -82,7 +88,7 @@ def test_the_schedule_applies_and_the_role_allows_exactly_the_steps(
     ]
     # the same objects as JSON: nothing to change. kubectl validates a v1 List against the
     # OpenAPI v2 schemas, which the emulator does not serve: the items go as a JSON stream.
-    listing = json.loads(schedule_yaml(tmp_path, capsys, "--output", "json"))
+    listing = json.loads(rollout_schedule("--output", "json"))
     stream = "\n".join(json.dumps(item) for item in listing["items"])
     again = kubectl("apply", "-f", "-", stdin=stream).stdout.splitlines()
     assert all(line.endswith(" unchanged") for line in again), again
@@ -167,10 +173,9 @@ def expected_rules(grants: tuple[Grant, ...], namespace: str) -> set[RuleRow]:
 def test_kubectl_prints_cronjobs_and_jobs_as_a_real_server_does(
     kubectl: Kubectl,  # noqa: F811
     registry: Registry,  # noqa: F811
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    rollout_schedule: Callable[..., str],
 ) -> None:
-    kubectl("apply", "-f", "-", stdin=schedule_yaml(tmp_path, capsys))
+    kubectl("apply", "-f", "-", stdin=rollout_schedule())
     (row,) = table(kubectl("get", "cronjobs", "-n", "rollout").stdout)
     assert row == {
         "NAME": SA,
@@ -211,10 +216,9 @@ def test_kubectl_prints_cronjobs_and_jobs_as_a_real_server_does(
 
 def test_the_emulator_refuses_what_the_real_server_refuses(
     kubectl: Kubectl,  # noqa: F811
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    rollout_schedule: Callable[..., str],
 ) -> None:
-    documents = list(yaml.safe_load_all(schedule_yaml(tmp_path, capsys)))
+    documents = list(yaml.safe_load_all(rollout_schedule()))
     cronjob = documents[-1]
     cronjob["metadata"]["namespace"] = "default"
     cronjob["spec"]["schedule"] = "61 22 * * *"
