@@ -100,7 +100,7 @@ class ClusterRun:
 
     @property
     def where(self) -> str:
-        return f"secret {self.secret.namespace}/{self.secret.name}"
+        return _locate(self.secret)
 
     def entries(self) -> tuple[Entry, ...]:
         """The journal's records with their times."""
@@ -109,9 +109,8 @@ class ClusterRun:
 
     def read_plan_json(self) -> str:
         """plan.json, checked against the digest in the run-started record."""
-        text = unpack_plan(self.secret.data.get(PLAN_KEY, ""), self.where)
-        where = f"{self.where} (key {PLAN_KEY})"
-        return check_plan(text, where, self.run_id, self.state.plan_digest)
+        where = _locate(self.secret, PLAN_KEY)
+        return check_plan(_plan_text(self.secret), where, self.run_id, self.state.plan_digest)
 
 
 def find_run(kube: SecretApi, namespace: str, plan_name: str) -> ClusterRun | None:
@@ -192,11 +191,11 @@ class SecretStore:
 
     @property
     def where(self) -> str:
-        return f"secret {self._secret.namespace}/{self._secret.name}"
+        return _locate(self._secret)
 
     @property
     def plan_location(self) -> str:
-        return f"{self.where} (key {PLAN_KEY})"
+        return _locate(self._secret, PLAN_KEY)
 
     def append_journal(self, line: bytes) -> None:
         with self._lock:
@@ -209,7 +208,7 @@ class SecretStore:
             self._write({closed: pack_text(journal), JOURNAL_FILE: ""})
 
     def read_plan_text(self) -> str:
-        return unpack_plan(self._secret.data.get(PLAN_KEY, ""), self.where)
+        return _plan_text(self._secret)
 
     def read_invocation(self) -> Invocation:
         return _read_invocation(self._secret, self._run_id)
@@ -282,9 +281,10 @@ def unpack_text(packed: str, where: str) -> str:
         ) from None
 
 
-def unpack_plan(packed: str, where: str) -> str:
-    """plan.json from its packed text; JournalMismatch when it cannot be unpacked."""
-    return unpack_text(packed, f"{where} (key {PLAN_KEY}), the plan the run started with,")
+def _plan_text(secret: Secret) -> str:
+    """The Secret's plan.json, unpacked (not checked); JournalMismatch when it cannot be."""
+    where = f"{_locate(secret, PLAN_KEY)}, the plan the run started with,"
+    return unpack_text(secret.data.get(PLAN_KEY, ""), where)
 
 
 def chunk_key(index: int) -> str:
@@ -296,7 +296,7 @@ def closed_chunks(secret: Secret) -> list[str]:
     keys = sorted(k for k in secret.data if _CHUNK_KEY.fullmatch(k))
     expected = [chunk_key(i) for i in range(len(keys))]
     if keys != expected:
-        where = f"secret {secret.namespace}/{secret.name}"
+        where = _locate(secret)
         raise JournalError(
             f"{where}: the journal's chunks are {', '.join(keys)}, not {', '.join(expected)}:"
             " one is missing; only rollout writes them: start a new run"
@@ -306,19 +306,17 @@ def closed_chunks(secret: Secret) -> list[str]:
 
 def journal_text(secret: Secret) -> str:
     """The whole journal a Secret holds: its packed chunks, then the open one."""
-    where = f"secret {secret.namespace}/{secret.name}"
-    packed = [unpack_text(secret.data[k], f"{where} (key {k})") for k in closed_chunks(secret)]
+    packed = [unpack_text(secret.data[k], _locate(secret, k)) for k in closed_chunks(secret)]
     return "".join(packed) + secret.data.get(JOURNAL_FILE, "")
 
 
 def _read_journal(secret: Secret) -> tuple[RunState, tuple[JournalContents, Fold]]:
-    where = f"secret {secret.namespace}/{secret.name} (journal)"
-    contents, fold = parse_journal(journal_text(secret).encode(), where)
+    contents, fold = parse_journal(journal_text(secret).encode(), f"{_locate(secret)} (journal)")
     return fold.freeze(contents.notes), (contents, fold)
 
 
 def _read_invocation(secret: Secret, run_id: str) -> Invocation:
-    where = f"secret {secret.namespace}/{secret.name} (key {INVOCATION_FILE})"
+    where = _locate(secret, INVOCATION_FILE)
     text = secret.data.get(INVOCATION_FILE)
     if text is None:
         raise InvocationUnreadable(run_id, where, "is missing")
@@ -335,3 +333,9 @@ def _labels(plan_name: str) -> dict[str, str]:
         LABEL_COMPONENT: "run-state",
         LABEL_MANAGED_BY: "rollout",
     }
+
+
+def _locate(secret: Secret, key: str | None = None) -> str:
+    """Where a run kept in the cluster is, for messages: its Secret, and the key if one is meant."""
+    where = f"secret {secret.namespace}/{secret.name}"
+    return where if key is None else f"{where} (key {key})"
