@@ -57,7 +57,7 @@ from rollout.steps.backup import (
 )
 from rollout.steps.base import StepContext, StepFailed, StepResult, translate_step_errors
 from rollout.steps.containerd_changes import build_intent
-from rollout.steps.nodechanges import ContainerdFileStep, node_changes
+from rollout.steps.nodechanges import WRITE_STEP, ContainerdFileStep, node_changes
 from rollout.steps.systemd import (
     probe_service,
     read_node_clock,
@@ -65,7 +65,6 @@ from rollout.steps.systemd import (
     written_at_of,
 )
 
-WRITE_STEP = "containerd.write"
 DIFF_LINES = 12
 
 

@@ -26,6 +26,8 @@ from rollout.steps.profile_changes import ProfileChange, plan_cluster_changes, p
 # Planning one node reads every step; the cache keeps the answer for the node being planned
 # (and a few more) without holding a whole fleet's results.
 _CACHE_SIZE = 64
+# The step that writes containerd's files; the steps after it read the data it saves.
+WRITE_STEP = "containerd.write"
 
 
 @dataclass(frozen=True)

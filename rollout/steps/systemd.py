@@ -23,9 +23,8 @@ from rollout.errors import RolloutError
 from rollout.facts import ProbeFailed, read_fact
 from rollout.facts.service import SERVICE, ServiceFact, ServiceState
 from rollout.steps.base import StepContext, StepResult
-from rollout.steps.nodechanges import ContainerdFileStep
+from rollout.steps.nodechanges import WRITE_STEP, ContainerdFileStep
 
-WRITE_STEP = "containerd.write"
 POLL_INTERVAL_S = 1.0
 JOURNAL_LINES = 20
 
