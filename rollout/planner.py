@@ -74,7 +74,7 @@ def build_plan(
         changes=tuple(kinds),
         waves=tuple(waves),
         cluster_changes=tuple(cluster_changes),
-        max_unavailable=spec.policy.max_unavailable_count(len(fleet.nodes)),
+        max_unavailable=budget,
         already_unavailable=tuple(n.name for n in fleet.nodes if not n.available),
         not_targeted=tuple(n.name for n in fleet.nodes if n.name not in targeted),
         warnings=tuple(warnings),
