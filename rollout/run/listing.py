@@ -25,8 +25,6 @@ class RunSummary:
     run_dir: Path
     started_at: datetime | None
     plan_name: str = ""
-    user: str = ""
-    host: str = ""
     outcome: RunOutcome | None = None
     halted_reason: str | None = None
     last_at: datetime | None = None
@@ -47,8 +45,6 @@ class RunSummary:
             run_dir=run_dir,
             started_at=state.started_at,
             plan_name=state.plan_name,
-            user=state.user,
-            host=state.host,
             outcome=state.outcome,
             halted_reason=state.halted_reason,
             last_at=state.last_at,
