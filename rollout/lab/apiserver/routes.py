@@ -25,7 +25,8 @@ class Endpoint(StrEnum):
 
 @dataclass(frozen=True)
 class Route:
-    """One parsed request path. For RESOURCE: no name means the collection."""
+    """One parsed request path. group and version: of GROUP, RESOURCE_LIST and OPENAPI_V3 (a
+    RESOURCE's are its kind's). For RESOURCE: no name means the collection."""
 
     endpoint: Endpoint
     group: str = ""
@@ -106,8 +107,6 @@ def _parse_resource_path(
         raise ApiError.path_not_found()
     return Route(
         Endpoint.RESOURCE,
-        group=group,
-        version=version,
         kind=kind,
         namespace=namespace,
         name=name,
