@@ -63,8 +63,7 @@ def describe_value(value: object) -> str:
     if isinstance(value, int | float):
         return repr(value)
     if isinstance(value, str):
-        shown = value if len(value) <= 60 else value[:57] + "..."
-        return json.dumps(shown)
+        return json.dumps(shorten(value))
     if isinstance(value, dict):
         return "a mapping"
     if isinstance(value, list):

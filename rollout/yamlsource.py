@@ -49,6 +49,7 @@ from rollout.fieldproblems import (
     describe_value,
     did_you_mean,
     format_path,
+    shorten,
     sort_errors,
 )
 from rollout.inputfile import MAX_INPUT_BYTES, read_text
@@ -636,8 +637,7 @@ class _LazyMarks(Mapping[ValuePath, NodeMarks]):
 
 def _shown(key: object) -> str:
     """A key as quoted in a message: shortened, control characters escaped."""
-    text = str(key)
-    text = text if len(text) <= 60 else text[:57] + "..."
+    text = shorten(str(key))
     return "'" + "".join(c if c.isprintable() else repr(c)[1:-1] for c in text) + "'"
 
 
