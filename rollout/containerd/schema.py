@@ -18,6 +18,7 @@ from typing import Any
 from rollout.containerd.defaults import Defaults, nearest_recorded_series, recorded_defaults
 from rollout.containerd.errors import SettingTypeError
 from rollout.containerd.version import ContainerdVersion
+from rollout.fieldproblems import shorten
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
@@ -101,20 +102,20 @@ def _compare(key: str, value: Any, expected: Any, version: ContainerdVersion) ->
         )
 
 
+# How a value's type reads in a message, in TOML's words; the first match names it (a bool
+# is an int too).
+_KINDS: tuple[tuple[type, str], ...] = (
+    (bool, "a boolean"),
+    (int, "an integer"),
+    (float, "a number"),
+    (str, "a string"),
+    (list, "an array"),
+    (Mapping, "a table"),
+)
+
+
 def _kind(value: Any) -> str:
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, Mapping):
-        return "a table"
-    return type(value).__name__
+    return next((name for kind, name in _KINDS if isinstance(value, kind)), type(value).__name__)
 
 
 def _show(value: Any) -> str:
@@ -124,5 +125,4 @@ def _show(value: Any) -> str:
         return "[...]"
     if isinstance(value, bool):
         return "true" if value else "false"
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return shorten(repr(value))
