@@ -12,7 +12,7 @@ the rest in `io.containerd.cri.v1.runtime`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rollout.containerd.errors import UnknownCriSetting, UnsupportedVersion
@@ -127,10 +127,11 @@ class CriSetting:
 
     key: str
     value: Any
+    # the key split once, at construction: a malformed key fails where the setting is made
+    key_path: Path = field(init=False, repr=False, compare=False)
 
-    @property
-    def key_path(self) -> Path:
-        return parse_dotted(self.key)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key_path", parse_dotted(self.key))
 
 
 @dataclass(frozen=True)
