@@ -38,14 +38,6 @@ class ServiceAccount:
     directory: Path
 
     @property
-    def token_file(self) -> Path:
-        return self.directory / TOKEN_FILE
-
-    @property
-    def ca_file(self) -> Path:
-        return self.directory / CA_FILE
-
-    @property
     def namespace(self) -> str | None:
         """The pod's namespace, as the account's directory names it."""
         try:
@@ -83,8 +75,8 @@ def in_cluster_configuration(account: ServiceAccount) -> k8s.Configuration:
     """A client configuration for the account: https to the service, its CA, its token."""
     configuration = k8s.Configuration()
     loader = InClusterConfigLoader(  # type: ignore[no-untyped-call]
-        token_filename=str(account.token_file),
-        cert_filename=str(account.ca_file),
+        token_filename=str(account.directory / TOKEN_FILE),
+        cert_filename=str(account.directory / CA_FILE),
         environ={HOST_ENV: account.host, PORT_ENV: account.port},
     )
     try:
