@@ -98,31 +98,33 @@ class SkippedPod:
 
 @dataclass(frozen=True)
 class BlockedPod:
-    """A pod that makes the drain refuse, with every reason, in kubectl's filter order."""
+    """A pod kubectl drain refuses to evict, with every reason, in kubectl's filter order."""
 
     pod: PodRef
     reasons: tuple[BlockReason, ...]
 
 
 @dataclass(frozen=True)
-class DrainWarning:
-    """A pod evicted only because the plan overrides a refusal; shown like kubectl's warnings."""
-
-    pod: PodRef
-    reason: BlockReason
-
-    def __str__(self) -> str:
-        return f"{self.reason.wording.override_warning}: {self.pod}"
-
-
-@dataclass(frozen=True)
 class DrainSelection:
-    """The decision for every pod on a node; each group keeps the order the pods came in."""
+    """The decision for every pod on a node; each group keeps the order the pods came in.
+
+    `blocking` holds the pods and reasons no plan setting lifts; `overridden` the pods in
+    `to_evict` that kubectl would refuse on, evicted because the plan overrides every reason.
+    """
 
     to_evict: tuple[PodRef, ...]
     skipped: tuple[SkippedPod, ...]
     blocking: tuple[BlockedPod, ...]
-    warnings: tuple[DrainWarning, ...] = ()
+    overridden: tuple[BlockedPod, ...] = ()
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """kubectl's warning for every overridden refusal, pod by pod."""
+        return tuple(
+            f"{reason.wording.override_warning}: {blocked.pod}"
+            for blocked in self.overridden
+            for reason in blocked.reasons
+        )
 
     @property
     def refused(self) -> bool:
@@ -164,8 +166,8 @@ def classify_pods(
     to_evict: list[PodRef] = []
     skipped: list[SkippedPod] = []
     blocking: list[BlockedPod] = []
-    warnings: list[DrainWarning] = []
-    overridden = {BlockReason.UNMANAGED: force, BlockReason.LOCAL_STORAGE: delete_emptydir_data}
+    overridden: list[BlockedPod] = []
+    lifted = {BlockReason.UNMANAGED: force, BlockReason.LOCAL_STORAGE: delete_emptydir_data}
     for pod in pods:
         ref = PodRef.from_pod(pod)
         skip = _skip_reason(pod, pod_selector=pod_selector, skip_label=skip_label)
@@ -173,13 +175,14 @@ def classify_pods(
             skipped.append(SkippedPod(ref, skip))
             continue
         reasons = _block_reasons(pod)
-        still_blocking = tuple(r for r in reasons if not overridden[r])
+        still_blocking = tuple(r for r in reasons if not lifted[r])
         if still_blocking:
             blocking.append(BlockedPod(ref, still_blocking))
             continue
         to_evict.append(ref)
-        warnings.extend(DrainWarning(ref, r) for r in reasons)
-    return DrainSelection(tuple(to_evict), tuple(skipped), tuple(blocking), tuple(warnings))
+        if reasons:
+            overridden.append(BlockedPod(ref, reasons))
+    return DrainSelection(tuple(to_evict), tuple(skipped), tuple(blocking), tuple(overridden))
 
 
 def _skip_reason(

@@ -16,7 +16,6 @@ from rollout.drain import (
     BlockedPod,
     BlockReason,
     DrainSelection,
-    DrainWarning,
     EvictionBackoff,
     PodRef,
     SkippedPod,
@@ -319,7 +318,7 @@ def test_rule(case: Case) -> None:
             to_evict=(ref,),
             skipped=(),
             blocking=(),
-            warnings=tuple(DrainWarning(ref, r) for r in case.warnings),
+            overridden=(BlockedPod(ref, case.warnings),) if case.warnings else (),
         )
     elif case.expect in SkipReason.__members__:
         assert selection == DrainSelection((), (SkippedPod(ref, SkipReason[case.expect]),), ())
