@@ -41,7 +41,12 @@ from rollout.errors import RolloutError
 from rollout.lab.description import LabNode
 from rollout.lab.image import DRIVER_VERSION_FILE, NodeImage
 from rollout.lab.nodedriver import install_driver_stand_ins
-from rollout.lab.nodeprocess import NSPAWN_PID_FILE, SUPERVISOR_PID_FILE, remove_cgroup
+from rollout.lab.nodeprocess import (
+    CONSOLE_LOG,
+    NSPAWN_PID_FILE,
+    SUPERVISOR_PID_FILE,
+    remove_cgroup,
+)
 from rollout.lab.toolkit import install_toolkit
 from rollout.transports.local import LocalRunner
 
@@ -122,7 +127,7 @@ class NodeDirs:
 
     @property
     def console_log(self) -> Path:
-        return self.directory / "console.log"
+        return self.directory / CONSOLE_LOG
 
     @property
     def pid_file(self) -> Path:
@@ -360,8 +365,7 @@ def start_node(spec: NodeSpec, dirs: NodeDirs) -> int:
     if _unified_cgroup_mount() is not None:
         # Nodes run on cgroup v2, as current GPU nodes do, even on a hybrid host.
         env["SYSTEMD_NSPAWN_UNIFIED_HIERARCHY"] = "1"
-    dirs.pid_file.unlink(missing_ok=True)
-    dirs.supervisor_pid_file.unlink(missing_ok=True)
+    _remove_pid_files(dirs)
     supervisor = [sys.executable, "-m", NODE_PROCESS_MODULE, f"--node-dir={dirs.directory}"]
     supervisor += [f"--cgroup={c}" for c in cgroups]
     with dirs.console_log.open("ab") as log:
@@ -516,7 +520,7 @@ def read_node_pid(spec: NodeSpec, dirs: NodeDirs) -> int | None:
     """
     deadline = time.monotonic() + REBOOT_GAP_S
     while True:
-        pid = _recorded_pid(dirs.pid_file, spec, b"systemd-nspawn")
+        pid = _nspawn_pid(spec, dirs)
         if pid is not None:
             return pid
         if read_supervisor_pid(spec, dirs) is None or time.monotonic() > deadline:
@@ -527,6 +531,17 @@ def read_node_pid(spec: NodeSpec, dirs: NodeDirs) -> int | None:
 def read_supervisor_pid(spec: NodeSpec, dirs: NodeDirs) -> int | None:
     """The pid of the process that reboots this node's nspawn (rollout.lab.nodeprocess)."""
     return _recorded_pid(dirs.supervisor_pid_file, spec, NODE_PROCESS_MODULE.encode())
+
+
+def _nspawn_pid(spec: NodeSpec, dirs: NodeDirs) -> int | None:
+    """The pid of this boot's nspawn as recorded, without waiting through a reboot."""
+    return _recorded_pid(dirs.pid_file, spec, b"systemd-nspawn")
+
+
+def _remove_pid_files(dirs: NodeDirs) -> None:
+    """Forget the node's nspawn and supervisor pids (both gone, or about to start again)."""
+    dirs.pid_file.unlink(missing_ok=True)
+    dirs.supervisor_pid_file.unlink(missing_ok=True)
 
 
 def _recorded_pid(pid_file: Path, spec: NodeSpec, program: bytes) -> int | None:
@@ -554,7 +569,7 @@ def stop_node(spec: NodeSpec, dirs: NodeDirs, timeout_s: float = STOP_TIMEOUT_S)
     again; nspawn turns it into an orderly poweroff of the container.
     """
     supervisor = read_supervisor_pid(spec, dirs)
-    pid = _recorded_pid(dirs.pid_file, spec, b"systemd-nspawn")
+    pid = _nspawn_pid(spec, dirs)
     first = supervisor if supervisor is not None else pid
     if first is not None:
         os.kill(first, signal.SIGTERM)
@@ -568,8 +583,7 @@ def stop_node(spec: NodeSpec, dirs: NodeDirs, timeout_s: float = STOP_TIMEOUT_S)
         os.kill(pid, signal.SIGKILL)
         if not _wait_exit(pid, 10.0):
             raise NodeFailed(f"{spec.name}: systemd-nspawn {pid} survived SIGKILL")
-    dirs.pid_file.unlink(missing_ok=True)
-    dirs.supervisor_pid_file.unlink(missing_ok=True)
+    _remove_pid_files(dirs)
     remove_node_cgroups(spec)
     unmount_root(dirs.root, spec.name)
 
@@ -579,7 +593,7 @@ def kill_node(spec: NodeSpec, dirs: NodeDirs) -> None:
     its container's init (the whole PID namespace with it) and nspawn SIGKILLed, no shutdown.
     Its root stays mounted: start_node boots it again."""
     supervisor = read_supervisor_pid(spec, dirs)
-    pid = _recorded_pid(dirs.pid_file, spec, b"systemd-nspawn")
+    pid = _nspawn_pid(spec, dirs)
     leader = _leader_pid(pid) if pid is not None else None
     victims = [p for p in (supervisor, leader, pid) if p is not None]
     for victim in victims:
@@ -588,8 +602,7 @@ def kill_node(spec: NodeSpec, dirs: NodeDirs) -> None:
     for victim in victims:
         if not _wait_exit(victim, 10.0):
             raise NodeFailed(f"{spec.name}: process {victim} survived SIGKILL")
-    dirs.pid_file.unlink(missing_ok=True)
-    dirs.supervisor_pid_file.unlink(missing_ok=True)
+    _remove_pid_files(dirs)
     remove_node_cgroups(spec)
 
 
