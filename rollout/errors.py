@@ -50,6 +50,9 @@ class SourceLocation:
 class InputError(BadInput):
     """One problem in an input file, located to file:line:column and a field path."""
 
+    # what the problem is about, shown between the location and the field ("node gpu-1: ")
+    subject = ""
+
     def __init__(
         self,
         location: SourceLocation,
@@ -65,7 +68,7 @@ class InputError(BadInput):
         super().__init__(str(self))
 
     def __str__(self) -> str:
-        where = f"{self.location}: "
+        where = f"{self.location}: {self.subject}"
         what = f"{self.field}: {self.message}" if self.field else self.message
         return where + what + (f"\n  hint: {self.hint}" if self.hint else "")
 

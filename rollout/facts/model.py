@@ -95,12 +95,8 @@ class NodeFactsError(InputError):
         hint: str | None = None,
     ) -> None:
         self.node = node
+        self.subject = f"node {node}: "
         super().__init__(location, message, field=field, hint=hint)
-
-    def __str__(self) -> str:
-        what = f"{self.field}: {self.message}" if self.field else self.message
-        hint = f"\n  hint: {self.hint}" if self.hint else ""
-        return f"{self.location}: node {self.node}: {what}{hint}"
 
 
 @dataclass(frozen=True)
