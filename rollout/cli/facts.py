@@ -12,7 +12,8 @@ from rollout.cli.plan import add_fleet_arguments, connect_fleet
 from rollout.cli.render import show_controls
 from rollout.errors import BadInput, ExitCode
 from rollout.facts.driver_operator_live import read_nvidia_drivers
-from rollout.facts.live import gather_diagnosis_facts, with_plan_facts
+from rollout.facts.extra import with_plan_facts
+from rollout.facts.live import gather_diagnosis_facts
 from rollout.facts.recording import record_fleet
 from rollout.spec import load_spec
 

@@ -27,8 +27,8 @@ from rollout.facts.containerd import (
 )
 from rollout.facts.daemonsets import DaemonSetFacts
 from rollout.facts.driver import DriverKernelFact, DriverStatusFact
-from rollout.facts.driver_host_live import with_driver_hosts
-from rollout.facts.driver_operator_live import read_nvidia_drivers, with_operator_kernels
+from rollout.facts.driver_operator_live import read_nvidia_drivers
+from rollout.facts.extra import with_plan_facts
 from rollout.facts.fact import ProbeFailed, read_fact
 from rollout.facts.gpu import GpuFacts, GpuQueryFact
 from rollout.facts.kernel import KernelXidFact
@@ -222,15 +222,6 @@ def probe_node_tolerantly(
         service_journal=optional(ServiceJournalFact(), ()),
         probe_errors=errors,
     )
-
-
-def with_plan_facts(
-    spec: Spec, runners: Mapping[str, CommandRunner], nodes: Sequence[NodeFacts], max_parallel: int
-) -> list[NodeFacts]:
-    """The nodes with the extra facts the plan's changes need: host driver facts for a
-    `mode: host` driver upgrade, the running kernel for `mode: operator`; unchanged otherwise."""
-    found = with_driver_hosts(spec, runners, nodes, max_parallel)
-    return with_operator_kernels(spec, runners, found, max_parallel)
 
 
 def gather_diagnosis_facts(

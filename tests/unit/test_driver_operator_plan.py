@@ -13,7 +13,7 @@ import pytest
 
 from rollout.cli.render import make_console, plan_to_json, plan_to_markdown, print_plan_text
 from rollout.facts import ClusterFacts, FleetFacts, GpuFacts, NodeFacts
-from rollout.facts.driver_operator_live import with_operator_kernels
+from rollout.facts.extra import with_plan_facts
 from rollout.plan import Plan
 from rollout.planner import build_plan
 from rollout.playbook import load_playbooks
@@ -202,18 +202,21 @@ def test_live_facts_read_each_nodes_kernel_for_the_plan() -> None:
     }
     nodes = [node("n1"), node("n2")]
     spec = parse_spec(spec_text("{nodes: [n1, n2]}"), "plan.yaml")
-    read = with_operator_kernels(spec, runners, nodes)
+    read = with_plan_facts(spec, runners, nodes)
     assert [n.driver_kernel.kernel if n.driver_kernel else None for n in read] == [
         "6.1.0-28-amd64",
         "6.1.0-28-amd64",
     ]
     plan = build_plan(spec, "plan.yaml", fleet([*read, node("n3")]), load_playbooks())
     assert {n.driver.kernel for n in plan.nodes if n.driver} == {"6.1.0-28-amd64"}
-    # other modes read nothing more
-    host = parse_spec(
-        spec_text().replace("mode: operator}", "mode: host, packages: [nvidia-driver]}"),
+    # a plan without a driver change reads nothing more
+    registry = parse_spec(
+        spec_text().replace(
+            f'driver-upgrade: {{version: "{NEW}", mode: operator}}',
+            "registry: {host: docker.io, endpoints: [{url: 'https://mirror.internal:5000'}]}",
+        ),
         "plan.yaml",
     )
     silent = {"n1": ScriptedRunner(name="n1")}
-    assert with_operator_kernels(host, silent, [node("n1")]) == [node("n1")]
+    assert with_plan_facts(registry, silent, [node("n1")]) == [node("n1")]
     assert silent["n1"].calls == []
