@@ -310,7 +310,7 @@ def bring_up_lab(options: LabOptions, progress: Progress = print) -> Lab:
 
 def _start_lab(lab: Lab, image: NodeImage, options: LabOptions, progress: Progress) -> Lab:
     _write_json(lab.lab_dir / LAB_FILE, lab.to_json())
-    public_key = _generate_client_key(lab.lab_dir)
+    public_key = _generate_client_key(lab.ssh.key_file)
     progress(f"lab: creating {len(lab.nodes)} nodes on overlays over {image.directory}")
     with ThreadPoolExecutor(max_workers=len(lab.nodes)) as pool:
         host_keys = list(
@@ -320,7 +320,7 @@ def _start_lab(lab: Lab, image: NodeImage, options: LabOptions, progress: Progre
         f"{node.address} {' '.join(key.split()[:2])}\n"
         for node, key in zip(lab.nodes, host_keys, strict=True)
     )
-    (lab.lab_dir / KNOWN_HOSTS).write_text(known_hosts)
+    lab.ssh.known_hosts.write_text(known_hosts)
     _write_inventory(lab)
     _write_kubeconfig(lab)
     registry = registry_host(lab.nodes[0].address)
@@ -412,7 +412,7 @@ def format_usage(lab: Lab) -> str:
     """How to use a lab that is up: the lines `lab up` prints."""
     first = lab.nodes[0]
     ssh = (
-        f"ssh -i {lab.lab_dir / KEY_FILE} -o UserKnownHostsFile={lab.lab_dir / KNOWN_HOSTS} "
+        f"ssh -i {lab.ssh.key_file} -o UserKnownHostsFile={lab.ssh.known_hosts} "
         f"-o StrictHostKeyChecking=yes root@{first.address}"
     )
     nodes = ", ".join(f"{n.name} ({n.address}, containerd {n.containerd})" for n in lab.nodes)
@@ -464,8 +464,7 @@ def _machine_name(lab_dir: Path, node: str) -> str:
     return f"{node}-{suffix}"
 
 
-def _generate_client_key(lab_dir: Path) -> str:
-    key = lab_dir / KEY_FILE
+def _generate_client_key(key: Path) -> str:
     if not key.exists():
         argv = ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "rollout-lab", "-f", str(key)]
         check(LocalRunner().run(argv), "generating the lab's ssh key")
@@ -479,15 +478,15 @@ def _write_inventory(lab: Lab) -> None:
         "defaults": {
             "user": "root",
             "port": 22,
-            "key_file": str(lab.lab_dir / KEY_FILE),
+            "key_file": str(lab.ssh.key_file),
             "become": False,
         },
         "nodes": [
-            {"name": n.name, "address": n.address, "known_hosts": str(lab.lab_dir / KNOWN_HOSTS)}
+            {"name": n.name, "address": n.address, "known_hosts": str(lab.ssh.known_hosts)}
             for n in lab.nodes
         ],
     }
-    (lab.lab_dir / INVENTORY).write_text(yaml.safe_dump(inventory, sort_keys=False))
+    lab.inventory.write_text(yaml.safe_dump(inventory, sort_keys=False))
 
 
 def _write_kubeconfig(lab: Lab) -> None:
@@ -506,7 +505,7 @@ def _write_kubeconfig(lab: Lab) -> None:
         ],
         "current-context": CONTEXT,
     }
-    (lab.lab_dir / KUBECONFIG).write_text(yaml.safe_dump(kubeconfig, sort_keys=False))
+    lab.kubeconfig.write_text(yaml.safe_dump(kubeconfig, sort_keys=False))
 
 
 def _write_rollout_kubeconfig(lab: Lab) -> None:
@@ -546,7 +545,7 @@ def _write_rollout_kubeconfig(lab: Lab) -> None:
         ],
         "current-context": CONTEXT,
     }
-    path = lab.lab_dir / ROLLOUT_KUBECONFIG
+    path = lab.rollout_kubeconfig
     path.unlink(missing_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as out:
