@@ -492,20 +492,25 @@ def _write_inventory(lab: Lab) -> None:
 def _write_kubeconfig(lab: Lab) -> None:
     # Plain http without credentials: the official client sends no Authorization header
     # when the user entry is empty, and the emulator needs none.
+    lab.kubeconfig.write_text(_kubeconfig_text(lab, CONTEXT, {}))
+
+
+def _kubeconfig_text(lab: Lab, user: str, credentials: dict[str, str]) -> str:
+    """A kubeconfig whose one context (rollout-lab, namespace default) is `user` on the lab."""
     kubeconfig = {
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": CONTEXT, "cluster": {"server": lab.api_url}}],
-        "users": [{"name": CONTEXT, "user": {}}],
+        "users": [{"name": user, "user": credentials}],
         "contexts": [
             {
                 "name": CONTEXT,
-                "context": {"cluster": CONTEXT, "user": CONTEXT, "namespace": "default"},
+                "context": {"cluster": CONTEXT, "user": user, "namespace": "default"},
             }
         ],
         "current-context": CONTEXT,
     }
-    lab.kubeconfig.write_text(yaml.safe_dump(kubeconfig, sort_keys=False))
+    return yaml.safe_dump(kubeconfig, sort_keys=False)
 
 
 def _write_rollout_kubeconfig(lab: Lab) -> None:
@@ -531,25 +536,11 @@ def _write_rollout_kubeconfig(lab: Lab) -> None:
             token = str(json.load(response)["status"]["token"])
     except (urllib.error.URLError, OSError, ValueError, KeyError) as error:
         raise LabFailed(f"no token for ServiceAccount {namespace}/{name}: {error}") from error
-    user = f"{CONTEXT}-{name}"
-    kubeconfig = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": CONTEXT, "cluster": {"server": lab.api_url}}],
-        "users": [{"name": user, "user": {"token": token}}],
-        "contexts": [
-            {
-                "name": CONTEXT,
-                "context": {"cluster": CONTEXT, "user": user, "namespace": "default"},
-            }
-        ],
-        "current-context": CONTEXT,
-    }
     path = lab.rollout_kubeconfig
     path.unlink(missing_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as out:
-        out.write(yaml.safe_dump(kubeconfig, sort_keys=False))
+        out.write(_kubeconfig_text(lab, f"{CONTEXT}-{name}", {"token": token}))
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
