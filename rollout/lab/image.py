@@ -83,7 +83,7 @@ class ImageBuildFailed(RolloutError):
 
 @dataclass(frozen=True)
 class NodeImage:
-    """A built, complete node image."""
+    """A node image's layout in its directory: complete once image.json is written there."""
 
     directory: Path
     key: str
@@ -106,6 +106,12 @@ class NodeImage:
     def lower_dirs(self, series: str) -> tuple[Path, ...]:
         """The overlay lower directories of a node of one series, topmost first."""
         return (self.layer(series), self.base)
+
+
+def overlay_mount_argv(lower: Sequence[Path], upper: Path, work: Path, merged: Path) -> list[str]:
+    """The mount argv of an overlay: `lower` (topmost first) under `upper`, seen at `merged`."""
+    options = f"lowerdir={':'.join(str(p) for p in lower)},upperdir={upper},workdir={work}"
+    return ["mount", "-t", "overlay", "overlay", "-o", options, str(merged)]
 
 
 def image_root() -> Path:
@@ -155,7 +161,7 @@ def build_image(progress: Progress = print) -> NodeImage:
         _remove_tree(partial)
         started = time.monotonic()
         try:
-            _build_into(partial, progress)
+            _build_into(NodeImage(directory=partial, key=key), progress)
         except (CommandFailed, OSError) as exc:
             _unmount_below(partial)
             raise ImageBuildFailed(
@@ -186,9 +192,9 @@ def _build_lock(path: Path, progress: Progress) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _build_into(partial: Path, progress: Progress) -> None:
+def _build_into(image: NodeImage, progress: Progress) -> None:
     runner = LocalRunner()
-    base = partial / "base"
+    partial, base = image.directory, image.base
     partial.mkdir(parents=True)
     mirror = find_debian_mirror()
     progress(f"lab image: debootstrap {SUITE} from {mirror} (a minute or two)")
@@ -219,7 +225,7 @@ def _build_into(partial: Path, progress: Progress) -> None:
 
     for series in SERIES:
         progress(f"lab image: containerd {series} layer (dpkg -i {find_deb(series).name})")
-        _build_containerd_layer(runner, partial, series)
+        _build_containerd_layer(runner, image, series)
 
 
 def _configure_base(base: Path) -> None:
@@ -306,14 +312,13 @@ def _packages_stanza(control: str, deb: Path) -> str:
     return head + "\n" + extra + (sep.lstrip("\n") + description if sep else "") + "\n"
 
 
-def _build_containerd_layer(runner: LocalRunner, partial: Path, series: str) -> None:
-    layer = partial / "layers" / series
-    work = partial / f"work-{series}"
-    merged = partial / f"mnt-{series}"
+def _build_containerd_layer(runner: LocalRunner, image: NodeImage, series: str) -> None:
+    layer = image.layer(series)
+    work = image.directory / f"work-{series}"
+    merged = image.directory / f"mnt-{series}"
     for directory in (layer, work, merged):
         directory.mkdir(parents=True)
-    options = f"lowerdir={partial / 'base'},upperdir={layer},workdir={work}"
-    _run(runner, ["mount", "-t", "overlay", "overlay", "-o", options, str(merged)], "mount")
+    _run(runner, overlay_mount_argv((image.base,), layer, work, merged), "mount")
     try:
         deb = f"{IMAGE_DEBS_DIR}/{find_deb(series).name}"
         _chroot(runner, merged, ["dpkg", "-i", deb], f"dpkg -i containerd {series}")

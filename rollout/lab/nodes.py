@@ -39,7 +39,7 @@ from rollout.commands import CommandResult, check
 from rollout.containerd import HostEndpoint, hosts_toml_path, render_hosts_toml
 from rollout.errors import RolloutError
 from rollout.lab.description import LabNode
-from rollout.lab.image import DRIVER_VERSION_FILE, NodeImage
+from rollout.lab.image import DRIVER_VERSION_FILE, NodeImage, overlay_mount_argv
 from rollout.lab.nodedriver import install_driver_stand_ins
 from rollout.lab.nodeprocess import (
     CONSOLE_LOG,
@@ -208,9 +208,8 @@ def create_node(spec: NodeSpec, image: NodeImage, dirs: NodeDirs, authorized_key
         raise NodeFailed(f"{spec.name}: {dirs.root} is already mounted; run `rollout lab down`")
     for directory in (dirs.upper, dirs.work, dirs.root, dirs.containerd_state):
         directory.mkdir(parents=True, exist_ok=True)
-    lower = ":".join(str(p) for p in image.lower_dirs(spec.containerd))
-    options = f"lowerdir={lower},upperdir={dirs.upper},workdir={dirs.work}"
-    _check(["mount", "-t", "overlay", "overlay", "-o", options, str(dirs.root)], spec.name)
+    lower = image.lower_dirs(spec.containerd)
+    _check(overlay_mount_argv(lower, dirs.upper, dirs.work, dirs.root), spec.name)
     _write_identity(spec, dirs, authorized_key)
     _mask_units(dirs)
     host_key = _generate_host_key(spec, dirs)
