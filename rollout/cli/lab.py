@@ -178,7 +178,7 @@ def run_up(args: argparse.Namespace) -> int:
     options = LabOptions(
         lab_dir=args.lab_dir,
         nodes=args.nodes,
-        containerd=tuple(args.containerd),
+        containerd=args.containerd,
         gpus=args.gpus,
         address_prefix=args.address_prefix,
         api_port=args.api_port,
