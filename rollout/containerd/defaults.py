@@ -35,7 +35,7 @@ from typing import Any, Protocol
 import tomli_w
 
 from rollout.containerd.errors import UnsupportedVersion
-from rollout.containerd.files import ConfigFiles
+from rollout.containerd.files import DEFAULT_MAIN_PATH, ConfigFiles
 from rollout.containerd.version import CRI_RUNTIME, CRI_V2, ContainerdVersion
 
 RECORDED_SERIES = ("1.6", "1.7", "2.1")
@@ -44,7 +44,6 @@ DATA_PACKAGE = "rollout.containerd"
 DATA_DIR = "data"
 # The handler recorded as the zero handler: a name no real node uses.
 TEMPLATE_RUNTIME = "rollout-zero-handler"
-PROBE_MAIN = "/etc/containerd/config.toml"
 
 
 @dataclass(frozen=True)
@@ -149,8 +148,8 @@ def probe_files(series: str) -> tuple[ConfigFiles, ConfigFiles]:
     config_version, cri = (2, CRI_V2) if major < 2 else (3, CRI_RUNTIME)
     empty = f"version = {config_version}\n"
     handler = empty + f'\n[plugins."{cri}".containerd.runtimes.{TEMPLATE_RUNTIME}]\n'
-    return ConfigFiles(PROBE_MAIN, {PROBE_MAIN: empty}), ConfigFiles(
-        PROBE_MAIN, {PROBE_MAIN: handler}
+    return ConfigFiles(DEFAULT_MAIN_PATH, {DEFAULT_MAIN_PATH: empty}), ConfigFiles(
+        DEFAULT_MAIN_PATH, {DEFAULT_MAIN_PATH: handler}
     )
 
 

@@ -15,7 +15,9 @@ from rollout.containerd.errors import ConfigParseError
 from rollout.errors import BadInput
 from rollout.memo import BoundedCache
 
-DEFAULT_MAIN_PATH = "/etc/containerd/config.toml"
+# Where containerd keeps its configuration, and the main config it loads without --config
+CONTAINERD_DIR = "/etc/containerd"
+DEFAULT_MAIN_PATH = f"{CONTAINERD_DIR}/config.toml"
 # tomllib ends its messages with "(at line 3, column 7)"
 _TOML_POSITION = re.compile(r"\(at line (\d+), column (\d+)\)")
 
@@ -38,7 +40,7 @@ class ConfigFiles:
 
     @classmethod
     def from_directory(
-        cls, local_root: Path, main_path: str = DEFAULT_MAIN_PATH, under: str = "/etc/containerd"
+        cls, local_root: Path, main_path: str = DEFAULT_MAIN_PATH, under: str = CONTAINERD_DIR
     ) -> ConfigFiles:
         """Read every file below `local_root` as if `local_root` were `under` on the node."""
         files: dict[str, str] = {}

@@ -10,10 +10,10 @@ from datetime import UTC, datetime
 
 from rollout.containerd import ContainerdConfigError, ShadowKind, find_shadowing, merge_files
 from rollout.containerd.diff import format_path
+from rollout.containerd.files import CONTAINERD_DIR
 from rollout.diagnose.finding import Branch, Finding, Severity
 from rollout.diagnose.readings import file_handlers, handlers_in, is_gpu_node, modelled_handlers, q
 from rollout.facts import ClusterFacts, NodeFacts
-from rollout.facts.containerd import CONTAINERD_DIR
 
 # the GPU Operator's RuntimeClass, assumed when the facts hold no RuntimeClasses
 OPERATOR_HANDLER = "nvidia"

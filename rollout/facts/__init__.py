@@ -21,8 +21,6 @@ verifications, through `read_fact`; nothing else runs these commands.
 
 from rollout.facts.containerd import (
     CONTAINERD_BIN,
-    CONTAINERD_DIR,
-    DEFAULT_CONTAINERD_CONFIG,
     ConfigDumpFact,
     ConfigFilesFact,
     ContainerdChanged,
@@ -45,8 +43,6 @@ from rollout.facts.service import (
 
 __all__ = [
     "CONTAINERD_BIN",
-    "CONTAINERD_DIR",
-    "DEFAULT_CONTAINERD_CONFIG",
     "ClusterFacts",
     "ConfigDumpFact",
     "ConfigFilesFact",

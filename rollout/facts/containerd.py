@@ -11,13 +11,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from rollout.containerd import ConfigFiles, ContainerdVersion, dump_command, parse_dump
+from rollout.containerd.files import CONTAINERD_DIR, DEFAULT_MAIN_PATH
 from rollout.containerd.staging import normalise_dump
 from rollout.errors import RolloutError
 from rollout.facts.fact import CommandFact, ProbeFailed
 
 CONTAINERD_BIN = "containerd"
-CONTAINERD_DIR = "/etc/containerd"
-DEFAULT_CONTAINERD_CONFIG = "/etc/containerd/config.toml"
 # Config files are small; anything bigger under /etc/containerd (a stray image, a core dump)
 # is not configuration and is not read.
 MAX_FILE_BYTES = 1_000_000
@@ -49,7 +48,7 @@ class ConfigFilesFact(CommandFact[ConfigFiles]):
     The main config must be among them: a node without it is not configured as planned.
     """
 
-    main_path: str = DEFAULT_CONTAINERD_CONFIG
+    main_path: str = DEFAULT_MAIN_PATH
     directory: str = CONTAINERD_DIR
     sentence = "read {directory}"
 
@@ -87,7 +86,7 @@ class ConfigDumpFact(CommandFact[dict[str, Any]]):
     run to run), so two dumps of the same files compare equal.
     """
 
-    main_path: str = DEFAULT_CONTAINERD_CONFIG
+    main_path: str = DEFAULT_MAIN_PATH
     binary: str = CONTAINERD_BIN
     sentence = "containerd config dump of {main_path}"
 

@@ -16,10 +16,10 @@ from typing import Any
 
 from rollout.commands import CommandRunner
 from rollout.containerd import ConfigFiles, ContainerdVersion
+from rollout.containerd.files import DEFAULT_MAIN_PATH
 from rollout.errors import RolloutError
 from rollout.facts.batch import read_facts
 from rollout.facts.containerd import (
-    DEFAULT_CONTAINERD_CONFIG,
     ConfigDumpFact,
     ConfigFilesFact,
     ConfigMtimesFact,
@@ -53,7 +53,7 @@ class NodeProbe:
     effective_config: Mapping[str, Any]
 
 
-def probe_node(runner: CommandRunner, main_path: str = DEFAULT_CONTAINERD_CONFIG) -> NodeProbe:
+def probe_node(runner: CommandRunner, main_path: str = DEFAULT_MAIN_PATH) -> NodeProbe:
     """Every node fact over one runner in one round trip: containerd, its files and dump, its
     service, the GPUs (each fact's own command and parser, rollout.facts.batch)."""
     containerd, files, gpus, service, dump = read_facts(
@@ -189,7 +189,7 @@ def probe_node_tolerantly(
     runner: CommandRunner,
     node: Node,
     pods: Sequence[Pod] = (),
-    main_path: str = DEFAULT_CONTAINERD_CONFIG,
+    main_path: str = DEFAULT_MAIN_PATH,
 ) -> NodeFacts:
     """Every node fact diagnose reads; a fact that cannot be read is named in probe_errors.
 

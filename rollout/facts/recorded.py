@@ -39,11 +39,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 from pydantic import AfterValidator, Field, Strict
 
 from rollout.containerd import ConfigFiles, ContainerdConfigError, ContainerdVersion, merge_files
+from rollout.containerd.files import DEFAULT_MAIN_PATH
 from rollout.errors import InputError, InputErrors, RolloutError, SourceLocation
-from rollout.facts.containerd import (
-    DEFAULT_CONTAINERD_CONFIG,
-    ContainerdVersionFact,
-)
+from rollout.facts.containerd import ContainerdVersionFact
 from rollout.facts.driver import parse_driver_kernel, parse_driver_status
 from rollout.facts.driver_host import driver_host_from_raw
 from rollout.facts.fact import ProbeFailed
@@ -113,7 +111,7 @@ class NodeRecord(SpecModel):
 
     name: KubeName | None = None
     containerd_version: Str
-    containerd_config: NodePath = DEFAULT_CONTAINERD_CONFIG
+    containerd_config: NodePath = DEFAULT_MAIN_PATH
     labels: Mapping[Str, Str | None] = Field(default_factory=dict)
     annotations: Mapping[Str, Str | None] = Field(default_factory=dict)
     unschedulable: Bool = False

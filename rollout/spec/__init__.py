@@ -10,7 +10,6 @@ from rollout.spec.changes.entry import Change, ChangeEntry
 from rollout.spec.changes.kind import ChangeKind
 from rollout.spec.changes.registry import (
     DEFAULT_CERTS_DIR,
-    DEFAULT_HOST,
     Capability,
     RegistryChange,
     RegistryEndpoint,
@@ -51,7 +50,6 @@ __all__ = [
     "API_VERSION",
     "DEFAULT_CERTS_DIR",
     "DEFAULT_DRIVER_PACKAGES",
-    "DEFAULT_HOST",
     "DEFAULT_SMOKE_IMAGE",
     "DRAIN_SKIP_LABEL",
     "MAX_REPLICAS",

@@ -11,13 +11,13 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, Field, model_validator
 
+from rollout.containerd.files import CONTAINERD_DIR
+from rollout.containerd.hosts import DEFAULT_NAMESPACE
 from rollout.fieldproblems import FieldProblem, describe_value
 from rollout.spec.changes.kind import ChangeKind
 from rollout.spec.fieldtypes import AbsolutePath, Bool, SpecModel, Str
 
-DEFAULT_CERTS_DIR = "/etc/containerd/certs.d"
-CONTAINERD_DIR = "/etc/containerd"
-DEFAULT_HOST = "_default"
+DEFAULT_CERTS_DIR = f"{CONTAINERD_DIR}/certs.d"
 _HOSTNAME = re.compile(
     r"^(?=.{1,253}$)[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*$"
 )
@@ -57,7 +57,7 @@ def _split_host_port(text: str) -> tuple[str, str | None]:
 
 def check_registry_host(value: str) -> str:
     """`host[:port]` as containerd names a hosts.toml directory, or `_default`."""
-    if value == DEFAULT_HOST:
+    if value == DEFAULT_NAMESPACE:
         return value
     if "://" in value:
         raise FieldProblem(
@@ -172,7 +172,7 @@ class RegistryChange(SpecModel):
         """The upstream `server`: as given, else https://<host>; None for `_default`."""
         if self.server is not None:
             return self.server
-        return None if self.host == DEFAULT_HOST else f"https://{self.host}"
+        return None if self.host == DEFAULT_NAMESPACE else f"https://{self.host}"
 
     @property
     def hosts_toml_path(self) -> str:
