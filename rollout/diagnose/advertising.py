@@ -21,6 +21,7 @@ from rollout.diagnose.readings import (
 )
 from rollout.facts import ClusterFacts, NodeFacts
 from rollout.facts.kernel import XIDS_IGNORED_BY_PLUGIN, parse_plugin_xids
+from rollout.facts.pods import GPU_RESOURCE, SHARED_GPU_RESOURCE
 
 GRACE_S = 300  # kubelet's endpointStopGracePeriod
 
@@ -35,7 +36,7 @@ def check_advertising(node: NodeFacts, cluster: ClusterFacts) -> list[Finding]:
     describe = f"kubectl describe node {q(node.name)}"
     physical = physical_gpus(node)
     profile = node_profile(node, cluster)
-    expected = "nvidia.com/gpu.shared" if profile.renamed else "nvidia.com/gpu"
+    expected = SHARED_GPU_RESOURCE if profile.renamed else GPU_RESOURCE
     resources = gpu_resources(node)
     numbers = [_numbers(node, cluster, r) for r in resources]
     findings.append(

@@ -7,7 +7,13 @@ from collections.abc import Sequence
 from rollout.diagnose.finding import Branch, Finding, Severity
 from rollout.diagnose.readings import allocated, amount, is_gpu_node, q
 from rollout.facts import ClusterFacts, NodeFacts
-from rollout.facts.pods import PodFacts, gpu_refusal_check, is_gpu_resource, quantity_value
+from rollout.facts.pods import (
+    GPU_RESOURCE,
+    PodFacts,
+    gpu_refusal_check,
+    is_gpu_resource,
+    quantity_value,
+)
 
 OPERATOR_RUNTIME_CLASS = "nvidia"
 REFUSAL_CAUSES = {
@@ -146,9 +152,7 @@ def _excluded_by(pod: PodFacts, node: NodeFacts) -> str:
 
 def _pending(pod: PodFacts, nodes: Sequence[NodeFacts], cluster: ClusterFacts) -> list[Finding]:
     gpu_nodes = [n for n in nodes if is_gpu_node(n)]
-    wanted = {k: v for k, v in pod.gpu_resources.items()} or {
-        "nvidia.com/gpu": str(pod.gpu_request)
-    }
+    wanted = {k: v for k, v in pod.gpu_resources.items()} or {GPU_RESOURCE: str(pod.gpu_request)}
     resource, quantity = next(iter(wanted.items()))
     need = int(quantity_value(quantity))
     lines = [f"event: {e}" for e in cluster.pod_events.get(pod.key, ())]

@@ -14,7 +14,7 @@ from typing import Any
 from rollout.containerd import ContainerdConfigError, merge_files
 from rollout.containerd.files import parse_toml
 from rollout.facts import ClusterFacts, NodeFacts
-from rollout.facts.pods import PodFacts, is_gpu_resource, quantity_value
+from rollout.facts.pods import GPU_RESOURCE, PodFacts, is_gpu_resource, quantity_value
 from rollout.steps.profile_changes import DEVICE_PLUGIN_CONFIG_LABEL, fallback_key, load_profile
 
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
@@ -49,7 +49,7 @@ def physical_gpus(node: NodeFacts) -> int:
 def gpu_resources(node: NodeFacts) -> list[str]:
     """The GPU resources the node's status names, `nvidia.com/gpu` first."""
     names = {r for r in (*node.capacity, *node.allocatable) if is_gpu_resource(r)}
-    return sorted(names, key=lambda r: (r != "nvidia.com/gpu", r))
+    return sorted(names, key=lambda r: (r != GPU_RESOURCE, r))
 
 
 def amount(values: Mapping[str, str], resource: str) -> int:
@@ -69,7 +69,7 @@ def allocated(node: NodeFacts, cluster: ClusterFacts, resource: str) -> tuple[in
         if pod.spec_known:
             held = int(quantity_value(pod.gpu_resources.get(resource, "0")))
         else:
-            held = pod.gpu_request if resource == "nvidia.com/gpu" else 0
+            held = pod.gpu_request if resource == GPU_RESOURCE else 0
         if held:
             total += held
             holders.append(f"{pod.key}: {held}")
@@ -124,7 +124,7 @@ def _sharing(document: Any) -> tuple[int, bool]:
     if not isinstance(slicing, Mapping):
         return 1, False
     for resource in slicing.get("resources") or []:
-        if isinstance(resource, Mapping) and resource.get("name") == "nvidia.com/gpu":
+        if isinstance(resource, Mapping) and resource.get("name") == GPU_RESOURCE:
             replicas = resource.get("replicas")
             return (replicas if isinstance(replicas, int) and replicas > 0 else 1), bool(
                 slicing.get("renameByDefault")

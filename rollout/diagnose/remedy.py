@@ -33,6 +33,7 @@ from rollout.diagnose.readings import GPU_REPLICAS_LABEL, node_profile
 from rollout.diagnose.tree import Diagnosis
 from rollout.facts import FleetFacts, NodeFacts
 from rollout.facts.driver_operator import OperatorDriver
+from rollout.facts.pods import GPU_RESOURCE
 from rollout.steps.profile_changes import load_profile
 
 FIX_PLAN_NAME = "diagnose-fix"
@@ -217,7 +218,7 @@ def _profile_repair(
     namespace, _, name = configmap.partition("/")
     config: dict[str, Any] = {"version": "v1"}
     if replicas > 1:
-        resources = [{"name": "nvidia.com/gpu", "replicas": replicas}]
+        resources = [{"name": GPU_RESOURCE, "replicas": replicas}]
         config["sharing"] = {"timeSlicing": {"resources": resources}}
     change = {
         "time-slicing": {
@@ -245,7 +246,7 @@ def _replicas_for(node: NodeFacts, data: Mapping[str, str]) -> int | None:
         for resource in ((document.get("sharing") or {}).get("timeSlicing") or {}).get(
             "resources"
         ) or []:
-            if isinstance(resource, Mapping) and resource.get("name") == "nvidia.com/gpu":
+            if isinstance(resource, Mapping) and resource.get("name") == GPU_RESOURCE:
                 replicas = resource.get("replicas")
                 if isinstance(replicas, int) and 2 <= replicas <= 64:
                     found.add(replicas)

@@ -17,7 +17,11 @@ from rollout.transports.kube import Toleration as ApiToleration
 if TYPE_CHECKING:
     from rollout.transports.kube import Pod
 
-GPU_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
+# What the device plugin advertises a GPU as; with renameByDefault: true a time-sliced GPU
+# is advertised under the shared name instead. MIG devices have resources of their own.
+GPU_RESOURCE = "nvidia.com/gpu"
+SHARED_GPU_RESOURCE = f"{GPU_RESOURCE}.shared"
+GPU_PREFIXES = (GPU_RESOURCE, "nvidia.com/mig-")
 
 
 @dataclass(frozen=True)
@@ -100,7 +104,7 @@ class PodFacts:
         ]
         if not self.spec_known and self.gpu_request:
             # only the whole GPUs were read: keep them as the limit they were read from
-            limits = {"nvidia.com/gpu": str(self.gpu_request)}
+            limits = {GPU_RESOURCE: str(self.gpu_request)}
             containers = [{"name": "", "resources": {"limits": limits}}]
         spec: dict[str, Any] = {"containers": containers}
         if self.node_name:
@@ -177,9 +181,7 @@ def parse_pod_manifest(obj: Mapping[str, Any]) -> PodFacts:
         unschedulable_message=message,
         container_reasons=reasons,
     )
-    whole = sum(
-        int(quantity_value(v)) for k, v in pod.gpu_resources.items() if k == "nvidia.com/gpu"
-    )
+    whole = sum(int(quantity_value(v)) for k, v in pod.gpu_resources.items() if k == GPU_RESOURCE)
     return replace(pod, gpu_request=whole)
 
 

@@ -19,6 +19,7 @@ import yaml
 
 from rollout.errors import BadInput
 from rollout.facts.model import FleetFacts, NodeFacts
+from rollout.facts.pods import GPU_RESOURCE
 from rollout.facts.recorded import CLUSTER_FILE, FILES_DIR, NODE_FILE
 from rollout.facts.service import ServiceState
 from rollout.secrets import redact_toml
@@ -104,7 +105,7 @@ def pod_manifest(pod: Pod) -> dict[str, Any]:
         metadata["deletionTimestamp"] = "1970-01-01T00:00:00Z"
     containers: list[dict[str, Any]] = [{"name": name} for name in pod.containers]
     if pod.gpu_request:
-        gpus = {"limits": {"nvidia.com/gpu": str(pod.gpu_request)}}
+        gpus = {"limits": {GPU_RESOURCE: str(pod.gpu_request)}}
         if containers:
             containers[0]["resources"] = gpus
         else:

@@ -11,11 +11,12 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from rollout.facts import NodeFacts
+from rollout.facts.pods import GPU_RESOURCE
 from rollout.plan import StepPlan
 from rollout.spec import Spec
 from rollout.steps.base import StepContext, StepFailed, StepResult
 from rollout.steps.deadline import POLL_INTERVAL_S, Deadline
-from rollout.steps.gpu_wait import GPU_RESOURCE, expect_gpus
+from rollout.steps.gpu_wait import expect_gpus
 from rollout.steps.nodechanges import Reach, ReachingStep
 from rollout.steps.nodemarks import RUN_ANNOTATION, MarkingStep
 from rollout.steps.pods import describe_pod

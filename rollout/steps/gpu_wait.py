@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from rollout.facts import NodeFacts
+from rollout.facts.pods import GPU_RESOURCE, SHARED_GPU_RESOURCE
 from rollout.plan import StepPlan
 from rollout.spec import Spec
 from rollout.steps.base import StepContext, StepFailed, StepResult
@@ -23,10 +24,6 @@ from rollout.steps.nodemarks import MarkingStep
 from rollout.steps.pods import describe_pod
 from rollout.steps.profile_changes import time_slicing_change
 from rollout.transports.kube import Node, Pod
-
-GPU_RESOURCE = "nvidia.com/gpu"
-# renameByDefault: true makes the device plugin advertise shared GPUs under this name instead.
-SHARED_GPU_RESOURCE = "nvidia.com/gpu.shared"
 
 
 def current_replicas(node: NodeFacts) -> int:

@@ -20,13 +20,12 @@ from rollout.facts import (
     check_containerd_version,
     read_fact,
 )
+from rollout.facts.pods import GPU_RESOURCE
 from rollout.plan import StepPlan
 from rollout.spec import Spec
 from rollout.steps.base import StepContext, StepFailed, StepResult
 from rollout.steps.nodechanges import node_changes
 from rollout.steps.systemd import probe_service
-
-GPU_RESOURCE = "nvidia.com/gpu"
 
 
 class Preflight:

@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 
 from rollout.errors import InputError
 from rollout.facts import ClusterFacts, NodeFacts
+from rollout.facts.pods import GPU_RESOURCE
 from rollout.plan import StepPlan
 from rollout.spec import MAX_REPLICAS, Spec, TimeSlicingChange
 from rollout.steps.base import StepContext, StepFailed, StepResult
@@ -31,7 +32,6 @@ from rollout.steps.deviceplugin import (
     restart_device_plugin,
     wait_for_device_plugin,
 )
-from rollout.steps.gpu_wait import GPU_RESOURCE
 from rollout.steps.nodechanges import node_changes
 from rollout.steps.nodemarks import ANNOTATION_DOMAIN, RUN_ANNOTATION, report_step
 from rollout.steps.operandsettle import wait_for_operands
