@@ -7,15 +7,18 @@ from datetime import datetime
 from rollout.diagnose.finding import Branch, Finding, Severity
 from rollout.diagnose.readings import is_gpu_node, node_profile, pods_on, q
 from rollout.facts import ClusterFacts, NodeFacts
+from rollout.facts.driver_operator import (
+    DEPLOY_LABEL_PREFIX,
+    OPERAND_PAUSED,
+    UPGRADE_DONE,
+    UPGRADE_FAILED,
+    UPGRADE_STATE_LABEL,
+)
 from rollout.steps.profile_changes import DEVICE_PLUGIN_CONFIG_LABEL
 
-UPGRADE_STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
-UPGRADE_FAILED = "upgrade-failed"
-UPGRADE_DONE = "upgrade-done"
 # when k8s-operator-libs started validating the node's new driver (seconds since the epoch)
 VALIDATION_START_ANNOTATION = "nvidia.com/gpu-driver-upgrade-validation-start-time"
-DEPLOY_PREFIX = "nvidia.com/gpu.deploy."
-PAUSED_VALUES = ("false", "paused-for-driver-upgrade")
+PAUSED_VALUES = ("false", OPERAND_PAUSED)
 # without these operands the node cannot run GPU pods at all
 ESSENTIAL_OPERANDS = ("operands", "driver", "container-toolkit", "device-plugin")
 LOG_LINES_SHOWN = 5
@@ -235,9 +238,9 @@ def _upgrade_state(node: NodeFacts, cluster: ClusterFacts, now: datetime) -> lis
 def _deploy_labels(node: NodeFacts) -> list[Finding]:
     findings = []
     for label, value in sorted(node.labels.items()):
-        if not label.startswith(DEPLOY_PREFIX) or value not in PAUSED_VALUES:
+        if not label.startswith(DEPLOY_LABEL_PREFIX) or value not in PAUSED_VALUES:
             continue
-        operand = label.removeprefix(DEPLOY_PREFIX)
+        operand = label.removeprefix(DEPLOY_LABEL_PREFIX)
         essential = operand in ESSENTIAL_OPERANDS
         findings.append(
             Finding(

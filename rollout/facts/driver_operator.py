@@ -20,8 +20,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-DRIVER_DEPLOY_LABEL = "nvidia.com/gpu.deploy.driver"
-DEPLOY_OPERANDS_LABEL = "nvidia.com/gpu.deploy.operands"
+# The operator deploys an operand on a node while its `nvidia.com/gpu.deploy.<operand>` label
+# is true; a driver upgrade pauses the operands by setting their labels to OPERAND_PAUSED.
+DEPLOY_LABEL_PREFIX = "nvidia.com/gpu.deploy."
+DRIVER_DEPLOY_LABEL = f"{DEPLOY_LABEL_PREFIX}driver"
+DEPLOY_OPERANDS_LABEL = f"{DEPLOY_LABEL_PREFIX}operands"
+OPERAND_PAUSED = "paused-for-driver-upgrade"
 UPGRADE_SKIP_LABEL = "nvidia.com/gpu-driver-upgrade.skip"
 UPGRADE_STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
 UPGRADE_DONE = "upgrade-done"

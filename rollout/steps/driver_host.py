@@ -22,13 +22,12 @@ from rollout.facts.driver_host import (
     matching_version,
     signed_module_package,
 )
+from rollout.facts.driver_operator import DEPLOY_LABEL_PREFIX
 from rollout.memo import IdentityMemo
 from rollout.plan import StepPlan
 from rollout.spec import DriverMode, DriverUpgradeChange, Spec
 from rollout.spec.policy import DriverReload
 
-DEPLOY_LABEL_PREFIX = "nvidia.com/gpu.deploy."
-PAUSED = "paused-for-driver-upgrade"
 MAX_OFFERED_SHOWN = 8
 
 

@@ -16,16 +16,12 @@ from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
 from rollout.facts import ClusterFacts, NodeFacts
+from rollout.facts.driver_operator import DEPLOY_LABEL_PREFIX, OPERAND_PAUSED
 from rollout.plan import StepPlan
 from rollout.spec import Spec
 from rollout.steps.base import StepContext, StepFailed, StepResult
 from rollout.steps.deadline import POLL_INTERVAL_S, Deadline
-from rollout.steps.driver_host import (
-    DEPLOY_LABEL_PREFIX,
-    PAUSED,
-    plan_pending_host_driver,
-    running_operands,
-)
+from rollout.steps.driver_host import plan_pending_host_driver, running_operands
 from rollout.steps.nodemarks import MarkingStep
 from rollout.steps.pods import describe_pod
 from rollout.transports.kube import Pod
@@ -60,14 +56,14 @@ def pause_operands(ctx: StepContext, kind: str) -> list[str]:
         ctx.save_data(PAUSE_STEP, saved)  # before the first patch: undo must know
     paused = [str(k) for k in saved.get("paused", [])]
     if paused:
-        ctx.kube.patch_node_labels(ctx.node, dict.fromkeys(paused, PAUSED))
+        ctx.kube.patch_node_labels(ctx.node, dict.fromkeys(paused, OPERAND_PAUSED))
         now = ctx.kube.get_node(ctx.node).labels
-        unpaused = [k for k in paused if now.get(k) != PAUSED]
+        unpaused = [k for k in paused if now.get(k) != OPERAND_PAUSED]
         if unpaused:
             raise StepFailed(
                 ctx.node,
                 kind,
-                f"{', '.join(unpaused)} did not read back as {PAUSED}: is the GPU Operator "
+                f"{', '.join(unpaused)} did not read back as {OPERAND_PAUSED}: is the GPU Operator "
                 "(or another tool) setting deploy labels on the node?",
             )
     wait_for_operands_gone(ctx, kind, paused)
@@ -127,7 +123,7 @@ class DriverPause(MarkingStep):
             self.kind,
             facts,
             spec,
-            f"set {{labels}} to {PAUSED} (false values kept), wait for their pods to leave",
+            f"set {{labels}} to {OPERAND_PAUSED} (false values kept), wait for their pods to leave",
         )
 
     def _apply(self, ctx: StepContext) -> StepResult:

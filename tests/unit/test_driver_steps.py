@@ -16,6 +16,7 @@ from rollout.commands import CommandResult
 from rollout.executor import Executor
 from rollout.facts import ClusterFacts, FleetFacts, GpuFacts, NodeFacts
 from rollout.facts.driver_host import read_driver_host
+from rollout.facts.driver_operator import OPERAND_PAUSED as PAUSED
 from rollout.plan import NodePlan, Wave
 from rollout.planner import build_plan
 from rollout.playbook import load_playbooks
@@ -23,7 +24,6 @@ from rollout.run import Journal, StepOutcome
 from rollout.spec import Spec, parse_spec
 from rollout.steps import builtin_steps
 from rollout.steps.base import StepContext, StepFailed
-from rollout.steps.driver_host import PAUSED
 from rollout.transports.errors import SshConnectError
 from rollout.transports.kube import KubeClient, Node, Pod
 from tests.fakes import InMemoryKube, ScriptedRunner
