@@ -14,6 +14,7 @@ from rollout.facts.driver_operator import (
     UPGRADE_FAILED,
     UPGRADE_STATE_LABEL,
 )
+from rollout.facts.gpu_operator import OPERATOR_NAMESPACE, is_operand
 from rollout.steps.profile_changes import DEVICE_PLUGIN_CONFIG_LABEL
 
 # when k8s-operator-libs started validating the node's new driver (seconds since the epoch)
@@ -23,7 +24,6 @@ PAUSED_VALUES = ("false", OPERAND_PAUSED)
 ESSENTIAL_OPERANDS = ("operands", "driver", "container-toolkit", "device-plugin")
 LOG_LINES_SHOWN = 5
 ESSENTIAL_POD_WORDS = ("driver", "toolkit", "device-plugin")
-OPERATOR_NAMESPACE = "gpu-operator"
 FAILING_REASONS = frozenset(
     {
         "CrashLoopBackOff",
@@ -148,8 +148,7 @@ def _operands(node: NodeFacts) -> list[Finding]:
         failing = [
             r for r in pod.container_reasons if r in FAILING_REASONS or r.startswith("Init:")
         ]
-        operand = pod.namespace == OPERATOR_NAMESPACE or pod.name.startswith("nvidia-")
-        if not operand or pod.ready or pod.deleting or not failing:
+        if not is_operand(pod) or pod.ready or pod.deleting or not failing:
             continue
         essential = any(word in pod.name for word in ESSENTIAL_POD_WORDS)
         key = f"{pod.namespace}/{pod.name}"

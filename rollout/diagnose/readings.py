@@ -14,6 +14,7 @@ from typing import Any
 from rollout.containerd import ContainerdConfigError, merge_files
 from rollout.containerd.files import parse_toml
 from rollout.facts import ClusterFacts, NodeFacts
+from rollout.facts.gpu_operator import DevicePluginConfigRef
 from rollout.facts.pods import GPU_RESOURCE, PodFacts, is_gpu_resource, quantity_value
 from rollout.steps.profile_changes import DEVICE_PLUGIN_CONFIG_LABEL, fallback_key, load_profile
 
@@ -22,7 +23,6 @@ GPU_COUNT_LABEL = "nvidia.com/gpu.count"
 GPU_REPLICAS_LABEL = "nvidia.com/gpu.replicas"
 CRI_RUNTIME_TABLES = ("io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime")
 FINISHED_PHASES = ("Succeeded", "Failed")
-OPERATOR_NAMESPACE = "gpu-operator"
 
 
 def q(word: str) -> str:
@@ -89,26 +89,16 @@ class Profile:
     known: bool  # the ConfigMap is among the facts
 
 
-def device_plugin_configmap(cluster: ClusterFacts) -> tuple[str, str]:
-    """(namespace/name of the device-plugin ConfigMap, config.default) from the ClusterPolicy."""
-    config = (cluster.cluster_policy.get("devicePlugin") or {}).get("config") or {}
-    name = config.get("name") if isinstance(config, Mapping) else None
-    default = config.get("default") if isinstance(config, Mapping) else None
-    return (
-        f"{OPERATOR_NAMESPACE}/{name}" if isinstance(name, str) and name else "",
-        default if isinstance(default, str) else "",
-    )
-
-
 def node_profile(node: NodeFacts, cluster: ClusterFacts) -> Profile:
-    configmap, config_default = device_plugin_configmap(cluster)
+    config = DevicePluginConfigRef.from_policy(cluster.cluster_policy)
+    configmap = config.configmap
     label = node.labels.get(DEVICE_PLUGIN_CONFIG_LABEL)
     data = cluster.configmaps.get(configmap) if configmap else None
     if data is None:
         replicas_label = node.labels.get(GPU_REPLICAS_LABEL, "")
         replicas = int(replicas_label) if replicas_label.isdigit() else 1
         return Profile(configmap, label, bool(label), False, replicas, False, False)
-    key = label or fallback_key(config_default, list(data))
+    key = label or fallback_key(config.default, list(data))
     if key is None:
         return Profile(configmap, None, False, False, 1, False, True)
     if key not in data:

@@ -31,6 +31,7 @@ from rollout.facts.driver_operator_live import read_nvidia_drivers
 from rollout.facts.extra import with_plan_facts
 from rollout.facts.fact import ProbeFailed, read_fact
 from rollout.facts.gpu import GpuFacts, GpuQueryFact
+from rollout.facts.gpu_operator import OPERATOR_NAMESPACE, DevicePluginConfigRef, is_operand
 from rollout.facts.kernel import KernelXidFact
 from rollout.facts.model import ClusterFacts, FleetFacts, NodeFacts
 from rollout.facts.pods import PodFacts, Toleration, is_gpu_refusal, pod_facts_from
@@ -180,9 +181,6 @@ def gather_fleet_facts(
 
 # ---------------------------------------------------------------- diagnosis
 
-# ClusterPolicy spec.devicePlugin.config.name lives in the operator's namespace
-OPERATOR_NAMESPACE = "gpu-operator"
-
 
 def probe_node_tolerantly(
     name: str,
@@ -265,8 +263,7 @@ def read_operand_logs(kube: KubeClient, pods: Sequence[Pod]) -> dict[str, str]:
     (a pod of several containers, a container not started) is left out."""
     logs: dict[str, str] = {}
     for pod in pods:
-        operand = pod.namespace == OPERATOR_NAMESPACE or pod.name.startswith("nvidia-")
-        if not operand or pod.ready:
+        if not is_operand(pod) or pod.ready:
             continue
         try:
             logs[f"{pod.namespace}/{pod.name}"] = kube.read_pod_log(
@@ -283,11 +280,11 @@ def gather_diagnosis_cluster(kube: KubeClient, pods: Sequence[Pod]) -> ClusterFa
     policies: Sequence[Mapping[str, Any]] = kube.list_cluster_policies()
     policy = dict(policies[0].get("spec") or {}) if policies else {}
     configmaps: dict[str, Mapping[str, str]] = {}
-    name = ((policy.get("devicePlugin") or {}).get("config") or {}).get("name")
-    if isinstance(name, str) and name:
+    config = DevicePluginConfigRef.from_policy(policy)
+    if config.name:
         with contextlib.suppress(NotFound):  # the profile check then says nothing
-            configmaps[f"{OPERATOR_NAMESPACE}/{name}"] = dict(
-                kube.get_configmap(OPERATOR_NAMESPACE, name).data
+            configmaps[config.configmap] = dict(
+                kube.get_configmap(OPERATOR_NAMESPACE, config.name).data
             )
     facts = tuple(pod_facts_from(p) for p in pods)
     return ClusterFacts(

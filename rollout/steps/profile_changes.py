@@ -25,6 +25,7 @@ import yaml
 
 from rollout.errors import InputError
 from rollout.facts import ClusterFacts, NodeFacts
+from rollout.facts.gpu_operator import DevicePluginConfigRef
 from rollout.memo import IdentityMemo
 from rollout.plan import ClusterChange, FileChange, LabelChange
 from rollout.spec import Spec, TimeSlicingChange
@@ -199,8 +200,8 @@ def _plan_publication(spec: Spec, cluster: ClusterFacts) -> Publication | None:
         return None
     ref = f"{change.configmap.namespace}/{change.configmap.name}"
     data = dict(cluster.configmaps.get(ref, {}))
-    config = (cluster.cluster_policy.get("devicePlugin") or {}).get("config") or {}
-    name, default = str(config.get("name") or ""), str(config.get("default") or "")
+    current = DevicePluginConfigRef.from_policy(cluster.cluster_policy)
+    name, default = current.name, current.default
     if name and name != change.configmap.name:
         raise refuse(
             spec,

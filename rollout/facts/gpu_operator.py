@@ -1,0 +1,60 @@
+"""The GPU Operator as the cluster shows it: its namespace, which pods are its operands, and
+the device-plugin config its ClusterPolicy names.
+
+Pure: read from pods and from the ClusterPolicy's spec as the API returns them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+# Where the operator runs its operands and keeps the ConfigMap spec.devicePlugin.config names
+OPERATOR_NAMESPACE = "gpu-operator"
+# The operator names its operand pods nvidia-<operand>-...
+OPERAND_NAME_PREFIX = "nvidia-"
+
+
+class NamedPod(Protocol):
+    """A pod as far as telling an operand takes: the transport's Pod and PodFacts alike."""
+
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+
+def is_operand(pod: NamedPod) -> bool:
+    """Whether the pod is one of the GPU Operator's: in its namespace, or named like its pods."""
+    return pod.namespace == OPERATOR_NAMESPACE or pod.name.startswith(OPERAND_NAME_PREFIX)
+
+
+@dataclass(frozen=True)
+class DevicePluginConfigRef:
+    """The ClusterPolicy's spec.devicePlugin.config: the ConfigMap (in the operator's
+    namespace) the device plugin loads profiles from, and the key an unlabelled node loads.
+    "" where unset."""
+
+    name: str = ""
+    default: str = ""
+
+    @classmethod
+    def from_policy(cls, policy: Mapping[str, Any]) -> DevicePluginConfigRef:
+        """Read from a ClusterPolicy's spec. The CRD allows only strings in these fields;
+        anything else (a number, a list, a mapping where one is expected) reads as unset."""
+        plugin = policy.get("devicePlugin")
+        config = plugin.get("config") if isinstance(plugin, Mapping) else None
+        if not isinstance(config, Mapping):
+            return cls()
+        name, default = config.get("name"), config.get("default")
+        return cls(
+            name=name if isinstance(name, str) else "",
+            default=default if isinstance(default, str) else "",
+        )
+
+    @property
+    def configmap(self) -> str:
+        """The ConfigMap as namespace/name (the key of ClusterFacts.configmaps); "" if none."""
+        return f"{OPERATOR_NAMESPACE}/{self.name}" if self.name else ""
