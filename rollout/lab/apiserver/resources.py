@@ -19,7 +19,6 @@ class ResourceKind:
     version: str
     resource: str
     kind: str
-    singular: str
     namespaced: bool
     subresources: frozenset[str] = frozenset()
     short_names: tuple[str, ...] = ()
@@ -45,6 +44,11 @@ class ResourceKind:
         return "status" in self.subresources
 
     @property
+    def singular(self) -> str:
+        """The singular name: the lowercase kind, the real API server's default."""
+        return self.kind.lower()
+
+    @property
     def list_kind(self) -> str:
         return f"{self.kind}List"
 
@@ -54,7 +58,6 @@ NODES = ResourceKind(
     "v1",
     "nodes",
     "Node",
-    "node",
     False,
     frozenset({"status"}),
     ("no",),
@@ -65,7 +68,6 @@ PODS = ResourceKind(
     "v1",
     "pods",
     "Pod",
-    "pod",
     True,
     frozenset({"status", "log", "eviction"}),
     ("po",),
@@ -85,23 +87,19 @@ NAMESPACES = ResourceKind(
     "v1",
     "namespaces",
     "Namespace",
-    "namespace",
     False,
     frozenset({"status"}),
     ("ns",),
     ("status.phase",),
 )
-CONFIGMAPS = ResourceKind(
-    "", "v1", "configmaps", "ConfigMap", "configmap", True, short_names=("cm",)
-)
+CONFIGMAPS = ResourceKind("", "v1", "configmaps", "ConfigMap", True, short_names=("cm",))
 # rollout's run state in the cluster (rollout/run/cluster.py): opaque data, base64 as sent
-SECRETS = ResourceKind("", "v1", "secrets", "Secret", "secret", True, selectable_fields=("type",))
+SECRETS = ResourceKind("", "v1", "secrets", "Secret", True, selectable_fields=("type",))
 EVENTS = ResourceKind(
     "",
     "v1",
     "events",
     "Event",
-    "event",
     True,
     short_names=("ev",),
     selectable_fields=(
@@ -123,7 +121,6 @@ DAEMONSETS = ResourceKind(
     "v1",
     "daemonsets",
     "DaemonSet",
-    "daemonset",
     True,
     frozenset({"status"}),
     ("ds",),
@@ -134,19 +131,17 @@ PODDISRUPTIONBUDGETS = ResourceKind(
     "v1",
     "poddisruptionbudgets",
     "PodDisruptionBudget",
-    "poddisruptionbudget",
     True,
     frozenset({"status"}),
     ("pdb",),
     tracks_generation=True,
 )
-LEASES = ResourceKind("coordination.k8s.io", "v1", "leases", "Lease", "lease", True)
+LEASES = ResourceKind("coordination.k8s.io", "v1", "leases", "Lease", True)
 CLUSTERPOLICIES = ResourceKind(
     "nvidia.com",
     "v1",
     "clusterpolicies",
     "ClusterPolicy",
-    "clusterpolicy",
     False,
     frozenset({"status"}),
     custom=True,
@@ -159,33 +154,27 @@ NVIDIADRIVERS = ResourceKind(
     "v1alpha1",
     "nvidiadrivers",
     "NVIDIADriver",
-    "nvidiadriver",
     False,
     frozenset({"status"}),
     ("nvd", "nvdriver", "nvdrivers"),
     custom=True,
     tracks_generation=True,
 )
-RUNTIMECLASSES = ResourceKind(
-    "node.k8s.io", "v1", "runtimeclasses", "RuntimeClass", "runtimeclass", False
-)
+RUNTIMECLASSES = ResourceKind("node.k8s.io", "v1", "runtimeclasses", "RuntimeClass", False)
 SERVICEACCOUNTS = ResourceKind(
     "",
     "v1",
     "serviceaccounts",
     "ServiceAccount",
-    "serviceaccount",
     True,
     frozenset({"token"}),
     ("sa",),
 )
 _RBAC = "rbac.authorization.k8s.io"
-ROLES = ResourceKind(_RBAC, "v1", "roles", "Role", "role", True)
-ROLEBINDINGS = ResourceKind(_RBAC, "v1", "rolebindings", "RoleBinding", "rolebinding", True)
-CLUSTERROLES = ResourceKind(_RBAC, "v1", "clusterroles", "ClusterRole", "clusterrole", False)
-CLUSTERROLEBINDINGS = ResourceKind(
-    _RBAC, "v1", "clusterrolebindings", "ClusterRoleBinding", "clusterrolebinding", False
-)
+ROLES = ResourceKind(_RBAC, "v1", "roles", "Role", True)
+ROLEBINDINGS = ResourceKind(_RBAC, "v1", "rolebindings", "RoleBinding", True)
+CLUSTERROLES = ResourceKind(_RBAC, "v1", "clusterroles", "ClusterRole", False)
+CLUSTERROLEBINDINGS = ResourceKind(_RBAC, "v1", "clusterrolebindings", "ClusterRoleBinding", False)
 # Scheduled rollouts (rollout schedule): validated and defaulted in apiserver/batch.py, run by
 # the lab's CronJob controller (simulation/cronjobs.py).
 CRONJOBS = ResourceKind(
@@ -193,7 +182,6 @@ CRONJOBS = ResourceKind(
     "v1",
     "cronjobs",
     "CronJob",
-    "cronjob",
     True,
     frozenset({"status"}),
     ("cj",),
@@ -204,7 +192,6 @@ JOBS = ResourceKind(
     "v1",
     "jobs",
     "Job",
-    "job",
     True,
     frozenset({"status"}),
     selectable_fields=("status.successful",),
@@ -216,7 +203,6 @@ SELFSUBJECTACCESSREVIEWS = ResourceKind(
     "v1",
     "selfsubjectaccessreviews",
     "SelfSubjectAccessReview",
-    "selfsubjectaccessreview",
     False,
     verbs=("create",),
 )
@@ -226,7 +212,6 @@ SELFSUBJECTRULESREVIEWS = ResourceKind(
     "v1",
     "selfsubjectrulesreviews",
     "SelfSubjectRulesReview",
-    "selfsubjectrulesreview",
     False,
     verbs=("create",),
 )
@@ -235,7 +220,6 @@ SELFSUBJECTREVIEWS = ResourceKind(
     "v1",
     "selfsubjectreviews",
     "SelfSubjectReview",
-    "selfsubjectreview",
     False,
     verbs=("create",),
 )
