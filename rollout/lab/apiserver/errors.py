@@ -10,21 +10,29 @@ from rollout.errors import RolloutError
 
 
 class StatusReason(StrEnum):
-    """metav1.StatusReason values this server answers with."""
+    """metav1.StatusReason values this server answers with, each with its one HTTP code."""
 
-    BAD_REQUEST = "BadRequest"
-    NOT_FOUND = "NotFound"
-    ALREADY_EXISTS = "AlreadyExists"
-    CONFLICT = "Conflict"
-    INVALID = "Invalid"
-    METHOD_NOT_ALLOWED = "MethodNotAllowed"
-    UNSUPPORTED_MEDIA_TYPE = "UnsupportedMediaType"
-    TOO_MANY_REQUESTS = "TooManyRequests"
-    EXPIRED = "Expired"
-    FORBIDDEN = "Forbidden"
-    UNAUTHORIZED = "Unauthorized"
-    INTERNAL_ERROR = "InternalError"
-    SERVICE_UNAVAILABLE = "ServiceUnavailable"
+    code: int
+
+    def __new__(cls, value: str, code: int) -> StatusReason:
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.code = code
+        return member
+
+    BAD_REQUEST = ("BadRequest", 400)
+    NOT_FOUND = ("NotFound", 404)
+    ALREADY_EXISTS = ("AlreadyExists", 409)
+    CONFLICT = ("Conflict", 409)
+    INVALID = ("Invalid", 422)
+    METHOD_NOT_ALLOWED = ("MethodNotAllowed", 405)
+    UNSUPPORTED_MEDIA_TYPE = ("UnsupportedMediaType", 415)
+    TOO_MANY_REQUESTS = ("TooManyRequests", 429)
+    EXPIRED = ("Expired", 410)
+    FORBIDDEN = ("Forbidden", 403)
+    UNAUTHORIZED = ("Unauthorized", 401)
+    INTERNAL_ERROR = ("InternalError", 500)
+    SERVICE_UNAVAILABLE = ("ServiceUnavailable", 503)
 
 
 @dataclass(frozen=True)
@@ -58,19 +66,18 @@ class ApiError(RolloutError):
 
     def __init__(
         self,
-        code: int,
         reason: StatusReason,
         message: str,
         *,
         details: dict[str, Any] | None = None,
         retry_after_s: int = 0,
     ) -> None:
-        self.code = code
+        self.code = reason.code
         self.reason = reason
         self.message = message
         self.details = details
         self.retry_after_s = retry_after_s
-        super().__init__(f"{code} {reason.value}: {message}")
+        super().__init__(f"{self.code} {reason.value}: {message}")
 
     def to_status(self) -> dict[str, Any]:
         """The Status object, field for field as the real server writes it."""
@@ -89,15 +96,15 @@ class ApiError(RolloutError):
 
     @classmethod
     def about(
-        cls, code: int, reason: StatusReason, resource: GroupResource, name: str, message: str
+        cls, reason: StatusReason, resource: GroupResource, name: str, message: str
     ) -> ApiError:
         """An error about one named object: its details name the object as the server does."""
-        return cls(code, reason, message, details=_details(resource, name))
+        return cls(reason, message, details=_details(resource, name))
 
     @classmethod
     def not_found(cls, resource: GroupResource, name: str) -> ApiError:
         message = f'{resource} "{name}" not found'
-        return cls.about(404, StatusReason.NOT_FOUND, resource, name, message)
+        return cls.about(StatusReason.NOT_FOUND, resource, name, message)
 
     @classmethod
     def forbidden(cls, resource: GroupResource, name: str, why: str) -> ApiError:
@@ -110,27 +117,27 @@ class ApiError(RolloutError):
         else:
             message = f"{resource} is forbidden: {why}"
         details = {key: value for key, value in _details(resource, name).items() if value}
-        return cls(403, StatusReason.FORBIDDEN, message, details=details)
+        return cls(StatusReason.FORBIDDEN, message, details=details)
 
     @classmethod
     def unauthorized(cls) -> ApiError:
         """401 for a credential the server does not accept (the body says no more)."""
-        return cls(401, StatusReason.UNAUTHORIZED, "Unauthorized")
+        return cls(StatusReason.UNAUTHORIZED, "Unauthorized")
 
     @classmethod
     def path_not_found(cls) -> ApiError:
         message = "the server could not find the requested resource"
-        return cls(404, StatusReason.NOT_FOUND, message, details={})
+        return cls(StatusReason.NOT_FOUND, message, details={})
 
     @classmethod
     def already_exists(cls, resource: GroupResource, name: str) -> ApiError:
         message = f'{resource} "{name}" already exists'
-        return cls.about(409, StatusReason.ALREADY_EXISTS, resource, name, message)
+        return cls.about(StatusReason.ALREADY_EXISTS, resource, name, message)
 
     @classmethod
     def conflict(cls, resource: GroupResource, name: str, why: str) -> ApiError:
         message = f'Operation cannot be fulfilled on {resource} "{name}": {why}'
-        return cls.about(409, StatusReason.CONFLICT, resource, name, message)
+        return cls.about(StatusReason.CONFLICT, resource, name, message)
 
     @classmethod
     def stale(cls, resource: GroupResource, name: str) -> ApiError:
@@ -154,7 +161,6 @@ class ApiError(RolloutError):
         details["kind"] = kind
         details["causes"] = [c.to_dict() for c in causes]
         return cls(
-            422,
             StatusReason.INVALID,
             f'{qualified_kind} "{name}" is invalid: {summary}',
             details=details,
@@ -163,21 +169,20 @@ class ApiError(RolloutError):
     @classmethod
     def unprocessable(cls, message: str) -> ApiError:
         """A 422 without field causes, as the server answers a JSON patch that cannot apply."""
-        return cls(422, StatusReason.INVALID, message, details={})
+        return cls(StatusReason.INVALID, message, details={})
 
     @classmethod
     def bad_request(cls, message: str) -> ApiError:
-        return cls(400, StatusReason.BAD_REQUEST, message)
+        return cls(StatusReason.BAD_REQUEST, message)
 
     @classmethod
     def method_not_allowed(cls) -> ApiError:
         message = "the server does not allow this method on the requested resource"
-        return cls(405, StatusReason.METHOD_NOT_ALLOWED, message, details={})
+        return cls(StatusReason.METHOD_NOT_ALLOWED, message, details={})
 
     @classmethod
     def unsupported_media_type(cls, content_type: str, accepted: list[str]) -> ApiError:
         return cls(
-            415,
             StatusReason.UNSUPPORTED_MEDIA_TYPE,
             f"the body of the request was in an unknown format - accepted media types include: "
             f"{', '.join(accepted)}",
@@ -192,7 +197,6 @@ class ApiError(RolloutError):
         if retry_after_s:
             details["retryAfterSeconds"] = retry_after_s
         return cls(
-            429,
             StatusReason.TOO_MANY_REQUESTS,
             message,
             details=details,
@@ -201,12 +205,11 @@ class ApiError(RolloutError):
 
     @classmethod
     def expired(cls, message: str) -> ApiError:
-        return cls(410, StatusReason.EXPIRED, message)
+        return cls(StatusReason.EXPIRED, message)
 
     @classmethod
     def internal(cls, message: str) -> ApiError:
         return cls(
-            500,
             StatusReason.INTERNAL_ERROR,
             f"Internal error occurred: {message}",
             details={"causes": [{"message": message}]},

@@ -192,18 +192,17 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
                 return True
             case ApiFault.THROTTLED:
                 raise ApiError(
-                    429,
                     StatusReason.TOO_MANY_REQUESTS,
                     fault.message,
                     details={"retryAfterSeconds": fault.settings.retry_after_s},
                     retry_after_s=fault.settings.retry_after_s,
                 )
             case ApiFault.UNAVAILABLE:
-                raise ApiError(503, StatusReason.SERVICE_UNAVAILABLE, fault.message)
+                raise ApiError(StatusReason.SERVICE_UNAVAILABLE, fault.message)
             case ApiFault.CONFLICT:
-                raise ApiError(409, StatusReason.CONFLICT, fault.message)
+                raise ApiError(StatusReason.CONFLICT, fault.message)
             case _:
-                raise ApiError(500, StatusReason.INTERNAL_ERROR, fault.message)
+                raise ApiError(StatusReason.INTERNAL_ERROR, fault.message)
 
     def _authorize(self, method: str, path: str, route: Route, query: dict[str, str]) -> UserInfo:
         """Authenticate, then authorize the request (401 or 403 Status as the real server)."""
