@@ -50,7 +50,13 @@ from rollout.run.records import Clock, Entry, RunId, parse_json_object, utc_now
 from rollout.run.state import Fold, RunState
 from rollout.transports.errors import Conflict, NotFound
 from rollout.transports.kube import Secret
-from rollout.transports.kube.objects import frozen_map
+from rollout.transports.kube.objects import (
+    LABEL_COMPONENT,
+    LABEL_INSTANCE,
+    LABEL_MANAGED_BY,
+    LABEL_NAME,
+    frozen_map,
+)
 
 RUN_ID_KEY = "run-id"
 STEPS_KEY = "steps.json"
@@ -65,10 +71,6 @@ CHUNK_CHARS = 64 * 1024
 _CHUNK_KEY = re.compile(r"journal\.\d{4}\.jsonl\.gz")
 # The API refuses a Secret whose data passes 1 MiB; stop short of it with a clear error.
 MAX_DATA_BYTES = 1024 * 1024 - 16 * 1024
-LABEL_NAME = "app.kubernetes.io/name"
-LABEL_INSTANCE = "app.kubernetes.io/instance"
-LABEL_COMPONENT = "app.kubernetes.io/component"
-LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 
 
 class SecretApi(Protocol):

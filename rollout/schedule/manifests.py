@@ -31,6 +31,7 @@ from rollout.schedule.permissions import (
 )
 from rollout.schedule.window import nominal_length_s, to_cron
 from rollout.spec import Spec
+from rollout.transports.kube.objects import LABEL_INSTANCE, LABEL_NAME
 
 PLAN_DIR = "/etc/rollout/plan"
 SSH_DIR = "/etc/rollout/ssh"
@@ -50,8 +51,6 @@ MAX_CRONJOB_NAME = 52
 DEFAULT_ACTIVE_DEADLINE_S = 4 * 3600
 # Without a window a start missed by more than this is skipped until the next schedule.
 DEFAULT_STARTING_DEADLINE_S = 300
-LABEL_NAME = "app.kubernetes.io/name"
-LABEL_INSTANCE = "app.kubernetes.io/instance"
 _PINNED = re.compile(r"^[a-z0-9][a-z0-9._/:-]*(:[A-Za-z0-9._-]+)?@sha256:[0-9a-f]{64}$")
 _CRON_FIELD = re.compile(r"^[0-9A-Za-z*?,/-]+$")
 _CRON_MACROS = frozenset({"@yearly", "@annually", "@monthly", "@weekly", "@daily", "@hourly"})

@@ -22,6 +22,7 @@ from rollout.steps.nodemarks import RUN_ANNOTATION, MarkingStep
 from rollout.steps.pods import describe_pod
 from rollout.transports.errors import KubeError, NotFound
 from rollout.transports.kube import Pod
+from rollout.transports.kube.objects import LABEL_MANAGED_BY
 
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 SMOKE_NAMESPACE = "default"
@@ -116,7 +117,7 @@ def smoke_pod_manifest(
         "kind": "Pod",
         "metadata": {
             "name": name,
-            "labels": {"app.kubernetes.io/managed-by": "rollout"},
+            "labels": {LABEL_MANAGED_BY: "rollout"},
             "annotations": {RUN_ANNOTATION: run_id},
         },
         "spec": {

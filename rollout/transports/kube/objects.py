@@ -14,6 +14,11 @@ from enum import Enum
 from typing import Any, Self
 
 StrMap = Mapping[str, str]
+# Kubernetes' recommended labels, which rollout puts on the objects it creates
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_INSTANCE = "app.kubernetes.io/instance"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 
 
 def frozen_map(value: Mapping[str, Any] | None) -> StrMap:
