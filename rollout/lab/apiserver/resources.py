@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from rollout.lab.apiserver.errors import GroupResource
@@ -19,6 +19,7 @@ class ResourceKind:
     version: str
     resource: str
     kind: str
+    _: KW_ONLY
     namespaced: bool
     subresources: frozenset[str] = frozenset()
     short_names: tuple[str, ...] = ()
@@ -58,20 +59,20 @@ NODES = ResourceKind(
     "v1",
     "nodes",
     "Node",
-    False,
-    frozenset({"status"}),
-    ("no",),
-    ("spec.unschedulable",),
+    namespaced=False,
+    subresources=frozenset({"status"}),
+    short_names=("no",),
+    selectable_fields=("spec.unschedulable",),
 )
 PODS = ResourceKind(
     "",
     "v1",
     "pods",
     "Pod",
-    True,
-    frozenset({"status", "log", "eviction"}),
-    ("po",),
-    (
+    namespaced=True,
+    subresources=frozenset({"status", "log", "eviction"}),
+    short_names=("po",),
+    selectable_fields=(
         "spec.nodeName",
         "spec.restartPolicy",
         "spec.schedulerName",
@@ -87,20 +88,20 @@ NAMESPACES = ResourceKind(
     "v1",
     "namespaces",
     "Namespace",
-    False,
-    frozenset({"status"}),
-    ("ns",),
-    ("status.phase",),
+    namespaced=False,
+    subresources=frozenset({"status"}),
+    short_names=("ns",),
+    selectable_fields=("status.phase",),
 )
-CONFIGMAPS = ResourceKind("", "v1", "configmaps", "ConfigMap", True, short_names=("cm",))
+CONFIGMAPS = ResourceKind("", "v1", "configmaps", "ConfigMap", namespaced=True, short_names=("cm",))
 # rollout's run state in the cluster (rollout/run/cluster.py): opaque data, base64 as sent
-SECRETS = ResourceKind("", "v1", "secrets", "Secret", True, selectable_fields=("type",))
+SECRETS = ResourceKind("", "v1", "secrets", "Secret", namespaced=True, selectable_fields=("type",))
 EVENTS = ResourceKind(
     "",
     "v1",
     "events",
     "Event",
-    True,
+    namespaced=True,
     short_names=("ev",),
     selectable_fields=(
         "involvedObject.kind",
@@ -121,9 +122,9 @@ DAEMONSETS = ResourceKind(
     "v1",
     "daemonsets",
     "DaemonSet",
-    True,
-    frozenset({"status"}),
-    ("ds",),
+    namespaced=True,
+    subresources=frozenset({"status"}),
+    short_names=("ds",),
     tracks_generation=True,
 )
 PODDISRUPTIONBUDGETS = ResourceKind(
@@ -131,19 +132,19 @@ PODDISRUPTIONBUDGETS = ResourceKind(
     "v1",
     "poddisruptionbudgets",
     "PodDisruptionBudget",
-    True,
-    frozenset({"status"}),
-    ("pdb",),
+    namespaced=True,
+    subresources=frozenset({"status"}),
+    short_names=("pdb",),
     tracks_generation=True,
 )
-LEASES = ResourceKind("coordination.k8s.io", "v1", "leases", "Lease", True)
+LEASES = ResourceKind("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True)
 CLUSTERPOLICIES = ResourceKind(
     "nvidia.com",
     "v1",
     "clusterpolicies",
     "ClusterPolicy",
-    False,
-    frozenset({"status"}),
+    namespaced=False,
+    subresources=frozenset({"status"}),
     custom=True,
     tracks_generation=True,
 )
@@ -154,27 +155,31 @@ NVIDIADRIVERS = ResourceKind(
     "v1alpha1",
     "nvidiadrivers",
     "NVIDIADriver",
-    False,
-    frozenset({"status"}),
-    ("nvd", "nvdriver", "nvdrivers"),
+    namespaced=False,
+    subresources=frozenset({"status"}),
+    short_names=("nvd", "nvdriver", "nvdrivers"),
     custom=True,
     tracks_generation=True,
 )
-RUNTIMECLASSES = ResourceKind("node.k8s.io", "v1", "runtimeclasses", "RuntimeClass", False)
+RUNTIMECLASSES = ResourceKind(
+    "node.k8s.io", "v1", "runtimeclasses", "RuntimeClass", namespaced=False
+)
 SERVICEACCOUNTS = ResourceKind(
     "",
     "v1",
     "serviceaccounts",
     "ServiceAccount",
-    True,
-    frozenset({"token"}),
-    ("sa",),
+    namespaced=True,
+    subresources=frozenset({"token"}),
+    short_names=("sa",),
 )
 _RBAC = "rbac.authorization.k8s.io"
-ROLES = ResourceKind(_RBAC, "v1", "roles", "Role", True)
-ROLEBINDINGS = ResourceKind(_RBAC, "v1", "rolebindings", "RoleBinding", True)
-CLUSTERROLES = ResourceKind(_RBAC, "v1", "clusterroles", "ClusterRole", False)
-CLUSTERROLEBINDINGS = ResourceKind(_RBAC, "v1", "clusterrolebindings", "ClusterRoleBinding", False)
+ROLES = ResourceKind(_RBAC, "v1", "roles", "Role", namespaced=True)
+ROLEBINDINGS = ResourceKind(_RBAC, "v1", "rolebindings", "RoleBinding", namespaced=True)
+CLUSTERROLES = ResourceKind(_RBAC, "v1", "clusterroles", "ClusterRole", namespaced=False)
+CLUSTERROLEBINDINGS = ResourceKind(
+    _RBAC, "v1", "clusterrolebindings", "ClusterRoleBinding", namespaced=False
+)
 # Scheduled rollouts (rollout schedule): validated and defaulted in apiserver/batch.py, run by
 # the lab's CronJob controller (simulation/cronjobs.py).
 CRONJOBS = ResourceKind(
@@ -182,9 +187,9 @@ CRONJOBS = ResourceKind(
     "v1",
     "cronjobs",
     "CronJob",
-    True,
-    frozenset({"status"}),
-    ("cj",),
+    namespaced=True,
+    subresources=frozenset({"status"}),
+    short_names=("cj",),
     tracks_generation=True,
 )
 JOBS = ResourceKind(
@@ -192,8 +197,8 @@ JOBS = ResourceKind(
     "v1",
     "jobs",
     "Job",
-    True,
-    frozenset({"status"}),
+    namespaced=True,
+    subresources=frozenset({"status"}),
     selectable_fields=("status.successful",),
     tracks_generation=True,
 )
@@ -203,7 +208,7 @@ SELFSUBJECTACCESSREVIEWS = ResourceKind(
     "v1",
     "selfsubjectaccessreviews",
     "SelfSubjectAccessReview",
-    False,
+    namespaced=False,
     verbs=("create",),
 )
 
@@ -212,7 +217,7 @@ SELFSUBJECTRULESREVIEWS = ResourceKind(
     "v1",
     "selfsubjectrulesreviews",
     "SelfSubjectRulesReview",
-    False,
+    namespaced=False,
     verbs=("create",),
 )
 SELFSUBJECTREVIEWS = ResourceKind(
@@ -220,7 +225,7 @@ SELFSUBJECTREVIEWS = ResourceKind(
     "v1",
     "selfsubjectreviews",
     "SelfSubjectReview",
-    False,
+    namespaced=False,
     verbs=("create",),
 )
 # Answered in the request that creates them, never stored.
