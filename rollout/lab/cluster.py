@@ -54,6 +54,7 @@ from rollout.lab.controlplane_process import (
 )
 from rollout.lab.description import LAB_FILE, GpuDescription, LabDescription
 from rollout.lab.image import INSTALLED_DRIVER, SERIES, NodeImage, build_image, find_image
+from rollout.lab.mounts import mount_points_below
 from rollout.lab.nodes import (
     NodeDirs,
     NodeSpec,
@@ -581,11 +582,5 @@ def _choose_port(wanted: int) -> int:
 
 def _unmount_strays(lab_dir: Path) -> None:
     """Unmount anything still mounted below the lab dir (a crash between mount and record)."""
-    prefix = str(lab_dir) + "/"
-    mounts = [
-        line.split()[1]
-        for line in Path("/proc/mounts").read_text().splitlines()
-        if len(line.split()) > 1 and line.split()[1].startswith(prefix)
-    ]
-    for mount_point in reversed(mounts):
-        unmount_root(Path(mount_point), Path(mount_point).parent.name)
+    for mount_point in reversed(mount_points_below(lab_dir)):
+        unmount_root(mount_point, mount_point.parent.name)

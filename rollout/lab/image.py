@@ -33,6 +33,7 @@ from pathlib import Path
 from rollout.commands import CommandFailed, CommandResult, check
 from rollout.containerd.binaries import cache_dir, find_deb
 from rollout.errors import RolloutError
+from rollout.lab.mounts import mount_points_below, read_mounts
 from rollout.lab.prerequisites import find_debian_mirror
 from rollout.transports.local import LocalRunner
 
@@ -346,28 +347,17 @@ def _data_text(name: str) -> str:
 
 
 def _unmount_below(directory: Path) -> None:
-    prefix = str(directory.resolve()) + "/"
-    for mount_point in reversed(_mount_points()):
-        if mount_point.startswith(prefix):
-            LocalRunner().run(["umount", "-l", mount_point])
-
-
-def _mount_points() -> list[str]:
-    points = []
-    for line in Path("/proc/mounts").read_text().splitlines():
-        fields = line.split()
-        if len(fields) > 1:
-            points.append(fields[1].replace("\\040", " "))
-    return points
+    for mount_point in reversed(mount_points_below(directory)):
+        LocalRunner().run(["umount", "-l", str(mount_point)])
 
 
 def _prune_images(root: Path, *, keep: str, progress: Progress) -> None:
     """Remove images of older inputs that no mounted overlay still uses."""
-    mounts = Path("/proc/mounts").read_text()
+    options = [option for mount in read_mounts() for option in mount.options]
     for candidate in root.iterdir():
         if candidate.name in {keep, ".lock"} or not candidate.is_dir():
             continue
-        if str(candidate) in mounts:
+        if any(str(candidate) in option for option in options) or mount_points_below(candidate):
             continue
         progress(f"lab image: removing the outdated image {candidate}")
         _remove_tree(candidate)

@@ -40,6 +40,7 @@ from rollout.containerd import HostEndpoint, hosts_toml_path, render_hosts_toml
 from rollout.errors import RolloutError
 from rollout.lab.description import LabNode
 from rollout.lab.image import DRIVER_VERSION_FILE, NodeImage, overlay_mount_argv
+from rollout.lab.mounts import is_mounted, read_mounts
 from rollout.lab.nodedriver import install_driver_stand_ins
 from rollout.lab.nodeprocess import (
     CONSOLE_LOG,
@@ -204,7 +205,7 @@ def create_node(spec: NodeSpec, image: NodeImage, dirs: NodeDirs, authorized_key
 
     The returned line is the node's ed25519 public host key, for the lab's known_hosts.
     """
-    if _is_mounted(dirs.root):
+    if is_mounted(dirs.root):
         raise NodeFailed(f"{spec.name}: {dirs.root} is already mounted; run `rollout lab down`")
     for directory in (dirs.upper, dirs.work, dirs.root, dirs.containerd_state):
         directory.mkdir(parents=True, exist_ok=True)
@@ -433,16 +434,16 @@ def _host_runs_systemd() -> bool:
 
 
 def _unified_cgroup_mount() -> Path | None:
-    for fields in _mounts():
-        if fields[2] == "cgroup2":
-            return Path(fields[1])
+    for mount in read_mounts():
+        if mount.fstype == "cgroup2":
+            return mount.point
     return None
 
 
 def _named_systemd_mount() -> Path | None:
-    for fields in _mounts():
-        if fields[2] == "cgroup" and "name=systemd" in fields[3].split(","):
-            return Path(fields[1])
+    for mount in read_mounts():
+        if mount.fstype == "cgroup" and "name=systemd" in mount.options:
+            return mount.point
     return None
 
 
@@ -453,14 +454,6 @@ def _own_cgroups() -> dict[str, str]:
         _, controllers, path = line.split(":", 2)
         own[controllers] = path
     return own
-
-
-def _mounts() -> list[list[str]]:
-    return [
-        line.split()
-        for line in Path("/proc/mounts").read_text().splitlines()
-        if len(line.split()) >= 4
-    ]
 
 
 def wait_node_ready(
@@ -609,10 +602,10 @@ def unmount_root(root: Path, node: str) -> None:
     """Unmount a node's overlay, retrying while the last container processes exit."""
     runner = LocalRunner()
     for _ in range(40):
-        if not _is_mounted(root):
+        if not is_mounted(root):
             return
         runner.run(["umount", str(root)])
-        if _is_mounted(root):
+        if is_mounted(root):
             time.sleep(POLL_S)
     # Still busy after 10 s: detach it so nothing stays visible; the kernel frees it later.
     check(runner.run(["umount", "--lazy", str(root)]), f"{node}: umount")
@@ -620,7 +613,7 @@ def unmount_root(root: Path, node: str) -> None:
 
 def remove_node_dirs(spec: NodeSpec, dirs: NodeDirs) -> None:
     """Delete the node's directory; refuses while its root is still mounted."""
-    if _is_mounted(dirs.root):
+    if is_mounted(dirs.root):
         raise NodeFailed(f"{spec.name}: {dirs.root} is still mounted; not deleting it")
     if dirs.directory.exists():
         shutil.rmtree(dirs.directory)
@@ -698,15 +691,6 @@ def _port_open(address: str, port: int) -> bool:
             return True
     except OSError:
         return False
-
-
-def _is_mounted(path: Path) -> bool:
-    target = str(path.resolve()) if path.exists() else str(path)
-    for line in Path("/proc/mounts").read_text().splitlines():
-        fields = line.split()
-        if len(fields) > 1 and fields[1].replace("\\040", " ") == target:
-            return True
-    return False
 
 
 def _console_tail(dirs: NodeDirs, lines: int = 20) -> str:
