@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from rollout.diagnose.finding import Branch, Finding, Severity
 from rollout.diagnose.readings import allocated, amount, is_gpu_node, q
 from rollout.facts import ClusterFacts, NodeFacts
+from rollout.facts.gpu_operator import OPERATOR_RUNTIME_CLASS
 from rollout.facts.pods import (
     GPU_RESOURCE,
     PodFacts,
@@ -15,7 +16,6 @@ from rollout.facts.pods import (
     quantity_value,
 )
 
-OPERATOR_RUNTIME_CLASS = "nvidia"
 REFUSAL_CAUSES = {
     "pods.requests-without-limits": "the API refuses a GPU request without a limit "
     "(extended resources are set as limits; requests default to them)",

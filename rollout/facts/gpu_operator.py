@@ -14,6 +14,8 @@ from typing import Any, Protocol
 OPERATOR_NAMESPACE = "gpu-operator"
 # The operator names its operand pods nvidia-<operand>-...
 OPERAND_NAME_PREFIX = "nvidia-"
+# The RuntimeClass the operator creates for GPU pods (its handler is the toolkit's runtime)
+OPERATOR_RUNTIME_CLASS = "nvidia"
 
 
 class NamedPod(Protocol):

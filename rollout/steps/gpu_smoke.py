@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from rollout.facts import NodeFacts
+from rollout.facts.gpu_operator import OPERATOR_RUNTIME_CLASS
 from rollout.facts.pods import GPU_RESOURCE
 from rollout.plan import StepPlan
 from rollout.spec import Spec
@@ -27,7 +28,6 @@ from rollout.transports.kube.objects import LABEL_MANAGED_BY
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 SMOKE_NAMESPACE = "default"
 SMOKE_CONTAINER = "smoke"
-SMOKE_RUNTIME_CLASS = "nvidia"
 LOG_TAIL_LINES = 20
 # nvidia-smi -L prints GPU-<uuid>, MIG-<uuid>, or on older drivers MIG-GPU-<uuid>/<gi>/<ci>;
 # the alternation tries the MIG forms first so a GPU- inside a MIG token is not matched alone.
@@ -122,7 +122,7 @@ def smoke_pod_manifest(
         },
         "spec": {
             "restartPolicy": "Never",
-            "runtimeClassName": SMOKE_RUNTIME_CLASS,
+            "runtimeClassName": OPERATOR_RUNTIME_CLASS,
             "terminationGracePeriodSeconds": 0,
             "affinity": {
                 "nodeAffinity": {
