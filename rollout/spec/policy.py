@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, PlainSerializer, PlainValidator, model_validator
 
+from rollout.facts.driver_operator import UPGRADE_FAILED, UPGRADE_STATE_LABEL
 from rollout.fieldproblems import FieldProblem, describe_value, did_you_mean, shorten
 from rollout.spec.fieldtypes import AmountField, Bool, Int, NodeAmount, SpecModel, Str
 from rollout.spec.selector import (
@@ -23,7 +24,8 @@ from rollout.spec.selector import (
     parse_label_selector,
 )
 
-UPGRADE_FAILED_LABEL = "nvidia.com/gpu-driver-upgrade-state=upgrade-failed"
+# The label the operator puts on a node whose driver upgrade failed: every plan halts on it
+UPGRADE_FAILED_LABEL = f"{UPGRADE_STATE_LABEL}={UPGRADE_FAILED}"
 DRAIN_SKIP_LABEL = "nvidia.com/gpu-driver-upgrade-drain.skip"
 DEFAULT_SMOKE_IMAGE = "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
 

@@ -7,6 +7,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, Field
 
+from rollout.facts.gpu_operator import OPERATOR_NAMESPACE
 from rollout.fieldproblems import FieldProblem, describe_value
 from rollout.spec.changes.kind import ChangeKind
 from rollout.spec.fieldtypes import Bool, DnsLabel, Int, KubeName, SpecModel, Str
@@ -53,7 +54,7 @@ def check_profile(value: str) -> str:
 class ConfigMapRef(SpecModel):
     """The ConfigMap whose keys are device-plugin profiles (ClusterPolicy devicePlugin.config)."""
 
-    namespace: DnsLabel = "gpu-operator"
+    namespace: DnsLabel = OPERATOR_NAMESPACE
     name: KubeName = "time-slicing-config"
 
 
