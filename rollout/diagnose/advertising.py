@@ -16,10 +16,10 @@ from rollout.diagnose.readings import (
     gpu_resources,
     is_gpu_node,
     node_profile,
-    physical_gpus,
     q,
 )
 from rollout.facts import ClusterFacts, NodeFacts
+from rollout.facts.gpu_operator import physical_gpus
 from rollout.facts.kernel import XIDS_IGNORED_BY_PLUGIN, parse_plugin_xids
 from rollout.facts.pods import GPU_RESOURCE, SHARED_GPU_RESOURCE
 

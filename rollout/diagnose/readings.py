@@ -14,13 +14,15 @@ from typing import Any
 from rollout.containerd import ContainerdConfigError, merge_files
 from rollout.containerd.files import parse_toml
 from rollout.facts import ClusterFacts, NodeFacts
-from rollout.facts.gpu_operator import DevicePluginConfigRef
+from rollout.facts.gpu_operator import (
+    GPU_PRESENT_LABEL,
+    GPU_REPLICAS_LABEL,
+    DevicePluginConfigRef,
+    labelled_number,
+)
 from rollout.facts.pods import GPU_RESOURCE, PodFacts, is_gpu_resource, quantity_value
 from rollout.steps.profile_changes import DEVICE_PLUGIN_CONFIG_LABEL, fallback_key, load_profile
 
-GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
-GPU_COUNT_LABEL = "nvidia.com/gpu.count"
-GPU_REPLICAS_LABEL = "nvidia.com/gpu.replicas"
 CRI_RUNTIME_TABLES = ("io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime")
 FINISHED_PHASES = ("Succeeded", "Failed")
 
@@ -36,14 +38,6 @@ def is_gpu_node(node: NodeFacts) -> bool:
         or node.labels.get(GPU_PRESENT_LABEL) == "true"
         or any(is_gpu_resource(r) for r in node.capacity)
     )
-
-
-def physical_gpus(node: NodeFacts) -> int:
-    """nvidia-smi's count, else GFD's label; 0 when neither says."""
-    if node.gpus.count:
-        return node.gpus.count
-    label = node.labels.get(GPU_COUNT_LABEL, "")
-    return int(label) if label.isdigit() else 0
 
 
 def gpu_resources(node: NodeFacts) -> list[str]:
@@ -95,8 +89,7 @@ def node_profile(node: NodeFacts, cluster: ClusterFacts) -> Profile:
     label = node.labels.get(DEVICE_PLUGIN_CONFIG_LABEL)
     data = cluster.configmaps.get(configmap) if configmap else None
     if data is None:
-        replicas_label = node.labels.get(GPU_REPLICAS_LABEL, "")
-        replicas = int(replicas_label) if replicas_label.isdigit() else 1
+        replicas = labelled_number(node.labels, GPU_REPLICAS_LABEL) or 1
         return Profile(configmap, label, bool(label), False, replicas, False, False)
     key = label or fallback_key(config.default, list(data))
     if key is None:

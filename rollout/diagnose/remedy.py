@@ -29,11 +29,13 @@ import yaml
 from rollout.containerd import ContainerdConfigError
 from rollout.containerd.files import parse_toml
 from rollout.diagnose.finding import Finding, Severity
-from rollout.diagnose.readings import GPU_REPLICAS_LABEL, node_profile
+from rollout.diagnose.readings import node_profile
 from rollout.diagnose.tree import Diagnosis
 from rollout.facts import FleetFacts, NodeFacts
 from rollout.facts.driver_operator import OperatorDriver
+from rollout.facts.gpu_operator import GPU_REPLICAS_LABEL, labelled_number
 from rollout.facts.pods import GPU_RESOURCE
+from rollout.spec import MAX_REPLICAS
 from rollout.steps.profile_changes import load_profile
 
 FIX_PLAN_NAME = "diagnose-fix"
@@ -235,9 +237,9 @@ def _profile_repair(
 def _replicas_for(node: NodeFacts, data: Mapping[str, str]) -> int | None:
     """The replicas the node last ran (GFD's label; 1 is no sharing), else those of the only
     sharing profile; None when neither tells."""
-    label = node.labels.get(GPU_REPLICAS_LABEL, "")
-    if label.isdigit() and 1 <= int(label) <= 64:
-        return int(label)
+    labelled = labelled_number(node.labels, GPU_REPLICAS_LABEL)
+    if labelled is not None and labelled <= MAX_REPLICAS:
+        return labelled
     found = set()
     for text in data.values():
         document = load_profile(text)
@@ -248,6 +250,6 @@ def _replicas_for(node: NodeFacts, data: Mapping[str, str]) -> int | None:
         ) or []:
             if isinstance(resource, Mapping) and resource.get("name") == GPU_RESOURCE:
                 replicas = resource.get("replicas")
-                if isinstance(replicas, int) and 2 <= replicas <= 64:
+                if isinstance(replicas, int) and 2 <= replicas <= MAX_REPLICAS:
                     found.add(replicas)
     return found.pop() if len(found) == 1 else None

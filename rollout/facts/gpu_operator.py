@@ -1,5 +1,6 @@
-"""The GPU Operator as the cluster shows it: its namespace, which pods are its operands, and
-the device-plugin config its ClusterPolicy names.
+"""The GPU Operator as the cluster shows it: its namespace, which pods are its operands, the
+labels its GPU Feature Discovery puts on each GPU node, and the device-plugin config its
+ClusterPolicy names.
 
 Pure: read from pods and from the ClusterPolicy's spec as the API returns them.
 """
@@ -8,7 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from rollout.facts.model import NodeFacts
 
 # Where the operator runs its operands and keeps the ConfigMap spec.devicePlugin.config names
 OPERATOR_NAMESPACE = "gpu-operator"
@@ -16,6 +20,23 @@ OPERATOR_NAMESPACE = "gpu-operator"
 OPERAND_NAME_PREFIX = "nvidia-"
 # The RuntimeClass the operator creates for GPU pods (its handler is the toolkit's runtime)
 OPERATOR_RUNTIME_CLASS = "nvidia"
+# What GPU Feature Discovery labels a GPU node with: that it has GPUs, how many, and the
+# time-slicing replicas its device plugin runs (1: no sharing)
+GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
+GPU_COUNT_LABEL = "nvidia.com/gpu.count"
+GPU_REPLICAS_LABEL = "nvidia.com/gpu.replicas"
+
+
+def labelled_number(labels: Mapping[str, str], key: str) -> int | None:
+    """A GFD label's value when it is a whole number above 0; None when absent or not one."""
+    text = labels.get(key, "")
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
+def physical_gpus(node: NodeFacts) -> int:
+    """The node's GPUs: nvidia-smi's count, else GFD's count label (nvidia-smi lists none while
+    a driver is being replaced); 0 when neither says."""
+    return node.gpus.count or labelled_number(node.labels, GPU_COUNT_LABEL) or 0
 
 
 class NamedPod(Protocol):

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from rollout.facts import NodeFacts
+from rollout.facts.gpu_operator import GPU_REPLICAS_LABEL, labelled_number, physical_gpus
 from rollout.facts.pods import GPU_RESOURCE, SHARED_GPU_RESOURCE
 from rollout.plan import StepPlan
 from rollout.spec import Spec
@@ -28,8 +29,7 @@ from rollout.transports.kube import Node, Pod
 
 def current_replicas(node: NodeFacts) -> int:
     """The replicas the node's device plugin runs now (its gpu.replicas label, else 1)."""
-    text = node.labels.get("nvidia.com/gpu.replicas", "1")
-    return int(text) if text.isdigit() and int(text) > 0 else 1
+    return labelled_number(node.labels, GPU_REPLICAS_LABEL) or 1
 
 
 @dataclass(frozen=True)
@@ -59,10 +59,8 @@ def expect_gpus(spec: Spec, facts: NodeFacts) -> GpuExpectation:
         renamed = change.rename_by_default and replicas > 1
     else:
         replicas, renamed = current_replicas(facts), False
-    # nvidia-smi lists no GPU while a driver upgrade is half done (a resumed run's facts):
-    # GFD's count label still says how many the node has
-    label = facts.labels.get("nvidia.com/gpu.count", "")
-    physical = facts.gpus.count or (int(label) if label.isdigit() else 0)
+    # a resumed run's facts may come from a node whose driver upgrade is half done
+    physical = physical_gpus(facts)
     return GpuExpectation(
         resource=SHARED_GPU_RESOURCE if renamed else GPU_RESOURCE,
         count=physical * replicas,

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from rollout.facts.gpu_operator import GPU_PRESENT_LABEL
 from rollout.steps.base import StepContext, StepFailed
 from rollout.steps.deadline import POLL_INTERVAL_S, Deadline
 
 if TYPE_CHECKING:  # plan --facts loads the steps without the Kubernetes client
     from rollout.transports.kube import DaemonSet, Node
 
-GPU_PRESENT_LABEL = "nvidia.com/gpu.present=true"
 # Longer than containerd's RestartSec (5 s on Debian) plus the operator's reaction to a write.
 SETTLE_S = 10.0
 
@@ -32,7 +32,7 @@ def wait_for_operands(ctx: StepContext, kind: str, namespace: str) -> str:
     unsettled_seen = False
     while True:
         waiting = unsettled_operands(
-            ctx.kube.list_daemonsets(namespace), ctx.kube.list_nodes(GPU_PRESENT_LABEL)
+            ctx.kube.list_daemonsets(namespace), ctx.kube.list_nodes(f"{GPU_PRESENT_LABEL}=true")
         )
         if waiting:
             unsettled_seen = True

@@ -1,13 +1,24 @@
-"""The GPU Operator facts: the ClusterPolicy's device-plugin config, and which pods are operands."""
+"""The GPU Operator facts: the ClusterPolicy's device-plugin config, which pods are operands,
+and GPU Feature Discovery's labels."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from rollout.facts.gpu_operator import DevicePluginConfigRef, is_operand
+from rollout.facts import GpuFacts
+from rollout.facts.gpu_operator import (
+    GPU_COUNT_LABEL,
+    GPU_REPLICAS_LABEL,
+    DevicePluginConfigRef,
+    is_operand,
+    labelled_number,
+    physical_gpus,
+)
 from rollout.facts.pods import PodFacts
+from tests.node_facts import containerd_node
 
 
 def policy(config: Any) -> dict[str, Any]:
@@ -48,3 +59,36 @@ def test_an_operand_is_in_the_operator_namespace_or_named_like_its_pods(
     namespace: str, name: str, operand: bool
 ) -> None:
     assert is_operand(PodFacts(namespace, name)) is operand
+
+
+@pytest.mark.parametrize(
+    ("text", "number"),
+    [("4", 4), ("1", 1), ("0", None), ("", None), ("-2", None), ("2.5", None), ("four", None)],
+)
+def test_a_gfd_label_counts_only_as_a_whole_number_above_zero(
+    text: str, number: int | None
+) -> None:
+    assert labelled_number({GPU_REPLICAS_LABEL: text}, GPU_REPLICAS_LABEL) == number
+    assert labelled_number({}, GPU_REPLICAS_LABEL) is None
+
+
+@pytest.mark.parametrize(
+    ("smi_count", "label", "physical"),
+    [(2, "8", 2), (0, "8", 8), (0, "", 0), (0, "0", 0), (0, "many", 0)],
+    ids=[
+        "nvidia-smi-first",
+        "gfd-label-when-smi-lists-none",
+        "neither",
+        "label-zero",
+        "label-junk",
+    ],
+)
+def test_physical_gpus_are_nvidia_smis_else_gfds_count(
+    smi_count: int, label: str, physical: int
+) -> None:
+    node = replace(
+        containerd_node("n1"),
+        gpus=GpuFacts(count=smi_count),
+        labels={GPU_COUNT_LABEL: label} if label else {},
+    )
+    assert physical_gpus(node) == physical
