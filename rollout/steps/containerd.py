@@ -21,7 +21,6 @@ the run id, so a retry or resume removes what a killed attempt left, never anoth
 from __future__ import annotations
 
 import json
-import posixpath
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -56,7 +55,7 @@ from rollout.steps.backup import (
     sha256_of_files,
 )
 from rollout.steps.base import StepContext, StepFailed, StepResult, translate_step_errors
-from rollout.steps.containerd_changes import build_intent
+from rollout.steps.containerd_changes import build_intent, parent_directories
 from rollout.steps.nodechanges import WRITE_STEP, ContainerdFileStep, node_changes
 from rollout.steps.systemd import (
     probe_service,
@@ -244,7 +243,9 @@ class ContainerdWrite:
             )
         prediction = self._predict(ctx, planned)
         handlers_before = list_runtime_handlers(prediction.before)
-        new_dirs = sorted({d for f in original if f.before is None for d in _ancestors(f.path)})
+        new_dirs = sorted(
+            {d for f in original if f.before is None for d in parent_directories(f.path)}
+        )
         created_dirs = sorted(
             set(find_missing_dirs(runner, new_dirs)) | set(saved.get("created_dirs", []))
         )
@@ -418,13 +419,3 @@ class ContainerdVerify(ContainerdFileStep):
 
     def _fail(self, ctx: StepContext, message: str) -> StepFailed:
         return StepFailed(ctx.node, self.kind, message)
-
-
-def _ancestors(path: str) -> list[str]:
-    """Every directory above `path`, nearest first, up to (not including) /."""
-    out: list[str] = []
-    parent = posixpath.dirname(path)
-    while parent not in {"/", ""}:
-        out.append(parent)
-        parent = posixpath.dirname(parent)
-    return out

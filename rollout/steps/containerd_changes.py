@@ -384,7 +384,7 @@ def plan_hosts_toml(
     path = engine.hosts_toml_path(change.config_path, change.host)
     files = node.config_files
     blocking = next(
-        (d for d in _ancestors(path) if d in files.files),
+        (d for d in parent_directories(path) if d in files.files),
         path if path in files.directories() else None,
     )
     if blocking is not None:
@@ -420,7 +420,8 @@ def plan_hosts_toml(
     ]
 
 
-def _ancestors(path: str) -> list[str]:
+def parent_directories(path: str) -> list[str]:
+    """Every directory above `path`, nearest first, up to (not including) /."""
     parents: list[str] = []
     parent = posixpath.dirname(path)
     while parent not in ("/", ""):
