@@ -55,8 +55,8 @@ class CriPods:
     _sandboxes: dict[str, list[str]] = field(default_factory=dict, init=False)
     # uid -> (when its container may be tried again, the back-off that led there)
     _backoff: dict[str, tuple[float, float]] = field(default_factory=dict, init=False)
-    # uid -> the sandbox a failed pull left, and its attempt: the next try pulls in it
-    _pulling_in: dict[str, tuple[str, int]] = field(default_factory=dict, init=False)
+    # uid -> the sandbox a failed pull left: the next try pulls in it, as the same attempt
+    _pulling_in: dict[str, str] = field(default_factory=dict, init=False)
     # sandbox id -> tries left: removals that failed (containerd restarting), tried again
     # at later passes, as the kubelet's garbage collection does
     _unremoved: dict[str, int] = field(default_factory=dict, init=False)
@@ -83,11 +83,10 @@ class CriPods:
             return False
         run = self._runs.get(uid)
         if run is None:
-            sandbox, attempt = self._pulling_in.get(uid, (None, -1))
-            if sandbox is None:
-                attempt = self._attempts.get(uid, 0)
-                self._attempts[uid] = attempt + 1
-            request = self._container_request(pod, attempt, sandbox, gpus)
+            sandbox = self._pulling_in.get(uid)
+            if sandbox is None:  # a new attempt, in a sandbox of its own
+                self._attempts[uid] = self._attempts.get(uid, 0) + 1
+            request = self._container_request(pod, self._attempts[uid] - 1, sandbox, gpus)
             self._runs[uid] = self.pool.submit(self.probe.run_pod, self.node, request)
             if waiting_reason(pod) is None:
                 write_pod(
@@ -101,15 +100,14 @@ class CriPods:
             outcome = run.result()
         except RolloutError as error:  # the compiled CRI API is missing on this host
             outcome = PodOutcome(None, reason="FailedCreatePodSandBox", message=str(error))
-        kept = self._pulling_in.pop(uid, None)
+        self._pulling_in.pop(uid, None)
         if outcome.sandbox_id is not None and outcome.sandbox_id not in self._sandboxes.get(
             uid, []
         ):
             self._sandboxes.setdefault(uid, []).append(outcome.sandbox_id)
         if not outcome.started:
             if outcome.reason == "ErrImagePull" and outcome.sandbox_id is not None:
-                attempt = kept[1] if kept else self._attempts[uid] - 1
-                self._pulling_in[uid] = (outcome.sandbox_id, attempt)
+                self._pulling_in[uid] = outcome.sandbox_id
             self._failed(pod, outcome, now)
             return False
         self._backoff.pop(uid, None)
@@ -212,7 +210,7 @@ class CriPods:
         write_pod(self.registry, pod, lambda p: set_waiting(p, reason, message, now))
         self.recorder.record(pod, "Warning", event, said)
         # the sandbox a failed pull left stays for the next try's pull; others go
-        kept = self._pulling_in.get(uid, (None, 0))[0]
+        kept = self._pulling_in.get(uid)
         for sandbox in self._sandboxes.pop(uid, []):
             if sandbox == kept:
                 self._sandboxes[uid] = [sandbox]
