@@ -70,9 +70,6 @@ class SimulationTimings:
         timings = cls(device_plugin_grace_s=lab.device_plugin_grace_s)
         return dataclasses.replace(timings, **overrides)
 
-    def with_overrides(self, overrides: Mapping[str, float]) -> SimulationTimings:
-        return dataclasses.replace(self, **dict(overrides))
-
     def crash_backoff_after(self, previous_s: float) -> float:
         """The kubelet's back-off after one of `previous_s`: the first, then doubled at each
         restart up to the cap."""
