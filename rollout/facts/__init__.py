@@ -31,7 +31,7 @@ from rollout.facts.containerd import (
 from rollout.facts.fact import Fact, ProbeFailed, read_fact
 from rollout.facts.gpu import GpuFacts, GpuQueryFact, parse_gpu_query
 from rollout.facts.model import ClusterFacts, FleetFacts, NodeFacts
-from rollout.facts.recorded import load_node_facts, load_recorded_facts
+from rollout.facts.recorded import load_recorded_facts
 from rollout.facts.recorded_cluster import load_cluster_facts
 from rollout.facts.service import (
     ServiceFact,
@@ -59,7 +59,6 @@ __all__ = [
     "ServiceState",
     "check_containerd_version",
     "load_cluster_facts",
-    "load_node_facts",
     "load_recorded_facts",
     "parse_file_dump",
     "parse_gpu_query",

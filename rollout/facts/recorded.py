@@ -28,7 +28,6 @@ containerd config they form must load (valid TOML, imports that exist) on the no
 
 from __future__ import annotations
 
-import enum
 import functools
 import os
 import posixpath
@@ -54,7 +53,6 @@ from rollout.facts.recorded_files import (
     for_node,
     open_plain,
     read_open_text,
-    read_plain_text,
     read_recorded_files,
 )
 from rollout.facts.service import ServiceState, parse_service_journal, parse_service_show
@@ -156,9 +154,15 @@ def load_recorded_facts(directory: Path) -> FleetFacts:
     first_at: dict[str, str] = {}
     for name in names:
         node_dir = _child(base, name)
-        text = _read_node_file(_child(node_dir, NODE_FILE))
-        if text is _Absent.NO_NODE_FILE:
-            continue
+        source = _child(node_dir, NODE_FILE)
+        try:  # one open where a look-up and a read were two
+            text = read_open_text(open_plain(source), MAX_INPUT_BYTES)
+        except FileNotFoundError:
+            continue  # no node.yaml: not a node's directory
+        except OSError:  # a link, a directory...: a node's, refused by read_text in its words
+            if not os.path.lexists(source):
+                continue
+            text = None
         held = True
         try:
             node = _load_node(node_dir, name, text)
@@ -172,7 +176,7 @@ def load_recorded_facts(directory: Path) -> FleetFacts:
             errors.append(
                 NodeFactsError(
                     node.name,
-                    SourceLocation(_child(node_dir, NODE_FILE)),
+                    SourceLocation(source),
                     "the node is recorded twice "
                     f"(first in {_child(first_at[node.name], NODE_FILE)})",
                     field="name",
@@ -215,30 +219,9 @@ def _child(directory: str, name: str) -> str:
     return directory + name if directory.endswith("/") else f"{directory}/{name}"
 
 
-class _Absent(enum.Enum):
-    NO_NODE_FILE = "no node.yaml, nor a link named so: not a node's directory"
-
-
-def _read_node_file(path: str) -> str | _Absent | None:
-    """A node.yaml's text as read_plain_text reads it (None: read_text words why), or
-    NO_NODE_FILE where nothing is named so: one open where a look-up and a read were two."""
-    try:
-        fd = open_plain(path)
-    except FileNotFoundError:
-        return _Absent.NO_NODE_FILE
-    except OSError:  # a link, a directory that may not be searched...: whether the name exists
-        return None if os.path.lexists(path) else _Absent.NO_NODE_FILE
-    return read_open_text(fd, MAX_INPUT_BYTES)
-
-
-def load_node_facts(node_dir: Path) -> NodeFacts:
-    """Read one node's recorded facts; InputErrors naming the node and each file."""
-    text = read_plain_text(str(node_dir / NODE_FILE), MAX_INPUT_BYTES)
-    return _load_node(str(node_dir), node_dir.name, text)
-
-
 def _load_node(node_dir: str, dir_name: str, text: str | None) -> NodeFacts:
-    """load_node_facts of `node_dir` (named `dir_name`), whose node.yaml reads as `text`."""
+    """One node's recorded facts, of `node_dir` (named `dir_name`) whose node.yaml reads as
+    `text` (None: read_text words why); InputErrors naming the node and each file."""
     source = _child(node_dir, NODE_FILE)
     fallback = dir_name
     try:
