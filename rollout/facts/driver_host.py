@@ -268,7 +268,7 @@ def driver_host_from_raw(raw: Mapping[str, str]) -> DriverHost:
 
     return DriverHost(
         driver=parse_driver_version(text("nvidia_smi")),
-        kernel=text("kernel").strip().splitlines()[0] if text("kernel").strip() else "",
+        kernel=_kernel_release(text("kernel")),
         packages=parse_installed_packages(text("packages")),
         held=parse_held_packages(text("held")),
         offered=parse_madison(text("apt")),
@@ -277,6 +277,13 @@ def driver_host_from_raw(raw: Mapping[str, str]) -> DriverHost:
         modules=parse_lsmod(text("lsmod")),
         raw={k: v for k, v in raw.items() if k in RAW_KEYS},
     )
+
+
+def _kernel_release(text: str) -> str:
+    """The running kernel's release: the first line of DriverKernelFact's output (`uname -r`);
+    "" where there is none."""
+    lines = text.strip().splitlines()
+    return lines[0] if lines else ""
 
 
 def signed_module_package(driver: str, kernel: str) -> str:
@@ -299,7 +306,7 @@ def read_driver_host(runner: CommandRunner, packages: tuple[str, ...], version: 
         "clients": read_output(runner, GpuClientsFact()),
         "lsmod": read_output(runner, LoadedModulesFact()),
     }
-    kernel = raw["kernel"].strip().splitlines()[0] if raw["kernel"].strip() else ""
+    kernel = _kernel_release(raw["kernel"])
     asked = packages + ((signed_module_package(version, kernel),) if kernel else ())
     raw["apt"] = read_output(runner, AptVersionsFact(asked))
     return driver_host_from_raw(raw)
