@@ -101,10 +101,7 @@ class CriPods:
         except RolloutError as error:  # the compiled CRI API is missing on this host
             outcome = PodOutcome(None, reason="FailedCreatePodSandBox", message=str(error))
         self._pulling_in.pop(uid, None)
-        if outcome.sandbox_id is not None and outcome.sandbox_id not in self._sandboxes.get(
-            uid, []
-        ):
-            self._sandboxes.setdefault(uid, []).append(outcome.sandbox_id)
+        self._note_sandbox(uid, outcome.sandbox_id)
         if not outcome.started:
             if outcome.reason == "ErrImagePull" and outcome.sandbox_id is not None:
                 self._pulling_in[uid] = outcome.sandbox_id
@@ -134,8 +131,7 @@ class CriPods:
         goes with them."""
         for uid in [u for u in self._runs if u not in present and self._runs[u].done()]:
             # the pod went while its run was in flight
-            sandbox = _sandbox_of(self._runs.pop(uid))
-            self._sandboxes.setdefault(uid, []).extend([sandbox] if sandbox else [])
+            self._note_sandbox(uid, _sandbox_of(self._runs.pop(uid)))
         for uid in [u for u in self._sandboxes if u not in present]:
             # the pod is gone (deleted with no grace): its sandbox goes too
             self.remove_sandboxes(uid)
@@ -144,6 +140,11 @@ class CriPods:
             self._pulling_in.pop(uid, None)
         for uid in [u for u in self._backoff if u not in present]:
             del self._backoff[uid]
+
+    def _note_sandbox(self, uid: str, sandbox_id: str | None) -> None:
+        """A sandbox the pod's run made or ran in, listed once (a retried pull reuses one)."""
+        if sandbox_id is not None and sandbox_id not in self._sandboxes.get(uid, []):
+            self._sandboxes.setdefault(uid, []).append(sandbox_id)
 
     def _pull_backing_off(self, pod: dict[str, Any], now: float) -> None:
         """After a failed pull, until the next try: ImagePullBackOff, whose message carries
