@@ -62,19 +62,18 @@ EVENT_SOURCE = "rollout"
 T = TypeVar("T")
 
 
-class Versioned(Protocol):
-    @property
-    def resource_version(self) -> str | None: ...
-
-
-class Namespaced(Versioned, Protocol):
-    """What creating or replacing an object needs of it: where it is, and its JSON both ways."""
+class Namespaced(Protocol):
+    """What creating or replacing an object needs of it: where it is, its version, and its
+    JSON both ways."""
 
     @property
     def namespace(self) -> str: ...
 
     @property
     def name(self) -> str: ...
+
+    @property
+    def resource_version(self) -> str | None: ...
 
     def to_json(self) -> dict[str, Any]: ...
 
@@ -84,7 +83,6 @@ class Namespaced(Versioned, Protocol):
     def from_json(cls, obj: Mapping[str, Any]) -> Self: ...
 
 
-V = TypeVar("V", bound=Versioned)
 N = TypeVar("N", bound=Namespaced)  # a ConfigMap, a Secret or a Lease
 
 
@@ -341,11 +339,11 @@ class KubeClient(Closeable):
 
     def create_configmap(self, configmap: ConfigMap) -> ConfigMap:
         """Create it; Conflict when it exists already."""
-        return self._create_namespaced("configmap", CONFIGMAPS, configmap, self.get_configmap)
+        return self._create_namespaced("configmap", CONFIGMAPS, configmap)
 
     def replace_configmap(self, configmap: ConfigMap) -> ConfigMap:
         """Replace it; Conflict when it changed since `configmap` was read."""
-        return self._replace_namespaced("configmap", CONFIGMAPS, configmap, self.get_configmap)
+        return self._replace_namespaced("configmap", CONFIGMAPS, configmap)
 
     # ------------------------------------------------------------------ secrets
 
@@ -354,11 +352,11 @@ class KubeClient(Closeable):
 
     def create_secret(self, secret: Secret) -> Secret:
         """Create it; Conflict when it exists already."""
-        return self._create_namespaced("secret", SECRETS, secret, self.get_secret)
+        return self._create_namespaced("secret", SECRETS, secret)
 
     def replace_secret(self, secret: Secret) -> Secret:
         """Replace it; Conflict when it changed since `secret` was read."""
-        return self._replace_namespaced("secret", SECRETS, secret, self.get_secret)
+        return self._replace_namespaced("secret", SECRETS, secret)
 
     # ------------------------------------------------------------------ ClusterPolicy
 
@@ -482,13 +480,13 @@ class KubeClient(Closeable):
 
     def create_lease(self, lease: Lease) -> Lease:
         """Create it; Conflict when someone else created it first."""
-        return self._create_namespaced("lease", LEASES, lease, self.get_lease)
+        return self._create_namespaced("lease", LEASES, lease)
 
     def replace_lease(self, lease: Lease) -> Lease:
         """Replace it; Conflict when it changed since `lease` was read (someone else holds it)."""
         if not lease.resource_version:
             raise ValueError("replace_lease needs the resource_version of the lease as read")
-        return self._replace_namespaced("lease", LEASES, lease, self.get_lease)
+        return self._replace_namespaced("lease", LEASES, lease)
 
     # ------------------------------------------------------------------ read, create and replace
 
@@ -496,9 +494,15 @@ class KubeClient(Closeable):
         what = f"{kind} {namespace}/{name}"
         return self._calls.request("get", what, self._api, resource.get(name, namespace))
 
-    def _create_namespaced(
-        self, kind: str, resource: Resource, obj: N, read: Callable[[str, str], N]
-    ) -> N:
+    def _find_namespaced(self, kind: str, resource: Resource, obj: N) -> N | None:
+        """The object named as `obj` is, as the server holds it now; None when there is none."""
+        return self._find(
+            lambda: type(obj).from_json(
+                self._read_namespaced(kind, resource, obj.namespace, obj.name)
+            )
+        )
+
+    def _create_namespaced(self, kind: str, resource: Resource, obj: N) -> N:
         """A create made again after a lost answer only when a fresh read finds nothing:
         the same content there means it landed; anything else is another writer's object,
         ChangedByAnother."""
@@ -512,7 +516,7 @@ class KubeClient(Closeable):
             return type(obj).from_json(data)
 
         def recheck(error: BaseException) -> N | None:
-            found = self._find(lambda: read(obj.namespace, obj.name))
+            found = self._find_namespaced(kind, resource, obj)
             if found is None:
                 return None
             if found.same_content(obj):
@@ -527,50 +531,22 @@ class KubeClient(Closeable):
 
         return self._calls.guarded("create", what, act, recheck)
 
-    def _replace_namespaced(
-        self, kind: str, resource: Resource, obj: N, read: Callable[[str, str], N]
-    ) -> N:
+    def _replace_namespaced(self, kind: str, resource: Resource, obj: N) -> N:
+        """A replace guarded by resource_version, made again only after a fresh read shows
+        that nothing landed: our content there means it did (the answer was lost); the same
+        resourceVersion means nobody wrote (a 409 then was not another writer's); anything
+        else is another writer's change, ChangedByAnother."""
         what = f"{kind} {obj.namespace}/{obj.name}"
 
         def act() -> N:
             request = resource.replace(obj.name, obj.to_json(), obj.namespace)
             return type(obj).from_json(self._calls.request("replace", what, self._api, request))
 
-        return self._replace_checked(
-            what,
-            obj.resource_version,
-            act,
-            lambda: read(obj.namespace, obj.name),
-            lambda fresh: fresh.same_content(obj),
-        )
-
-    # ------------------------------------------------------------------ re-checks
-
-    def _find(self, read: Callable[[], T]) -> T | None:
-        """`read()`, or None when the object does not exist."""
-        try:
-            return read()
-        except NotFound:
-            return None
-
-    def _replace_checked(
-        self,
-        what: str,
-        resource_version: str | None,
-        act: Callable[[], V],
-        read: Callable[[], V],
-        same: Callable[[V], bool],
-    ) -> V:
-        """A replace guarded by resource_version, made again only after a fresh read shows
-        that nothing landed: our content there means it did (the answer was lost); the same
-        resourceVersion means nobody wrote (a 409 then was not another writer's); anything
-        else is another writer's change, ChangedByAnother."""
-
-        def recheck(error: BaseException) -> V | None:
-            fresh = self._find(read)
-            if fresh is not None and same(fresh):
+        def recheck(error: BaseException) -> N | None:
+            fresh = self._find_namespaced(kind, resource, obj)
+            if fresh is not None and fresh.same_content(obj):
                 return fresh
-            if fresh is not None and fresh.resource_version == resource_version:
+            if fresh is not None and fresh.resource_version == obj.resource_version:
                 return None
             raise ChangedByAnother(
                 "replace",
@@ -584,3 +560,12 @@ class KubeClient(Closeable):
             return is_transient(error) or type(error) is Conflict
 
         return self._calls.guarded("replace", what, act, recheck, retryable)
+
+    # ------------------------------------------------------------------ re-checks
+
+    def _find(self, read: Callable[[], T]) -> T | None:
+        """`read()`, or None when the object does not exist."""
+        try:
+            return read()
+        except NotFound:
+            return None
