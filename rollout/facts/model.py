@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rollout.containerd import ConfigFiles, ContainerdConfigError, ContainerdVersion
 from rollout.errors import InputError, SourceLocation
@@ -15,9 +15,7 @@ from rollout.facts.gpu import GpuFacts
 from rollout.facts.kernel import XidEvent
 from rollout.facts.pods import PodFacts
 from rollout.facts.service import ServiceState
-
-if TYPE_CHECKING:  # the kube transport loads kubernetes (0.3 s): facts need it only for pods
-    from rollout.transports.kube import Pod
+from rollout.transports.kube import Pod
 
 
 @dataclass(frozen=True)

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from rollout.transports.kube import Pod
 from rollout.transports.kube import Toleration as ApiToleration
-
-if TYPE_CHECKING:
-    from rollout.transports.kube import Pod
 
 # What the device plugin advertises a GPU as; with renameByDefault: true a time-sliced GPU
 # is advertised under the shared name instead. MIG devices have resources of their own.

@@ -33,7 +33,7 @@ import os
 import posixpath
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, Strict
 
@@ -59,14 +59,12 @@ from rollout.facts.service import ServiceState, parse_service_journal, parse_ser
 from rollout.fieldproblems import FieldProblem, describe_value
 from rollout.inputfile import MAX_INPUT_BYTES
 from rollout.spec.fieldtypes import Bool, KubeName, SpecModel, Str
+from rollout.transports.kube import Pod
 from rollout.yamlsource import SourceDocument
 
 NODE_FILE = "node.yaml"
 CLUSTER_FILE = "cluster.yaml"
 FILES_DIR = "files"
-
-if TYPE_CHECKING:  # the kube transport loads kubernetes (0.3 s): facts need it only for pods
-    from rollout.transports.kube import Pod
 
 
 def _check_node_path(value: str) -> str:
@@ -315,8 +313,6 @@ def _bound_pods(
 ) -> tuple[Pod, ...]:
     if not manifests:
         return ()
-    from rollout.transports.kube import Pod  # kubernetes loads only for facts with pods
-
     pods = []
     for index, manifest in enumerate(manifests):
         try:
