@@ -191,21 +191,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitCode.ABORTED
     except Exception as exc:
         from rollout.cli.render import show_controls
+        from rollout.fieldproblems import shorten
 
         # a bug in rollout, not bad input: say so, and where the details are
         if debug:
             traceback.print_exc(file=sys.stderr)
+        # the text on one line, bounded: it may quote hostile input
+        text = shorten(" ".join(str(exc).split()), 300)
         print(
-            f"internal error: {type(exc).__name__}: {show_controls(_short(str(exc)))}\n"
+            f"internal error: {type(exc).__name__}: {show_controls(text)}\n"
             "  this is a bug in rollout, please report it"
             + ("" if debug else "; run again with --debug for the traceback"),
             file=sys.stderr,
         )
         return ExitCode.FAILED
     return code
-
-
-def _short(text: str, limit: int = 300) -> str:
-    """An exception's text, one line, bounded (it may quote hostile input)."""
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 3] + "..."
