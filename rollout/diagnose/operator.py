@@ -192,7 +192,7 @@ def _upgrade_state(node: NodeFacts, cluster: ClusterFacts, now: datetime) -> lis
     command = f"kubectl get node {q(node.name)} -L {UPGRADE_STATE_LABEL}"
     evidence = [f"{UPGRADE_STATE_LABEL}={state}"]
     started = node.annotations.get(VALIDATION_START_ANNOTATION, "")
-    if started.isdigit():
+    if started.isascii() and started.isdigit():
         minutes = int(now.timestamp() - int(started)) // 60
         evidence.append(
             f"validation started {minutes} minute(s) ago ({VALIDATION_START_ANNOTATION})"

@@ -96,7 +96,11 @@ def parse_lsmod(text: str) -> tuple[LoadedModule, ...]:
     modules: list[LoadedModule] = []
     for line in text.splitlines():
         words = line.split()
-        if len(words) < 3 or not words[0].startswith("nvidia") or not words[2].isdigit():
+        if (
+            len(words) < 3
+            or not words[0].startswith("nvidia")
+            or not (words[2].isascii() and words[2].isdigit())
+        ):
             continue
         users = tuple(u for u in (words[3].split(",") if len(words) > 3 else []) if u and u != "-")
         modules.append(LoadedModule(words[0], int(words[2]), users))

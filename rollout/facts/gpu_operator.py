@@ -28,9 +28,10 @@ GPU_REPLICAS_LABEL = "nvidia.com/gpu.replicas"
 
 
 def labelled_number(labels: Mapping[str, str], key: str) -> int | None:
-    """A GFD label's value when it is a whole number above 0; None when absent or not one."""
+    """A GFD label's value when it is a whole number above 0; None when absent or not one
+    (ASCII digits only: str.isdigit() also accepts '²', which int() refuses)."""
     text = labels.get(key, "")
-    return int(text) if text.isdigit() and int(text) > 0 else None
+    return int(text) if text.isascii() and text.isdigit() and int(text) > 0 else None
 
 
 def physical_gpus(node: NodeFacts) -> int:

@@ -95,7 +95,7 @@ def parse_service_show(text: str) -> ServiceState:
         main_pid=main_pid,
         active_state=values["ActiveState"],
         sub_state=values["SubState"],
-        n_restarts=int(restarts) if restarts.isdigit() else None,
+        n_restarts=int(restarts) if restarts.isascii() and restarts.isdigit() else None,
         active_enter_at=parse_systemd_timestamp(values.get("ActiveEnterTimestamp", "")),
         invocation_id=values.get("InvocationID", ""),
     )

@@ -135,6 +135,7 @@ def test_lsmod_references_and_unload_order() -> None:
     held = parse_lsmod("nvidia 62062592 5 nvidia_uvm,nvidia_modeset,\n")
     assert held == (LoadedModule("nvidia", 5, ("nvidia_uvm", "nvidia_modeset")),)
     assert held[0].held == 3  # three references from processes (persistenced, a plugin...)
+    assert parse_lsmod("nvidia 62062592 ² nvidia_uvm\n") == ()  # int() refuses '²'
 
 
 def test_boot_id_must_be_a_uuid() -> None:

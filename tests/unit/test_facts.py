@@ -234,6 +234,14 @@ def test_the_service_fact_asks_for_what_its_parser_needs() -> None:
         fact.parse("Unit containerd.service could not be found.\n", "gpu-1")
 
 
+def test_a_restart_count_of_other_digits_than_ascii_is_unknown() -> None:
+    """str.isdigit() accepts '²', which int() refuses: a count only of ASCII digits."""
+    state = ServiceFact().parse(
+        "MainPID=9\nActiveState=active\nSubState=running\nNRestarts=²\n", ""
+    )
+    assert state.n_restarts is None
+
+
 @pytest.mark.parametrize(
     ("planned", "found", "refused"),
     [

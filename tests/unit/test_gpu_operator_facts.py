@@ -63,7 +63,17 @@ def test_an_operand_is_in_the_operator_namespace_or_named_like_its_pods(
 
 @pytest.mark.parametrize(
     ("text", "number"),
-    [("4", 4), ("1", 1), ("0", None), ("", None), ("-2", None), ("2.5", None), ("four", None)],
+    [
+        ("4", 4),
+        ("1", 1),
+        ("0", None),
+        ("", None),
+        ("-2", None),
+        ("2.5", None),
+        ("four", None),
+        ("²", None),
+        ("٣", None),
+    ],
 )
 def test_a_gfd_label_counts_only_as_a_whole_number_above_zero(
     text: str, number: int | None
