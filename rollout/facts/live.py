@@ -111,8 +111,7 @@ def gather_cluster_facts(spec: Spec, kube: KubeClient) -> ClusterFacts:
             )
         except NotFound:
             continue
-    policies: Sequence[Mapping[str, Any]] = kube.list_cluster_policies()
-    policy = dict(policies[0].get("spec") or {}) if policies else {}
+    policy = read_cluster_policy_spec(kube)
     pdbs = tuple(
         f"{b.namespace}/{b.name}: {b.disruptions_allowed} disruption(s) allowed"
         for b in kube.list_pdbs(None)
@@ -123,6 +122,12 @@ def gather_cluster_facts(spec: Spec, kube: KubeClient) -> ClusterFacts:
         nvidia_drivers=read_nvidia_drivers(spec, kube),
         pdbs=pdbs,
     )
+
+
+def read_cluster_policy_spec(kube: KubeClient) -> dict[str, Any]:
+    """The spec of the GPU Operator's ClusterPolicy (one per cluster); {} where there is none."""
+    policies: Sequence[Mapping[str, Any]] = kube.list_cluster_policies()
+    return dict(policies[0].get("spec") or {}) if policies else {}
 
 
 def gather_fleet_facts(
@@ -277,8 +282,7 @@ def read_operand_logs(kube: KubeClient, pods: Sequence[Pod]) -> dict[str, str]:
 def gather_diagnosis_cluster(kube: KubeClient, pods: Sequence[Pod]) -> ClusterFacts:
     """The ClusterPolicy, the device-plugin ConfigMap it names, the RuntimeClasses, every pod
     with its spec, and the events of the GPU pods waiting for a node."""
-    policies: Sequence[Mapping[str, Any]] = kube.list_cluster_policies()
-    policy = dict(policies[0].get("spec") or {}) if policies else {}
+    policy = read_cluster_policy_spec(kube)
     configmaps: dict[str, Mapping[str, str]] = {}
     config = DevicePluginConfigRef.from_policy(policy)
     if config.name:
