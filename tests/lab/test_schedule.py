@@ -28,7 +28,8 @@ from rollout.lab.simulation.cronjobs import (
     JobController,
     ScaledClock,
 )
-from rollout.lab.simulation.engine import Simulation, SimulationTimings
+from rollout.lab.simulation.engine import Simulation
+from rollout.lab.simulation.timing import SimulationTimings
 from rollout.playbook import load_playbooks
 from rollout.schedule.manifests import ScheduleOptions, build_schedule
 from rollout.schedule.permissions import Grant, schedule_grants

@@ -22,8 +22,9 @@ from rollout.lab.apiserver import Registry
 from rollout.lab.apiserver.resources import CRONJOBS, JOBS, PODS, ROLES, SECRETS
 from rollout.lab.description import LabDescription
 from rollout.lab.simulation import jobpods
-from rollout.lab.simulation.engine import Simulation, SimulationTimings
+from rollout.lab.simulation.engine import Simulation
 from rollout.lab.simulation.jobpods import LAB_HOST_NODE, image_name, is_rollout_job_pod
+from rollout.lab.simulation.timing import SimulationTimings
 from tests.lab.test_schedule import FakeClock, cluster_at
 
 pytestmark = pytest.mark.lab

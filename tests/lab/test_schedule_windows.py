@@ -28,8 +28,9 @@ from rollout.lab.apiserver import ApiServer, Registry
 from rollout.lab.cluster import LAB_FILE, Lab, bring_up_lab, tear_down_lab
 from rollout.lab.description import LabDescription
 from rollout.lab.simulation.cronjobs import ScaledClock
-from rollout.lab.simulation.engine import Simulation, SimulationTimings
+from rollout.lab.simulation.engine import Simulation
 from rollout.lab.simulation.probe import RunningConfigProbe
+from rollout.lab.simulation.timing import SimulationTimings
 from rollout.run.cluster import find_run, journal_text
 from rollout.schedule.manifests import ScheduleOptions
 from rollout.transports.kube import KubeClient

@@ -3,8 +3,9 @@ controller, node lifecycle, smoke-pod runner and the GPU Operator's driver upgra
 """
 
 from rollout.lab.description import GpuDescription, LabDescription, NodeDescription
-from rollout.lab.simulation.engine import Simulation, SimulationTimings
+from rollout.lab.simulation.engine import Simulation
 from rollout.lab.simulation.probe import FixedRuntimeProbe, NodeRuntimeProbe, RunningConfigProbe
+from rollout.lab.simulation.timing import SimulationTimings
 
 __all__ = [
     "FixedRuntimeProbe",

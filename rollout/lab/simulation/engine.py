@@ -34,8 +34,6 @@ from rollout.lab.simulation.upgradestate import UpgradeTimings
 
 log = logging.getLogger("rollout.lab.simulation")
 
-__all__ = ["Simulation", "SimulationTimings"]
-
 
 class Simulation:
     """The lab cluster's controllers over one registry."""
