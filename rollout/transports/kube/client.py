@@ -47,8 +47,6 @@ from rollout.transports.kube.resources import (
     RUNTIME_CLASSES,
     SECRETS,
     Resource,
-    evict_pod,
-    read_pod_log,
 )
 from rollout.transports.kube.secret import Secret
 
@@ -269,7 +267,8 @@ class KubeClient(Closeable):
         what = f"pod {namespace}/{name}"
 
         def read() -> str:
-            request = read_pod_log(namespace, name, container, tail_lines)
+            query = {"container": container, "tailLines": tail_lines}
+            request = PODS.request("GET", namespace, name, subresource="log", query=query)
             data = self._calls.request_bytes("read log of", what, self._api, request)
             return data.decode("utf-8", "replace")
 
@@ -289,6 +288,7 @@ class KubeClient(Closeable):
         }
         if grace_period_s is not None:
             body["deleteOptions"] = {"gracePeriodSeconds": grace_period_s}
+        eviction = PODS.request("POST", namespace, name, subresource="eviction", body=body)
         what = f"pod {namespace}/{name}"
         before: list[Pod] = []
 
@@ -299,7 +299,7 @@ class KubeClient(Closeable):
                     if found is None:
                         return EvictionOutcome.GONE
                     before.append(found)
-                self._calls.request_once("evict", what, self._api, evict_pod(namespace, name, body))
+                self._calls.request_once("evict", what, self._api, eviction)
             except NotFound:
                 return EvictionOutcome.GONE
             return EvictionOutcome.EVICTED

@@ -106,16 +106,3 @@ RUNTIME_CLASSES = Resource("node.k8s.io/v1", "runtimeclasses")
 LEASES = Resource("coordination.k8s.io/v1", "leases")
 CLUSTER_POLICIES = Resource("nvidia.com/v1", "clusterpolicies")
 NVIDIA_DRIVERS = Resource("nvidia.com/v1alpha1", "nvidiadrivers")
-
-
-def evict_pod(namespace: str, name: str, body: Mapping[str, Any]) -> ApiRequest:
-    """The Eviction subresource (policy/v1), which honours PodDisruptionBudgets."""
-    return PODS.request("POST", namespace, name, subresource="eviction", body=body)
-
-
-def read_pod_log(
-    namespace: str, name: str, container: str | None, tail_lines: int | None
-) -> ApiRequest:
-    """The pod's log, as text."""
-    query = {"container": container, "tailLines": tail_lines}
-    return PODS.request("GET", namespace, name, subresource="log", query=query)
