@@ -10,11 +10,16 @@ from rollout.facts import ClusterFacts, NodeFacts
 from rollout.facts.driver_operator import (
     DEPLOY_LABEL_PREFIX,
     OPERAND_PAUSED,
+)
+from rollout.facts.gpu_operator import (
+    is_operand,
+)
+from rollout.operatornames import (
+    OPERATOR_NAMESPACE,
     UPGRADE_DONE,
     UPGRADE_FAILED,
     UPGRADE_STATE_LABEL,
 )
-from rollout.facts.gpu_operator import OPERATOR_NAMESPACE, is_operand
 from rollout.steps.profile_changes import DEVICE_PLUGIN_CONFIG_LABEL
 
 # when k8s-operator-libs started validating the node's new driver (seconds since the epoch)

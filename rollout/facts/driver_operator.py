@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from rollout.operatornames import UPGRADE_DONE, UPGRADE_REQUIRED, UPGRADE_STATE_LABEL
+
 # The operator deploys an operand on a node while its `nvidia.com/gpu.deploy.<operand>` label
 # is true; a driver upgrade pauses the operands by setting their labels to OPERAND_PAUSED.
 DEPLOY_LABEL_PREFIX = "nvidia.com/gpu.deploy."
@@ -27,10 +29,6 @@ DRIVER_DEPLOY_LABEL = f"{DEPLOY_LABEL_PREFIX}driver"
 DEPLOY_OPERANDS_LABEL = f"{DEPLOY_LABEL_PREFIX}operands"
 OPERAND_PAUSED = "paused-for-driver-upgrade"
 UPGRADE_SKIP_LABEL = "nvidia.com/gpu-driver-upgrade.skip"
-UPGRADE_STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
-UPGRADE_DONE = "upgrade-done"
-UPGRADE_FAILED = "upgrade-failed"
-UPGRADE_REQUIRED = "upgrade-required"
 # Set by the operator on a node already cordoned when its upgrade starts: it stays cordoned
 UPGRADE_INITIAL_UNSCHEDULABLE_ANNOTATION = (
     "nvidia.com/gpu-driver-upgrade.node-initial-state.unschedulable"

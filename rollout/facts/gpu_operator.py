@@ -11,11 +11,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from rollout.operatornames import OPERATOR_NAMESPACE
+
 if TYPE_CHECKING:
     from rollout.facts.model import NodeFacts
 
-# Where the operator runs its operands and keeps the ConfigMap spec.devicePlugin.config names
-OPERATOR_NAMESPACE = "gpu-operator"
 # The operator names its operand pods nvidia-<operand>-...
 OPERAND_NAME_PREFIX = "nvidia-"
 # The RuntimeClass the operator creates for GPU pods (its handler is the toolkit's runtime)

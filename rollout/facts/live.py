@@ -31,11 +31,15 @@ from rollout.facts.driver_operator_live import read_nvidia_drivers
 from rollout.facts.extra import with_plan_facts
 from rollout.facts.fact import ProbeFailed, read_fact
 from rollout.facts.gpu import GpuFacts, GpuQueryFact
-from rollout.facts.gpu_operator import OPERATOR_NAMESPACE, DevicePluginConfigRef, is_operand
+from rollout.facts.gpu_operator import (
+    DevicePluginConfigRef,
+    is_operand,
+)
 from rollout.facts.kernel import KernelXidFact
 from rollout.facts.model import ClusterFacts, FleetFacts, NodeFacts
 from rollout.facts.pods import PodFacts, Toleration, is_gpu_refusal, pod_facts_from
 from rollout.facts.service import ServiceFact, ServiceJournalFact, ServiceState
+from rollout.operatornames import OPERATOR_NAMESPACE
 from rollout.retry import retry_transient
 from rollout.spec import Spec, TimeSlicingChange
 from rollout.transports.errors import Forbidden, NotFound

@@ -13,8 +13,8 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, PlainSerializer, PlainValidator, model_validator
 
-from rollout.facts.driver_operator import UPGRADE_FAILED, UPGRADE_STATE_LABEL
 from rollout.fieldproblems import FieldProblem, describe_value, did_you_mean, shorten
+from rollout.operatornames import UPGRADE_FAILED, UPGRADE_STATE_LABEL
 from rollout.spec.fieldtypes import AmountField, Bool, Int, NodeAmount, SpecModel, Str
 from rollout.spec.selector import (
     LabelSelector,

@@ -30,12 +30,8 @@ from rollout.errors import RolloutError
 from rollout.facts import ClusterFacts, NodeFacts
 from rollout.facts.driver_operator import (
     IDLE_STATES,
-    UPGRADE_DONE,
-    UPGRADE_FAILED,
     UPGRADE_INITIAL_UNSCHEDULABLE_ANNOTATION,
-    UPGRADE_REQUIRED,
     UPGRADE_SKIP_LABEL,
-    UPGRADE_STATE_LABEL,
     DriverSource,
     OperatorDriver,
     is_pinned,
@@ -44,6 +40,12 @@ from rollout.facts.driver_operator import (
 )
 from rollout.facts.fact import read_fact
 from rollout.facts.gpu import GpuQueryFact
+from rollout.operatornames import (
+    UPGRADE_DONE,
+    UPGRADE_FAILED,
+    UPGRADE_REQUIRED,
+    UPGRADE_STATE_LABEL,
+)
 from rollout.plan import StepPlan
 from rollout.spec import DriverUpgradeChange, Spec
 from rollout.spec.changes.driver import DEFAULT_OPERATOR_UPGRADE_TIMEOUT_S

@@ -20,7 +20,6 @@ from rollout.facts import ClusterFacts, FleetFacts, NodeFacts
 from rollout.facts.driver_operator import (
     DEFAULT_CLUSTER_POLICY,
     MANAGED_BY_LABEL,
-    UPGRADE_DONE,
     UPGRADE_SKIP_LABEL,
     DriverSource,
     OperatorDriver,
@@ -28,6 +27,7 @@ from rollout.facts.driver_operator import (
     served_by_driver_daemonset,
     upgrade_state,
 )
+from rollout.operatornames import UPGRADE_DONE
 from rollout.plan import ClusterChange, Plan, StepPlan
 from rollout.spec import DriverMode, DriverUpgradeChange, Spec
 

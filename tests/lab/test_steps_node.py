@@ -21,11 +21,11 @@ from rollout.commands import CommandRunner
 from rollout.containerd.staging import normalise_dump
 from rollout.errors import RolloutError
 from rollout.facts import ClusterFacts, FleetFacts
-from rollout.facts.gpu_operator import OPERATOR_NAMESPACE
 from rollout.facts.live import node_facts_from, probe_node
 from rollout.inventory import load_inventory
 from rollout.lab.cluster import CONTEXT, Lab
 from rollout.lab.nodes import NodeSpec
+from rollout.operatornames import OPERATOR_NAMESPACE
 from rollout.planner import build_plan
 from rollout.playbook import load_playbooks
 from rollout.run import Journal

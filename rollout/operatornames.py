@@ -1,0 +1,12 @@
+"""The GPU Operator's names that plans and facts both use: where the operator runs, and the
+label its driver-upgrade controller walks each node through (FACTS.md "Operator-managed driver
+upgrades"). Imports nothing, so the input model (rollout.spec) can name them without loading
+the facts layer that reads them off the cluster."""
+
+# Where the operator runs its operands and keeps the ConfigMap spec.devicePlugin.config names
+OPERATOR_NAMESPACE = "gpu-operator"
+# The upgrade controller's state of each node, and the states rollout reads or writes
+UPGRADE_STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
+UPGRADE_DONE = "upgrade-done"
+UPGRADE_FAILED = "upgrade-failed"
+UPGRADE_REQUIRED = "upgrade-required"
