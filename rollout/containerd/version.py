@@ -13,6 +13,7 @@ from enum import Enum
 from typing import Any
 
 from rollout.containerd.errors import UnsupportedVersion, VersionUnknown
+from rollout.wholenumber import whole_number
 
 CRI_V2 = "io.containerd.grpc.v1.cri"
 CRI_RUNTIME = "io.containerd.cri.v1.runtime"
@@ -72,9 +73,10 @@ class ContainerdVersion:
     def from_series(cls, series: str) -> ContainerdVersion:
         """A version from "1.7" or "1.7.24", for tests and offline planning."""
         parts = series.split(".")
-        if not 2 <= len(parts) <= 3 or not all(p.isdigit() for p in parts):
+        read = [whole_number(p) for p in parts]
+        if not 2 <= len(parts) <= 3 or None in read:
             raise VersionUnknown(f"not a containerd version: {series!r}")
-        numbers = [int(p) for p in parts] + [0] * (3 - len(parts))
+        numbers = [n for n in read if n is not None] + [0] * (3 - len(parts))
         version = cls(numbers[0], numbers[1], numbers[2], raw=series)
         version.check_supported()
         return version

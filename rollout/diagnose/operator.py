@@ -21,6 +21,7 @@ from rollout.operatornames import (
     UPGRADE_STATE_LABEL,
 )
 from rollout.steps.profile_changes import DEVICE_PLUGIN_CONFIG_LABEL
+from rollout.wholenumber import whole_number
 
 # when k8s-operator-libs started validating the node's new driver (seconds since the epoch)
 VALIDATION_START_ANNOTATION = "nvidia.com/gpu-driver-upgrade-validation-start-time"
@@ -196,9 +197,9 @@ def _upgrade_state(node: NodeFacts, cluster: ClusterFacts, now: datetime) -> lis
         return []
     command = f"kubectl get node {q(node.name)} -L {UPGRADE_STATE_LABEL}"
     evidence = [f"{UPGRADE_STATE_LABEL}={state}"]
-    started = node.annotations.get(VALIDATION_START_ANNOTATION, "")
-    if started.isascii() and started.isdigit():
-        minutes = int(now.timestamp() - int(started)) // 60
+    started = whole_number(node.annotations.get(VALIDATION_START_ANNOTATION, ""))
+    if started is not None:
+        minutes = int(now.timestamp() - started) // 60
         evidence.append(
             f"validation started {minutes} minute(s) ago ({VALIDATION_START_ANNOTATION})"
         )

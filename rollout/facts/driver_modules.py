@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 
 from rollout.facts.fact import CommandFact, ProbeFailed
+from rollout.wholenumber import whole_number
 
 PERSISTENCED = "nvidia-persistenced.service"
 FABRICMANAGER = "nvidia-fabricmanager.service"
@@ -96,14 +97,11 @@ def parse_lsmod(text: str) -> tuple[LoadedModule, ...]:
     modules: list[LoadedModule] = []
     for line in text.splitlines():
         words = line.split()
-        if (
-            len(words) < 3
-            or not words[0].startswith("nvidia")
-            or not (words[2].isascii() and words[2].isdigit())
-        ):
+        count = whole_number(words[2]) if len(words) >= 3 else None
+        if count is None or not words[0].startswith("nvidia"):
             continue
         users = tuple(u for u in (words[3].split(",") if len(words) > 3 else []) if u and u != "-")
-        modules.append(LoadedModule(words[0], int(words[2]), users))
+        modules.append(LoadedModule(words[0], count, users))
     return tuple(modules)
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from rollout.facts.fact import CommandFact, ProbeFailed
+from rollout.wholenumber import whole_number
 
 SERVICE = "containerd"
 SHOW_PROPERTIES = (
@@ -95,7 +96,7 @@ def parse_service_show(text: str) -> ServiceState:
         main_pid=main_pid,
         active_state=values["ActiveState"],
         sub_state=values["SubState"],
-        n_restarts=int(restarts) if restarts.isascii() and restarts.isdigit() else None,
+        n_restarts=whole_number(restarts),
         active_enter_at=parse_systemd_timestamp(values.get("ActiveEnterTimestamp", "")),
         invocation_id=values.get("InvocationID", ""),
     )

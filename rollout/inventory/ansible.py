@@ -29,6 +29,7 @@ from rollout.inventory.model import (
     check_user,
 )
 from rollout.spec.fieldtypes import check_dns_subdomain
+from rollout.wholenumber import whole_number
 
 # Ansible's connection variables and their older spellings, first match wins.
 ADDRESS_VARS = ("ansible_host", "ansible_ssh_host")
@@ -274,8 +275,9 @@ class AnsibleInventory:
         port_var = first(PORT_VARS)
         if port_var is not None:
             key, text = port_var
-            if _digits(text) and 1 <= int(text) <= 65535:
-                port = int(text)
+            number = whole_number(text)
+            if number is not None and 1 <= number <= 65535:
+                port = number
             else:
                 self.errors.append(
                     InputError(
@@ -402,12 +404,12 @@ def _range_items(inside: str) -> list[str]:
             f"range [{inside[:40]}] has a bound of more than {_MAX_BOUND_DIGITS} digits",
             hint=f"an inventory names at most {MAX_HOSTS} hosts",
         )
-    if not _digits(step_text) or int(step_text) < 1:
+    step = whole_number(step_text) or 0
+    if step < 1:
         raise FieldProblem(f"range step {step_text!r} must be a positive integer")
-    step = int(step_text)
     if not end:
         raise FieldProblem(f"range [{inside}] has no end")
-    if _digits(end) and (_digits(begin) or not begin):
+    if whole_number(end) is not None and (whole_number(begin) is not None or not begin):
         begin = begin or "0"
         if int(begin) > int(end):
             raise FieldProblem(f"range [{inside}] runs backwards")
@@ -432,19 +434,14 @@ def _range_items(inside: str) -> list[str]:
     raise FieldProblem(f"range [{inside}] must be numeric ([01:10]) or single letters ([a:f])")
 
 
-def _digits(text: str) -> bool:
-    """ASCII digits only: str.isdigit() also accepts '²', which int() refuses."""
-    return text.isascii() and text.isdigit()
-
-
 def _split_port(pattern: str) -> tuple[str, str | None]:
     """`host:2222` -> (host, "2222"); IPv6 literals and range colons are left alone."""
     if pattern.count(":") == 1 and "[" not in pattern:
         host, port = pattern.split(":")
-        if _digits(port):
+        if whole_number(port) is not None:
             return host, port
     if pattern.startswith("[") and "]:" in pattern:
         host, port = pattern[1:].split("]:", 1)
-        if _digits(port):
+        if whole_number(port) is not None:
             return host, port
     return pattern, None

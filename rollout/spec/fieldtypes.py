@@ -14,6 +14,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, PlainSerializer, PlainValidator, Strict
 
 from rollout.fieldproblems import FieldProblem, describe_value
+from rollout.wholenumber import whole_number
 
 Str = Annotated[str, Strict()]
 Int = Annotated[int, Strict()]
@@ -116,7 +117,7 @@ def parse_node_amount(value: Any) -> NodeAmount:
                     f"expected a percentage from 1% to 100%, found {describe_value(value)}"
                 )
             return NodeAmount(percent, is_percent=True)
-        if value.strip().isdigit():
+        if whole_number(value.strip()) is not None:
             raise FieldProblem(
                 f'expected a node count or "N%", found {describe_value(value)}',
                 hint=f"write the count without quotes: {value.strip()}",

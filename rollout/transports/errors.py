@@ -11,6 +11,7 @@ the caller's decision; the marker only says the *failure* may go away by itself.
 from __future__ import annotations
 
 from rollout.errors import BadInput, RolloutError
+from rollout.wholenumber import whole_number
 
 # A Status message or an unparsed body longer than this is cut: a 500 can carry a whole
 # HTML page or a stack trace, and a user needs its first lines, not a screenful.
@@ -137,8 +138,9 @@ def split_known_hosts_entry(entry: str) -> tuple[str, int]:
     """`[host]:port` -> (host, port); a bare host -> (host, 22)."""
     if entry.startswith("[") and "]:" in entry:
         host, _, port = entry[1:].partition("]:")
-        if port.isdigit():
-            return host, int(port)
+        number = whole_number(port)
+        if number is not None:
+            return host, number
     return entry, 22
 
 

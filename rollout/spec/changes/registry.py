@@ -16,6 +16,7 @@ from rollout.containerd.hosts import DEFAULT_NAMESPACE
 from rollout.fieldproblems import FieldProblem, describe_value
 from rollout.spec.changes.kind import ChangeKind
 from rollout.spec.fieldtypes import AbsolutePath, Bool, SpecModel, Str
+from rollout.wholenumber import whole_number
 
 DEFAULT_CERTS_DIR = f"{CONTAINERD_DIR}/certs.d"
 _HOSTNAME = re.compile(
@@ -41,7 +42,7 @@ def _host_problem(host: str, port: str | None) -> str | None:
             return f"{host!r} is not an IPv6 address"
     elif not _HOSTNAME.match(host):
         return f"{host!r} is not a host name or IP address"
-    if port is not None and not (port.isdigit() and 1 <= int(port) <= 65535):
+    if port is not None and not 1 <= (whole_number(port) or 0) <= 65535:
         return f"port {port!r} is not a number from 1 to 65535"
     return None
 
