@@ -16,9 +16,8 @@ from rollout.containerd.files import parse_toml
 from rollout.facts import ClusterFacts, NodeFacts
 from rollout.facts.gpu_operator import (
     GPU_PRESENT_LABEL,
-    GPU_REPLICAS_LABEL,
     DevicePluginConfigRef,
-    labelled_number,
+    current_replicas,
 )
 from rollout.facts.pods import GPU_RESOURCE, PodFacts, is_gpu_resource, quantity_value
 from rollout.steps.profile_changes import DEVICE_PLUGIN_CONFIG_LABEL, fallback_key, load_profile
@@ -89,7 +88,7 @@ def node_profile(node: NodeFacts, cluster: ClusterFacts) -> Profile:
     label = node.labels.get(DEVICE_PLUGIN_CONFIG_LABEL)
     data = cluster.configmaps.get(configmap) if configmap else None
     if data is None:
-        replicas = labelled_number(node.labels, GPU_REPLICAS_LABEL) or 1
+        replicas = current_replicas(node)
         return Profile(configmap, label, bool(label), False, replicas, False, False)
     key = label or fallback_key(config.default, list(data))
     if key is None:

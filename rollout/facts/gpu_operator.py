@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rollout.operatornames import OPERATOR_NAMESPACE
+from rollout.wholenumber import whole_number
 
 if TYPE_CHECKING:
     from rollout.facts.model import NodeFacts
@@ -28,10 +29,14 @@ GPU_REPLICAS_LABEL = "nvidia.com/gpu.replicas"
 
 
 def labelled_number(labels: Mapping[str, str], key: str) -> int | None:
-    """A GFD label's value when it is a whole number above 0; None when absent or not one
-    (ASCII digits only: str.isdigit() also accepts '²', which int() refuses)."""
-    text = labels.get(key, "")
-    return int(text) if text.isascii() and text.isdigit() and int(text) > 0 else None
+    """A GFD label's value when it is a whole number above 0; None when absent or not one."""
+    number = whole_number(labels.get(key, ""))
+    return number if number else None
+
+
+def current_replicas(node: NodeFacts) -> int:
+    """The replicas the node's device plugin runs now: GFD's gpu.replicas label, else 1."""
+    return labelled_number(node.labels, GPU_REPLICAS_LABEL) or 1
 
 
 def physical_gpus(node: NodeFacts) -> int:

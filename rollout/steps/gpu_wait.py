@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from rollout.facts import NodeFacts
-from rollout.facts.gpu_operator import GPU_REPLICAS_LABEL, labelled_number, physical_gpus
+from rollout.facts.gpu_operator import current_replicas, physical_gpus
 from rollout.facts.pods import GPU_RESOURCE, SHARED_GPU_RESOURCE
 from rollout.plan import StepPlan
 from rollout.spec import Spec
@@ -25,11 +25,7 @@ from rollout.steps.nodemarks import MarkingStep
 from rollout.steps.pods import describe_pod
 from rollout.steps.profile_changes import time_slicing_change
 from rollout.transports.kube import Node, Pod
-
-
-def current_replicas(node: NodeFacts) -> int:
-    """The replicas the node's device plugin runs now (its gpu.replicas label, else 1)."""
-    return labelled_number(node.labels, GPU_REPLICAS_LABEL) or 1
+from rollout.wholenumber import whole_number
 
 
 @dataclass(frozen=True)
@@ -72,7 +68,7 @@ def expect_gpus(spec: Spec, facts: NodeFacts) -> GpuExpectation:
 def advertised_count(values: Mapping[str, str], resource: str) -> int | None:
     """A node's capacity or allocatable of `resource` as an integer; None when absent."""
     text = values.get(resource)
-    return int(text) if text is not None and text.isdigit() else None
+    return whole_number(text) if text is not None else None
 
 
 def gpus_match(node: Node, expected: GpuExpectation) -> bool:

@@ -13,6 +13,7 @@ from rollout.facts.gpu_operator import (
     GPU_COUNT_LABEL,
     GPU_REPLICAS_LABEL,
     DevicePluginConfigRef,
+    current_replicas,
     is_operand,
     labelled_number,
     physical_gpus,
@@ -102,3 +103,9 @@ def test_physical_gpus_are_nvidia_smis_else_gfds_count(
         labels={GPU_COUNT_LABEL: label} if label else {},
     )
     assert physical_gpus(node) == physical
+
+
+@pytest.mark.parametrize(("label", "replicas"), [("4", 4), ("1", 1), ("0", 1), ("", 1), ("²", 1)])
+def test_a_node_runs_its_replicas_label_else_no_sharing(label: str, replicas: int) -> None:
+    node = replace(containerd_node("n1"), labels={GPU_REPLICAS_LABEL: label} if label else {})
+    assert current_replicas(node) == replicas
