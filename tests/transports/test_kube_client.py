@@ -134,12 +134,6 @@ def test_a_missing_kubeconfig_or_context_is_bad_input(server: ApiServer, tmp_pat
     assert "prod" in str(context.value)
 
 
-def test_in_cluster_outside_a_cluster_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    with pytest.raises(KubeConfigError, match="in-cluster"):
-        KubeClient.in_cluster()
-
-
 def test_an_unreachable_server_is_transient_and_quick() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

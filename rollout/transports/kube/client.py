@@ -21,7 +21,7 @@ from rollout.transports.errors import ChangedByAnother, Conflict, NotFound
 from rollout.transports.kube.apierrors import translate_api_errors
 from rollout.transports.kube.calls import JsonCalls
 from rollout.transports.kube.cluster_state import DaemonSet, Event, RuntimeClass
-from rollout.transports.kube.config import load_in_cluster, load_kubeconfig, url_configuration
+from rollout.transports.kube.config import load_kubeconfig, url_configuration
 from rollout.transports.kube.lease import Lease
 from rollout.transports.kube.objects import (
     ConfigMap,
@@ -128,11 +128,6 @@ class KubeClient(Closeable):
     def from_kubeconfig(cls, path: str | None = None, context: str | None = None) -> KubeClient:
         """Like kubectl: `path`, else $KUBECONFIG (a ':' list), else ~/.kube/config."""
         return cls(k8s.ApiClient(load_kubeconfig(path, context)))
-
-    @classmethod
-    def in_cluster(cls) -> KubeClient:
-        """The pod's service account (for the scheduled CronJob)."""
-        return cls(k8s.ApiClient(load_in_cluster()))
 
     @classmethod
     def from_url(cls, url: str) -> KubeClient:

@@ -45,18 +45,6 @@ def load_kubeconfig(path: str | None = None, context: str | None = None) -> k8s.
     return _without_retries(configuration)
 
 
-def load_in_cluster() -> k8s.Configuration:
-    """The pod's service account (for the scheduled CronJob)."""
-    configuration = k8s.Configuration()
-    try:
-        k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
-            client_configuration=configuration
-        )
-    except ConfigException as exc:
-        raise KubeConfigError("load", "in-cluster configuration", message=str(exc)) from exc
-    return _without_retries(configuration)
-
-
 # at least the executor's node threads (rollout.executor.MAX_PARALLEL), the lease's and a few
 API_CONNECTIONS = 64
 
