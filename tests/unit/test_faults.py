@@ -94,7 +94,7 @@ class FaultyApi:
 
     def client(self, timeout_s: float = 5.0) -> KubeClient:
         kube = KubeClient.from_url(self.url)
-        kube._calls = JsonCalls((timeout_s, timeout_s), FAST)
+        kube._calls = JsonCalls(kube._api, (timeout_s, timeout_s), FAST)
         return kube
 
 
@@ -110,7 +110,7 @@ def seed_objects(kube: KubeClient) -> None:
     kube.create_configmap(ConfigMap("default", "cm", {"a": "1"}))
     for name in ("n1", "n2"):
         body = {"metadata": {"name": name}, "status": {"conditions": []}}
-        kube._calls.request_once("create", f"node {name}", kube._api, NODES.create(body))
+        kube._calls.request_once("create", f"node {name}", NODES.create(body))
 
 
 def test_every_write_fails_once_and_is_retried_exactly_once(api: FaultyApi) -> None:

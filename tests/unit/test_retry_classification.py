@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+from kubernetes.client import ApiClient
 
 import rollout.transports.kube.client as client
 from rollout.retry import (
@@ -134,7 +135,8 @@ def test_a_patch_retries_a_409_but_a_replace_does_not_blindly() -> None:
 
 
 def test_guarded_rechecks_before_each_retry_and_stops_when_done() -> None:
-    calls = JsonCalls((1.0, 1.0), RetryPolicy(attempts=5, first_wait_s=0), sleep=lambda _: None)
+    policy = RetryPolicy(attempts=5, first_wait_s=0)
+    calls = JsonCalls(ApiClient(), (1.0, 1.0), policy, sleep=lambda _: None)
     done: list[str] = []
     acts: list[int] = []
 

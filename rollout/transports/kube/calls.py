@@ -67,25 +67,27 @@ def retryable_blindly(verb: str) -> Callable[[BaseException], bool]:
 
 
 class JsonCalls:
-    """Client methods called for their JSON, each labelled (verb, object) for its errors."""
+    """Requests to one API client, read as JSON, each labelled (verb, object) for its errors."""
 
     def __init__(
         self,
+        api: ApiClient,
         request_timeout_s: tuple[float, float],
         policy: RetryPolicy = REQUEST_POLICY,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        self._api = api
         self._timeout = request_timeout_s
         self.policy = policy
         self.sleep = sleep
 
-    def request(self, verb: str, obj: str, api: ApiClient, request: ApiRequest) -> Any:
+    def request(self, verb: str, obj: str, request: ApiRequest) -> Any:
         """Make one request and return the decoded JSON body; an idempotent request is
         retried on transient errors, any other is made once (see `guarded`)."""
         if classify_request(verb) is not Idempotence.IDEMPOTENT:
-            return self.request_once(verb, obj, api, request)
+            return self.request_once(verb, obj, request)
         return call_with_policy(
-            lambda: self.request_once(verb, obj, api, request),
+            lambda: self.request_once(verb, obj, request),
             self.policy,
             sleep=self.sleep,
             operation=f"{verb} {obj}",
@@ -126,14 +128,14 @@ class JsonCalls:
             attempt, self.policy, sleep=self.sleep, operation=f"{verb} {obj}", retry_on=retry_on
         )
 
-    def request_bytes(self, verb: str, obj: str, api: ApiClient, request: ApiRequest) -> bytes:
+    def request_bytes(self, verb: str, obj: str, request: ApiRequest) -> bytes:
         """Make one request once and return the body as sent (a pod's log is text)."""
         with translate_api_errors(verb, obj):
-            return send(api, request, self._timeout)
+            return send(self._api, request, self._timeout)
 
-    def request_once(self, verb: str, obj: str, api: ApiClient, request: ApiRequest) -> Any:
+    def request_once(self, verb: str, obj: str, request: ApiRequest) -> Any:
         """Make one request once and return the decoded JSON body."""
-        data = self.request_bytes(verb, obj, api, request)
+        data = self.request_bytes(verb, obj, request)
         if not data:
             return {}
         try:
@@ -148,7 +150,6 @@ class JsonCalls:
 
     def list_in(
         self,
-        api: ApiClient,
         resource: Resource,
         namespace: str | None,
         label_selector: str | None = None,
@@ -159,5 +160,5 @@ class JsonCalls:
         where = namespace or "all namespaces"
         what = f"{resource.plural} in {where}" + (f" ({shown})" if shown else "")
         request = resource.list(namespace, label_selector, field_selector)
-        data = self.request("list", what, api, request)
+        data = self.request("list", what, request)
         return list(data.get("items") or [])

@@ -122,7 +122,7 @@ class KubeClient(Closeable):
     ) -> None:
         request_timeout_s = request_timeout_s or default_request_timeout_s()
         self._api = api
-        self._calls = JsonCalls(request_timeout_s)
+        self._calls = JsonCalls(self._api, request_timeout_s)
 
     @classmethod
     def from_kubeconfig(cls, path: str | None = None, context: str | None = None) -> KubeClient:
@@ -145,14 +145,12 @@ class KubeClient(Closeable):
     # ------------------------------------------------------------------ nodes
 
     def get_node(self, name: str) -> Node:
-        return Node.from_json(
-            self._calls.request("get", f"node {name}", self._api, NODES.get(name))
-        )
+        return Node.from_json(self._calls.request("get", f"node {name}", NODES.get(name)))
 
     def list_nodes(self, label_selector: str | None = None) -> list[Node]:
         """Nodes, optionally only those matching a label selector (`a=b,c in (d)`)."""
         what = f"nodes ({label_selector})" if label_selector else "nodes"
-        data = self._calls.request("list", what, self._api, NODES.list(None, label_selector))
+        data = self._calls.request("list", what, NODES.list(None, label_selector))
         return [Node.from_json(i) for i in data.get("items") or []]
 
     def patch_node_labels(self, name: str, labels: Mapping[str, str | None]) -> Node:
@@ -175,9 +173,7 @@ class KubeClient(Closeable):
         return self.get_node(name).capacity
 
     def _patch_node(self, name: str, patch: dict[str, Any]) -> Node:
-        data = self._calls.request(
-            "patch", f"node {name}", self._api, NODES.merge_patch(name, patch)
-        )
+        data = self._calls.request("patch", f"node {name}", NODES.merge_patch(name, patch))
         return Node.from_json(data)
 
     # ------------------------------------------------------------------ pods
@@ -189,7 +185,7 @@ class KubeClient(Closeable):
         field_selector: str | None = None,
     ) -> list[Pod]:
         """Pods of one namespace (None: all), filtered as by kubectl's -l and --field-selector."""
-        items = self._calls.list_in(self._api, PODS, namespace, label_selector, field_selector)
+        items = self._calls.list_in(PODS, namespace, label_selector, field_selector)
         return [Pod.from_json(i) for i in items]
 
     def get_pod(self, namespace: str, name: str) -> Pod:
@@ -210,9 +206,7 @@ class KubeClient(Closeable):
             check_pod_manifest(body)
 
         def act() -> Pod:
-            return Pod.from_json(
-                self._calls.request("create", what, self._api, PODS.create(body, namespace))
-            )
+            return Pod.from_json(self._calls.request("create", what, PODS.create(body, namespace)))
 
         def recheck(error: BaseException) -> Pod | None:
             # created although the answer was lost: the pod is there, with our labels
@@ -241,7 +235,7 @@ class KubeClient(Closeable):
             tries.append(1)
             try:
                 request = PODS.delete(name, namespace, grace_period_s)
-                self._calls.request_once("delete", what, self._api, request)
+                self._calls.request_once("delete", what, request)
             except NotFound:
                 if missing_ok or len(tries) > 1:
                     # after a lost answer, gone is what the first try asked for
@@ -264,7 +258,7 @@ class KubeClient(Closeable):
         def read() -> str:
             query = {"container": container, "tailLines": tail_lines}
             request = PODS.request("GET", namespace, name, subresource="log", query=query)
-            data = self._calls.request_bytes("read log of", what, self._api, request)
+            data = self._calls.request_bytes("read log of", what, request)
             return data.decode("utf-8", "replace")
 
         return self._calls.retried("read log of", what, read)
@@ -294,7 +288,7 @@ class KubeClient(Closeable):
                     if found is None:
                         return EvictionOutcome.GONE
                     before.append(found)
-                self._calls.request_once("evict", what, self._api, eviction)
+                self._calls.request_once("evict", what, eviction)
             except NotFound:
                 return EvictionOutcome.GONE
             return EvictionOutcome.EVICTED
@@ -312,19 +306,19 @@ class KubeClient(Closeable):
         )
 
     def list_pdbs(self, namespace: str | None = None) -> list[PodDisruptionBudget]:
-        items = self._calls.list_in(self._api, PDBS, namespace)
+        items = self._calls.list_in(PDBS, namespace)
         return [PodDisruptionBudget.from_json(i) for i in items]
 
     def list_daemonsets(
         self, namespace: str | None = None, label_selector: str | None = None
     ) -> list[DaemonSet]:
         """DaemonSets of one namespace (None: all), with their desired and ready counts."""
-        items = self._calls.list_in(self._api, DAEMONSETS, namespace, label_selector)
+        items = self._calls.list_in(DAEMONSETS, namespace, label_selector)
         return [DaemonSet.from_json(i) for i in items]
 
     def list_runtime_classes(self) -> list[RuntimeClass]:
         """The cluster's RuntimeClasses (node.k8s.io/v1)."""
-        data = self._calls.request("list", "runtimeclasses", self._api, RUNTIME_CLASSES.list())
+        data = self._calls.request("list", "runtimeclasses", RUNTIME_CLASSES.list())
         return [RuntimeClass.from_json(i) for i in data.get("items") or []]
 
     # ------------------------------------------------------------------ configmaps
@@ -383,17 +377,17 @@ class KubeClient(Closeable):
     # ------------------------------------------------------------- custom resources
 
     def _list_cluster_objects(self, kind: Resource) -> list[dict[str, Any]]:
-        return self._calls.list_in(self._api, kind, None)
+        return self._calls.list_in(kind, None)
 
     def _get_cluster_object(self, what: str, kind: Resource, name: str) -> dict[str, Any]:
-        result: dict[str, Any] = self._calls.request("get", what, self._api, kind.get(name))
+        result: dict[str, Any] = self._calls.request("get", what, kind.get(name))
         return result
 
     def _patch_cluster_object(
         self, what: str, kind: Resource, name: str, patch: Mapping[str, Any]
     ) -> dict[str, Any]:
         request = kind.merge_patch(name, plain(patch))
-        result: dict[str, Any] = self._calls.request("patch", what, self._api, request)
+        result: dict[str, Any] = self._calls.request("patch", what, request)
         return result
 
     # ------------------------------------------------------------------ events
@@ -440,9 +434,7 @@ class KubeClient(Closeable):
         what = f"event for {kind.lower()} {name} in {namespace}"
 
         def act() -> str:
-            data = self._calls.request_once(
-                "create", what, self._api, EVENTS.create(body, namespace)
-            )
+            data = self._calls.request_once("create", what, EVENTS.create(body, namespace))
             return str((data.get("metadata") or {}).get("name", ""))
 
         def recheck(error: BaseException) -> str | None:
@@ -464,7 +456,7 @@ class KubeClient(Closeable):
     ) -> list[Event]:
         """Events of one namespace (None: all), oldest first, filtered as by --field-selector
         (`involvedObject.kind=Pod,involvedObject.name=train-1`)."""
-        items = self._calls.list_in(self._api, EVENTS, namespace, None, field_selector)
+        items = self._calls.list_in(EVENTS, namespace, None, field_selector)
         never = datetime.min.replace(tzinfo=UTC)
         return sorted((Event.from_json(i) for i in items), key=lambda e: e.last_seen or never)
 
@@ -487,7 +479,7 @@ class KubeClient(Closeable):
 
     def _read_namespaced(self, kind: str, resource: Resource, namespace: str, name: str) -> Any:
         what = f"{kind} {namespace}/{name}"
-        return self._calls.request("get", what, self._api, resource.get(name, namespace))
+        return self._calls.request("get", what, resource.get(name, namespace))
 
     def _find_namespaced(self, kind: str, resource: Resource, obj: N) -> N | None:
         """The object named as `obj` is, as the server holds it now; None when there is none."""
@@ -507,7 +499,7 @@ class KubeClient(Closeable):
             body = obj.to_json()
             body["metadata"].pop("resourceVersion", None)
             request = resource.create(body, obj.namespace)
-            data = self._calls.request("create", what, self._api, request)
+            data = self._calls.request("create", what, request)
             return type(obj).from_json(data)
 
         def recheck(error: BaseException) -> N | None:
@@ -535,7 +527,7 @@ class KubeClient(Closeable):
 
         def act() -> N:
             request = resource.replace(obj.name, obj.to_json(), obj.namespace)
-            return type(obj).from_json(self._calls.request("replace", what, self._api, request))
+            return type(obj).from_json(self._calls.request("replace", what, request))
 
         def recheck(error: BaseException) -> N | None:
             fresh = self._find_namespaced(kind, resource, obj)
