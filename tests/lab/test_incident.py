@@ -1,8 +1,10 @@
 """The seed incident of DESIGN.md, end to end in a lab of its own (containerd 1.6 and 1.7).
 
 A naive registry drop-in is written on both nodes: nothing changes, nothing reads it yet.
-A time-slicing change (the ClusterPolicy pointed at a profile) makes the operator roll its
-operands: each node's toolkit re-runs, copies the effective config -- in which the drop-in
+A ClusterPolicy change that touches the toolkit (its version, as an operator upgrade does)
+with a time-slicing change makes the operator roll its operands: each node's toolkit
+re-runs (a time-slicing change alone would not: the toolkit's DaemonSet does not render
+spec.devicePlugin), copies the effective config -- in which the drop-in
 has replaced the whole CRI plugin table -- and restarts containerd, and the `nvidia` handler
 is gone from the running config. The device plugin, still running, notices nothing until its
 pod next starts: when the operator, once the toolkit has rolled out, rolls the plugin for
@@ -160,13 +162,15 @@ def test_the_seed_incident(lab: Lab, core: Any, capsys: pytest.CaptureFixture[st
         assert record_has_nvidia(lab, node) is True
         assert gpus(core, node.name) == ("1", "1")
 
-    # A time-slicing change: the operator rolls the toolkit, which re-runs on every node.
+    # A toolkit update with a time-slicing change: the operator rolls the toolkit, which
+    # re-runs on every node, then the device plugin.
     core.create_namespaced_config_map(
         "gpu-operator",
         {"metadata": {"name": "time-slicing"}, "data": {"shared-2x": sharing_config(2)}},
     )
     config = {"name": "time-slicing", "default": ""}
-    patch_cluster_policy(core.api_client, {"devicePlugin": {"config": config}})
+    toolkit = {"version": "v1.17.0-ubuntu20.04"}
+    patch_cluster_policy(core.api_client, {"toolkit": toolkit, "devicePlugin": {"config": config}})
     for node in lab.nodes:
         settle(
             f"{node.name}: the toolkit re-run, and containerd without the nvidia handler",

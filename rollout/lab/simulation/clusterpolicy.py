@@ -1,12 +1,23 @@
 """The GPU Operator's reconciliation of its operand DaemonSets from the ClusterPolicy.
 
-spec.driver.version becomes the driver image (the driver DaemonSet is OnDelete, so pods
-change only when the upgrade controller restarts them). Any other change of the spec is
-rendered into the toolkit's DaemonSet (a hash of the spec in its template), so the toolkit
-pods roll and each node's toolkit re-runs: the seed incident's "time-slicing made the toolkit
-re-run". The operator walks its states in order and stops at the first that is not ready,
-so spec.devicePlugin.config reaches the device plugin's config environment (plugin pods
-restart and load it) only once the toolkit DaemonSet has rolled out and is ready.
+As the real operator does (NVIDIA/gpu-operator controllers/object_controls.go), each operand's
+DaemonSet is rendered from the sections of the spec its transform reads, and written only
+when that rendering changes (the `nvidia.com/last-applied-hash` annotation is a hash of the
+rendered DaemonSet, `isDaemonsetSpecChanged`): a spec change rolls only the operands whose
+rendering it changes.
+
+- spec.driver.version becomes the driver image (the driver DaemonSet is OnDelete, so pods
+  change only when the upgrade controller restarts them).
+- The toolkit (`TransformToolkit`) renders from spec.toolkit, spec.cdi, the validator image
+  of its validation init container (spec.validator), the runtime class (spec.operator) and
+  the settings common to every operand DaemonSet (spec.daemonsets, `preProcessDaemonSet`).
+  A change there rolls the toolkit pods, and each node's toolkit re-runs: it deletes its
+  drop-in and signals containerd as the old pod stops, writes it and signals again as the
+  new one starts (two containerd restarts per node).
+- spec.devicePlugin.config is read by `TransformDevicePlugin` (`handleDevicePluginConfig`),
+  not by the toolkit: a time-slicing change rolls the device plugin only, and restarts no
+  containerd. The operator walks its states in order and stops at the first that is not
+  ready, so the device plugin gets its new config once the toolkit is rolled out and ready.
 """
 
 from __future__ import annotations
@@ -31,14 +42,25 @@ from rollout.lab.simulation.gpuoperator import (
 
 CONFIG_NAME_ENV = "CONFIG_NAME"
 DEFAULT_CONFIG_ENV = "DEFAULT_CONFIG"
-# On the toolkit's pod template: the ClusterPolicy spec (less the driver) it was rendered from.
-POLICY_HASH_ANNOTATION = "lab.rollout/cluster-policy-hash"
+# On the toolkit's pod template: the ClusterPolicy sections it was rendered from.
+TOOLKIT_INPUTS_ANNOTATION = "lab.rollout/toolkit-inputs-hash"
+# The sections of the spec TransformToolkit (and preProcessDaemonSet) render the toolkit from.
+TOOLKIT_SECTIONS = ("toolkit", "cdi", "operator", "daemonsets")
+# Of spec.validator, what the toolkit's validation init container takes.
+VALIDATOR_IMAGE_FIELDS = ("repository", "image", "version", "imagePullPolicy")
 
 
-def policy_hash(spec: Mapping[str, Any]) -> str:
-    """What of the ClusterPolicy the toolkit is rendered from: all but the driver section."""
-    rest = {k: v for k, v in spec.items() if k != "driver"}
-    return hashlib.sha256(json.dumps(rest, sort_keys=True).encode()).hexdigest()[:16]
+def toolkit_inputs(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """What of the ClusterPolicy the toolkit's DaemonSet is rendered from."""
+    inputs = {k: spec[k] for k in TOOLKIT_SECTIONS if k in spec}
+    validator = spec.get("validator") or {}
+    inputs["validator"] = {k: validator[k] for k in VALIDATOR_IMAGE_FIELDS if k in validator}
+    return inputs
+
+
+def toolkit_inputs_hash(spec: Mapping[str, Any]) -> str:
+    text = json.dumps(toolkit_inputs(spec), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def set_container_env(
@@ -88,7 +110,7 @@ class ClusterPolicyController:
             set_container_env(
                 self.registry, DRIVER.name, {DRIVER_VERSION_ENV: version}, driver_image(version)
             )
-        self._stamp_toolkit(policy_hash(spec))
+        self._stamp_toolkit(toolkit_inputs_hash(spec))
         if not self._rolled_out(TOOLKIT.name):
             return  # the device-plugin state waits for the toolkit state
         config = (spec.get("devicePlugin") or {}).get("config") or {}
@@ -106,9 +128,9 @@ class ClusterPolicyController:
         if daemonset is None:
             return
         metadata = daemonset["spec"]["template"].get("metadata") or {}
-        if (metadata.get("annotations") or {}).get(POLICY_HASH_ANNOTATION) == digest:
+        if (metadata.get("annotations") or {}).get(TOOLKIT_INPUTS_ANNOTATION) == digest:
             return
-        patch = {"metadata": {"annotations": {POLICY_HASH_ANNOTATION: digest}}}
+        patch = {"metadata": {"annotations": {TOOLKIT_INPUTS_ANNOTATION: digest}}}
         self.registry.patch(
             DAEMONSETS,
             OPERATOR_NAMESPACE,
