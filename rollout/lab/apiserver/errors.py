@@ -33,6 +33,7 @@ class StatusReason(StrEnum):
     UNAUTHORIZED = ("Unauthorized", 401)
     INTERNAL_ERROR = ("InternalError", 500)
     SERVICE_UNAVAILABLE = ("ServiceUnavailable", 503)
+    TIMEOUT = ("Timeout", 504)
 
 
 @dataclass(frozen=True)
@@ -206,6 +207,22 @@ class ApiError(RolloutError):
     @classmethod
     def expired(cls, message: str) -> ApiError:
         return cls(StatusReason.EXPIRED, message)
+
+    @classmethod
+    def too_large_resource_version(cls, asked: int, current: int) -> ApiError:
+        """A read or watch not older than a revision the server has not reached (storage's
+        NewTooLargeResourceVersionError: a Timeout the client retries)."""
+        return cls(
+            StatusReason.TIMEOUT,
+            f"Too large resource version: {asked}, current: {current}",
+            details={
+                "causes": [
+                    {"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}
+                ],
+                "retryAfterSeconds": 1,
+            },
+            retry_after_s=1,
+        )
 
     @classmethod
     def internal(cls, message: str) -> ApiError:

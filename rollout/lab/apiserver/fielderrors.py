@@ -1,5 +1,5 @@
 """Field errors as the real server words them in a 422's causes: apimachinery's `field`
-package (Invalid, Required, NotSupported) and the messages of its validation helpers
+package (Invalid, Required, Forbidden, NotSupported) and the messages of its validation helpers
 (RegexError, MaxLenError)."""
 
 from __future__ import annotations
@@ -21,6 +21,11 @@ def required(field: str, detail: str = "") -> StatusCause:
     return StatusCause(
         "FieldValueRequired", f"Required value: {detail}" if detail else "Required value", field
     )
+
+
+def forbidden(field: str, why: str) -> StatusCause:
+    """field.Forbidden: `Forbidden: why`."""
+    return StatusCause("FieldValueForbidden", f"Forbidden: {why}", field)
 
 
 def not_supported(field: str, value: object, supported: Sequence[str]) -> StatusCause:

@@ -48,6 +48,7 @@ from rollout.lab.apiserver.routes import Endpoint, Route, parse_route
 from rollout.lab.apiserver.selectors import FieldSelector, LabelSelector
 from rollout.lab.apiserver.store import ObjectKey, RevisionExpired, WatchEventType
 from rollout.lab.apiserver.tables import to_table, wants_table
+from rollout.lab.apiserver.watch import ListOptions, to_bookmark
 from rollout.lab.faults import ApiFault
 
 if TYPE_CHECKING:
@@ -66,7 +67,6 @@ SERVER_VERSION = {
     "compiler": "gc",
     "platform": "linux/amd64",
 }
-_DEFAULT_WATCH_TIMEOUT_S = 1800.0
 _TRUE = ("1", "true", "True")
 # How often a followed log is read again for what was written since.
 _LOG_POLL_S = 0.1
@@ -295,6 +295,7 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
         table = method == "GET" and wants_table(self.headers.get("Accept") or "")
         if name is None:
             if method == "GET":
+                ListOptions.from_query(query)
                 listed = registry.list_collection(kind, namespace, *_selectors(query))
                 if table:
                     return Reply(200, _to_table(kind, listed["items"], query, listed))
@@ -361,16 +362,14 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
         kind = route.require_kind()
         labels, fields = _selectors(query)
         registry.check_field_selector(kind, fields)
+        options = ListOptions.from_query(query)
         # kubectl get -w asks for Tables: each event's object is then a one-row Table.
         self._watch_table = query if wants_table(self.headers.get("Accept") or "") else None
-        timeout_s = float(query.get("timeoutSeconds") or _DEFAULT_WATCH_TIMEOUT_S)
-        deadline = time.monotonic() + timeout_s
-        start = query.get("resourceVersion") or "0"
-        if not start.isdigit():
-            raise ApiError.bad_request(f"invalid resource version: {start}")
+        deadline = time.monotonic() + options.timeout_s
         with registry.store.locked():
-            since = registry.store.revision if start == "0" else int(start)
-            initial = registry.list_objects(kind, route.namespace) if start == "0" else []
+            start = options.start(registry.store.revision)
+            initial = registry.list_objects(kind, route.namespace) if start.initial_state else []
+        since = start.revision
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")
@@ -386,6 +385,9 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
                     )
                     matching.add(key)
                     self._write_event("ADDED", kind, obj)
+            if start.end_bookmark:
+                self._write_bookmark(kind, since, initial_events_end=True)
+            bookmark_due = time.monotonic() + self.server.bookmark_interval_s
             while not self.server.stopping and time.monotonic() < deadline:
                 wait_s = min(_WATCH_POLL_S, max(0.0, deadline - time.monotonic()))
                 try:
@@ -413,10 +415,25 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
                     elif was:
                         matching.discard(event.key)
                         self._write_event("DELETED", kind, event.obj)
+                # As the watch cache does: a bookmark now and then, and one as the watch's
+                # time runs out, so the client resumes from a recent revision.
+                ending = time.monotonic() >= deadline
+                if options.allow_bookmarks and (ending or time.monotonic() >= bookmark_due):
+                    self._write_bookmark(kind, since, initial_events_end=False)
+                    bookmark_due = time.monotonic() + self.server.bookmark_interval_s
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
+
+    def _write_bookmark(
+        self, kind: ResourceKind, revision: int, *, initial_events_end: bool
+    ) -> None:
+        obj = to_bookmark(kind, revision, initial_events_end=initial_events_end)
+        if self._watch_table is not None:
+            # a Table stream's bookmark is a Table: no rows, the revision in its list metadata
+            obj = to_table(kind, [], resource_version=str(revision), include_object="")
+        self._write_chunk({"type": "BOOKMARK", "object": obj})
 
     def _decode_body(self, raw: bytes) -> Any:
         """A created or replaced object: JSON, or protobuf for the kinds that can be read."""

@@ -14,6 +14,9 @@ from rollout.lab.apiserver.faults import ApiFaultInjector
 from rollout.lab.apiserver.handler import ApiRequestHandler
 from rollout.lab.apiserver.registry import Registry
 
+# How often a watch that allows bookmarks is sent one: the watch cache's bookmark frequency.
+BOOKMARK_INTERVAL_S = 60.0
+
 
 class ApiHttpServer(ThreadingHTTPServer):
     """ThreadingHTTPServer that knows its registry and its open connections."""
@@ -22,10 +25,15 @@ class ApiHttpServer(ThreadingHTTPServer):
     allow_reuse_address = True
 
     def __init__(
-        self, address: tuple[str, int], registry: Registry, authenticator: Authenticator
+        self,
+        address: tuple[str, int],
+        registry: Registry,
+        authenticator: Authenticator,
+        bookmark_interval_s: float = BOOKMARK_INTERVAL_S,
     ) -> None:
         self.registry = registry
         self.authenticator = authenticator
+        self.bookmark_interval_s = bookmark_interval_s
         self.stopping = False
         # the lab's fault hook (None: every request served as asked)
         self.faults: ApiFaultInjector | None = None
@@ -62,9 +70,12 @@ class ApiServer:
         port: int = 0,
         authenticator: Authenticator | None = None,
         tls: ssl.SSLContext | None = None,
+        bookmark_interval_s: float = BOOKMARK_INTERVAL_S,
     ) -> None:
         self.registry = registry
-        self._http = ApiHttpServer((host, port), registry, authenticator or Authenticator())
+        self._http = ApiHttpServer(
+            (host, port), registry, authenticator or Authenticator(), bookmark_interval_s
+        )
         self._scheme = "http"
         if tls is not None:
             # kubectl sends credentials only over TLS; the handshake happens in the handler's
@@ -88,11 +99,12 @@ class ApiServer:
         port: int = 0,
         authenticator: Authenticator | None = None,
         tls: ssl.SSLContext | None = None,
+        bookmark_interval_s: float = BOOKMARK_INTERVAL_S,
     ) -> ApiServer:
         """Bind and serve (over TLS with a server context); returns once the socket accepts
         connections. Without an authenticator, credential-less requests act as the lab's
-        administrator."""
-        server = cls(registry or Registry(), host, port, authenticator, tls)
+        administrator. A watch that allows bookmarks gets one every `bookmark_interval_s`."""
+        server = cls(registry or Registry(), host, port, authenticator, tls, bookmark_interval_s)
         server._thread.start()
         return server
 
