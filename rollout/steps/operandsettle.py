@@ -1,9 +1,10 @@
 """Wait for the GPU Operator to settle after rollout changed its ClusterPolicy.
 
 A ClusterPolicy write is cluster-wide: the operator re-renders its operand DaemonSets and
-rolls those whose pods change (the device plugin for a new config; the seed incident saw the
-toolkit re-run too, and each toolkit run restarts containerd through SIGHUP, taking its node
-NotReady for containerd's RestartSec). Starting the next node inside that window would
+rolls those whose rendering changes (the device plugin and GPU feature discovery for a new
+`devicePlugin.config`; the toolkit only for its own sections, and each toolkit run restarts
+containerd through SIGHUP, taking its node NotReady for containerd's RestartSec: see
+`rollout.operatorrolls`). Starting the next node inside that window would
 count nodes the operator is restarting against max_unavailable, or find containerd between
 its stop and its start. So `configmap.update` waits until every DaemonSet of the operator's
 namespace has rolled out (updated = ready = desired) and every GPU node is Ready, and stays

@@ -27,6 +27,7 @@ from rollout.errors import InputError
 from rollout.facts import ClusterFacts, NodeFacts
 from rollout.facts.gpu_operator import DevicePluginConfigRef
 from rollout.memo import IdentityMemo
+from rollout.operatorrolls import describe_rolls
 from rollout.plan import ClusterChange, FileChange, LabelChange
 from rollout.spec import Spec, TimeSlicingChange
 
@@ -158,9 +159,12 @@ class Publication:
                     "clusterpolicy",
                     "cluster-policy",
                     "; ".join(
-                        f"set spec.devicePlugin.config.{name} = {value!r} "
-                        f"(now {self.policy_before.get(name) or 'unset'!r})"
-                        for name, value in self.policy.items()
+                        [
+                            f"set spec.devicePlugin.config.{name} = {value!r} "
+                            f"(now {self.policy_before.get(name) or 'unset'!r})"
+                            for name, value in self.policy.items()
+                        ]
+                        + [describe_rolls(f"devicePlugin.config.{n}" for n in self.policy)]
                     ),
                 )
             )

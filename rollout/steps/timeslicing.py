@@ -217,11 +217,11 @@ class ConfigMapUpdateStep:
                     policy_name,
                     {"spec": {"devicePlugin": {"config": dict(publication.policy)}}},
                 )
+                # the plan's words: what it sets, and what the GPU Operator then restarts
                 did.append(changes.get("clusterpolicy") or "")
                 ctx.progress(
-                    f"{ctx.node}: configmap.update: the ClusterPolicy change restarts the "
-                    "device plugin on every GPU node (a DaemonSet rollout); nodes without "
-                    f"the label keep {publication.unlabelled} ({publication.unlabelled_via})"
+                    f"{ctx.node}: configmap.update: {did[-1]}; nodes without the label keep "
+                    f"{publication.unlabelled} ({publication.unlabelled_via})"
                 )
             break
         else:
