@@ -71,7 +71,7 @@ from rollout.lab.nodes import (
     wait_node_ready,
     write_lab_mirror,
 )
-from rollout.lab.prerequisites import require_prerequisites
+from rollout.lab.prerequisites import KUBELET_CRI, require_prerequisites
 from rollout.lab.registry import registry_host, start_registry, stop_registry
 from rollout.lab.registryimages import PREPULLED, build_images, push_images, served_namespaces
 from rollout.lab.simulation.bootstrap import read_rbac_manifest
@@ -275,7 +275,8 @@ def bring_up_lab(options: LabOptions, progress: Progress = print) -> Lab:
     """Build (or reuse) the image, boot the nodes in parallel, start the control plane."""
     started = time.monotonic()
     specs = plan_nodes(options)  # bad arguments are bad input, whatever this machine has
-    require_prerequisites(SERIES)
+    # the kubelet's CRI client only serves the control plane's simulation
+    require_prerequisites(SERIES, KUBELET_CRI if options.controlplane else None)
     lab_dir = options.lab_dir.resolve()
     _claim_lab_dir(lab_dir)
     with _lab_lock(lab_dir):

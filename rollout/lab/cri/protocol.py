@@ -17,8 +17,13 @@ from typing import Any
 from rollout.containerd.binaries import cache_dir
 from rollout.errors import RolloutError
 
+# How to install the `lab` extra (pyproject.toml) that holds grpc and protobuf.
+INSTALL_LAB_EXTRA = "pip install 'rollout[lab]' (in a checkout: scripts/setup --lab)"
+FETCH_CRI_API = "run scripts/fetch-cri-api from rollout's source (or scripts/setup --lab)"
+
 _lock = threading.Lock()
-_loaded: Protocol | None = None
+# directory -> its protocol, imported once
+_loaded: dict[Path, Protocol] = {}
 
 
 class CriUnavailable(RolloutError):
@@ -38,26 +43,33 @@ def protocol_dir() -> Path:
     return cache_dir() / "cri-api" / "python"
 
 
-def load_protocol() -> Protocol:
-    """The CRI modules, imported once; CriUnavailable says what to run when missing."""
-    global _loaded
+def load_protocol(directory: Path | None = None) -> Protocol:
+    """The CRI modules of `directory` (the cache's by default), imported once;
+    CriUnavailable says what to run when missing."""
+    where = directory or protocol_dir()
     with _lock:
-        if _loaded is None:
-            _loaded = _import(protocol_dir())
-        return _loaded
+        if where not in _loaded:
+            _loaded[where] = _import(where)
+        return _loaded[where]
+
+
+def missing_protocol_file(directory: Path) -> Path | None:
+    """The compiled module `directory` lacks, or None when both are there."""
+    for name in ("api_pb2.py", "api_pb2_grpc.py"):
+        if not (directory / name).is_file():
+            return directory / name
+    return None
 
 
 def _import(directory: Path) -> Protocol:
-    if not (directory / "api_pb2_grpc.py").is_file():
-        raise CriUnavailable(
-            f"the compiled CRI API is missing ({directory / 'api_pb2_grpc.py'}): "
-            "run scripts/fetch-cri-api (or scripts/setup --lab)"
-        )
+    missing = missing_protocol_file(directory)
+    if missing is not None:
+        raise CriUnavailable(f"the compiled CRI API is missing ({missing}): {FETCH_CRI_API}")
     try:
         grpc = importlib.import_module("grpc")
     except ImportError as error:
         raise CriUnavailable(
-            "grpc is not installed: install rollout's lab extras (pip install -e '.[lab]')"
+            f"grpc is not installed ({error}): install rollout's lab extra: {INSTALL_LAB_EXTRA}"
         ) from error
     api = _import_file("api_pb2", directory / "api_pb2.py")
     services = _import_file("api_pb2_grpc", directory / "api_pb2_grpc.py")
