@@ -4,7 +4,17 @@ A driver pod the kubelet has started "installs" its DRIVER_VERSION on the node: 
 driver state the node's stand-in nvidia-smi reads (the library version and the loaded module),
 so a driver pod restart changes what `nvidia-smi` on the node reports. The pod records the
 version it installed in an annotation, so a restarted control plane does not install again
-over what a host-mode test put there.
+over what a host-mode test put there; the node records it too (CONTAINER_VERSION_FILE).
+
+Before installing, a starting driver pod checks the host for a driver of its own, as the real
+driver container's k8s-driver-manager does (GPU Operator 1.11.1 and later: "NVIDIA driver
+container will auto-disable itself on the node with pre-installed drivers by applying label
+nvidia.com/gpu.deploy.driver=pre-installed"): one found, it labels the node so, installs
+nothing, and the DaemonSet no longer selects the node. A host-installed driver here is a
+library the node's own packages switched to a version the driver container did not install
+(the lab's node image ships the starting driver as a package, which a fresh lab's driver pods
+own). So after a host-mode upgrade restores `gpu.deploy.driver=true`, the returning driver
+pod stands down instead of putting the ClusterPolicy's version back over the new driver.
 
 The lab knob `lab.rollout/fail-upgrade=true` on a node makes its driver container fail to
 install: the container restarts again and again without becoming ready, as a real one whose
@@ -40,18 +50,37 @@ log = logging.getLogger("rollout.lab.simulation")
 # What the stand-in nvidia-smi reads (rollout/lab/data/nvidia-smi), relative to a node's root.
 DRIVER_VERSION_FILE = Path("usr/lib/rollout-lab/nvidia-driver/version")
 MODULE_VERSION_FILE = Path("var/lib/rollout-lab/nvidia-module-version")
+# What the driver container last installed on the node (absent: it never did).
+CONTAINER_VERSION_FILE = Path("var/lib/rollout-lab/driver-container-version")
+PRE_INSTALLED = "pre-installed"
 # On the pod: the version its driver container installed on the node.
 INSTALLED_ANNOTATION = "lab.rollout/driver-installed"
 
 
 def write_driver_state(root: Path, version: str) -> None:
-    """The node's driver library and loaded module are now `version`."""
-    for relative in (DRIVER_VERSION_FILE, MODULE_VERSION_FILE):
+    """The node's driver library and loaded module are now `version`, the driver container's."""
+    for relative in (DRIVER_VERSION_FILE, MODULE_VERSION_FILE, CONTAINER_VERSION_FILE):
         path = root / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_name(path.name + ".lab-tmp")
         temporary.write_text(version + "\n")
         temporary.replace(path)
+
+
+def read_host_driver(root: Path) -> str | None:
+    """The driver the node's own packages installed over the driver container's, if any."""
+    library = _read_version(root / DRIVER_VERSION_FILE)
+    container = _read_version(root / CONTAINER_VERSION_FILE)
+    if library and container and library != container:
+        return library
+    return None
+
+
+def _read_version(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
 
 
 def install_failure_line(version: str) -> str:
@@ -100,6 +129,10 @@ class DriverContainers:
             return
         name = node["metadata"]["name"]
         root = self.roots.get(name)
+        host = read_host_driver(root) if root is not None and installed is None else None
+        if host is not None:
+            self._stand_down(pod, name, host)
+            return
         if root is not None and version:
             write_driver_state(root, version)
         address = _internal_ip(node)
@@ -112,6 +145,22 @@ class DriverContainers:
 
         write_pod(self.registry, pod, finish)
         log.info("driver container on %s installed %s", name, version)
+
+    def _stand_down(self, pod: Mapping[str, Any], node: str, host: str) -> None:
+        """The host has a driver of its own: label the node pre-installed, install nothing."""
+
+        def label(n: dict[str, Any]) -> None:
+            n["metadata"].setdefault("labels", {})[DRIVER.deploy_label] = PRE_INSTALLED
+
+        self.registry.mutate(NODES, None, node, label)
+        meta = pod["metadata"]
+        line = (
+            f"Host driver detected: {host}\nNVIDIA GPU driver is already pre-installed on the "
+            f"node, disabling the containerized driver\nLabeling node {node} with "
+            f"{DRIVER.deploy_label}={PRE_INSTALLED}\n"
+        )
+        self.registry.write_log(meta["namespace"], meta["name"], DRIVER.container, line)
+        log.info("driver container on %s: host driver %s pre-installed, stood down", node, host)
 
     def _crash(self, pod: dict[str, Any], version: str) -> None:
         uid = pod["metadata"]["uid"]
