@@ -13,6 +13,7 @@ import hashlib
 import posixpath
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import Enum
 
 from rollout.commands import CommandRunner, check
 from rollout.errors import RolloutError
@@ -49,6 +50,15 @@ _RESTORE_SCRIPT = (
     'tmp=$(mktemp "$dir/.rollout.XXXXXXXXXX"); trap \'rm -f -- "$tmp"\' EXIT; '
     'cp -p -- "$1" "$tmp"; sync -- "$tmp"; mv -f -- "$tmp" "$2"; trap - EXIT; '
     'sync -- "$dir"; sha256sum -- "$2"'
+)
+# $1 backup, $2 target another writer also owns (the toolkit's drop-in): put back only over
+# a file still there, and read what is there afterwards without failing, since the other
+# writer may delete or rewrite it at any instant. Prints `absent` or the target's sum.
+_RESTORE_SHARED_SCRIPT = (
+    'set -e; [ -e "$2" ] || { echo absent; exit 0; }; dir=$(dirname -- "$2"); '
+    'tmp=$(mktemp "$dir/.rollout.XXXXXXXXXX"); trap \'rm -f -- "$tmp"\' EXIT; '
+    'cp -p -- "$1" "$tmp"; sync -- "$tmp"; mv -f -- "$tmp" "$2"; trap - EXIT; '
+    'sync -- "$dir"; sha256sum -- "$2" 2>/dev/null || echo absent'
 )
 _MISSING_DIRS_SCRIPT = 'for d do [ -d "$d" ] || printf "%s\\n" "$d"; done'
 
@@ -176,6 +186,30 @@ def restore_file(runner: CommandRunner, backup: BackupRecord) -> None:
             f"{backup.backup_path}, not the original's {backup.sha256}; "
             "the backup is damaged: compare it by hand before restarting containerd"
         )
+
+
+class SharedRestore(Enum):
+    """How restoring a file another writer co-owns ended."""
+
+    RESTORED = "restored byte for byte"
+    REMOVED = "removed by its other writer (left absent)"
+    REWRITTEN = "rewritten by its other writer since the restore"
+
+
+def restore_shared_file(runner: CommandRunner, backup: BackupRecord) -> SharedRestore:
+    """Put the backup back over a file another writer also owns, unless that writer has
+    removed it; what the file holds afterwards is that writer's to decide, so a change
+    after the restore is an outcome, not an error (the caller judges what containerd loads)."""
+    result = check(
+        runner.run(
+            ["sh", "-c", _RESTORE_SHARED_SCRIPT, "rollout-restore", backup.backup_path, backup.path]
+        ),
+        f"restore {backup.path} from {backup.backup_path}",
+    )
+    if result.stdout.strip() == "absent":
+        return SharedRestore.REMOVED
+    restored = parse_sha256sum(result.stdout).get(backup.path)
+    return SharedRestore.RESTORED if restored == backup.sha256 else SharedRestore.REWRITTEN
 
 
 def sha256_of_files(runner: CommandRunner, paths: Sequence[str]) -> dict[str, str]:

@@ -48,19 +48,21 @@ from rollout.steps.backup import (
     backup_path_for,
     find_missing_dirs,
     read_node_files,
-    remove_empty_dirs,
-    remove_file,
     replace_file,
-    restore_file,
     sha256_of_files,
 )
 from rollout.steps.base import StepContext, StepFailed, StepResult, translate_step_errors
 from rollout.steps.containerd_changes import build_intent, parent_directories
+from rollout.steps.containerd_undo import (
+    judge_undo,
+    list_runtime_handlers,
+    toolkit_drop_in_absent,
+    undo_files,
+)
 from rollout.steps.nodechanges import WRITE_STEP, ContainerdFileStep, node_changes
 from rollout.steps.systemd import (
     probe_service,
     read_node_clock,
-    restart_service,
     written_at_of,
 )
 
@@ -104,19 +106,6 @@ def describe_drift(change: FileChange, now: str | None) -> str:
         + "\n".join(f"    {line}" for line in shown)
         + more
     )
-
-
-def list_runtime_handlers(dump: Mapping[str, Any]) -> tuple[str, ...]:
-    """The runtime handler names of an effective config, over every CRI plugin table."""
-    names: set[str] = set()
-    plugins = dump.get("plugins")
-    if isinstance(plugins, Mapping):
-        for table in plugins.values():
-            containerd = table.get("containerd") if isinstance(table, Mapping) else None
-            runtimes = containerd.get("runtimes") if isinstance(containerd, Mapping) else None
-            if isinstance(runtimes, Mapping):
-                names.update(str(name) for name in runtimes)
-    return tuple(sorted(names))
 
 
 def as_saved(tree: Mapping[str, Any]) -> dict[str, Any]:
@@ -312,7 +301,8 @@ class ContainerdWrite:
         return prediction
 
     def undo(self, ctx: StepContext) -> None:
-        """Restore every backup byte for byte, delete created files, restart, check the dump."""
+        """Restore the backups (the toolkit's drop-in as containerd_undo says), delete created
+        files, restart, and check what containerd loads against what it loaded before."""
         planned = list(ctx.node_plan.files)
         data = ctx.load_data(self.kind)
         if not planned or not data:
@@ -321,42 +311,24 @@ class ContainerdWrite:
             self._undo(ctx, planned, data)
 
     def _undo(self, ctx: StepContext, planned: list[FileChange], data: Mapping[str, Any]) -> None:
-        runner = ctx.runner
-        backups = recorded_backups(ctx)
-        current = read_node_files(runner, [f.path for f in planned])
-        changed = False
-        for change in planned:
-            now = current.get(change.path)
-            if change.before is None:
-                if now is not None:
-                    remove_file(runner, change.path)
-                    changed = True
-            elif change.path in backups:
-                restore_file(runner, backups[change.path])
-                changed = changed or now != change.before
-            elif now != change.before:
-                raise self._fail(
-                    ctx,
-                    f"undo: {change.path} is not the original and this run recorded no "
-                    "backup of it; restore it by hand",
-                )
-        remove_empty_dirs(runner, list(data.get("created_dirs", [])))
-        remove_stages(runner, ctx.run_id)
-        written_at = written_at_of(data)
-        if not changed and written_at is None:
-            return  # no file was replaced and no restart could have read one
-        timeout_s = float(ctx.spec.policy.verify.containerd_restart_timeout_s)
-        restart_service(runner, timeout_s, sleep=ctx.sleep)
-        saved = data.get("before_dump")  # redacted again: an older run saved it in clear
-        expected = as_saved(saved) if isinstance(saved, Mapping) else None
-        live = read_live_dump(runner, ctx.facts.config_files.main_path)
-        if expected is not None and live != expected:
+        notes = undo_files(ctx, self.kind, planned, recorded_backups(ctx), data)
+        before, written = data.get("before_dump"), data.get("after_dump")
+        if notes is None or not isinstance(before, Mapping) or not isinstance(written, Mapping):
+            return  # nothing restored, or killed before anything was predicted or written
+        live = read_live_dump(ctx.runner, ctx.facts.config_files.main_path)
+        handlers = [str(h) for h in data.get("handlers_before", [])]
+        # judged by what containerd loads (redacted again: an older run saved it in clear)
+        problems = judge_undo(
+            as_saved(before), as_saved(written), live, handlers, toolkit_drop_in_absent(ctx)
+        )
+        if problems:
             raise self._fail(
                 ctx,
-                "undo: files restored and containerd restarted, but `containerd config dump` "
-                "differs from the one before the write:\n"
-                + describe_dump_difference(expected, live),
+                "undo: files restored and containerd restarted, but containerd does not load "
+                "what it loaded before the write:\n  " + "\n  ".join(problems),
             )
+        for note in notes:
+            ctx.progress(f"{ctx.node}: undo: {note}; containerd loads what it did before")
 
     def _fail(self, ctx: StepContext, message: str) -> StepFailed:
         return StepFailed(ctx.node, self.kind, message)
