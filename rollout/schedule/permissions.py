@@ -74,6 +74,8 @@ STEP_GRANTS: dict[str, tuple[Grant, ...]] = {
     "gpu.smoke": (
         *_grants("", "pods", "create get delete", SMOKE_NAMESPACE),
         *_grants("", "pods/log", "get", SMOKE_NAMESPACE),
+        # a failed smoke pod's Warning events, quoted in the failure
+        *_grants("", "events", "list", SMOKE_NAMESPACE),
     ),
     # the ConfigMap's own namespace is added per change (configmap_grants)
     "configmap.update": (

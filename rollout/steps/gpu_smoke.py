@@ -12,7 +12,9 @@ from typing import Any, ClassVar
 
 from rollout.facts import NodeFacts
 from rollout.facts.gpu_operator import OPERATOR_RUNTIME_CLASS
+from rollout.facts.live import event_line
 from rollout.facts.pods import GPU_RESOURCE
+from rollout.fieldproblems import shorten
 from rollout.plan import StepPlan
 from rollout.spec import Spec
 from rollout.steps.base import StepContext, StepFailed, StepResult
@@ -22,13 +24,18 @@ from rollout.steps.nodechanges import Reach, ReachingStep
 from rollout.steps.nodemarks import RUN_ANNOTATION, MarkingStep
 from rollout.steps.pods import describe_pod
 from rollout.transports.errors import KubeError, NotFound
-from rollout.transports.kube import Pod
+from rollout.transports.kube import Event, Pod
 from rollout.transports.kube.objects import LABEL_MANAGED_BY
 
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 SMOKE_NAMESPACE = "default"
 SMOKE_CONTAINER = "smoke"
 LOG_TAIL_LINES = 20
+# A failed smoke pod's Warning events quoted, latest first: how many, each cut to how long.
+WARNINGS_SHOWN = 3
+WARNING_CHARS = 300
+# containerd's words (1.6 to 2.1) when the sandbox's runtime handler is not configured
+_NO_HANDLER = re.compile(r'no runtime for "(?P<handler>[^"]*)" is configured')
 # nvidia-smi -L prints GPU-<uuid>, MIG-<uuid>, or on older drivers MIG-GPU-<uuid>/<gi>/<ci>;
 # the alternation tries the MIG forms first so a GPU- inside a MIG token is not matched alone.
 _UUID_TOKEN = re.compile(
@@ -192,15 +199,18 @@ class GpuSmokeStep(ReachingStep, MarkingStep):
             pod = self._wait_until_finished(ctx, name, deadline)
             log = self._read_log(ctx, name)
             if pod.phase != "Succeeded":
-                raise StepFailed(ctx.node, self.kind, self._describe_failure(pod, log, deadline))
-            verdict = judge_smoke_log(log, ctx.facts.gpus.uuids, _target_driver(ctx.spec))
+                warnings = read_pod_warnings(ctx, pod)
+                raise StepFailed(
+                    ctx.node, self.kind, describe_smoke_failure(pod, log, warnings, deadline)
+                )
+            verdict = judge_smoke_log(log or "", ctx.facts.gpus.uuids, _target_driver(ctx.spec))
             if not verdict.ok:
                 raise StepFailed(
                     ctx.node,
                     self.kind,
                     f"pod {where} ran, but: "
                     + "; ".join(verdict.problems)
-                    + f"\n  log:\n{_indent(tail_lines(log))}",
+                    + f"\n  log:\n{_indent(tail_lines(log or ''))}",
                 )
         finally:
             try:
@@ -222,31 +232,12 @@ class GpuSmokeStep(ReachingStep, MarkingStep):
             deadline.sleep(POLL_INTERVAL_S)
 
     @staticmethod
-    def _read_log(ctx: StepContext, name: str) -> str:
+    def _read_log(ctx: StepContext, name: str) -> str | None:
+        """The container's log; None where there is none to read (it never started)."""
         try:
             return ctx.kube.read_pod_log(SMOKE_NAMESPACE, name, SMOKE_CONTAINER)
-        except KubeError as exc:
-            # A pod that never started has no log; the failure message says so instead.
-            return f"(no log: {exc})"
-
-    @staticmethod
-    def _describe_failure(pod: Pod, log: str, deadline: Deadline) -> str:
-        if pod.phase in ("Pending", "Running", "Unknown"):
-            head = (
-                f"not finished after {round(deadline.elapsed_s)}s (policy.verify.smoke_timeout_s)"
-            )
-        else:
-            head = "failed"
-        hint = ""
-        if pod.phase == "Pending" and not pod.node_name:
-            hint = (
-                "\n  not scheduled: the node has no free GPU to give, or does not match "
-                "(kubectl describe pod shows the scheduler's reason)"
-            )
-        elif "ContainerCreating" in pod.container_reasons:
-            hint = "\n  stuck creating: check containerd's `nvidia` runtime handler on the node"
-        hint += "".join(f"\n  {message}" for message in pod.container_messages)
-        return f"smoke {describe_pod(pod)}: {head}{hint}\n  log:\n{_indent(tail_lines(log))}"
+        except KubeError:
+            return None
 
     @staticmethod
     def _remove_pod(ctx: StepContext, name: str, deadline: Deadline) -> None:
@@ -264,6 +255,65 @@ class GpuSmokeStep(ReachingStep, MarkingStep):
         ctx.kube.delete_pod(
             SMOKE_NAMESPACE, smoke_pod_name(ctx.node, ctx.run_id), grace_period_s=0, missing_ok=True
         )
+
+
+def read_pod_warnings(ctx: StepContext, pod: Pod) -> tuple[Event, ...] | str:
+    """The pod's Warning events, latest first, at most WARNINGS_SHOWN; why not, where they
+    cannot be read."""
+    selector = f"involvedObject.kind=Pod,involvedObject.name={pod.name}"
+    if pod.uid:  # not those of an earlier pod of the same name (a killed attempt's)
+        selector += f",involvedObject.uid={pod.uid}"
+    try:
+        events = ctx.kube.list_events(pod.namespace, field_selector=selector)
+    except KubeError as exc:
+        return f"its events could not be read: {shorten(str(exc), WARNING_CHARS)}"
+    warnings = [e for e in reversed(events) if e.event_type == "Warning"]
+    return tuple(warnings[:WARNINGS_SHOWN])
+
+
+def describe_smoke_failure(
+    pod: Pod, log: str | None, warnings: tuple[Event, ...] | str, deadline: Deadline
+) -> str:
+    """Why the smoke pod did not succeed: its state, its Warning events (what the kubelet and
+    the scheduler said), a hint only where they point to one, and its log if it ran."""
+    if pod.phase in ("Pending", "Running", "Unknown"):
+        head = f"not finished after {round(deadline.elapsed_s)}s (policy.verify.smoke_timeout_s)"
+    else:
+        head = "failed"
+    lines = [f"smoke {describe_pod(pod)}: {head}"]
+    lines += [f"  {shorten(message, WARNING_CHARS)}" for message in pod.container_messages]
+    if isinstance(warnings, str):
+        lines.append(f"  {warnings}")
+    elif warnings:
+        lines.append("  warning events, latest first:")
+        lines += [f"    {shorten(event_line(e), WARNING_CHARS)}" for e in warnings]
+    hint = _smoke_hint(pod, warnings)
+    if hint:
+        lines.append(f"  {hint}")
+    if log is not None:
+        lines.append(f"  log:\n{_indent(tail_lines(log))}")
+    elif pod.phase != "Pending":
+        lines.append("  log: none could be read")
+    return "\n".join(lines)
+
+
+def _smoke_hint(pod: Pod, warnings: tuple[Event, ...] | str) -> str:
+    """What to check next, where the evidence points to it; empty where the events say it."""
+    events = () if isinstance(warnings, str) else warnings
+    for event in events:
+        missing = _NO_HANDLER.search(event.message)
+        if missing:
+            handler = missing.group("handler")
+            return (
+                f"containerd on the node has no `{handler}` runtime handler (the pod's "
+                f"RuntimeClass names it): check what containerd loads (rollout diagnose)"
+            )
+    if pod.phase == "Pending" and not pod.node_name:
+        said = "" if events else " (kubectl describe pod shows the scheduler's reason)"
+        return f"not scheduled: the node has no free GPU to give, or does not match{said}"
+    if "ContainerCreating" in pod.container_reasons and not events:
+        return "stuck creating, and no Warning event says why (kubectl describe pod)"
+    return ""
 
 
 def _indent(text: str, prefix: str = "    ") -> str:

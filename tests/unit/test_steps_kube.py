@@ -5,12 +5,14 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any, cast
 
 import pytest
 import yaml
 
 from rollout.facts import GpuFacts, NodeFacts
+from rollout.fieldproblems import shorten
 from rollout.plan import NodePlan
 from rollout.run import Journal
 from rollout.spec import Spec, parse_spec
@@ -40,10 +42,11 @@ from rollout.steps.timeslicing import (
     DevicePluginRestartStep,
     NodeLabelStep,
 )
-from rollout.transports.errors import Conflict, EvictionBlocked, NotFound
+from rollout.transports.errors import Conflict, EvictionBlocked, Forbidden, KubeError, NotFound
 from rollout.transports.kube import (
     ConfigMap,
     DaemonSet,
+    Event,
     EventType,
     EvictionOutcome,
     KubeClient,
@@ -108,6 +111,19 @@ class FakeKube(InMemoryKube):
         self.versions = itertools.count(2)
         # the operator's DaemonSets, one list per read (the last one repeats)
         self.daemonset_reads: list[list[DaemonSet]] = [[]]
+        # what create_pod makes of a smoke pod, and the Events on pods, oldest first
+        self.smoke_pod = Pod("", "", uid="smoke", resource_version="1", phase="Failed")
+        self.pod_events: list[Event] = []
+        self.events_refused: KubeError | None = None
+        self.event_selectors: list[str] = []
+
+    def list_events(
+        self, namespace: str | None = None, field_selector: str | None = None
+    ) -> list[Event]:
+        if self.events_refused is not None:
+            raise self.events_refused
+        self.event_selectors.append(field_selector or "")
+        return list(self.pod_events)
 
     def list_daemonsets(self, namespace: str | None = None) -> list[DaemonSet]:
         if len(self.daemonset_reads) > 1:
@@ -138,7 +154,7 @@ class FakeKube(InMemoryKube):
 
     def create_pod(self, namespace: str, manifest: Mapping[str, Any]) -> Pod:
         name = manifest["metadata"]["name"]
-        pod = Pod(namespace, name, uid="smoke", resource_version="1", phase="Failed")
+        pod = replace(self.smoke_pod, namespace=namespace, name=name)
         self.pods[(namespace, name)] = pod
         return pod
 
@@ -150,6 +166,8 @@ class FakeKube(InMemoryKube):
     def read_pod_log(
         self, namespace: str, name: str, container: str | None = None, tail_lines: int | None = None
     ) -> str:
+        if self.smoke_pod.phase == "Pending":  # never started: no log (the API's 400)
+            raise KubeError("read", f"log of pod {namespace}/{name}", status=400)
         return "Failed to initialize NVML: Driver/library version mismatch\n"
 
     # configmaps and the ClusterPolicy
@@ -544,6 +562,94 @@ def test_a_failed_smoke_pod_is_described_and_deleted(kube: FakeKube, journal: Jo
         GpuSmokeStep().apply(ctx)
     assert "Failed" in str(failed.value) and "Driver/library version mismatch" in str(failed.value)
     assert kube.pods == {}
+
+
+def smoke_event(reason: str, message: str, count: int = 1, at: int = 0) -> Event:
+    """An Event on the smoke pod, `at` seconds into the minute."""
+    return Event(
+        "default",
+        f"e{at}",
+        "Pod",
+        "smoke",
+        reason,
+        message,
+        "Normal" if reason == "Scheduled" else "Warning",
+        count,
+        datetime(2024, 5, 1, 10, 0, at, tzinfo=UTC),
+    )
+
+
+def smoke_failure(kube: FakeKube, journal: Journal) -> str:
+    ctx = make_context(kube, journal)
+    with pytest.raises(StepFailed) as failed:
+        GpuSmokeStep().apply(ctx)
+    assert kube.pods == {}
+    # the events of this pod, not of an earlier one of the same name
+    name = smoke_pod_name(NODE, ctx.run_id)
+    assert kube.event_selectors[-1:] in (
+        [],
+        [f"involvedObject.kind=Pod,involvedObject.name={name},involvedObject.uid=smoke"],
+    )
+    return str(failed.value)
+
+
+STUCK = Pod("", "", "smoke", "1", NODE, "Pending", container_reasons=("ContainerCreating",))
+NO_GRPC = "Failed to create pod sandbox: grpc is not installed"
+
+
+def test_a_smoke_pod_stuck_creating_quotes_its_latest_warning_events(
+    kube: FakeKube, journal: Journal
+) -> None:
+    """The kubelet's Warning events say why (here the lab's CRI client could not load): the
+    failure quotes the latest three, and blames no runtime handler nor a missing log."""
+    kube.smoke_pod = STUCK
+    kube.pod_events = [
+        smoke_event("Scheduled", "Successfully assigned", at=0),
+        smoke_event("FailedMount", "an old one", at=1),
+        smoke_event("Failed", "Error: ImagePullBackOff", at=2),
+        smoke_event("FailedCreatePodSandBox", f"{NO_GRPC} (pip install)", 4, at=3),
+        smoke_event("FailedCreatePodSandBox", "x" * 500, at=4),
+    ]
+    said = smoke_failure(kube, journal)
+    lines = said.splitlines()
+    assert lines[0].endswith("containers: ContainerCreating: not finished after 300s "
+                             "(policy.verify.smoke_timeout_s)")  # fmt: skip
+    assert lines[1:] == [
+        "  warning events, latest first:",
+        f"    {shorten('Warning FailedCreatePodSandBox: ' + 'x' * 500, 300)}",
+        f"    Warning FailedCreatePodSandBox: {NO_GRPC} (pip install) (x4)",
+        "    Warning Failed: Error: ImagePullBackOff",
+    ]
+    assert len(lines[2].strip()) == 300
+
+
+def test_a_smoke_pod_whose_handler_is_missing_is_blamed_on_the_handler(
+    kube: FakeKube, journal: Journal
+) -> None:
+    kube.smoke_pod = STUCK
+    missing = (
+        "Failed to create pod sandbox: rpc error: code = Unknown desc = failed to get sandbox "
+        'runtime: no runtime for "nvidia" is configured'
+    )
+    kube.pod_events = [smoke_event("FailedCreatePodSandBox", missing)]
+    said = smoke_failure(kube, journal)
+    assert f"    Warning FailedCreatePodSandBox: {missing}\n" in said
+    assert said.endswith(
+        "  containerd on the node has no `nvidia` runtime handler (the pod's RuntimeClass "
+        "names it): check what containerd loads (rollout diagnose)"
+    )
+
+
+def test_a_smoke_pod_stuck_without_events_says_so(kube: FakeKube, journal: Journal) -> None:
+    kube.smoke_pod = STUCK
+    said = smoke_failure(kube, journal)
+    assert said.splitlines()[1:] == [
+        "  stuck creating, and no Warning event says why (kubectl describe pod)"
+    ]
+    kube.events_refused = Forbidden("list", "events in default", status=403)
+    said = smoke_failure(kube, journal)
+    assert said.splitlines()[1].startswith("  its events could not be read: ")
+    assert "runtime handler" not in said
 
 
 # ------------------------------------------------------------------------- time-slicing
