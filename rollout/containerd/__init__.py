@@ -19,6 +19,9 @@ Public API (details in each module's docstring):
   FileWrite(path, before, after); in_effect; defaults_source), `repair_shadowing(files,
   version, intent, defaults=None)`, `apply_writes(files, writes)`.
 - shadowing: `find_shadowing(files, version) -> list[Shadowing]` (`.describe()`).
+- unloaded: `find_unloaded(files, version) -> list[Unloaded]`: every file whose settings
+  containerd does not load (shadowed, ignored for the version, imported by nothing), why and
+  what to do (`.describe()`, `.handlers`); what plan warns about and diagnose reports.
 - dump: `dump_command(containerd_bin, config_path)` (the one argv of a real `config dump`,
   run from `/`), `parse_dump(text, host)` (its output as a tree).
 - staging/prediction: `dump_config(runner, containerd_bin, files)`, `dump_configs(...)`,
@@ -87,6 +90,7 @@ from rollout.containerd.synthesis import (
     repair_shadowing,
     synthesize,
 )
+from rollout.containerd.unloaded import Unloaded, UnloadedKind, find_unloaded
 from rollout.containerd.version import (
     ContainerdVersion,
     MergeMode,
@@ -125,6 +129,8 @@ __all__ = [
     "Synthesis",
     "SynthesisError",
     "UnknownCriSetting",
+    "Unloaded",
+    "UnloadedKind",
     "UnsupportedVersion",
     "VersionUnknown",
     "apply_writes",
@@ -134,6 +140,7 @@ __all__ = [
     "dump_config",
     "dump_configs",
     "find_shadowing",
+    "find_unloaded",
     "find_value",
     "format_path",
     "hosts_namespace",

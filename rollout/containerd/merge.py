@@ -40,8 +40,8 @@ from rollout.containerd.defaults import FILES_ONLY, DefaultsSource
 from rollout.containerd.errors import ConfigParseError, ImportMissing, UnsupportedVersion
 from rollout.containerd.files import ConfigFiles, parse_toml
 from rollout.containerd.localdump import standard_defaults
-from rollout.containerd.migration import migrate_cri_tables, prune_v2_cri_table
-from rollout.containerd.version import ContainerdVersion, MergeMode, read_config_version
+from rollout.containerd.migration import SERVER_KEYS, migrate_cri_tables, prune_v2_cri_table
+from rollout.containerd.version import CRI_V2, ContainerdVersion, MergeMode, read_config_version
 from rollout.memo import BoundedCache
 
 SCALAR_KEYS = ("version", "root", "state", "temp", "plugin_dir", "oom_score")
@@ -69,7 +69,9 @@ class EffectiveConfig:
     defaults.py); `configured` is what the files alone set, merged (the merge model: the same
     as `tree` when `defaults_source` is FILES_ONLY). Both are plain dicts and values, `imports`
     left out (it is bookkeeping, not config). `provenance` maps each leaf path the files set to
-    the file that set it; `warnings` says what containerd would ignore or skip.
+    the file that set it; `warnings` says what containerd would ignore or skip, and
+    `ignored_for_version` which leaves of which file it reads but ignores for the merged
+    config version (2.x: version-2 CRI keys once a version-3 file was loaded last).
     """
 
     version: ContainerdVersion
@@ -80,6 +82,7 @@ class EffectiveConfig:
     warnings: tuple[str, ...] = ()
     configured: Mapping[str, Any] = field(default_factory=dict)
     defaults_source: str = FILES_ONLY
+    ignored_for_version: Mapping[str, tuple[Path, ...]] = field(default_factory=dict)
 
     def plugin(self, plugin_id: str) -> Mapping[str, Any]:
         """The table of one plugin as the files set it, empty when no file sets it."""
@@ -194,6 +197,7 @@ def _merge_files(files: ConfigFiles, version: ContainerdVersion) -> EffectiveCon
     merged: dict[str, Any] = {}
     warn = list(warnings)
     config_version = 0
+    ignored: dict[str, tuple[Path, ...]] = {}
     for path in order:
         doc = parse_toml(path, files.files[path])
         file_version = doc.get("version", 0)
@@ -214,11 +218,12 @@ def _merge_files(files: ConfigFiles, version: ContainerdVersion) -> EffectiveCon
             if config_version < 3:
                 migrate_cri_tables(plugins, lambda leaf: Leaf([leaf.value], leaf.source))
             else:
-                ignored = prune_v2_cri_table(plugins)
-                if ignored:
+                ignored = _leaves_by_source(plugins.get(CRI_V2), (PLUGINS, CRI_V2), SERVER_KEYS)
+                names = prune_v2_cri_table(plugins)
+                if names:
                     warn.append(
                         "the merged config is version 3, so containerd ignores the version-2 "
-                        f"CRI keys {', '.join(ignored)} (a version-3 file was loaded last)"
+                        f"CRI keys {', '.join(names)} (a version-3 file was loaded last)"
                     )
         merged["version"] = Leaf(3, merged["version"].source if "version" in merged else "")
         config_version = 3
@@ -235,7 +240,29 @@ def _merge_files(files: ConfigFiles, version: ContainerdVersion) -> EffectiveCon
         provenance=MappingProxyType(provenance),
         warnings=tuple(warn),
         configured=tree,
+        ignored_for_version=MappingProxyType(ignored),
     )
+
+
+def _leaves_by_source(
+    table: Any, prefix: Path, kept: tuple[str, ...]
+) -> dict[str, tuple[Path, ...]]:
+    """The leaves of an annotated table outside its `kept` top keys, grouped by their file."""
+    found: dict[str, list[Path]] = {}
+    if isinstance(table, dict):
+        for key, value in table.items():
+            if key not in kept:
+                for leaf, source in _sourced_leaves(value, (*prefix, key)):
+                    found.setdefault(source, []).append(leaf)
+    return {source: tuple(leaves) for source, leaves in found.items()}
+
+
+def _sourced_leaves(value: Any, path: Path) -> Iterator[tuple[Path, str]]:
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            yield from _sourced_leaves(inner, (*path, key))
+    elif isinstance(value, Leaf):
+        yield path, value.source
 
 
 def merge_plugin_tables_deeply(files: ConfigFiles, version: ContainerdVersion) -> EffectiveConfig:

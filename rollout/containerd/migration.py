@@ -75,6 +75,16 @@ def prune_v2_cri_table(plugins: dict[str, Any]) -> list[str]:
     return ignored
 
 
+def v3_plugin_of(key: tuple[str, ...]) -> str:
+    """The version-3 plugin a version-2 CRI key (relative to the v2 CRI table) moves to."""
+    head = key[0] if key else ""
+    if head in (SANDBOX_IMAGE, *IMAGE_KEYS) or (
+        head == "containerd" and len(key) > 1 and key[1] in IMAGE_CONTAINERD_KEYS
+    ):
+        return CRI_IMAGES
+    return CRI_V2 if head in SERVER_KEYS else CRI_RUNTIME
+
+
 def _keep_server_keys(plugins: dict[str, Any], src: dict[str, Any]) -> None:
     """The v2 CRI table cut down to its streaming server keys; gone when none is set."""
     server = {k: v for k, v in src.items() if k in SERVER_KEYS}

@@ -2,7 +2,9 @@
 
 On containerd 1.x a later file's `[plugins."X"]` table replaces the whole table X of every
 earlier file: a three-line registry drop-in sorting after the toolkit's 99-nvidia.toml throws
-away the `nvidia` runtime handlers. On 2.x tables merge, so only single keys can be overridden.
+away the `nvidia` runtime handlers; one sorting before it loses its own key to the toolkit's
+copy of the whole table (`config_path = ""`). On 2.x tables merge, so only single keys can be
+overridden.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 
 from rollout.containerd.diff import format_path, has_path
 from rollout.containerd.files import ConfigFiles, parse_toml
-from rollout.containerd.merge import PLUGINS, iter_leaves, merge_files
+from rollout.containerd.merge import PLUGINS, find_value, iter_leaves, merge_files
 from rollout.containerd.version import ContainerdVersion, MergeMode
 
 Path = tuple[str, ...]
@@ -28,7 +30,11 @@ class ShadowKind(Enum):
 
 @dataclass(frozen=True)
 class Shadowing:
-    """A later file hiding settings of an earlier one; `lost` paths are relative to the table."""
+    """A later file hiding settings of an earlier one; `lost` paths are relative to the table.
+
+    A replaced table (1.x) may also carry keys of the earlier file with other values:
+    `overridden` (relative paths too). When that is all it hides, the kind is KEY_OVERRIDDEN.
+    """
 
     kind: ShadowKind
     plugin_id: str
@@ -36,6 +42,7 @@ class Shadowing:
     shadowed_file: str
     lost: tuple[Path, ...]
     version: ContainerdVersion
+    overridden: tuple[Path, ...] = ()
 
     def describe(self) -> str:
         """The shadowing in words, lost keys collapsed to the highest lost subtree."""
@@ -44,7 +51,7 @@ class Shadowing:
         shown = ", ".join(names[:_SHOWN]) + (
             f", ... ({len(names) - _SHOWN} more)" if len(names) > _SHOWN else ""
         )
-        if self.kind is ShadowKind.TABLE_REPLACED:
+        if self.kind is ShadowKind.TABLE_REPLACED or self.version.major < 2:
             return (
                 f"{self.shadowing_file} replaces the whole {table} table of "
                 f"{self.shadowed_file} (containerd {self.version.series} replaces plugin tables, "
@@ -92,11 +99,35 @@ def _replaced_tables(
             lost_leaves = [
                 p for p, _ in iter_leaves(table) if not has_path(effective, p) and p not in claimed
             ]
-            claimed.update(lost_leaves)
+            # A zero value is what the toolkit's copy of a dump holds for every key nobody
+            # set (`config_path = ""`): replacing it loses no one's setting.
+            changed = tuple(
+                p
+                for p, value in iter_leaves(table)
+                if value not in ("", 0, [], {})
+                and has_path(effective, p)
+                and find_value(effective, p) != value
+                and p not in claimed
+            )
+            claimed.update(lost_leaves, changed)
             lost = _collapse(lost_leaves, effective)
             if lost:
                 found.append(
-                    Shadowing(ShadowKind.TABLE_REPLACED, plugin_id, final_file, path, lost, version)
+                    Shadowing(
+                        ShadowKind.TABLE_REPLACED,
+                        plugin_id,
+                        final_file,
+                        path,
+                        lost,
+                        version,
+                        changed,
+                    )
+                )
+            elif changed:
+                found.append(
+                    Shadowing(
+                        ShadowKind.KEY_OVERRIDDEN, plugin_id, final_file, path, changed, version
+                    )
                 )
     return sorted(found, key=lambda s: (s.plugin_id, s.shadowed_file))
 

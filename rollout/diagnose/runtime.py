@@ -8,9 +8,15 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from rollout.containerd import ContainerdConfigError, ShadowKind, find_shadowing, merge_files
-from rollout.containerd.diff import format_path
+from rollout.containerd import (
+    ContainerdConfigError,
+    Unloaded,
+    UnloadedKind,
+    find_unloaded,
+    merge_files,
+)
 from rollout.containerd.files import CONTAINERD_DIR
+from rollout.containerd.version import CRI_V2
 from rollout.diagnose.finding import Branch, Finding, Severity
 from rollout.diagnose.readings import file_handlers, handlers_in, is_gpu_node, modelled_handlers, q
 from rollout.facts import ClusterFacts, NodeFacts
@@ -55,11 +61,10 @@ def check_runtime(node: NodeFacts, cluster: ClusterFacts) -> list[Finding]:
         )
     if config_error:
         return findings
-    findings += _shadowing(node)
+    findings += _unloaded(node)
     if is_gpu_node(node):
         findings += _handlers(node, cluster)
     findings += _changed_since_start(node)
-    findings += _not_loaded(node)
     findings += _restarts(node)
     return findings
 
@@ -101,41 +106,77 @@ def _header_line(node: NodeFacts, path: str, plugin_id: str) -> str:
     return path
 
 
-def _shadowing(node: NodeFacts) -> list[Finding]:
+def _unloaded(node: NodeFacts) -> list[Finding]:
+    """A finding per file whose settings containerd does not load (see containerd.unloaded):
+    an error where a runtime handler is lost with them, a warning otherwise."""
+    loaded, _ = _loaded_handlers(node)
+    merged = merge_files(node.config_files, node.containerd)
     findings = []
-    for s in find_shadowing(node.config_files, node.containerd):
-        handlers = [format_path(p) for p in s.lost if p[:2] == ("containerd", "runtimes")]
-        evidence = (
-            _header_line(node, s.shadowing_file, s.plugin_id),
-            f"containerd {node.containerd.series}: {s.describe()}",
+    for u in find_unloaded(node.config_files, node.containerd):
+        lost = [h for h in u.handlers if h not in loaded]
+        severity = Severity.ERROR if lost else Severity.WARNING
+        if u.shadowing is not None:
+            findings.append(_shadowing(node, u, lost))
+            continue
+        ignored = u.kind is UnloadedKind.IGNORED_FOR_VERSION
+        findings.append(
+            _finding(
+                node,
+                "runtime.dropin-ignored" if ignored else "runtime.dropin-not-loaded",
+                f"containerd {node.containerd.series} on {node.name} does not load "
+                f"{'the version-2 CRI settings of ' if ignored else ''}{u.file}: {u.why}"
+                + (f"; runtime handlers {', '.join(lost)} are lost" if lost else ""),
+                (
+                    _header_line(node, u.file, CRI_V2) if ignored else u.file,
+                    f"not loaded: {u.shown()}",
+                    f"load order: {', '.join(merged.load_order)}",
+                    *merged.warnings,
+                    f"to fix: {u.remedy}",
+                ),
+                f"ssh {q(node.name)} containerd config dump | grep -F {q(u.settings[0][-1])}"
+                if ignored and u.settings
+                else f"ssh {q(node.name)} containerd config dump | grep -A3 imports",
+                severity,
+            )
         )
-        command = f"ssh {q(node.name)} containerd config dump | grep -A2 'runtimes\\.'"
-        if s.kind is ShadowKind.TABLE_REPLACED and handlers:
-            findings.append(
-                _finding(
-                    node,
-                    "runtime.shadowing",
-                    f"{s.shadowing_file} replaces the whole CRI table of {s.shadowed_file} on "
-                    f"containerd {node.containerd.series}: runtime handlers "
-                    f"{', '.join(h.rsplit('.', 1)[-1] for h in handlers)} are lost",
-                    evidence,
-                    command,
-                    Severity.ERROR,
-                )
-            )
-        else:
-            findings.append(
-                _finding(
-                    node,
-                    "runtime.shadowing-settings",
-                    f"{s.shadowing_file} hides settings of {s.shadowed_file} "
-                    f"({len(s.lost)} key(s)); no runtime handler is lost",
-                    evidence,
-                    command,
-                    Severity.WARNING,
-                )
-            )
     return findings
+
+
+def _shadowing(node: NodeFacts, u: Unloaded, lost: list[str]) -> Finding:
+    assert u.shadowing is not None
+    s = u.shadowing
+    evidence = (
+        _header_line(node, s.shadowing_file, s.plugin_id),
+        f"containerd {node.containerd.series}: {s.describe()}",
+        f"to fix: {u.remedy}",
+    )
+    command = f"ssh {q(node.name)} containerd config dump | grep -A2 'runtimes\\.'"
+    if lost:
+        return _finding(
+            node,
+            "runtime.shadowing",
+            f"{s.shadowing_file} replaces the whole CRI table of {s.shadowed_file} on "
+            f"containerd {node.containerd.series}: runtime handlers {', '.join(lost)} are lost",
+            evidence,
+            command,
+            Severity.ERROR,
+        )
+    return _finding(
+        node,
+        "runtime.shadowing-settings",
+        f"{s.shadowing_file} hides settings of {s.shadowed_file} "
+        f"({len(s.lost)} key(s)); no runtime handler is lost",
+        evidence,
+        command,
+        Severity.WARNING,
+    )
+
+
+def _loaded_handlers(node: NodeFacts) -> tuple[set[str], str]:
+    """The handlers containerd loads, and where that is read from."""
+    if node.effective_config:
+        return handlers_in(node.effective_config), "the node's containerd config dump"
+    return modelled_handlers(node) or set(), "the merge model of its files"
 
 
 def _handlers(node: NodeFacts, cluster: ClusterFacts) -> list[Finding]:
@@ -152,12 +193,10 @@ def _handlers(node: NodeFacts, cluster: ClusterFacts) -> list[Finding]:
         else set(cluster.runtime_classes.values())
     )
     expected = toolkit | (classes & ({OPERATOR_HANDLER} | toolkit))
-    from_dump = bool(node.effective_config)
-    loaded = handlers_in(node.effective_config) if from_dump else modelled_handlers(node) or set()
+    loaded, source = _loaded_handlers(node)
     missing = sorted(expected - loaded)
     if not missing:
         return []
-    source = "the node's containerd config dump" if from_dump else "the merge model of its files"
     why = (
         "no file under /etc/containerd defines them (the toolkit's drop-in is gone)"
         if not toolkit
@@ -209,32 +248,6 @@ def _changed_since_start(node: NodeFacts) -> list[Finding]:
             ),
             f"ssh {q(node.name)} systemctl show containerd -p ActiveEnterTimestamp; "
             f"ssh {q(node.name)} ls -l --time-style=full-iso {CONTAINERD_DIR}",
-            Severity.WARNING,
-        )
-    ]
-
-
-def _not_loaded(node: NodeFacts) -> list[Finding]:
-    merged = merge_files(node.config_files, node.containerd)
-    unloaded = [
-        path
-        for path in node.config_files.files
-        if path.endswith(".toml")
-        and path not in merged.load_order
-        and "/certs.d/" not in path
-        and path != node.config_files.main_path
-    ]
-    if not unloaded:
-        return []
-    return [
-        _finding(
-            node,
-            "runtime.dropin-not-loaded",
-            f"containerd {node.containerd.series} on {node.name} does not load "
-            f"{', '.join(unloaded[:_SHOWN])}: no import of {node.config_files.main_path} "
-            "matches it on this version",
-            (f"load order: {', '.join(merged.load_order)}", *merged.warnings),
-            f"ssh {q(node.name)} containerd config dump | grep -A3 imports",
             Severity.WARNING,
         )
     ]

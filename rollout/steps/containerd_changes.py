@@ -192,7 +192,9 @@ def plan_node_containerd(spec: Spec, node: NodeFacts) -> ContainerdChanges:
         for write in plan_hosts_toml(change, node, spec, index)
     ]
     found = engine.find_shadowing(files, version)
-    shadowing = tuple(s.describe() for s in found)
+    # what containerd does not load today (shadowed, ignored for its version, imported by
+    # nothing): the same answer diagnose reports
+    shadowing = tuple(u.describe() for u in engine.find_unloaded(files, version))
     settings = planned_settings(spec)
     if not settings:
         return ContainerdChanges(tuple(extra_files), (), "", shadowing, (), ())

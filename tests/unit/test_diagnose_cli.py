@@ -16,6 +16,9 @@ from tests.unit.diagnose_facts import EXAMPLES, build_facts, load_cases
 
 DEFAULTS, _ = load_cases()
 FINDING_KEYS = {"node", "pod", "branch", "check", "cause", "evidence", "command", "severity"}
+V2_REGISTRY = (
+    '[plugins."io.containerd.grpc.v1.cri".registry]\n  config_path = "/etc/containerd/certs.d"\n'
+)
 
 
 @pytest.fixture
@@ -229,3 +232,28 @@ def test_fix_retries_a_failed_operator_upgrade_first(
     assert main(["plan", str(fix), "--facts", str(facts)]) == 0
     out = capsys.readouterr().out
     assert "relabel nvidia.com/gpu-driver-upgrade-state upgrade-failed -> upgrade-required" in out
+
+
+def test_a_v2_drop_in_ignored_on_2_1_is_reported_from_recorded_facts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The README's `rollout diagnose --facts DIR`: containerd 2.1 ignores a version-2 registry
+    drop-in beside the toolkit's version-3 one; the node is not called clean."""
+    facts = tmp_path / "facts"
+    build_facts(
+        facts,
+        all_nodes=DEFAULTS["all_nodes"],
+        node="gpu-b-1",
+        files={"/etc/containerd/conf.d/50-registry.toml": V2_REGISTRY},
+        cluster=DEFAULTS["cluster"],
+    )
+    code, out, _ = run(capsys, "gpu-b-1", "--facts", str(facts))
+    assert code == 0  # a warning: no GPU is lost
+    assert "warning gpu-b-1 runtime runtime.dropin-ignored" in out
+    assert (
+        "does not load the version-2 CRI settings of /etc/containerd/conf.d/50-registry.toml" in out
+    )
+    assert 'not loaded: plugins."io.containerd.grpc.v1.cri".registry.config_path' in out
+    code, out, _ = run(capsys, "gpu-b-1", "--facts", str(facts), "--output", "json")
+    [finding] = [f for f in json.loads(out)["findings"] if f["check"] == "runtime.dropin-ignored"]
+    assert (finding["node"], finding["severity"]) == ("gpu-b-1", "warning")
