@@ -9,6 +9,7 @@ from pathlib import Path
 
 from rollout.cli import add_command, add_listed_command
 from rollout.errors import BadInput
+from rollout.fieldproblems import shorten
 from rollout.lab.cluster import (
     DEFAULT_ADDRESS_PREFIX,
     DEFAULT_API_PORT,
@@ -24,6 +25,7 @@ from rollout.lab.cluster import (
     read_lab_status,
     tear_down_lab,
 )
+from rollout.lab.controlplane_process import LOG_FILE
 from rollout.lab.driverpools import split_driver_pools
 from rollout.lab.faults import (
     SPEC_HELP,
@@ -292,6 +294,10 @@ def _pool(text: str) -> tuple[str, tuple[str, ...]]:
     return name.strip(), members
 
 
+# each control plane warning `lab status` quotes is cut to this length
+WARNING_CHARS = 300
+
+
 def format_status(status: LabStatus) -> str:
     """The status table: one line per node, then the control plane."""
     rows = [("NODE", "ADDRESS", "RUNNING", "SSH", "CONTAINERD", "STATE")]
@@ -315,6 +321,9 @@ def format_status(status: LabStatus) -> str:
     ]
     plane = "up" if status.controlplane_up else "down"
     lines.append(f"control plane: {plane} ({status.api_url})")
+    if status.controlplane_warnings:
+        lines.append(f"  its latest warnings ({status.lab_dir / LOG_FILE}):")
+        lines += [f"    {shorten(line, WARNING_CHARS)}" for line in status.controlplane_warnings]
     lines.append(f"lab dir: {status.lab_dir}")
     return "\n".join(lines)
 

@@ -50,6 +50,7 @@ from rollout.lab.controlplane_process import (
     controlplane_answers,
     controlplane_available,
     launch_controlplane,
+    read_controlplane_warnings,
     stop_controlplane,
 )
 from rollout.lab.description import LAB_FILE, GpuDescription, LabDescription
@@ -218,6 +219,8 @@ class LabStatus:
     api_url: str
     controlplane_up: bool
     nodes: tuple[NodeStatus, ...]
+    # the latest WARNING and ERROR lines of controlplane.log, oldest first
+    controlplane_warnings: tuple[str, ...] = ()
 
 
 def default_lab_dir() -> Path:
@@ -407,6 +410,7 @@ def read_lab_status(lab_dir: Path) -> LabStatus:
         api_url=lab.api_url,
         controlplane_up=controlplane_answers(lab.api_url),
         nodes=nodes,
+        controlplane_warnings=read_controlplane_warnings(lab.lab_dir),
     )
 
 

@@ -7,6 +7,7 @@ and log into the lab directory under the names below, which both sides share.
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +23,9 @@ LOG_FILE = "controlplane.log"
 PID_FILE = "controlplane.pid"
 # Our own record of the pid we launched, in case the control plane never wrote its own.
 LAUNCH_PID_FILE = ".controlplane-launch.pid"
+# `lab status` quotes the latest warnings of the log, from its last bytes only.
+WARNINGS_SHOWN = 5
+WARNINGS_READ_BYTES = 256 * 1024
 
 Progress = Callable[[str], None]
 
@@ -96,6 +100,22 @@ def _read_pid(path: Path) -> int | None:
         return int(path.read_text().strip())
     except (OSError, ValueError):
         return None
+
+
+def read_controlplane_warnings(lab_dir: Path, count: int = WARNINGS_SHOWN) -> tuple[str, ...]:
+    """The latest WARNING and ERROR lines of the control plane's log, oldest first: what the
+    simulation could not do (a pod it cannot run, with the kubelet's Warning) is said there."""
+    try:
+        with (lab_dir / LOG_FILE).open("rb") as log:
+            size = log.seek(0, os.SEEK_END)
+            log.seek(max(0, size - WARNINGS_READ_BYTES))
+            text = log.read().decode(errors="replace")
+    except OSError:
+        return ()
+    lines = text.splitlines()[1 if size > WARNINGS_READ_BYTES else 0 :]  # a cut first line
+    # "<date> <time> LEVEL logger: message"
+    found = [line for line in lines if line.split(maxsplit=3)[2:3] in (["WARNING"], ["ERROR"])]
+    return tuple(found[-count:])
 
 
 def _tail(path: Path, lines: int = 20) -> str:

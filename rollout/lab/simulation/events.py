@@ -1,7 +1,12 @@
-"""Events the simulated components record, deduplicated the way the real recorder does."""
+"""Events the simulated components record, deduplicated the way the real recorder does.
+
+A Warning is also logged (the control plane's log, which `rollout lab status` quotes): a pod
+the lab cannot run says why there too, as a kubelet's own log does.
+"""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -11,6 +16,8 @@ from rollout.lab.apiserver.errors import ApiError
 from rollout.lab.apiserver.metadata import format_timestamp
 from rollout.lab.apiserver.registry import Registry
 from rollout.lab.apiserver.resources import EVENTS
+
+log = logging.getLogger("rollout.lab.simulation")
 
 
 @dataclass(eq=False)
@@ -53,6 +60,7 @@ class EventRecorder:
 
             if self.registry.mutate(EVENTS, seen_namespace, seen_name, bump) is not None:
                 self._seen[key] = (seen_namespace, seen_name, now)
+                self._log(involved, event_type, reason, message, host or self.host)
                 return
         name = f"{metadata['name']}.{int(now * 1e9):x}"
         event = {
@@ -80,3 +88,16 @@ class EventRecorder:
         except ApiError:
             return  # the namespace went away: the real recorder drops such events too
         self._seen[key] = (namespace, name, now)
+        self._log(involved, event_type, reason, message, host or self.host)
+
+    def _log(
+        self, involved: Mapping[str, Any], event_type: str, reason: str, message: str, host: str
+    ) -> None:
+        """A Warning, as written (a repeat at most every repeat_s), in the log."""
+        if event_type != "Warning":
+            return
+        metadata = involved["metadata"]
+        where = "/".join(filter(None, (metadata.get("namespace"), metadata["name"])))
+        kind = str(involved.get("kind") or "object").lower()
+        source = f"{self.component} {host}" if host else self.component
+        log.warning("%s: %s %s: %s: %s", source, kind, where, reason, message)
