@@ -23,17 +23,19 @@ from rollout.containerd.files import ConfigFiles, parse_toml
 from rollout.containerd.merge import (
     PLUGINS,
     EffectiveConfig,
+    find_value,
     iter_leaves,
     merge_files,
     resolve_import,
 )
-from rollout.containerd.migration import v3_plugin_of
+from rollout.containerd.migration import migrate_cri_tables, v3_plugin_of
 from rollout.containerd.shadowing import Shadowing, ShadowKind, find_shadowing
 from rollout.containerd.version import CRI_V2, ContainerdVersion
 
 Path = tuple[str, ...]
 _SHOWN = 8
 # 1.7 and later resolve a relative glob against the importing file's directory
+_ABSENT = object()
 _IMPORTER_RELATIVE = ContainerdVersion(1, 7, 0, raw="imports relative to the importing file")
 
 
@@ -93,9 +95,12 @@ def find_unloaded(files: ConfigFiles, version: ContainerdVersion) -> list[Unload
     """Every file whose settings `version` of containerd does not load, and why."""
     merged = merge_files(files, version)
     found = [_shadowed(s) for s in find_shadowing(files, version)]
-    found += [
-        _ignored(files, merged, path, leaves) for path, leaves in merged.ignored_for_version.items()
-    ]
+    for path, leaves in merged.ignored_for_version.items():
+        # A key the version-3 config carries with the same value where 2.x would have
+        # migrated it (the toolkit's copy of a dump does) is ignored, yet in effect.
+        lost = tuple(leaf for leaf in leaves if not _in_effect_as_v3(files, merged, path, leaf))
+        if lost:
+            found.append(_ignored(files, merged, path, lost))
     found += [
         _not_imported(files, merged, path)
         for path in files.files
@@ -157,6 +162,18 @@ def _ignored(
         "`rollout plan` with the setting write them",
         merged.version,
     )
+
+
+def _in_effect_as_v3(files: ConfigFiles, merged: EffectiveConfig, path: str, leaf: Path) -> bool:
+    """Whether the loaded config holds the value where 2.x would have migrated the key."""
+    tree: dict[str, Any] = {}
+    table = tree
+    for part in leaf[1:-1]:
+        table = table.setdefault(part, {})
+    table[leaf[-1]] = find_value(_doc(files, path), leaf)
+    migrate_cri_tables(tree)
+    moved = [((PLUGINS, *p), v) for p, v in iter_leaves(tree) if p[0] != CRI_V2 and v != {}]
+    return bool(moved) and all(find_value(merged.configured, p, _ABSENT) == v for p, v in moved)
 
 
 def _not_imported(files: ConfigFiles, merged: EffectiveConfig, path: str) -> Unloaded:

@@ -51,6 +51,28 @@ def gpu_node(binary: Path, imports: str = f'"{CONF_D}/*.toml"') -> ConfigFiles:
     return main.with_file(NVIDIA_DROPIN, toolkit_dropin(real_dumps(binary, main)[0]))
 
 
+# Debian's packaged config.toml (version 2 on every series), with the toolkit's imports added:
+# the lab's nodes, and many real ones.
+DEBIAN_MAIN = f"""version = 2
+imports = ["{CONF_D}/*.toml"]
+
+[plugins]
+  [plugins."io.containerd.grpc.v1.cri"]
+    [plugins."io.containerd.grpc.v1.cri".cni]
+      bin_dir = "/usr/lib/cni"
+      conf_dir = "/etc/cni/net.d"
+  [plugins."io.containerd.internal.v1.opt"]
+    path = "/var/lib/containerd/opt"
+"""
+
+
+def debian_node(binary: Path) -> ConfigFiles:
+    """Debian's version-2 main config and the toolkit's drop-in from its dump (version 3 on
+    2.x): 2.1 ignores the main config's CRI keys, but the toolkit's copy carries them."""
+    main = ConfigFiles(MAIN, {MAIN: DEBIAN_MAIN})
+    return main.with_file(NVIDIA_DROPIN, toolkit_dropin(real_dumps(binary, main)[0]))
+
+
 def v2_toolkit_beside_a_later_v3_file(binary: Path) -> ConfigFiles:
     """2.x: an old version-2 toolkit drop-in, and a version-3 file that sorts after it."""
     v2_handlers = "version = 2\n" + "".join(
@@ -99,6 +121,16 @@ CASES = [
             why="(version = 3)",
         )
         for name, path in (("before", EARLY_REGISTRY_DROPIN), ("after", REGISTRY_DROPIN))
+    ),
+    *(Case(f"debian-main-{s}", s, debian_node, None) for s in ("1.6", "1.7", "2.1")),
+    Case(
+        "v2-registry-beside-debian-main-2.1",
+        "2.1",
+        lambda b: debian_node(b).with_file(REGISTRY_DROPIN, NAIVE_REGISTRY),
+        REGISTRY_DROPIN,
+        UnloadedKind.IGNORED_FOR_VERSION,
+        "runtime.dropin-ignored",
+        why="(version = 3)",
     ),
     Case(
         "v2-toolkit-ignored-loses-handlers-2.1",
