@@ -29,6 +29,7 @@ from rollout.lab.scenarios import (
     XID,
 )
 from rollout.transports.kube import KubeClient
+from tests.conftest import require
 from tests.lab.labapi import api_lab, apply_args, diagnose_report
 from tests.lab.test_lab_scenarios import NODE_OF, OBSERVE, all_advertise, settle
 
@@ -151,3 +152,38 @@ def test_fix_plan_applied_makes_the_lab_healthy(
     code, report = diagnose_report(lab, capsys)
     assert report["healthy"] is True, json.dumps(report["findings"], indent=1)
     assert code == 0
+
+
+# A version-2 registry drop-in, as a user writes it from containerd 1.x documentation.
+V2_REGISTRY_DROPIN = "/etc/containerd/conf.d/50-rollout-test-registry.toml"
+V2_REGISTRY = (
+    '[plugins."io.containerd.grpc.v1.cri".registry]\n  config_path = "/etc/containerd/certs.d"\n'
+)
+
+
+@pytest.mark.lab
+def test_a_v2_drop_in_that_2_1_ignores_is_found_live(
+    healthy_lab: Lab, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On the lab's containerd 2.1 node the toolkit's drop-in is version 3 and loads last, so a
+    version-2 registry drop-in is ignored: the node's real `config dump` lacks its config_path,
+    and `rollout diagnose` (live, as the README runs it) reports the file, a warning."""
+    lab = healthy_lab
+    nodes = [n for n in lab.nodes if n.containerd == "2.1"]
+    if not nodes:
+        require("the shared lab has no containerd 2.1 node")
+    node = nodes[0]
+    write = ["sh", "-c", f'printf %s "$1" > {V2_REGISTRY_DROPIN}', "sh", V2_REGISTRY]
+    assert lab.ssh.run(node.address, write).ok
+    try:
+        dump = lab.ssh.run(node.address, ["containerd", "config", "dump"])
+        assert dump.ok and 'config_path = "/etc/containerd/certs.d"' not in dump.stdout
+        code, report = diagnose_report(lab, capsys)
+        mine = [f for f in report["findings"] if f["check"] == "runtime.dropin-ignored"]
+        assert [(f["node"], f["severity"]) for f in mine] == [(node.name, "warning")], mine
+        assert V2_REGISTRY_DROPIN in mine[0]["cause"]
+        evidence = "\n".join(mine[0]["evidence"])
+        assert 'not loaded: plugins."io.containerd.grpc.v1.cri".registry.config_path' in evidence
+        assert code == 0 and report["healthy"] is True  # a warning: no GPU is lost
+    finally:
+        assert lab.ssh.run(node.address, ["rm", "-f", V2_REGISTRY_DROPIN]).ok

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from rollout.cli import main
+from rollout.containerd import find_unloaded
 from rollout.spec import load_spec
 from tests.planning import sharing_config
 from tests.unit.diagnose_facts import EXAMPLES, build_facts, load_cases
@@ -257,3 +258,27 @@ def test_a_v2_drop_in_ignored_on_2_1_is_reported_from_recorded_facts(
     code, out, _ = run(capsys, "gpu-b-1", "--facts", str(facts), "--output", "json")
     [finding] = [f for f in json.loads(out)["findings"] if f["check"] == "runtime.dropin-ignored"]
     assert (finding["node"], finding["severity"]) == ("gpu-b-1", "warning")
+
+
+def test_plan_warns_with_the_same_answer_diagnose_reports(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One decision for both: `rollout plan` shows the node's unloaded drop-in with the
+    engine's sentence, and diagnose's finding gives the same why and the same settings."""
+    facts = tmp_path / "facts"
+    fleet = build_facts(
+        facts,
+        all_nodes=DEFAULTS["all_nodes"],
+        node="gpu-b-1",
+        files={"/etc/containerd/conf.d/50-registry.toml": V2_REGISTRY},
+        cluster=DEFAULTS["cluster"],
+    )
+    node = next(n for n in fleet.nodes if n.name == "gpu-b-1")
+    [unloaded] = find_unloaded(node.config_files, node.containerd)
+    assert main(["plan", str(EXAMPLES.parent / "plan.yaml"), "--facts", str(facts)]) == 0
+    assert f"shadowed: {unloaded.describe()}" in " ".join(capsys.readouterr().out.split())
+    code, out, _ = run(capsys, "gpu-b-1", "--facts", str(facts), "--output", "json")
+    assert code == 0
+    [finding] = [f for f in json.loads(out)["findings"] if f["check"] == "runtime.dropin-ignored"]
+    assert unloaded.why in finding["cause"]
+    assert f"not loaded: {unloaded.shown()}" in finding["evidence"]
