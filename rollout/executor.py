@@ -12,7 +12,9 @@ still ours, no node carries a halt label (invariant 5), the maintenance window i
 each node it starts that is taken down fits within max_unavailable (invariant 4), counting
 the targets the API shows cordoned or NotReady *and* every node of this run still in flight
 (one that is not cordoned yet, or already uncordoned but not finished, holds its slot too).
-Nodes no step takes down need no slot; at most `max_parallel` nodes run at once.
+`rollout.budget` decides it: a node this run already took down needs no new slot, and a
+node NotReady since this run's own cluster-wide change is waited for, bounded, before it
+counts. Nodes no step takes down need no slot; at most `max_parallel` nodes run at once.
 
 When a node fails, it is rolled back in its own thread (policy.on_failure: rollback) or
 left as it is (halt). Once the failure budget is exceeded, or a halt label or a closed
@@ -37,11 +39,13 @@ import contextlib
 import functools
 import queue
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
+from rollout.budget import ClusterChange, NodeAvailability, UnavailabilityBudget, Verdict
 from rollout.errors import RolloutError
 from rollout.plan import NodePlan, Plan, StepPlan
 from rollout.retry import DEFAULT_POLICY, RetryPolicy, call_with_policy
@@ -52,6 +56,7 @@ from rollout.run import (
     RunFinished,
     RunHalted,
     RunOutcome,
+    RunState,
     StepFinished,
     StepOutcome,
     StepRef,
@@ -91,6 +96,9 @@ class ClusterNode(Protocol):
     @property
     def labels(self) -> Mapping[str, str]: ...
 
+    @property
+    def ready_changed_at(self) -> datetime | None: ...
+
 
 class LeaseCheck(Protocol):
     def check(self) -> None: ...
@@ -125,6 +133,9 @@ CLUSTER_WIDE_STEPS = frozenset({"configmap.update", "driver.pin"})
 
 # Threads for the nodes of one wave: nodes taken down are bounded by max_unavailable first.
 MAX_PARALLEL = 32
+
+# How often a node waiting for the budget reads the nodes again.
+BUDGET_POLL_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -195,6 +206,9 @@ class Executor:
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     retry: RetryPolicy = DEFAULT_POLICY
     max_parallel: int = MAX_PARALLEL
+    sleep: Callable[[float], None] = time.sleep
+    # lines that are no step's: what the run waits for before starting a node
+    say: Callable[[str], None] = print
     _stop: threading.Event = field(default_factory=threading.Event, init=False)
     _stop_reason: str = field(default="", init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
@@ -300,35 +314,64 @@ class Executor:
     def _startable(
         self, waiting: Sequence[NodePlan], running: Mapping[str, NodePlan]
     ) -> list[NodePlan]:
-        """The next nodes, in plan order, that may start now; Halt when none may ever."""
-        self._check_run()
-        slots = self.max_parallel - len(running)
-        if slots <= 0:
-            return []
-        if not any(takes_down(n) for n in waiting[:slots]):
-            return list(waiting[:slots])
-        in_flight = {name for name, n in running.items() if takes_down(n)}
-        down_by_api = {
+        """The next nodes, in plan order, that may start now; Halt when none may ever. With
+        nothing running, nodes settling after this run's own cluster-wide change are waited
+        for here, bounded by the budget, and said."""
+        said = ""
+        waited_since = self.clock()
+        while True:
+            self._check_run()
+            slots = self.max_parallel - len(running)
+            if slots <= 0:
+                return []
+            if not any(takes_down(n) for n in waiting[:slots]):
+                return list(waiting[:slots])
+            waited_s = (self.clock() - waited_since).total_seconds()
+            chosen, wait = self._fit(waiting[:slots], running, waited_s)
+            if chosen or running or not wait:
+                return chosen
+            if wait != said:
+                self.say(wait)
+                said = wait
+            self.sleep(BUDGET_POLL_S)
+
+    def _fit(
+        self, candidates: Sequence[NodePlan], running: Mapping[str, NodePlan], waited_s: float
+    ) -> tuple[list[NodePlan], str]:
+        """The candidates, in order, that the budget lets start, up to the first it does not;
+        and what that one waits for ("" when none waits). Halt when none may ever start."""
+        state = self.journal.replay()
+        # this run's nodes down: running here, or cordoned by it and not finished (resumed)
+        held = {name for name, n in running.items() if takes_down(n)} | {
             n.name
-            for n in self.cluster.list_nodes()
-            if n.name in self._targets and (n.unschedulable or not n.ready)
+            for n in self.plan.nodes
+            if state.node(n.name).cordoned_by_rollout and state.node(n.name).outcome is None
         }
-        budget = self.plan.max_unavailable
+        budget = self.budget(state)
+        nodes = [
+            NodeAvailability(n.name, n.unschedulable, n.ready, n.ready_changed_at)
+            for n in self.cluster.list_nodes()
+        ]
         chosen: list[NodePlan] = []
-        for node in waiting[:slots]:
+        for node in candidates:
             if takes_down(node):
-                down = (down_by_api | in_flight) - {node.name}
-                if len(down) + 1 > budget:
+                decision = budget.decide(node.name, nodes, held, self.clock(), waited_s)
+                if decision.verdict is not Verdict.START:
                     if running or chosen:
-                        break  # a node of this run holds a slot: start this one when it frees
-                    raise Halt(
-                        f"taking {node.name} down would make {len(down) + 1} node(s) "
-                        f"unavailable, over max_unavailable {budget} (already unavailable: "
-                        f"{', '.join(sorted(down))})"
-                    )
-                in_flight.add(node.name)
+                        return chosen, ""  # a node of this run holds a slot: start when it frees
+                    if decision.verdict is Verdict.HALT:
+                        raise Halt(decision.reason)
+                    return chosen, decision.reason
+                held.add(node.name)
             chosen.append(node)
-        return chosen
+        return chosen, ""
+
+    def budget(self, state: RunState) -> UnavailabilityBudget:
+        """The run's unavailability budget: max_unavailable over its targets, and its first
+        change of a cluster-wide object, if any (nodes settling after it are waited for)."""
+        first = state.first_acted(CLUSTER_WIDE_STEPS)
+        change = None if first is None else ClusterChange(first[1], first[0], first[2])
+        return UnavailabilityBudget(self.plan.max_unavailable, frozenset(self._targets), change)
 
     def _check_run(self) -> None:
         if self._stop.is_set():

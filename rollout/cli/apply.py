@@ -380,7 +380,17 @@ def execute(
             progress=lambda text: progress_console.print(safe(text)),
         )
 
-    executor = Executor(plan, spec, builtin_steps(), journal, fleet.kube, context, progress, lease)
+    executor = Executor(
+        plan,
+        spec,
+        builtin_steps(),
+        journal,
+        fleet.kube,
+        context,
+        progress,
+        lease,
+        say=lambda text: progress_console.print(safe(text)),
+    )
 
     if isinstance(progress, LiveProgress):
         with progress:

@@ -11,7 +11,7 @@ replays.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -97,6 +97,9 @@ class NodeState:
     attempts: tuple[tuple[int, int], ...] = ()
     # The kind recorded for each step index, to catch a plan.json changed under the journal.
     step_kinds: tuple[tuple[int, str], ...] = ()
+    # Per step index, when its first attempt that did (or, killed, may have) change something
+    # began: a no-op attempt changed nothing; the attempt in flight is `in_flight`.
+    acted_at: tuple[tuple[int, datetime], ...] = ()
 
     def is_step_done(self, step: StepRef) -> bool:
         """Done or found to be a no-op, and not undone since."""
@@ -189,6 +192,20 @@ class RunState:
         """Nodes rollout cordoned and has not uncordoned: to uncordon, or report (invariant 4)."""
         return tuple(n.name for n in self.nodes if n.cordoned_by_rollout)
 
+    def first_acted(self, kinds: Collection[str]) -> tuple[str, str, datetime] | None:
+        """(node, step, when it began) of the earliest step of these kinds that changed, or
+        may have changed, something in this run; None when none did."""
+        acted: list[tuple[datetime, str, str]] = []
+        for node in self.nodes:
+            kind_of = dict(node.step_kinds)
+            acted += [(at, node.name, kind_of[i]) for i, at in node.acted_at if kind_of[i] in kinds]
+            if node.in_flight is not None and node.in_flight.kind in kinds:
+                acted.append((node.in_flight.started_at, node.name, node.in_flight.kind))
+        if not acted:
+            return None
+        at, node_name, kind = min(acted)
+        return node_name, kind, at
+
     def _check_step_kind(self, node: str, step: StepRef) -> None:
         recorded = dict(self.node(node).step_kinds).get(step.index)
         if recorded is not None and recorded != step.kind:
@@ -213,6 +230,7 @@ class _NodeFold:
     backups: list[Backup] = field(default_factory=list)
     attempts: dict[int, int] = field(default_factory=dict)
     kinds: dict[int, str] = field(default_factory=dict)
+    acted: dict[int, datetime] = field(default_factory=dict)
 
     def freeze(self) -> NodeState:
         return NodeState(
@@ -227,6 +245,7 @@ class _NodeFold:
             backups=tuple(self.backups),
             attempts=tuple(sorted(self.attempts.items())),
             step_kinds=tuple(sorted(self.kinds.items())),
+            acted_at=tuple(sorted(self.acted.items())),
         )
 
 
@@ -306,6 +325,8 @@ class Fold:
                         f"{where} step {index + 1} ({kind}) attempt {attempt}, "
                         f"after attempt {node.attempts[index]}"
                     )
+                if node.in_flight is not None:  # its process died in it: it may have acted
+                    node.acted.setdefault(index, node.in_flight.started_at)
                 node.in_flight = StepInFlight(index, kind, attempt, entry.at)
                 node.attempts[index] = attempt
                 node.kinds[index] = kind
@@ -318,6 +339,8 @@ class Fold:
                         "which is not the step in flight"
                     )
                 node.in_flight = None
+                if outcome is not StepOutcome.NOOP:
+                    node.acted.setdefault(index, flying.started_at)
                 if outcome is StepOutcome.FAILED:
                     node.last_failure = FailedStep(index, kind, attempt, record.detail)
                 else:

@@ -44,6 +44,7 @@ class FakeNode:
     ready: bool = True
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
+    ready_changed_at: datetime | None = None
 
 
 class FakeCluster:

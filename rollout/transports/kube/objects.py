@@ -70,6 +70,8 @@ class Node:
     allocatable: StrMap = field(default_factory=empty_map)
     kubelet_version: str = ""
     container_runtime_version: str = ""
+    # when the Ready condition last changed (its lastTransitionTime): NotReady since when
+    ready_changed_at: datetime | None = None
 
     @property
     def ready(self) -> bool:
@@ -97,6 +99,16 @@ class Node:
             allocatable=frozen_map(status.get("allocatable")),
             kubelet_version=info.get("kubeletVersion", ""),
             container_runtime_version=info.get("containerRuntimeVersion", ""),
+            ready_changed_at=parse_time(
+                next(
+                    (
+                        c.get("lastTransitionTime")
+                        for c in status.get("conditions") or []
+                        if c.get("type") == "Ready"
+                    ),
+                    None,
+                )
+            ),
         )
 
 

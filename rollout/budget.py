@@ -1,0 +1,132 @@
+"""The unavailability budget: whether one more node may be taken down (invariant 4).
+
+Never more target nodes unavailable than max_unavailable, counting every target the API
+shows cordoned or NotReady and every node this run holds down. Three rules decide what a
+node about to start costs:
+
+- a node this run already took down (cordoned by it, journalled, not finished; or running
+  in this process) holds its slot: continuing it after `rollout resume` makes nothing more
+  unavailable, so it never needs a new one, however many others are down meanwhile;
+- a node that went NotReady, uncordoned, after this run changed a cluster-wide object (the
+  ClusterPolicy: the GPU Operator then restarts operands, and a toolkit restart takes its
+  node NotReady for containerd's RestartSec) is waited for, at most SETTLE_WAIT_S from the
+  moment it went NotReady, before it counts: only a node still NotReady after that halts;
+- everything else unavailable counts at once: a node cordoned by someone else, NotReady
+  since before the change, or NotReady with no change of this run to explain it.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+# How long a node NotReady since this run's own cluster-wide change is waited for before it
+# counts: a toolkit restart is containerd's RestartSec (5 s) twice; the operator rolls node
+# by node, so a slow rollout shows each node NotReady in turn, never one for minutes.
+SETTLE_WAIT_S = 120.0
+
+
+@dataclass(frozen=True)
+class ClusterChange:
+    """This run's first change of a cluster-wide object: the step, its node, when it began."""
+
+    step: str
+    node: str
+    at: datetime
+
+    def describe(self) -> str:
+        return f"this run's ClusterPolicy change ({self.step} on {self.node} at {self.at:%H:%M:%S})"
+
+
+@dataclass(frozen=True)
+class NodeAvailability:
+    """What the budget reads of one node: cordoned, Ready, and since when it is NotReady."""
+
+    name: str
+    cordoned: bool
+    ready: bool
+    not_ready_since: datetime | None = None
+
+
+class Verdict(enum.Enum):
+    START = "start"  # within the budget, or the node holds its slot already
+    WAIT = "wait"  # over it only through nodes settling after this run's own change
+    HALT = "halt"  # over it: the reason says which nodes
+
+
+@dataclass(frozen=True)
+class Decision:
+    verdict: Verdict
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class UnavailabilityBudget:
+    """max_unavailable over the plan's targets, and this run's cluster-wide change, if any."""
+
+    limit: int
+    targets: frozenset[str]
+    change: ClusterChange | None = None
+    settle_wait_s: float = SETTLE_WAIT_S
+
+    def unavailable(self, nodes: Sequence[NodeAvailability]) -> set[str]:
+        """The targets the API shows cordoned or NotReady."""
+        return {n.name for n in nodes if n.name in self.targets and (n.cordoned or not n.ready)}
+
+    def decide(
+        self,
+        node: str,
+        nodes: Sequence[NodeAvailability],
+        held: Collection[str],
+        now: datetime,
+        waited_s: float = 0.0,
+    ) -> Decision:
+        """Whether `node` may be taken down now. `held`: the nodes this run holds down;
+        `waited_s`: how long the caller has waited already (nodes that keep going NotReady
+        in turn are waited for no longer than one node would be)."""
+        if node in held:
+            return Decision(Verdict.START, f"{node} is already down by this run: no new slot")
+        down = (self.unavailable(nodes) | set(held)) - {node}
+        if len(down) + 1 <= self.limit:
+            return Decision(Verdict.START)
+        settling = sorted(
+            (n for n in nodes if n.name in down and n.name not in held and self._settling(n, now)),
+            key=lambda n: n.name,
+        )
+        if waited_s >= self.settle_wait_s:
+            settling = []
+        if settling and len(down) - len(settling) + 1 <= self.limit and self.change is not None:
+            waiting = "; ".join(
+                f"{n.name}, NotReady since {n.not_ready_since:%H:%M:%S}" for n in settling
+            )
+            return Decision(
+                Verdict.WAIT,
+                f"waiting for {waiting}, after {self.change.describe()}, at most "
+                f"{round(self.settle_wait_s)}s, before taking {node} down",
+            )
+        reason = (
+            f"taking {node} down would make {len(down) + 1} node(s) unavailable, over "
+            f"max_unavailable {self.limit} (already unavailable: {', '.join(sorted(down))})"
+        )
+        late = sorted(n.name for n in nodes if n.name in down and self._since_change(n))
+        if late and self.change is not None:
+            reason += (
+                f"; {', '.join(late)} still NotReady, waited for at most "
+                f"{round(self.settle_wait_s)}s after "
+                f"{self.change.describe()}"
+            )
+        return Decision(Verdict.HALT, reason)
+
+    def _since_change(self, node: NodeAvailability) -> datetime | None:
+        """When the node went NotReady, if it did so uncordoned after this run's cluster-wide
+        change began (a condition's time has whole seconds, so the change's second counts)."""
+        since = node.not_ready_since
+        if self.change is None or node.cordoned or node.ready or since is None:
+            return None
+        return since if since >= self.change.at.replace(microsecond=0) else None
+
+    def _settling(self, node: NodeAvailability, now: datetime) -> bool:
+        since = self._since_change(node)
+        return since is not None and (now - since).total_seconds() < self.settle_wait_s
