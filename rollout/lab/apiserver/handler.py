@@ -8,7 +8,6 @@ import logging
 import socket
 import struct
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
@@ -18,15 +17,7 @@ from rollout.lab.apiserver.errors import ApiError, StatusReason
 from rollout.lab.apiserver.faults import ChosenFault
 from rollout.lab.apiserver.openapi import to_openapi_document, to_openapi_root
 from rollout.lab.apiserver.patches import PatchType
-from rollout.lab.apiserver.protobuf import (
-    MEDIA_TYPE,
-    OBJECT_SCHEMAS,
-    decode_object,
-    decode_self_subject_access_review,
-    decode_self_subject_rules_review,
-    decode_token_request,
-    is_protobuf,
-)
+from rollout.lab.apiserver.protobuf import MEDIA_TYPE, can_decode, decode_object, is_protobuf
 from rollout.lab.apiserver.rbac import (
     ANONYMOUS,
     RequestAttributes,
@@ -37,7 +28,6 @@ from rollout.lab.apiserver.rbac import (
 from rollout.lab.apiserver.registry import DeleteOptions
 from rollout.lab.apiserver.resources import (
     PODS,
-    REVIEW_KINDS,
     SELFSUBJECTACCESSREVIEWS,
     SELFSUBJECTREVIEWS,
     SELFSUBJECTRULESREVIEWS,
@@ -252,19 +242,11 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
             raise ApiError.method_not_allowed()
         return self._dispatch_resource(method, route, query, raw)
 
-    def _read_review(
-        self,
-        method: str,
-        name: str | None,
-        raw: bytes,
-        from_protobuf: Callable[[bytes], dict[str, Any]],
-    ) -> Any:
+    def _read_review(self, method: str, name: str | None, raw: bytes) -> Any:
         """The body of a self review: created only (a POST to the collection), sent as JSON
         or, as kubectl sends it, as protobuf."""
         _require_create(method, name)
-        if is_protobuf(self.headers.get("Content-Type") or ""):
-            return from_protobuf(raw)
-        return _decode(raw)
+        return self._decode_body(raw)
 
     def _dispatch_resource(
         self, method: str, route: Route, query: dict[str, str], raw: bytes
@@ -276,7 +258,7 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
             raise ApiError.path_not_found()
         dry_run = query.get("dryRun") == "All"
         if kind == SELFSUBJECTACCESSREVIEWS:
-            body = self._read_review(method, name, raw, decode_self_subject_access_review)
+            body = self._read_review(method, name, raw)
             user = self._user
 
             def decide(attributes: RequestAttributes) -> bool:
@@ -284,7 +266,7 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
 
             return Reply(201, review_self_access(body, decide))
         if kind == SELFSUBJECTRULESREVIEWS:
-            body = self._read_review(method, name, raw, decode_self_subject_rules_review)
+            body = self._read_review(method, name, raw)
             caller = self._user
             return Reply(
                 201, review_self_rules(body, lambda ns: list_rules(registry.store, caller, ns))
@@ -311,11 +293,7 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
             if method != "POST":
                 raise ApiError.method_not_allowed()
             account = registry.get(kind, namespace, name)
-            request: Any
-            if is_protobuf(self.headers.get("Content-Type") or ""):
-                request = decode_token_request(raw)
-            else:
-                request = _decode(raw) if raw.strip() else None
+            request = self._decode_body(raw) if raw.strip() else None
             return Reply(201, self.server.authenticator.request_token(account, request))
         if sub == "log":
             if method != "GET":
@@ -333,7 +311,7 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
         if sub == "eviction":
             if method != "POST":
                 raise ApiError.method_not_allowed()
-            return Reply(201, registry.evict(str(namespace), name, _decode(raw)))
+            return Reply(201, registry.evict(str(namespace), name, self._decode_body(raw)))
         if method == "GET":
             found = registry.get(kind, namespace, name)
             return Reply(200, _to_table(kind, [found], query) if table and sub is None else found)
@@ -523,11 +501,10 @@ def _container_ended(pod: dict[str, Any], container: str | None) -> bool:
 
 
 def _check_protobuf_readable(route: Route) -> None:
-    """415 for a protobuf body this server cannot read (it reads JSON, and protobuf only for
-    access reviews and token requests), as the real server answers for custom resources."""
-    if route.kind in REVIEW_KINDS or route.subresource == "token":
-        return
-    if route.kind is not None and route.kind.kind in OBJECT_SCHEMAS and not route.subresource:
+    """415 for a protobuf body of a kind the server cannot read from protobuf, as the real
+    server answers for custom resources; every built-in kind served is read."""
+    kind = route.kind
+    if kind is not None and (route.subresource or can_decode(kind.api_version, kind.kind)):
         return
     raise ApiError.unsupported_media_type(MEDIA_TYPE, ["application/json", "application/yaml"])
 

@@ -19,6 +19,7 @@ from rollout.lab.apiserver.resources import (
     NODES,
     PODDISRUPTIONBUDGETS,
     PODS,
+    SECRETS,
     ResourceKind,
 )
 
@@ -87,6 +88,9 @@ def prepare_for_create(kind: ResourceKind, obj: dict[str, Any], now_s: float) ->
         }
     elif kind in (CRONJOBS, JOBS):
         default_batch(kind, obj)
+    elif kind == SECRETS:
+        # SetDefaults_Secret: `kubectl create secret generic` sends no type
+        obj["type"] = obj.get("type") or "Opaque"
     elif kind.has_status and kind != NODES:
         # Nodes register with their status (the kubelet does); everything else starts empty.
         obj.pop("status", None)
