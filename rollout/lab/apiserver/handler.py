@@ -15,6 +15,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from rollout.lab.apiserver.errors import ApiError, StatusReason
 from rollout.lab.apiserver.faults import ChosenFault
+from rollout.lab.apiserver.impersonation import impersonate
 from rollout.lab.apiserver.openapi import to_openapi_document, to_openapi_root
 from rollout.lab.apiserver.patches import PatchType
 from rollout.lab.apiserver.protobuf import MEDIA_TYPE, can_decode, decode_object, is_protobuf
@@ -197,7 +198,13 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
     def _authorize(self, method: str, path: str, route: Route, query: dict[str, str]) -> UserInfo:
         """Authenticate, then authorize the request (401 or 403 Status as the real server)."""
         store = self.server.registry.store
-        user = self.server.authenticator.authenticate(self.headers.get("Authorization"), store)
+        caller = self.server.authenticator.authenticate(self.headers.get("Authorization"), store)
+        user = impersonate(
+            self.headers,
+            caller,
+            lambda attributes: is_allowed(store, caller, attributes),
+            request_uri=self.path,
+        )
         if route.endpoint is Endpoint.RESOURCE:
             attributes = RequestAttributes.for_resource(
                 method,

@@ -32,6 +32,8 @@ class UserInfo:
     name: str
     groups: tuple[str, ...] = ()
     uid: str = ""
+    # user.Info's extra: key -> values (set by an authenticator, or impersonated)
+    extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @classmethod
     def from_service_account(cls, namespace: str, name: str, uid: str) -> UserInfo:

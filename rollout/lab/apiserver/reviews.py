@@ -99,6 +99,8 @@ def review_self(user: UserInfo) -> dict[str, Any]:
     user_info: dict[str, Any] = {"username": user.name, "groups": list(user.groups)}
     if user.uid:
         user_info["uid"] = user.uid
+    if user.extra:
+        user_info["extra"] = {key: list(values) for key, values in user.extra}
     return {
         "kind": SELFSUBJECTREVIEWS.kind,
         "apiVersion": SELFSUBJECTREVIEWS.api_version,
