@@ -4,6 +4,15 @@ What the node must advertise is one rule (`expect_gpus`), read by gpu.wait's pla
 apply and by gpu.smoke: the physical GPUs from the facts times the replicas of the spec's
 time-slicing profile (else the node's own gpu.replicas label), under the resource name
 renameByDefault picks.
+
+Then the GPU Operator's own signal that the node's GPU stack works end to end: where the
+node's deploy label schedules the validator (`nvidia.com/gpu.deploy.operator-validator=true`),
+its pod `app=nvidia-operator-validator` on the node is Ready. Its init containers validate the
+driver, the toolkit (whose injected files or CDI spec name the driver's libraries), a CUDA
+workload and the plugin, in that order, and rerun whenever the pod restarts: after a driver
+change or a reboot the device plugin can advertise GPUs before the toolkit has caught up with
+the new driver, and a smoke pod started in that window would see the old one (FACTS.md, the
+validator). The operator's own upgrade controller waits for the same signal.
 """
 
 from __future__ import annotations
@@ -13,6 +22,7 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from rollout.facts import NodeFacts
+from rollout.facts.driver_operator import DEPLOY_LABEL_PREFIX
 from rollout.facts.gpu_operator import current_replicas, physical_gpus
 from rollout.facts.pods import GPU_RESOURCE, SHARED_GPU_RESOURCE
 from rollout.plan import StepPlan
@@ -26,6 +36,9 @@ from rollout.steps.pods import describe_pod
 from rollout.steps.profile_changes import time_slicing_change
 from rollout.transports.kube import Node, Pod
 from rollout.wholenumber import whole_number
+
+VALIDATOR_SELECTOR = "app=nvidia-operator-validator"
+VALIDATOR_DEPLOY_LABEL = DEPLOY_LABEL_PREFIX + "operator-validator"
 
 
 @dataclass(frozen=True)
@@ -95,6 +108,8 @@ class GpuWaitStep(ReachingStep, MarkingStep):
         expected = expect_gpus(ctx.spec, ctx.facts)
         deadline = Deadline(ctx.spec.policy.verify.gpu_wait_timeout_s, ctx.sleep)
         follow_label = time_slicing_change(ctx.spec) is None
+        advertised_s: float | None = None
+        announced = False
         while True:
             node = ctx.kube.get_node(ctx.node)
             if follow_label:
@@ -107,22 +122,73 @@ class GpuWaitStep(ReachingStep, MarkingStep):
             # ready means it has not (re)registered yet.
             plugins = find_device_plugin_pods(ctx) if expected.count else []
             plugins_ready = all(p.ready and not p.deleting for p in plugins)
-            if gpus_match(node, expected) and plugins_ready:
-                if expected.count == 0:
-                    return StepResult.done("the node has no GPUs (facts) and advertises none")
+            advertised = gpus_match(node, expected) and plugins_ready
+            if advertised and expected.count == 0:
+                return StepResult.done("the node has no GPUs (facts) and advertises none")
+            if advertised and advertised_s is None:
+                advertised_s = deadline.elapsed_s
+            validators = find_validator_pods(ctx) if wants_validator(node) else None
+            if advertised and advertised_s is not None and validator_ready(validators):
+                done = f"allocatable {expected.describe()} after {round(advertised_s)}s"
                 return StepResult.done(
-                    f"allocatable {expected.describe()} after {round(deadline.elapsed_s)}s"
+                    done + describe_validator_wait(validators, deadline.elapsed_s - advertised_s)
                 )
             if deadline.expired:
-                raise StepFailed(
-                    ctx.node,
-                    self.kind,
-                    describe_gpu_shortfall(node, expected, plugins, deadline.elapsed_s),
+                problem = describe_gpu_shortfall(node, expected, plugins, deadline.elapsed_s)
+                if advertised:
+                    problem = describe_validator_shortfall(validators, deadline.elapsed_s)
+                raise StepFailed(ctx.node, self.kind, problem)
+            if advertised and not announced:
+                announced = True
+                ctx.progress(
+                    f"{ctx.node}: {self.kind}: GPUs advertised; waiting for the GPU Operator's "
+                    f"validator ({VALIDATOR_SELECTOR}) to be Ready on the node"
                 )
             deadline.sleep(POLL_INTERVAL_S)
 
     def undo(self, ctx: StepContext) -> None:
         """A check changes nothing."""
+
+
+def wants_validator(node: Node) -> bool:
+    """The operator schedules its validator on the node (its deploy label is `true`)."""
+    return node.labels.get(VALIDATOR_DEPLOY_LABEL) == "true"
+
+
+def find_validator_pods(ctx: StepContext) -> list[Pod]:
+    """The GPU Operator's validator pods bound to the node, in any namespace."""
+    return ctx.kube.list_pods(
+        None, label_selector=VALIDATOR_SELECTOR, field_selector=f"spec.nodeName={ctx.node}"
+    )
+
+
+def validator_ready(validators: Sequence[Pod] | None) -> bool:
+    """None: no validator to wait for; else one of the node's validator pods is Ready."""
+    return validators is None or any(p.ready and not p.deleting for p in validators)
+
+
+def describe_validator_wait(validators: Sequence[Pod] | None, waited_s: float) -> str:
+    if validators is None:
+        return ""
+    ready = next(p for p in validators if p.ready and not p.deleting)
+    more = f" {round(waited_s)}s later" if round(waited_s) else ""
+    return f"; the GPU Operator's validator {ready.namespace}/{ready.name} Ready{more}"
+
+
+def describe_validator_shortfall(validators: Sequence[Pod] | None, waited_s: float) -> str:
+    """The GPUs are advertised, but the operator's validator never became Ready."""
+    lines = [
+        f"the node advertises its GPUs, but the GPU Operator's validator ({VALIDATOR_SELECTOR}) "
+        f"was not Ready within {round(waited_s)}s: its driver, toolkit, CUDA or plugin "
+        "validation has not passed since the change; check that pod's init containers"
+    ]
+    if validators:
+        lines.extend(f"validator {describe_pod(p)}" for p in validators)
+    else:
+        lines.append(
+            f"no validator pod on the node, though {VALIDATOR_DEPLOY_LABEL}=true schedules one"
+        )
+    return "\n  ".join(lines)
 
 
 def describe_gpu_shortfall(
