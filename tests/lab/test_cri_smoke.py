@@ -137,6 +137,42 @@ def test_broken_mirror_port_fails_the_smoke_pod_and_rolls_back(
     assert PULL_ONLY_SMOKE_IMAGE in images.split(), "pulled through the plan's mirror"
 
 
+def test_gpu_smoke_quotes_the_warning_that_keeps_its_pod_from_starting(
+    lab: Lab, tmp_path: Path
+) -> None:
+    """The `nvidia` RuntimeClass names a handler no node's containerd has: the smoke pod's
+    sandbox cannot be made, and gpu.smoke's failure quotes the kubelet's Warning event, in
+    containerd's words, and blames that handler, not the node's `nvidia` one nor a log."""
+    node = lab.nodes[1]  # the mirror test converges the first node: this plan would be a no-op
+    replace_runtime_class(lab, "nvidia", "nvidia-absent")
+    try:
+        plan = mirror_plan(tmp_path / "plan.yaml", node.name, registry_host(node.address))
+        # under rollout's least-privilege role: it may read the smoke pod's events
+        assert main(apply_args(lab, plan, tmp_path / "state", lab.rollout_kubeconfig)) == 1
+    finally:
+        replace_runtime_class(lab, "nvidia", "nvidia")
+    (run,) = list_runs(tmp_path / "state")
+    state = read_run(tmp_path / "state", run.run_id).node(node.name)
+    assert state.outcome is not None and state.outcome.value == "rolled-back", state
+    said = state.outcome_reason
+    assert "containers: ContainerCreating: not finished after" in said, said
+    assert "\n  warning events, latest first:\n    Warning FailedCreatePodSandBox: Failed to " \
+        "create pod sandbox: rpc error: code = " in said, said  # fmt: skip
+    assert 'no runtime for "nvidia-absent" is configured' in said
+    assert said.endswith(
+        "  containerd on the node has no `nvidia-absent` runtime handler (the pod's "
+        "RuntimeClass names it): check what containerd loads (rollout diagnose)"
+    ), said
+    assert "no log" not in said
+
+
+def replace_runtime_class(lab: Lab, name: str, handler: str) -> None:
+    """RuntimeClass.handler cannot change: the class is deleted and made again."""
+    with config.new_client_from_config(str(lab.kubeconfig)) as api:
+        client.NodeV1Api(api).delete_runtime_class(name)
+    create_runtime_class(lab, name, handler)
+
+
 def mirror_plan(path: Path, node: str, mirror: str) -> Path:
     path.write_text(
         f"""apiVersion: rollout/v1
