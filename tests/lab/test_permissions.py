@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +17,22 @@ from kubernetes import client
 from rollout.cli import main
 from rollout.lab.cluster import CONTEXT, Lab
 from rollout.lab.simulation.bootstrap import read_rbac_manifest
+from rollout.playbook import load_playbooks
+from rollout.schedule.permissions import Grant, schedule_grants
+from rollout.spec import parse_spec
 from rollout.steps.nodemarks import LEFT_CORDONED_ANNOTATION
 from rollout.transports.kube import KubeClient
 from rollout.transports.kube.config import load_kubeconfig
 from tests.examples import PLAN, REPO, edited_plan
 from tests.lab.labapi import apply_args, wait_for
 from tests.lab.test_cluster_shared import own_lab
+from tests.lab.test_kubectl import (  # noqa: F401 (fixtures)
+    Kubectl,
+    kubectl,
+    registry,
+)
+from tests.lab.test_schedule import SA, rollout_schedule  # noqa: F401 (fixture)
+from tests.unit.test_schedule import plan_text
 
 ROLE = next(o for o in read_rbac_manifest() if o["kind"] == "ClusterRole")
 ACCOUNT = next(o for o in read_rbac_manifest() if o["kind"] == "ServiceAccount")
@@ -162,3 +172,78 @@ def test_one_verb_less_fails_naming_it_and_leaves_no_silent_cordon(
         30,
         what="the workload pods to go",
     )
+
+
+# ------------------------------------------------ checked as the account, with kubectl --as
+
+
+def can_i_as(kubectl: Kubectl, user: str, verb: str, target: str, *scope: str) -> str:  # noqa: F811
+    """`kubectl auth can-i VERB TARGET [scope] --as USER`: what the user may, asked by the
+    administrator as docs/permissions.md invites (no token of the account needed)."""
+    said = kubectl("auth", "can-i", verb, target, *scope, "--as", user, check=False)
+    return str(said.stdout.strip())
+
+
+def grant_question(grant: Grant) -> tuple[str, str, list[str]]:
+    resource, _, sub = grant.resource.partition("/")
+    target = f"{resource}.{grant.group}" if grant.group else resource
+    if grant.name:
+        target += f"/{grant.name}"
+    scope = [f"--subresource={sub}"] if sub else []
+    scope += ["-n", grant.namespace] if grant.namespace else ["-A"] if target != "nodes" else []
+    return grant.verb, target, scope
+
+
+def test_the_scheduled_accounts_roles_checked_with_kubectl_as(
+    kubectl: Kubectl,  # noqa: F811
+    rollout_schedule: Callable[..., str],  # noqa: F811
+) -> None:
+    kubectl("create", "namespace", "gpu-operator")
+    kubectl("apply", "-f", "-", stdin=rollout_schedule())
+    user = f"system:serviceaccount:rollout:{SA}"
+    grants = schedule_grants(parse_spec(plan_text(), "plan.yaml"), load_playbooks(), "rollout")
+    assert grants
+    for grant in grants:
+        verb, target, scope = grant_question(grant)
+        assert can_i_as(kubectl, user, verb, target, *scope) == "yes", grant.describe()
+    for verb, target, scope in (
+        ("list", "secrets", ["-A"]),
+        ("get", "secrets", ["-n", "rollout"]),
+        ("get", f"secrets/{SA}-ssh", ["-n", "rollout"]),
+        ("update", f"secrets/{SA}-ssh", ["-n", "rollout"]),
+        ("delete", "nodes", []),
+        ("create", "pods", ["-n", "gpu-operator"]),
+        ("create", "cronjobs.batch", ["-n", "rollout"]),
+        ("impersonate", "users", []),
+    ):
+        assert can_i_as(kubectl, user, verb, target, *scope) == "no", (verb, target, scope)
+    # the administrator asking for itself still may: the answers above were the account's
+    assert kubectl("auth", "can-i", "list", "secrets", "-A").stdout == "yes\n"
+
+
+def test_the_documented_role_checked_with_kubectl_as(kubectl: Kubectl) -> None:  # noqa: F811
+    kubectl("create", "namespace", "gpu-operator")
+    kubectl("apply", "-f", str(REPO / "rollout" / "lab" / "data" / "rbac.yaml"))
+    meta = ACCOUNT["metadata"]
+    user = f"system:serviceaccount:{meta['namespace']}:{meta['name']}"
+    for rule in ROLE["rules"]:
+        for resource in rule["resources"]:
+            name, _, sub = resource.partition("/")
+            group = rule["apiGroups"][0]
+            target = f"{name}.{group}" if group else name
+            for verb in rule["verbs"]:
+                scope = [f"--subresource={sub}"] if sub else []
+                scope += [] if name == "nodes" else ["-A"]
+                assert can_i_as(kubectl, user, verb, target, *scope) == "yes", (verb, resource)
+    for verb, target, scope in (
+        ("list", "secrets", ["-A"]),
+        ("update", "nodes", []),
+        ("delete", "nodes", []),
+        ("create", "pods", ["-A"]),
+        ("delete", "configmaps", ["-n", "gpu-operator"]),
+        ("patch", "daemonsets.apps", ["-n", "gpu-operator"]),
+        ("update", "leases.coordination.k8s.io/other", ["-n", "kube-system"]),
+    ):
+        assert can_i_as(kubectl, user, verb, target, *scope) == "no", (verb, target, scope)
+    lease = ["-n", "kube-system"]
+    assert can_i_as(kubectl, user, "update", "leases.coordination.k8s.io/rollout", *lease) == "yes"
