@@ -17,6 +17,7 @@ from kubernetes import client, config
 
 from rollout.cli import main
 from rollout.lab.cluster import Lab
+from rollout.lab.controlplane_process import LOG_FILE
 from rollout.lab.nodes import NodeSpec
 from rollout.lab.registry import REGISTRY_PORT, registry_host
 from rollout.lab.registryimages import PULL_ONLY_SMOKE_IMAGE, SMOKE_IMAGE
@@ -164,6 +165,10 @@ def test_gpu_smoke_quotes_the_warning_that_keeps_its_pod_from_starting(
         "RuntimeClass names it): check what containerd loads (rollout diagnose)"
     ), said
     assert "no log" not in said
+    # the control plane's log says it too, where `rollout lab status` finds it
+    logged = (lab.lab_dir / LOG_FILE).read_text()
+    assert f"kubelet {node.name}: pod default/rollout-smoke-{node.name}-" in logged
+    assert "FailedCreatePodSandBox: Failed to create pod sandbox: rpc error" in logged
 
 
 def replace_runtime_class(lab: Lab, name: str, handler: str) -> None:

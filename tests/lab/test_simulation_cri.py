@@ -5,16 +5,18 @@ CRI is in tests/lab/test_cri_smoke.py."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from kubernetes import client
 
 from rollout.lab.controlplane import ControlPlane
-from rollout.lab.cri import ContainerRequest, PodOutcome
+from rollout.lab.cri import ContainerRequest, PodOutcome, load_protocol
 from rollout.lab.cri.pods import CriCallFailed
 from rollout.lab.simulation import FixedRuntimeProbe
 from rollout.lab.simulation.probe import RuntimeState
@@ -184,3 +186,59 @@ def test_a_removal_in_flight_is_not_sent_again() -> None:
         done = sum(probe.passes.values())
         wait_for(lambda: sum(probe.passes.values()) >= done + 2 * SlowRemovalProbe.PASSES)
         assert (probe.tries, probe.removed) == (2, ["sandbox-1"])
+
+
+class UnloadableCriProbe(CriProbe):
+    """Nodes whose CRI client cannot load, as on a machine without the compiled CRI API (or
+    grpc): each run fails the way CriPodRunner's loading does."""
+
+    def __init__(self, api_dir: Path) -> None:
+        super().__init__([])
+        self.api_dir = api_dir
+
+    def run_pod(self, node: str, request: ContainerRequest) -> PodOutcome:
+        load_protocol(self.api_dir)
+        raise AssertionError("the protocol loaded from an empty directory")
+
+
+def test_a_cri_client_that_cannot_load_is_the_pods_warning_and_the_logs(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The pod waits as the kubelet reports a sandbox it could not make (ContainerCreating,
+    no message) with a FailedCreatePodSandBox Warning saying why, which the control plane
+    also logs: no pod stays ContainerCreating with the cause nowhere a user looks."""
+    probe = UnloadableCriProbe(tmp_path)
+    cause = f"the compiled CRI API is missing ({tmp_path / 'api_pb2.py'})"
+    with (
+        caplog.at_level(logging.WARNING, logger="rollout.lab.simulation"),
+        ControlPlane.start(lab_description(), probe, port=0, timings=FAST) as plane,
+    ):
+        core = client.CoreV1Api(client.ApiClient(client.Configuration(host=plane.url)))
+        wait_for(lambda: gpus(core, "lab-node-1") == ("2", "2"))
+        pod = gpu_pod(
+            "smoke",
+            1,
+            runtimeClassName="nvidia",
+            container={"command": ["sh", "-c", "nvidia-smi -L"]},
+        )
+        core.create_namespaced_pod("default", pod)
+
+        def warned() -> list[client.CoreV1Event]:
+            events = core.list_namespaced_event("default").items
+            return [e for e in events if e.involved_object.name == "smoke" and e.type == "Warning"]
+
+        (warning, *_) = wait_for(warned)
+        assert warning.reason == "FailedCreatePodSandBox"
+        assert warning.message.startswith(f"Failed to create pod sandbox: {cause}: run scripts/")
+        read = core.read_namespaced_pod("smoke", "default").status
+        waiting = read.container_statuses[0].state.waiting
+        assert (read.phase, waiting.reason, waiting.message) == (
+            "Pending",
+            "ContainerCreating",
+            None,
+        )
+    logged = [r.getMessage() for r in caplog.records if "FailedCreatePodSandBox" in r.getMessage()]
+    assert logged and logged[0].startswith(
+        f"kubelet lab-node-1: pod default/smoke: FailedCreatePodSandBox: Failed to create pod "
+        f"sandbox: {cause}"
+    )
