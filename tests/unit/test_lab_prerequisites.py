@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 from rollout.errors import ExitCode
-from rollout.lab.cri.protocol import protocol_dir
 from rollout.lab.mounts import Mount
 from rollout.lab.prerequisites import (
     KUBELET_CRI,
@@ -18,7 +17,6 @@ from rollout.lab.prerequisites import (
     find_missing_namespaces,
     find_node_cgroups,
 )
-from tests.conftest import require
 
 EXTRA = "pip install 'rollout[lab]' (in a checkout: scripts/setup --lab)"
 
@@ -89,8 +87,6 @@ def test_missing_prerequisites_are_bad_input() -> None:
 def test_lab_up_without_grpc_refuses_at_once_and_starts_nothing(tmp_path: Path) -> None:
     """The real `rollout lab up`, in an interpreter where grpc cannot be imported (as without
     the `lab` extra): exit 2 with the install command, and no lab directory made."""
-    if not (protocol_dir() / "api_pb2_grpc.py").is_file():
-        require("the compiled CRI API (scripts/fetch-cri-api)")
     lab_dir = tmp_path / "lab"
     # None in sys.modules is Python's own mark for a module that must not import
     program = (
