@@ -15,7 +15,14 @@ import yaml
 from rollout.lab.apiserver import Registry
 from rollout.lab.apiserver.errors import ApiError
 from rollout.lab.apiserver.protobuf import decode_object
-from rollout.lab.apiserver.resources import CONFIGMAPS, CRONJOBS, DAEMONSETS, JOBS, SECRETS
+from rollout.lab.apiserver.resources import (
+    CONFIGMAPS,
+    CRONJOBS,
+    DAEMONSETS,
+    JOBS,
+    PODDISRUPTIONBUDGETS,
+    SECRETS,
+)
 from tests.lab.test_kubectl import (  # noqa: F401 (fixtures)
     Kubectl,
     kubectl,
@@ -116,6 +123,19 @@ def test_create_configmap_and_apply_new_objects(
     assert pod_spec["containers"][0]["resources"] == {"limits": {"cpu": "500m", "memory": "1Gi"}}
     assert pod_spec["containers"][0]["securityContext"] == {"runAsUser": 0, "privileged": True}
     assert pod_spec["tolerations"] == [{"operator": "Exists", "tolerationSeconds": 30}]
+    # the imperative generators write protobuf: a Job, a CronJob, a budget, a Deployment-less
+    # workload set, each read back as its JSON
+    kubectl("create", "job", "once", "--image=busybox:1.36", "--", "true")
+    assert registry.get(JOBS, "default", "once")["spec"]["template"]["spec"]["containers"][0][
+        "command"
+    ] == ["true"]
+    kubectl("create", "cronjob", "nightly", "--image=busybox:1.36", "--schedule=0 1 * * *")
+    assert registry.get(CRONJOBS, "default", "nightly")["spec"]["schedule"] == "0 1 * * *"
+    kubectl("create", "poddisruptionbudget", "one", "--selector=app=plugin", "--min-available=1")
+    assert registry.get(PODDISRUPTIONBUDGETS, "default", "one")["spec"] == {
+        "minAvailable": 1,
+        "selector": {"matchLabels": {"app": "plugin"}},
+    }
     replaced = kubectl("replace", "-f", "-", stdin=json.dumps(_with_label(stored))).stdout
     assert replaced == "daemonset.apps/plugin replaced\n"
     assert registry.get(DAEMONSETS, "default", "plugin")["metadata"]["labels"]["v"] == "2"
