@@ -24,8 +24,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import ClassVar
 
+from rollout.budget import NodeAvailability, UnavailabilityBudget, Verdict
 from rollout.errors import RolloutError
 from rollout.facts import ClusterFacts, NodeFacts
 from rollout.facts.driver_operator import (
@@ -321,15 +323,17 @@ class DriverReleaseStep(OperatorStep):
                 f"{', '.join(failed)} {UPGRADE_STATE_LABEL}={UPGRADE_FAILED}: not releasing "
                 "another node",
             )
-        budget = ctx.spec.policy.max_unavailable_count(len(nodes))
-        busy = sorted(({n.name for n in served if _busy(n)} | _released) - {ctx.node})
-        if len(busy) + 1 <= budget:
+        limit = ctx.spec.policy.max_unavailable_count(len(nodes))  # counted as the executor does
+        budget = UnavailabilityBudget(limit, frozenset(n.name for n in served))
+        seen = [NodeAvailability(n.name, _taken_down(n), n.ready) for n in served]
+        if budget.decide(ctx.node, seen, _released, datetime.now(UTC)).verdict is Verdict.START:
             return True
         if deadline.expired:
+            busy = sorted((budget.unavailable(seen) | _released) - {ctx.node})
             raise StepFailed(
                 ctx.node,
                 self.kind,
-                f"max_unavailable {budget} still taken by {', '.join(busy)} after "
+                f"max_unavailable {limit} still taken by {', '.join(busy)} after "
                 f"{round(deadline.elapsed_s)}s",
             )
         return False
@@ -442,6 +446,5 @@ def _retried(change: DriverUpgradeChange, labels: Mapping[str, str]) -> bool:
     return change.retry_failed and upgrade_state(labels) == UPGRADE_FAILED
 
 
-def _busy(node: Node) -> bool:
-    """Taken down or being upgraded: counts against rollout's max_unavailable."""
-    return node.unschedulable or not node.ready or upgrade_state(node.labels) not in IDLE_STATES
+def _taken_down(node: Node) -> bool:  # counted against max_unavailable, as NotReady is
+    return node.unschedulable or upgrade_state(node.labels) not in IDLE_STATES
