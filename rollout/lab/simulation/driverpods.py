@@ -76,6 +76,15 @@ def read_host_driver(root: Path) -> str | None:
     return None
 
 
+def driver_validates(root: Path | None) -> bool:
+    """What the validator's driver-validation (`nvidia-smi` on the node) needs: the loaded
+    module is the library's version. A node without a root or without the stand-in driver
+    files at all (a control plane without nodes) has nothing to judge."""
+    if root is None:
+        return True
+    return _read_version(root / DRIVER_VERSION_FILE) == _read_version(root / MODULE_VERSION_FILE)
+
+
 def _read_version(path: Path) -> str:
     try:
         return path.read_text().strip()

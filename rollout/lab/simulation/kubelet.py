@@ -39,6 +39,7 @@ from rollout.lab.apiserver.registry import DeleteOptions, Registry
 from rollout.lab.apiserver.resources import CONFIGMAPS, NODES, PODS
 from rollout.lab.description import GpuDescription, NodeDescription
 from rollout.lab.simulation.cripods import CriPods
+from rollout.lab.simulation.driverpods import driver_validates
 from rollout.lab.simulation.events import EventRecorder
 from rollout.lab.simulation.gpuoperator import (
     DEVICE_PLUGIN,
@@ -263,6 +264,12 @@ class Kubelet:
         if not self._runtime.containerd_active:
             return False  # the CRI does not answer; the kubelet retries
         if owner_daemonset(pod) in AFTER_TOOLKIT and not self.toolkit.settled(self._runtime):
+            if waiting_reason(pod) is None:
+                self._write_pod(pod, lambda p: set_waiting(p, "PodInitializing", "", now))
+            return False
+        if owner_daemonset(pod) == VALIDATOR.name and not driver_validates(self.node.root):
+            # its driver-validation init container reruns at every start: after a driver
+            # change or a reboot it passes only once nvidia-smi works with the new driver
             if waiting_reason(pod) is None:
                 self._write_pod(pod, lambda p: set_waiting(p, "PodInitializing", "", now))
             return False
