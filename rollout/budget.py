@@ -28,6 +28,11 @@ from datetime import datetime
 SETTLE_WAIT_S = 120.0
 
 
+def clock_time(moment: datetime | None) -> str:
+    """A moment as the run's progress lines show time: the local clock's HH:MM:SS."""
+    return "?" if moment is None else f"{moment.astimezone():%H:%M:%S}"
+
+
 @dataclass(frozen=True)
 class ClusterChange:
     """This run's first change of a cluster-wide object: the step, its node, when it began."""
@@ -37,7 +42,9 @@ class ClusterChange:
     at: datetime
 
     def describe(self) -> str:
-        return f"this run's ClusterPolicy change ({self.step} on {self.node} at {self.at:%H:%M:%S})"
+        return (
+            f"this run's ClusterPolicy change ({self.step} on {self.node} at {clock_time(self.at)})"
+        )
 
 
 @dataclass(frozen=True)
@@ -99,7 +106,7 @@ class UnavailabilityBudget:
             settling = []
         if settling and len(down) - len(settling) + 1 <= self.limit and self.change is not None:
             waiting = "; ".join(
-                f"{n.name}, NotReady since {n.not_ready_since:%H:%M:%S}" for n in settling
+                f"{n.name}, NotReady since {clock_time(n.not_ready_since)}" for n in settling
             )
             return Decision(
                 Verdict.WAIT,

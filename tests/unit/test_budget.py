@@ -19,6 +19,7 @@ from rollout.budget import (
     NodeAvailability,
     UnavailabilityBudget,
     Verdict,
+    clock_time,
 )
 from rollout.executor import Executor
 from rollout.plan import NodePlan
@@ -71,8 +72,9 @@ def test_a_node_not_ready_since_this_runs_change_is_waited_for() -> None:
     decision = budget().decide("gpu-3", nodes, held=(), now=at(10))
     assert decision.verdict is Verdict.WAIT
     assert decision.reason == (
-        "waiting for gpu-2, NotReady since 10:00:03, after this run's ClusterPolicy change "
-        f"(configmap.update on gpu-1 at 10:00:00), at most {round(SETTLE_WAIT_S)}s, "
+        f"waiting for gpu-2, NotReady since {clock_time(at(3))}, after this run's ClusterPolicy "
+        f"change (configmap.update on gpu-1 at {clock_time(at(0))}), at most "
+        f"{round(SETTLE_WAIT_S)}s, "
         "before taking gpu-3 down"
     )
 
@@ -91,7 +93,7 @@ def test_a_node_still_not_ready_after_the_bound_counts_and_halts() -> None:
         "taking gpu-3 down would make 2 node(s) unavailable, over max_unavailable 1 "
         f"(already unavailable: gpu-2); gpu-2 still NotReady, waited for at most "
         f"{round(SETTLE_WAIT_S)}s after this run's ClusterPolicy change "
-        "(configmap.update on gpu-1 at 10:00:00)"
+        f"(configmap.update on gpu-1 at {clock_time(at(0))})"
     )
 
 
@@ -281,7 +283,7 @@ def test_resume_continues_the_node_it_took_down_while_another_is_not_ready(
     assert log.calls[before] == ("apply", "gpu-a-1", "configmap.update")
     first_wait = said[0]
     assert first_wait.startswith(
-        f"waiting for gpu-b-1, NotReady since {flapping.ready_changed_at:%H:%M:%S}, after "
+        f"waiting for gpu-b-1, NotReady since {clock_time(flapping.ready_changed_at)}, after "
         "this run's ClusterPolicy change (configmap.update on gpu-a-1 at "
     )
     assert first_wait.endswith("before taking gpu-a-2 down")
