@@ -85,6 +85,14 @@ def driver_validates(root: Path | None) -> bool:
     return _read_version(root / DRIVER_VERSION_FILE) == _read_version(root / MODULE_VERSION_FILE)
 
 
+def working_driver(root: Path) -> str | None:
+    """The driver version NVML (`nvidia-smi`, GPU Feature Discovery) on the node reports: the
+    library's, while the loaded module is the same version; None while it cannot tell (a
+    library/module mismatch, no module loaded, no stand-in driver files)."""
+    library = _read_version(root / DRIVER_VERSION_FILE)
+    return library if library and library == _read_version(root / MODULE_VERSION_FILE) else None
+
+
 def _read_version(path: Path) -> str:
     try:
         return path.read_text().strip()

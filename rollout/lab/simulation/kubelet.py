@@ -39,7 +39,7 @@ from rollout.lab.apiserver.registry import DeleteOptions, Registry
 from rollout.lab.apiserver.resources import CONFIGMAPS, NODES, PODS
 from rollout.lab.description import GpuDescription, NodeDescription
 from rollout.lab.simulation.cripods import CriPods
-from rollout.lab.simulation.driverpods import driver_validates
+from rollout.lab.simulation.driverpods import driver_validates, working_driver
 from rollout.lab.simulation.events import EventRecorder
 from rollout.lab.simulation.gpuoperator import (
     DEVICE_PLUGIN,
@@ -94,7 +94,8 @@ GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_REPLICAS_LABEL = "nvidia.com/gpu.replicas"
 GPU_SHARING_LABEL = "nvidia.com/gpu.sharing-strategy"
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
-DRIVER_LABELS = ("major", "minor", "rev")
+DRIVER_LABELS = ("major", "minor", "rev")  # GFD's deprecated nvidia.com/cuda.driver.*
+DRIVER_VERSION_LABELS = ("major", "minor", "revision")
 # Operands that wait for the toolkit (the GPU Operator gives them its validation init step).
 AFTER_TOOLKIT = (DEVICE_PLUGIN.name, VALIDATOR.name)
 WAITING_RESTART = ("CrashLoopBackOff", "CreateContainerError", "ContainerCreating")
@@ -609,6 +610,10 @@ class Kubelet:
         if not runtime.alive:
             self.registry.mutate(NODES, None, self.name, lambda n: _set_node_unknown(n, now))
             return
+        if self.node.root is not None:
+            # GFD reads the driver through NVML, whoever installed it (the driver pod or the
+            # host's packages); while NVML fails (a mismatch) it relabels nothing
+            self.driver_version = working_driver(self.node.root) or self.driver_version
         state = self._devices
         total = len(self.node.gpus) * state.profile.replicas
         healthy = len(self._slots()) if state.registered else 0
@@ -657,6 +662,12 @@ class Kubelet:
                 {
                     f"nvidia.com/cuda.driver.{k}": v
                     for k, v in zip(DRIVER_LABELS, parts, strict=True)
+                }
+            )
+            labels.update(
+                {
+                    f"nvidia.com/cuda.driver-version.{k}": v
+                    for k, v in zip(DRIVER_VERSION_LABELS, parts, strict=True)
                 }
             )
             labels["nvidia.com/cuda.driver-version.full"] = self.driver_version
