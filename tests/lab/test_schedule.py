@@ -187,16 +187,8 @@ def test_kubectl_prints_cronjobs_and_jobs_as_a_real_server_does(
         "LAST SCHEDULE": "<none>",
         "AGE": row["AGE"],
     }
-    # a run now, from the CronJob's template (`kubectl create job --from=cronjob/...` sends
-    # protobuf, which the emulator reads for the kinds rollout itself writes only)
-    cronjob = json.loads(kubectl("get", "cronjob", SA, "-n", "rollout", "-o", "json").stdout)
-    manual = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": "by-hand", "namespace": "rollout"},
-        "spec": cronjob["spec"]["jobTemplate"]["spec"],
-    }
-    created = kubectl("create", "-f", "-", stdin=json.dumps(manual))
+    # a run now, as a user starts one from the CronJob (kubectl 1.36 sends it as protobuf)
+    created = kubectl("create", "job", "by-hand", f"--from=cronjob/{SA}", "-n", "rollout")
     assert created.stdout == "job.batch/by-hand created\n"
     jobs = JobController(registry)
     jobs.reconcile()

@@ -11,7 +11,6 @@ every node done exactly once, none left cordoned."""
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import signal
@@ -28,12 +27,19 @@ from rollout.inventory import load_inventory
 from rollout.lab.cluster import Lab
 from rollout.playbook import load_playbooks
 from rollout.run.cluster import find_run, journal_text
-from rollout.schedule.manifests import ScheduleOptions, build_schedule
+from rollout.schedule.manifests import (
+    KNOWN_HOSTS_KEY,
+    SSH_KEY,
+    Schedule,
+    ScheduleOptions,
+    build_schedule,
+)
 from rollout.spec import parse_spec
 from rollout.transports.kube import KubeClient, Pod
 from tests.examples import edited_plan
 from tests.lab.labapi import lab_kube_client, wait_for
 from tests.lab.test_cluster_shared import own_lab
+from tests.lab.test_kubectl_create import header_commands
 from tests.lab.test_schedule import lab_kubectl
 from tests.unit.test_schedule import IMAGE
 
@@ -57,31 +63,36 @@ def eventually(probe: Callable[[], T | None], what: str, timeout_s: float = 180.
     return wait_for(probe, timeout_s, what=what, interval_s=0.5)
 
 
+def ssh_secret_command(lab: Lab, namespace: str, name: str) -> list[str]:
+    """The command the schedule's output prints for its SSH Secret, with the lab's files."""
+    return [
+        *("kubectl", "create", "secret", "generic", name, "-n", namespace),
+        f"--from-file={SSH_KEY}={lab.ssh.key_file}",
+        f"--from-file={KNOWN_HOSTS_KEY}={lab.ssh.known_hosts}",
+    ]
+
+
 def apply_ssh_secret(lab: Lab, home: Path, namespace: str, name: str) -> None:
-    """The Secret the operator creates with the lab's key and known_hosts (`kubectl create
-    secret generic` sends protobuf, which the lab's API reads for reviews only: the same
-    Secret as a manifest)."""
-    files = {"ssh-privatekey": lab.ssh.key_file, "known_hosts": lab.ssh.known_hosts}
-    secret = {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": name, "namespace": namespace},
-        "data": {k: base64.b64encode(p.read_bytes()).decode() for k, p in files.items()},
-    }
-    lab_kubectl(lab, home, "apply", "-f", "-", stdin=json.dumps(secret))
+    """The Secret the operator creates with the lab's key and known_hosts, by that command
+    (real kubectl 1.36: it sends the Secret as protobuf)."""
+    lab_kubectl(lab, home, *ssh_secret_command(lab, namespace, name)[1:])
 
 
-def schedule_objects(lab: Lab, plan: Path, options: ScheduleOptions) -> list[dict[str, Any]]:
-    """What `rollout schedule PLAN -i INVENTORY` prints for the lab, as JSON objects."""
+def schedule_of(lab: Lab, plan: Path, options: ScheduleOptions) -> Schedule:
+    """What `rollout schedule PLAN -i INVENTORY` prints for the lab."""
     text = plan.read_text()
-    built = build_schedule(
+    return build_schedule(
         parse_spec(text, str(plan)),
         text,
         load_playbooks(),
         options,
         load_inventory(lab.inventory),
     )
-    return [json.loads(json.dumps(o)) for o in built.objects]
+
+
+def schedule_objects(lab: Lab, plan: Path, options: ScheduleOptions) -> list[dict[str, Any]]:
+    """The objects of `schedule_of`, as JSON objects."""
+    return [json.loads(json.dumps(o)) for o in schedule_of(lab, plan, options).objects]
 
 
 def pod_of(kube: KubeClient, job: str) -> Pod | None:
@@ -122,14 +133,22 @@ def test_overlapping_runs_one_refused_a_killed_run_continued(shared: Lab, tmp_pa
         tmp_path, "mirror.registry.internal:5000", "scheduled-runs.registry.internal:5000"
     )
     options = ScheduleOptions(image=IMAGE, namespace=NAMESPACE, cron="0 3 * * *", suspend=True)
-    objects = schedule_objects(shared, plan, options)
+    printed = schedule_of(shared, plan, options)
+    objects = [json.loads(json.dumps(o)) for o in printed.objects]
     cronjob = next(o for o in objects if o["kind"] == "CronJob")
     cronjob["spec"]["concurrencyPolicy"] = "Allow"  # on purpose: the Lease must hold alone
     manifest = yaml.safe_dump_all(objects)
     lab_kubectl(shared, tmp_path, "apply", "-f", "-", stdin=manifest)
     try:
+        said = header_commands(printed.to_yaml())
+        files = {"PATH/TO/KEY": shared.ssh.key_file, "PATH/TO/known_hosts": shared.ssh.known_hosts}
+        for placeholder, path in files.items():
+            said = [arg.replace(placeholder, str(path)) for arg in said]
+        assert said == ssh_secret_command(shared, NAMESPACE, f"{CRONJOB}-ssh")
         apply_ssh_secret(shared, tmp_path, NAMESPACE, f"{CRONJOB}-ssh")
         with lab_kube_client(shared) as kube:
+            secret = kube.get_secret(NAMESPACE, f"{CRONJOB}-ssh")
+            assert secret.data.keys() == {SSH_KEY, KNOWN_HOSTS_KEY}
             run_scheduled(shared, tmp_path, kube)
     finally:
         lab_kubectl(
@@ -142,34 +161,10 @@ def test_overlapping_runs_one_refused_a_killed_run_continued(shared: Lab, tmp_pa
 
 
 def run_scheduled(lab: Lab, home: Path, kube: KubeClient) -> None:
-    stored = json.loads(
-        lab_kubectl(lab, home, "get", "cronjob", CRONJOB, "-n", NAMESPACE, "-o", "json")
-    )
-
     def start(job: str) -> None:
-        """A run now, as `kubectl create job --from=cronjob/...` makes one (kubectl sends that
-        as protobuf, which the lab's API reads for reviews only: the same Job as JSON)."""
-        template = stored["spec"]["jobTemplate"]
-        owner = {
-            "apiVersion": "batch/v1",
-            "kind": "CronJob",
-            "name": CRONJOB,
-            "uid": stored["metadata"]["uid"],
-            "controller": True,
-        }
-        body = {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": {
-                "name": job,
-                "namespace": NAMESPACE,
-                "annotations": {"cronjob.kubernetes.io/instantiate": "manual"},
-                "labels": template["metadata"].get("labels") or {},
-                "ownerReferences": [owner],
-            },
-            "spec": template["spec"],
-        }
-        lab_kubectl(lab, home, "create", "-f", "-", stdin=json.dumps(body))
+        """A run now, as a user starts one (real kubectl 1.36, which sends it as protobuf)."""
+        command = ("create", "job", job, f"--from=cronjob/{CRONJOB}", "-n", NAMESPACE)
+        assert lab_kubectl(lab, home, *command) == f"job.batch/{job} created\n"
 
     # two runs at once, as a CronJob without Forbid would start them
     start("first")
