@@ -10,17 +10,22 @@ from __future__ import annotations
 import base64
 import json
 import shlex
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from rollout.facts.driver_operator import DriverSource
-from rollout.lab.apiserver import Registry
+from rollout.lab.apiserver import ApiServer, Registry
 from rollout.lab.apiserver.resources import (
     CLUSTERPOLICIES,
     CONFIGMAPS,
     NAMESPACES,
     NODES,
     NVIDIADRIVERS,
+    PODS,
     RUNTIMECLASSES,
     SECRETS,
 )
@@ -87,6 +92,7 @@ def test_patch_an_nvidiadriver_version(
 ) -> None:
     registry.create(
         NVIDIADRIVERS,
+        PODS,
         None,
         {
             "metadata": {"name": "a100-pool"},
@@ -252,3 +258,74 @@ def test_the_diagnose_commands(
     assert "nodeName: gpu-1" in run_said(kubectl, "kubectl get pod -n default plugin-x -o yaml")
     assert "Events:" in run_said(kubectl, "kubectl describe daemonset -n default plugin")
     assert "Taints:             gpu:NoSchedule" in run_said(kubectl, "kubectl describe node gpu-1")
+
+
+def test_apply_server_side_creates_merges_by_field_and_drops_what_it_gave_up(
+    kubectl: Kubectl,  # noqa: F811
+    registry: Registry,  # noqa: F811
+) -> None:
+    """`kubectl apply --server-side` (a PATCH of application/apply-patch+yaml with
+    fieldManager=kubectl): created when absent; then the applied fields win, fields another
+    writer set stay, and a field this manager applied before and leaves out goes."""
+
+    def configmap(data: dict[str, str]) -> str:
+        return json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "time-slicing", "labels": {"app": "gpu"}},
+                "data": data,
+            }
+        )
+
+    first = kubectl("apply", "--server-side", "-f", "-", stdin=configmap({"a": "1", "b": "2"}))
+    assert first.stdout == "configmap/time-slicing serverside-applied\n"
+    stored = registry.get(CONFIGMAPS, "default", "time-slicing")
+    assert stored["data"] == {"a": "1", "b": "2"}
+    (entry,) = stored["metadata"]["managedFields"]
+    assert (entry["manager"], entry["operation"]) == ("kubectl", "Apply")
+    assert entry["fieldsV1"] == {
+        "f:data": {"f:a": {}, "f:b": {}},
+        "f:metadata": {"f:labels": {"f:app": {}}},
+    }
+    kubectl("label", "configmap", "time-slicing", "owner=ops")
+    again = kubectl("apply", "--server-side", "-f", "-", stdin=configmap({"a": "3"}))
+    assert again.stdout == "configmap/time-slicing serverside-applied\n"
+    stored = registry.get(CONFIGMAPS, "default", "time-slicing")
+    assert stored["data"] == {"a": "3"}
+    assert stored["metadata"]["labels"] == {"app": "gpu", "owner": "ops"}
+    shown = json.loads(kubectl("get", "cm", "time-slicing", "-o", "json").stdout)
+    assert "managedFields" not in shown["metadata"]  # kubectl hides them by default
+    a_pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "smoke"},
+        "spec": {
+            "nodeName": "gpu-1",
+            "containers": [{"name": "main", "image": "busybox:1.36"}],
+        },
+    }
+    add_node(registry, "gpu-1")
+    kubectl("apply", "--server-side", "-f", "-", stdin=json.dumps(a_pod))
+    a_pod["spec"]["containers"] = [{"name": "main", "image": "busybox:1.37"}]
+    kubectl("apply", "--server-side", "-f", "-", stdin=json.dumps(a_pod))
+    (container,) = registry.get(PODS, "default", "smoke")["spec"]["containers"]
+    assert (container["name"], container["image"]) == ("main", "busybox:1.37")
+
+
+def test_an_apply_without_a_field_manager_is_refused(registry: Registry) -> None:  # noqa: F811
+    """kube-apiserver: 400 "fieldManager is required for apply requests"."""
+    with ApiServer.start(registry) as server:
+        request = urllib.request.Request(
+            f"{server.url}/api/v1/namespaces/default/configmaps/x",
+            data=b'{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x"}}',
+            method="PATCH",
+            headers={"Content-Type": "application/apply-patch+yaml"},
+        )
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=30)
+    assert refused.value.code == 400
+    assert json.loads(refused.value.read())["message"] == (
+        "fieldManager is required for apply requests"
+    )
+    assert registry.list_objects(CONFIGMAPS, "default") == []

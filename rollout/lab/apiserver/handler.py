@@ -13,6 +13,8 @@ from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
+import yaml
+
 from rollout.lab.apiserver.errors import ApiError, StatusReason
 from rollout.lab.apiserver.faults import ChosenFault
 from rollout.lab.apiserver.impersonation import impersonate
@@ -331,6 +333,14 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
             patch_type = PatchType.from_content_type(
                 self.headers.get("Content-Type") or "", custom=kind.custom
             )
+            if patch_type is PatchType.APPLY and sub is None:
+                manager = query.get("fieldManager") or ""
+                if not manager:
+                    raise ApiError.bad_request("fieldManager is required for apply requests")
+                applied, is_new = registry.apply(
+                    kind, namespace, name, _decode_yaml(raw), manager, dry_run=dry_run
+                )
+                return Reply(201 if is_new else 200, applied)
             patched = registry.patch(
                 kind, namespace, name, patch_type, _decode(raw), subresource=sub, dry_run=dry_run
             )
@@ -539,6 +549,16 @@ def _decode(raw: bytes) -> Any:
         raise ApiError.bad_request(
             f"couldn't get version/kind; json parse error: {error}"
         ) from error
+
+
+def _decode_yaml(raw: bytes) -> Any:
+    """An apply patch: YAML (kubectl sends JSON, which YAML reads)."""
+    if not raw.strip():
+        raise ApiError.bad_request("the request body is empty")
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError as error:
+        raise ApiError.bad_request(f"error decoding YAML: {error}") from error
 
 
 def _require_create(method: str, name: str | None) -> None:

@@ -34,12 +34,11 @@ class PatchType(StrEnum):
         """The patch type of a request; 415 for types the resource does not take."""
         media = content_type.split(";")[0].strip().lower()
         accepted = [cls.JSON, cls.MERGE] if custom else [cls.JSON, cls.MERGE, cls.STRATEGIC]
+        accepted.append(cls.APPLY)
         for patch_type in accepted:
             if patch_type.value == media:
                 return patch_type
-        raise ApiError.unsupported_media_type(
-            media, [t.value for t in accepted] + [cls.APPLY.value]
-        )
+        raise ApiError.unsupported_media_type(media, [t.value for t in accepted])
 
 
 _POD_SPEC_KEYS: dict[tuple[str, ...], MergeKey] = {

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rollout.lab.apiserver.admission import admit_pod
+from rollout.lab.apiserver.apply import applied_object, apply_to, check_applied
 from rollout.lab.apiserver.disruption import budget_selects, check_eviction, compute_budget_status
 from rollout.lab.apiserver.errors import ApiError, StatusCause
 from rollout.lab.apiserver.metadata import format_timestamp, new_name_suffix
@@ -272,6 +273,30 @@ class Registry:
                 raise ApiError.bad_request("metadata.name: the name may not be changed by a patch")
             self._check_uid(kind, name, metadata, old)
             return self._write_update(kind, patched, old, subresource, dry_run)
+
+    def apply(
+        self,
+        kind: ResourceKind,
+        namespace: str | None,
+        name: str,
+        applied: Any,
+        manager: str,
+        *,
+        dry_run: bool = False,
+    ) -> tuple[dict[str, Any], bool]:
+        """Server-side apply (rollout.lab.apiserver.apply): the object, and whether it was
+        created (the real server answers 201 then)."""
+        config = check_applied(applied, name)
+        keys = MERGE_KEYS.get(kind.resource, {})
+        with self.store.locked():
+            old = self.store.get(kind, namespace, name)
+            if old is None:
+                body = applied_object(config, name, manager, keys)
+                return self.create(kind, namespace, body, dry_run=dry_run), True
+            merged = apply_to(old, config, manager, keys)
+            check_decodable(kind, merged)
+            self._check_uid(kind, name, merged["metadata"], old)
+            return self._write_update(kind, merged, old, None, dry_run), False
 
     def mutate(
         self,
