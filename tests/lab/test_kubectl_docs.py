@@ -92,7 +92,6 @@ def test_patch_an_nvidiadriver_version(
 ) -> None:
     registry.create(
         NVIDIADRIVERS,
-        PODS,
         None,
         {
             "metadata": {"name": "a100-pool"},
