@@ -98,6 +98,8 @@ def test_patch_an_nvidiadriver_version(
             "spec": {"version": "550.127.05", "driverType": "gpu"},
         },
     )
+    listed = table(run_said(kubectl, "kubectl get nvidiadrivers"))
+    assert [r["NAME"] for r in listed] == ["a100-pool"]
     said = DriverSource("a100-pool").version_command("535.183.01")
     assert run_said(kubectl, said) == "nvidiadriver.nvidia.com/a100-pool patched\n"
     assert registry.get(NVIDIADRIVERS, None, "a100-pool")["spec"] == {
@@ -256,6 +258,9 @@ def test_the_diagnose_commands(
     assert "Node:" in run_said(kubectl, "kubectl describe pod -n default plugin-x")
     assert "nodeName: gpu-1" in run_said(kubectl, "kubectl get pod -n default plugin-x -o yaml")
     assert "Events:" in run_said(kubectl, "kubectl describe daemonset -n default plugin")
+    registry.write_log("default", "plugin-x", "main", "one\ntwo\n")
+    logs = run_said(kubectl, "kubectl logs -n default plugin-x --all-containers --tail 20")
+    assert logs == "one\ntwo\n"
     assert "Taints:             gpu:NoSchedule" in run_said(kubectl, "kubectl describe node gpu-1")
 
 
