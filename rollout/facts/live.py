@@ -44,7 +44,7 @@ from rollout.retry import retry_transient
 from rollout.spec import Spec, TimeSlicingChange
 from rollout.transports.errors import Forbidden, NotFound
 from rollout.transports.fanout import run_on_nodes
-from rollout.transports.kube import Event, KubeClient, Node, Pod
+from rollout.transports.kube import KubeClient, Node, Pod
 
 
 @dataclass(frozen=True)
@@ -318,7 +318,7 @@ def read_failed_creates(kube: KubeClient) -> dict[str, tuple[str, ...]]:
     for event in found:
         if is_gpu_refusal(event.message):
             key = f"{event.involved_kind} {event.namespace}/{event.involved_name}"
-            refused[key] = (*refused.get(key, ()), event_line(event))
+            refused[key] = (*refused.get(key, ()), event.describe())
     return refused
 
 
@@ -364,11 +364,5 @@ def read_pending_pod_events(
         except Forbidden:
             continue
         if found:
-            events[pod.key] = tuple(event_line(e) for e in found)
+            events[pod.key] = tuple(e.describe() for e in found)
     return events
-
-
-def event_line(event: Event) -> str:
-    """An event as `kubectl describe` lists it: type, reason, message, how often."""
-    times = f" (x{event.count})" if event.count > 1 else ""
-    return f"{event.event_type} {event.reason}: {event.message}{times}"

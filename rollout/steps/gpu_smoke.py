@@ -12,7 +12,6 @@ from typing import Any, ClassVar
 
 from rollout.facts import NodeFacts
 from rollout.facts.gpu_operator import OPERATOR_RUNTIME_CLASS
-from rollout.facts.live import event_line
 from rollout.facts.pods import GPU_RESOURCE
 from rollout.fieldproblems import shorten
 from rollout.plan import StepPlan
@@ -286,7 +285,7 @@ def describe_smoke_failure(
         lines.append(f"  {warnings}")
     elif warnings:
         lines.append("  warning events, latest first:")
-        lines += [f"    {shorten(event_line(e), WARNING_CHARS)}" for e in warnings]
+        lines += [f"    {shorten(e.describe(), WARNING_CHARS)}" for e in warnings]
     hint = _smoke_hint(pod, warnings)
     if hint:
         lines.append(f"  {hint}")

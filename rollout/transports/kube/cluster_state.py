@@ -45,6 +45,11 @@ class Event:
     count: int = 1
     last_seen: datetime | None = None
 
+    def describe(self) -> str:
+        """The event as `kubectl describe` lists it: type, reason, message, how often."""
+        times = f" (x{self.count})" if self.count > 1 else ""
+        return f"{self.event_type} {self.reason}: {self.message}{times}"
+
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> Event:
         meta = obj.get("metadata") or {}
