@@ -66,6 +66,8 @@ def make_console(stream: IO[str] | None = None, color: bool | None = None) -> Co
     return Console(
         file=stream,
         no_color=color is False,
+        # no_color drops colours only: bold and underline stay, so "never" sets no style at all
+        color_system=None if color is False else "auto",
         force_terminal=True if color else None,
         highlight=False,
         # `:name:` in a value is text, not an emoji
