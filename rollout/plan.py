@@ -183,10 +183,24 @@ class Plan:
     not_targeted: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     policy: Mapping[str, Any] = field(default_factory=dict)
+    # --limit as given (rollout.limit), and the targets it left out: "" and () without one
+    limit: str = ""
+    limited_out: tuple[str, ...] = ()
 
     @property
     def nodes(self) -> tuple[NodePlan, ...]:
         return tuple(node for wave in self.waves for node in wave.nodes)
+
+    @property
+    def limit_note(self) -> str | None:
+        """The plan's statement that --limit narrowed it, or None when it did not."""
+        if not self.limit:
+            return None
+        left = len(self.limited_out)
+        return (
+            f"limited to {self.limit}: {len(self.nodes)} of the plan's "
+            f"{len(self.nodes) + left} target node(s); {left} left out"
+        )
 
     @property
     def has_changes(self) -> bool:

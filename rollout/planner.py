@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 
 from rollout.errors import BadInput
 from rollout.facts import ClusterFacts, FleetFacts, NodeFacts
+from rollout.limit import LimitError, NodeLimit
 from rollout.plan import NodePlan, Plan, StepPlan, Wave
 from rollout.playbook import Playbook, PlaybookStep, compose_steps
 from rollout.spec import (
@@ -42,9 +43,20 @@ def build_plan(
     spec_source: str,
     fleet: FleetFacts,
     playbooks: Mapping[str, Playbook],
+    limit: NodeLimit | None = None,
 ) -> Plan:
-    """Plan every change of the spec over the targeted nodes of the fleet."""
+    """Plan every change of the spec over the targeted nodes of the fleet (within `limit`)."""
     targets = select_targets(spec, fleet)
+    limited_out: list[str] = []
+    if limit is not None:
+        limit.check_names((n.name for n in fleet.nodes), fleet.source)
+        limited_out = [n.name for n in targets if not limit.admits(n.name, n.labels)]
+        targets = [n for n in targets if limit.admits(n.name, n.labels)]
+        if not targets:
+            raise LimitError(
+                f"--limit {limit.text} leaves none of the plan's {len(limited_out)} target "
+                f"node(s): {', '.join(limited_out[:20])}"
+            )
     kinds = change_kinds(spec)
     steps = compose_steps(playbooks[kind] for kind in kinds)
     planners = step_planners()
@@ -66,7 +78,8 @@ def build_plan(
     if operator is not None:
         cluster_changes = [*cluster_changes, *operator.to_cluster_changes()]
         warnings.extend(operator.warnings())
-    targeted = {n.name for n in targets}
+    # a target --limit left out is said as such (Plan.limited_out), not as untargeted
+    targeted = {n.name for n in targets}.union(limited_out)
     return Plan(
         name=spec.metadata.name,
         source=spec_source,
@@ -78,6 +91,8 @@ def build_plan(
         already_unavailable=tuple(n.name for n in fleet.nodes if not n.available),
         not_targeted=tuple(n.name for n in fleet.nodes if n.name not in targeted),
         warnings=tuple(warnings),
+        limit=limit.text if limit is not None else "",
+        limited_out=tuple(limited_out),
     )
 
 

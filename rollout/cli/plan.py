@@ -14,6 +14,7 @@ from rollout.cli import add_listed_command
 from rollout.cli.render import make_console, plan_to_markdown, print_plan_text, write_plan_json
 from rollout.errors import BadInput, ExitCode
 from rollout.facts import FleetFacts, load_recorded_facts
+from rollout.limit import NodeLimit
 from rollout.planner import build_plan
 from rollout.playbook import load_playbooks
 from rollout.spec import Spec, load_spec
@@ -142,6 +143,18 @@ def add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help=f"probe at most N nodes at once (1 to {MAX_PARALLEL})",
     )
+    parser.add_argument(
+        "--limit",
+        "-l",
+        metavar="PATTERN",
+        help="only these nodes (Ansible's --limit): names, globs, @FILE, key=value label "
+        "selectors, joined by ',' or ':'; '!P' leaves P out, '&P' requires it",
+    )
+
+
+def limit_of(args: argparse.Namespace) -> NodeLimit | None:
+    """The command's --limit, parsed (None without one)."""
+    return None if args.limit is None else NodeLimit.from_text(args.limit)
 
 
 # More SSH sessions at once than this only queue in the kernel and in sshd's MaxStartups.
@@ -185,6 +198,7 @@ def run_plan(args: argparse.Namespace) -> int:
             " (--facts DIR plans from recorded facts, --inventory FILE probes the nodes)"
         )
     spec = load_spec(args.plan_file)
+    limit = limit_of(args)  # bad input: nothing probed
     scheduled: dict[str, float] = {}
     if args.facts is not None and args.schedule_namespace is not None:
         raise BadInput(
@@ -206,7 +220,7 @@ def run_plan(args: argparse.Namespace) -> int:
     # the facts and the plan live until the command ends: a fleet's are millions of objects,
     # which the garbage collector would otherwise walk again on each full collection
     gc.freeze()
-    plan = build_plan(spec, str(args.plan_file), fleet, load_playbooks())
+    plan = build_plan(spec, str(args.plan_file), fleet, load_playbooks(), limit)
     gc.freeze()
     from rollout.cli.render import forecast_to_markdown, print_forecast
     from rollout.schedule.forecast import forecast_for, forecast_lines

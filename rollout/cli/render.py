@@ -95,6 +95,8 @@ def print_plan_text(plan: Plan, console: Console) -> None:
             else ""
         )
     )
+    if plan.limit_note:
+        out.print(f"  [bold]{safe(plan.limit_note)}[/bold]")
     for warning in plan.warnings:
         out.print(f"[yellow]warning:[/yellow] {safe(warning)}")
     if plan.cluster_changes:
@@ -274,6 +276,8 @@ def plan_to_markdown(plan: Plan) -> str:
         f"{len(plan.waves)} wave(s); **{len(changing)}** node(s) change; "
         f"max unavailable {plan.max_unavailable}.\n"
     )
+    if plan.limit_note:
+        out.append(f"**{md_text(plan.limit_note)}**\n")
     for warning in plan.warnings:
         out.append(f"> **warning:** {md_text(warning)}\n")
     if plan.cluster_changes:

@@ -3,14 +3,17 @@ a plan read from standard input, status -o json/yaml, status --schedule given a 
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from rollout.cli import main
 from tests.examples import FACTS, PLAN
 
 ESCAPE = b"\x1b["
@@ -49,12 +52,78 @@ def run_on_terminal(*words: str) -> tuple[int, bytes]:
     ],
     ids=["plan", "diagnose"],
 )
-def test_color_never_on_a_terminal_writes_no_escape(
-    words: tuple[str, ...], exit_code: int
-) -> None:
+def test_color_never_on_a_terminal_writes_no_escape(words: tuple[str, ...], exit_code: int) -> None:
     _, coloured = run_on_terminal(*words, "--color", "auto")
     assert ESCAPE in coloured  # a terminal indeed: auto colours it
     code, plain = run_on_terminal(*words, "--color", "never")
     assert code == exit_code
     assert ESCAPE not in plain
     assert b"gpu-a-3" in plain
+
+
+def plan_json(capsys: pytest.CaptureFixture[str], *words: str) -> dict[str, Any]:
+    assert main(["plan", str(PLAN), "--facts", str(FACTS), *words, "-o", "json"]) == 0
+    data: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return data
+
+
+def planned(data: dict[str, Any]) -> list[str]:
+    return [n["name"] for wave in data["waves"] for n in wave["nodes"]]
+
+
+@pytest.mark.parametrize(
+    ("limit", "nodes"),
+    [
+        ("gpu-a-1", ["gpu-a-1"]),
+        ("gpu-a-1,gpu-b-1", ["gpu-a-1", "gpu-b-1"]),
+        ("gpu-a-1:gpu-b-1", ["gpu-a-1", "gpu-b-1"]),
+        ("gpu-a-*", ["gpu-a-1", "gpu-a-2", "gpu-a-3"]),
+        ("gpu-a-*,!gpu-a-2", ["gpu-a-1", "gpu-a-3"]),
+        ("!gpu-a-2", ["gpu-a-1", "gpu-a-3", "gpu-b-1"]),
+        ("node-pool=gpu-b", ["gpu-b-1"]),
+        ("node-pool!=gpu-b", ["gpu-a-1", "gpu-a-2", "gpu-a-3"]),
+        ("gpu-?-3,&node-pool=gpu-a", ["gpu-a-3"]),
+    ],
+)
+def test_limit_intersects_the_targets(
+    capsys: pytest.CaptureFixture[str], limit: str, nodes: list[str]
+) -> None:
+    data = plan_json(capsys, "--limit", limit)
+    assert planned(data) == nodes
+    assert data["limit"] == limit
+    everyone = ["gpu-a-1", "gpu-a-2", "gpu-a-3", "gpu-b-1"]
+    assert data["limited_out"] == [n for n in everyone if n not in nodes]
+    assert data["not_targeted"] == []
+
+
+def test_limit_from_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    listed = tmp_path / "canaries"
+    listed.write_text("# the canaries\ngpu-a-2\n\ngpu-b-*  # and the B pool\n")
+    data = plan_json(capsys, "-l", f"@{listed},!gpu-b-1")
+    assert planned(data) == ["gpu-a-2"]
+
+
+def test_limit_is_stated_in_text_and_markdown(capsys: pytest.CaptureFixture[str]) -> None:
+    note = "limited to node-pool=gpu-a: 3 of the plan's 4 target node(s); 1 left out"
+    for output in ("text", "markdown"):
+        words = ["plan", str(PLAN), "--facts", str(FACTS), "-l", "node-pool=gpu-a", "-o", output]
+        assert main([*words, "--color", "never"] if output == "text" else words) == 0
+        assert note in capsys.readouterr().out
+    assert main(["plan", str(PLAN), "--facts", str(FACTS), "--color", "never"]) == 0
+    assert "limited to" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("limit", "message"),
+    [
+        ("gpu-x-1", "--limit gpu-x-1: gpu-x-1 not a node of"),
+        ("gpu-z-*", "--limit gpu-z-* leaves none of the plan's 4 target node(s)"),
+        ("!gpu-*", "leaves none of the plan's 4 target node(s)"),
+        ("node-pool=a=b", "--limit node-pool=a=b:"),
+        ("@missing-limit-file", "--limit @missing-limit-file: cannot read it"),
+        (",", "no pattern"),
+    ],
+)
+def test_bad_limit_exits_2(capsys: pytest.CaptureFixture[str], limit: str, message: str) -> None:
+    assert main(["plan", str(PLAN), "--facts", str(FACTS), "--limit", limit]) == 2
+    assert message in capsys.readouterr().err
