@@ -27,6 +27,7 @@ from rollout.lab.cluster import (
 )
 from rollout.lab.controlplane_process import LOG_FILE
 from rollout.lab.driverpools import split_driver_pools
+from rollout.lab.endpoints import DEFAULT_ENDPOINT_PREFIX
 from rollout.lab.faults import (
     SPEC_HELP,
     parse_fault_spec,
@@ -71,6 +72,20 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--address-prefix",
         default=DEFAULT_ADDRESS_PREFIX,
         help=f"loopback /24 for node addresses ({DEFAULT_ADDRESS_PREFIX} gives .1, .2, ...)",
+    )
+    up.add_argument(
+        "--endpoints",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also N SSH endpoints, each with its own address, host key entry, inventory "
+        "entry and Node object, served by the nodes in turn (their files, for planning at "
+        "fleet scale)",
+    )
+    up.add_argument(
+        "--endpoint-prefix",
+        default=DEFAULT_ENDPOINT_PREFIX,
+        help=f"loopback /16 (or /24) for endpoint addresses ({DEFAULT_ENDPOINT_PREFIX})",
     )
     up.add_argument(
         "--api-port",
@@ -185,6 +200,8 @@ def run_up(args: argparse.Namespace) -> int:
         address_prefix=args.address_prefix,
         api_port=args.api_port,
         controlplane=args.controlplane,
+        endpoints=args.endpoints,
+        endpoint_prefix=args.endpoint_prefix,
     )
     settings = parse_fault_spec(args.faults, args.seed) if args.faults else None
     lab = bring_up_lab(options, progress=_progress)

@@ -53,7 +53,13 @@ from rollout.lab.controlplane_process import (
     read_controlplane_warnings,
     stop_controlplane,
 )
-from rollout.lab.description import LAB_FILE, GpuDescription, LabDescription
+from rollout.lab.description import LAB_FILE, EndpointDescription, GpuDescription, LabDescription
+from rollout.lab.endpoints import (
+    DEFAULT_ENDPOINT_PREFIX,
+    endpoints_not_listening,
+    plan_endpoints,
+    write_endpoint_sshds,
+)
 from rollout.lab.image import INSTALLED_DRIVER, SERIES, NodeImage, build_image, find_image
 from rollout.lab.mounts import mount_points_below
 from rollout.lab.nodes import (
@@ -121,6 +127,8 @@ class LabOptions:
     api_port: int = DEFAULT_API_PORT
     device_plugin_grace_s: int = DEVICE_PLUGIN_GRACE_S
     controlplane: bool = True
+    endpoints: int = 0
+    endpoint_prefix: str = DEFAULT_ENDPOINT_PREFIX
 
 
 @dataclass(frozen=True)
@@ -132,6 +140,7 @@ class Lab:
     api_port: int
     device_plugin_grace_s: int
     nodes: tuple[NodeSpec, ...]
+    endpoints: tuple[EndpointDescription, ...] = ()
 
     @property
     def kubeconfig(self) -> Path:
@@ -179,6 +188,9 @@ class Lab:
                 }
                 for n in self.nodes
             ],
+            "endpoints": [
+                {"name": e.name, "address": e.address, "node": e.node} for e in self.endpoints
+            ],
         }
 
     @classmethod
@@ -208,6 +220,7 @@ class Lab:
             api_port=description.api_port,
             device_plugin_grace_s=int(description.device_plugin_grace_s),
             nodes=nodes,
+            endpoints=description.endpoints,
         )
 
 
@@ -278,6 +291,7 @@ def bring_up_lab(options: LabOptions, progress: Progress = print) -> Lab:
     """Build (or reuse) the image, boot the nodes in parallel, start the control plane."""
     started = time.monotonic()
     specs = plan_nodes(options)  # bad arguments are bad input, whatever this machine has
+    endpoints = plan_endpoints(options.endpoints, options.endpoint_prefix, [n.name for n in specs])
     # the kubelet's CRI client only serves the control plane's simulation
     require_prerequisites(SERIES, KUBELET_CRI if options.controlplane else None)
     lab_dir = options.lab_dir.resolve()
@@ -291,7 +305,7 @@ def bring_up_lab(options: LabOptions, progress: Progress = print) -> Lab:
                 )
             progress(f"lab: clearing a stopped lab from {lab_dir}")
             _tear_down(existing, progress, remove_files=False)
-        _check_addresses_free(specs)
+        _check_addresses_free([n.address for n in specs] + [e.address for e in endpoints])
         image = find_image()
         if image is None:
             progress("lab: building the node image (once; cached afterwards)")
@@ -302,6 +316,7 @@ def bring_up_lab(options: LabOptions, progress: Progress = print) -> Lab:
             api_port=_choose_port(options.api_port),
             device_plugin_grace_s=options.device_plugin_grace_s,
             nodes=specs,
+            endpoints=endpoints,
         )
         try:
             lab = _start_lab(lab, image, options, progress)
@@ -321,9 +336,15 @@ def _start_lab(lab: Lab, image: NodeImage, options: LabOptions, progress: Progre
         host_keys = list(
             pool.map(lambda n: create_node(n, image, lab.node_dirs(n), public_key), lab.nodes)
         )
-    known_hosts = "".join(
-        f"{node.address} {' '.join(key.split()[:2])}\n"
-        for node, key in zip(lab.nodes, host_keys, strict=True)
+    keys = {
+        node.name: " ".join(key.split()[:2]) for node, key in zip(lab.nodes, host_keys, strict=True)
+    }
+    for node in lab.nodes:
+        served = [e.address for e in lab.endpoints if e.node == node.name]
+        if served:
+            write_endpoint_sshds(lab.node_dirs(node).root, served)
+    known_hosts = "".join(f"{node.address} {keys[node.name]}\n" for node in lab.nodes) + "".join(
+        f"{e.address} {keys[e.node]}\n" for e in lab.endpoints
     )
     lab.ssh.known_hosts.write_text(known_hosts)
     _write_inventory(lab)
@@ -344,6 +365,16 @@ def _start_lab(lab: Lab, image: NodeImage, options: LabOptions, progress: Progre
         list(pool.map(lambda n: prepull_images(n, lab.node_dirs(n), PREPULLED), lab.nodes))
     for node, version in zip(lab.nodes, versions, strict=True):
         progress(f"lab: {node.name} {node.address} ready: {version}")
+    if lab.endpoints:
+        closed = endpoints_not_listening(lab.endpoints)
+        if closed:
+            names = ", ".join(f"{e.name} ({e.address})" for e in closed[:5])
+            raise LabFailed(f"{len(closed)} endpoint(s) not listening: {names}")
+        first, last = lab.endpoints[0], lab.endpoints[-1]
+        progress(
+            f"lab: {len(lab.endpoints)} SSH endpoints listening, {first.name} {first.address} "
+            f"to {last.name} {last.address}"
+        )
     if not options.controlplane:
         return lab
     if not controlplane_available():
@@ -490,6 +521,10 @@ def _write_inventory(lab: Lab) -> None:
         "nodes": [
             {"name": n.name, "address": n.address, "known_hosts": str(lab.ssh.known_hosts)}
             for n in lab.nodes
+        ]
+        + [
+            {"name": e.name, "address": e.address, "known_hosts": str(lab.ssh.known_hosts)}
+            for e in lab.endpoints
         ],
     }
     lab.inventory.write_text(yaml.safe_dump(inventory, sort_keys=False))
@@ -555,20 +590,20 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     tmp.rename(path)
 
 
-def _check_addresses_free(specs: Sequence[NodeSpec]) -> None:
+def _check_addresses_free(addresses: Sequence[str]) -> None:
     taken = []
-    for spec in specs:
+    for address in addresses:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             # As sshd does: connections in TIME_WAIT from a previous lab do not block it.
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
-                sock.bind((spec.address, 22))
+                sock.bind((address, 22))
             except OSError:
-                taken.append(spec.address)
+                taken.append(address)
     if taken:
         raise LabFailed(
-            f"port 22 is taken on {', '.join(taken)} (another lab, or an sshd on 0.0.0.0?); "
-            "stop it or choose another --address-prefix"
+            f"port 22 is taken on {', '.join(taken[:10])} (another lab, or an sshd on 0.0.0.0?); "
+            "stop it or choose another --address-prefix or --endpoint-prefix"
         )
 
 

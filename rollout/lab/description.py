@@ -12,6 +12,8 @@ from typing import Any
 from rollout.errors import InputError, SourceLocation
 
 LAB_FILE = "lab.json"
+# On an endpoint's Node object: the name of the lab node it stands for.
+ENDPOINT_ANNOTATION = "lab.rollout/endpoint-of"
 DEFAULT_API_PORT = 16443
 DEFAULT_DEVICE_PLUGIN_GRACE_S = 300.0
 
@@ -48,6 +50,16 @@ class NodeDescription(LabNode):
 
 
 @dataclass(frozen=True)
+class EndpointDescription:
+    """An SSH endpoint of lab.json: its own name and address, served by one node's sshd
+    (rollout.lab.endpoints): the node's files, and a Node object of its own in the API."""
+
+    name: str
+    address: str
+    node: str
+
+
+@dataclass(frozen=True)
 class LabDescription:
     """The whole lab: the API endpoint, device-plugin timing, the nodes, timing overrides."""
 
@@ -57,6 +69,7 @@ class LabDescription:
     device_plugin_grace_s: float = DEFAULT_DEVICE_PLUGIN_GRACE_S
     # Optional "simulation" object of lab.json: SimulationTimings field names to values.
     timings: Mapping[str, float] = field(default_factory=dict)
+    endpoints: tuple[EndpointDescription, ...] = ()
 
     def find_node(self, name: str) -> NodeDescription | None:
         return next((n for n in self.nodes if n.name == name), None)
@@ -90,6 +103,17 @@ class LabDescription:
             if names.count(name) > 1:
                 raise InputError(where, f"node {name!r} is listed twice", field="nodes")
         timings = reader.mapping(root.get("simulation", {}), "simulation")
+        endpoints = tuple(
+            _read_endpoint(reader, endpoint, f"endpoints[{i}]")
+            for i, endpoint in enumerate(reader.sequence(root.get("endpoints", []), "endpoints"))
+        )
+        for endpoint in endpoints:
+            if endpoint.name in names or endpoint.node not in names:
+                raise InputError(
+                    where,
+                    f"endpoint {endpoint.name!r} must have a name of its own and name a node",
+                    field="endpoints",
+                )
         return cls(
             nodes=nodes,
             api_host=reader.text(api.get("host", "127.0.0.1"), "api.host"),
@@ -99,7 +123,17 @@ class LabDescription:
                 "device_plugin_grace_s",
             ),
             timings={str(k): reader.number(v, f"simulation.{k}") for k, v in timings.items()},
+            endpoints=endpoints,
         )
+
+
+def _read_endpoint(reader: _Reader, data: Any, where: str) -> EndpointDescription:
+    endpoint = reader.mapping(data, where)
+    return EndpointDescription(
+        name=reader.text(endpoint.get("name"), f"{where}.name"),
+        address=reader.text(endpoint.get("address"), f"{where}.address"),
+        node=reader.text(endpoint.get("node"), f"{where}.node"),
+    )
 
 
 def _read_node(reader: _Reader, data: Any, where: str) -> NodeDescription:

@@ -21,6 +21,7 @@ from rollout.lab.apiserver.errors import ApiError
 from rollout.lab.apiserver.metadata import new_name_suffix
 from rollout.lab.apiserver.registry import Registry
 from rollout.lab.apiserver.resources import CLUSTERPOLICIES, CONFIGMAPS, DAEMONSETS, NODES, PODS
+from rollout.lab.description import ENDPOINT_ANNOTATION
 from rollout.lab.simulation.gpuoperator import (
     CLUSTER_POLICY_NAME,
     DEPLOY_LABEL_PREFIX,
@@ -162,6 +163,8 @@ class DaemonSetController:
 
     @staticmethod
     def _eligible(daemonset: dict[str, Any], node: dict[str, Any]) -> bool:
+        if ENDPOINT_ANNOTATION in (node["metadata"].get("annotations") or {}):
+            return False  # an SSH endpoint: no kubelet of its own runs pods
         labels = node["metadata"].get("labels") or {}
         selector = (daemonset["spec"]["template"].get("spec") or {}).get("nodeSelector") or {}
         if any(labels.get(k) != v for k, v in selector.items()):

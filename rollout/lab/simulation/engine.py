@@ -20,6 +20,7 @@ from rollout.lab.simulation.clusterpolicy import ClusterPolicyController
 from rollout.lab.simulation.cronjobs import CronJobController, JobController
 from rollout.lab.simulation.daemonsets import DaemonSetController
 from rollout.lab.simulation.driverpods import DriverContainers
+from rollout.lab.simulation.endpointnodes import EndpointNodes, seed_endpoint_nodes
 from rollout.lab.simulation.events import EventRecorder
 from rollout.lab.simulation.gpuoperator import CLUSTER_POLICY_NAME
 from rollout.lab.simulation.jobpods import JobPods
@@ -57,6 +58,7 @@ class Simulation:
         self._operator = ClusterPolicyController(registry)
         self._nvidia_drivers = NVIDIADriverController(registry)
         self._daemonsets = DaemonSetController(registry)
+        self._endpoints = EndpointNodes(registry, {e.name: e.node for e in lab.endpoints})
         self._scheduler = Scheduler(
             registry, EventRecorder(registry, "default-scheduler", clock=clock), clock
         )
@@ -94,11 +96,13 @@ class Simulation:
     def seed(self) -> None:
         """Create the cluster's initial objects (idempotent)."""
         seed_cluster(self.registry, self.lab)
+        seed_endpoint_nodes(self.registry, self.lab)
 
     def step(self) -> None:
         """One tick of every controller, in a fixed order."""
         with self._step_lock:
             policy = self.registry.find(CLUSTERPOLICIES, None, CLUSTER_POLICY_NAME)
+            self._endpoints.reconcile()
             self._lifecycle.reconcile()
             self._operator.reconcile(policy)
             self._nvidia_drivers.reconcile(policy)
