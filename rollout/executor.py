@@ -77,6 +77,11 @@ class WindowClosed(Halt):
     """The maintenance window has closed, or would before the next node could finish."""
 
 
+class NodeRefused(Halt):
+    """A node the run must not touch (a saved plan's node whose facts moved): raised by the
+    context factory, it halts the run before the node's first step; the node stays pending."""
+
+
 class ClusterView(Protocol):
     """What the executor reads of the cluster between nodes."""
 
@@ -188,7 +193,7 @@ class _Done:
 
 def takes_down(node: NodePlan) -> bool:
     """Whether the node is made unavailable (cordoned) by its steps: it needs a budget slot."""
-    return any(s.kind == "cordon" and s.changes for s in node.steps)
+    return node.takes_down
 
 
 @dataclass(eq=False)
@@ -439,7 +444,11 @@ class Executor:
 
     def _run_node(self, node: NodePlan) -> NodeOutcome | None:
         """The node's pending steps; its outcome, or None when stopped before a step."""
-        ctx = self.make_context(node)
+        try:
+            ctx = self.make_context(node)
+        except NodeRefused as exc:
+            self._stopping(str(exc))
+            return None
         for index, planned in enumerate(node.steps):
             ref = StepRef(index, planned.kind)
             state = self.journal.replay()

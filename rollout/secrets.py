@@ -80,6 +80,30 @@ def redact_toml(text: str) -> str:
     return _redact_lines(text, {})[0]
 
 
+def secret_values(text: str) -> dict[tuple[str, ...], str]:
+    """Each secret of a TOML text by its key path, as written (what redact_toml hides)."""
+    return _redact_lines(text, {})[1]
+
+
+def fill_secrets(redacted: str, values: Mapping[tuple[str, ...], str]) -> str:
+    """redact_toml's output with each `<redacted>` value put back from `values`, by key path
+    (a saved plan's file, its credentials carried over from the node); KeyError: a path
+    `values` lacks."""
+    out: list[str] = []
+    table: tuple[str, ...] | None = ()
+    for line in redacted.splitlines(keepends=True):
+        table, setting = _read_line(line, table)
+        if setting is None or setting.match.group("value").strip() != REDACTED:
+            out.append(line)
+            continue
+        match, end = setting.match, "\n" if line.endswith("\n") else ""
+        out.append(
+            f"{match.group('lead')}{match.group('key')}{match.group('eq')}"
+            f"{values[setting.path]}{end}"
+        )
+    return "".join(out)
+
+
 # Fleets repeat a few file texts over thousands of nodes: redact each distinct text once.
 # Texts are keys (their hashes are cached by str); results are immutable.
 @functools.lru_cache(maxsize=4096)

@@ -52,6 +52,7 @@ class Command:
 # listing and the built parsers read the same).
 COMMANDS = (
     Command("plan", "show what would change (dry run)", "rollout.cli.plan"),
+    Command("show", "render a plan saved with `rollout plan --out FILE`", "rollout.cli.show"),
     Command(
         "apply",
         "apply a plan: waves of cordon, drain, write, restart, verify, uncordon",

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rollout.cli import add_listed_command
-from rollout.cli.render import make_console, plan_to_markdown, print_plan_text, write_plan_json
+from rollout.cli.render import make_console, write_plan_json
+from rollout.cli.render_groups import plan_markdown, print_plan
 from rollout.errors import BadInput, ExitCode
 from rollout.facts import FleetFacts, load_recorded_facts
 from rollout.limit import NodeLimit
@@ -75,10 +76,23 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="text for a terminal (default), markdown for a review comment, json for tools",
     )
     parser.add_argument(
+        "--full",
+        action="store_true",
+        help="text and markdown: every node with its own diffs, instead of each group of "
+        "nodes planned alike once",
+    )
+    parser.add_argument(
         "--schedule-namespace",
         metavar="NS",
         help="live facts: the forecast also uses the node durations measured by the plan's "
         "scheduled run, kept in the cluster in namespace NS (`rollout schedule --namespace`)",
+    )
+    parser.add_argument(
+        "--out",
+        metavar="FILE",
+        type=Path,
+        help="also save what is shown to FILE (no secret in it): `rollout show FILE` renders "
+        "it, `rollout apply FILE` runs exactly it",
     )
     parser.add_argument(
         "--detailed-exitcode",
@@ -227,14 +241,20 @@ def run_plan(args: argparse.Namespace) -> int:
 
     # how long, and in which maintenance windows
     forecast = forecast_for(spec, plan, scheduled=scheduled)
+    if args.out is not None:
+        from rollout.cli.show import save_plan
+
+        save_plan(args.out, plan, fleet, args.plan_file, forecast)
     if args.output == "json":
         write_plan_json(plan, sys.stdout, forecast.to_data())
     elif args.output == "markdown":
-        sys.stdout.write(plan_to_markdown(plan) + forecast_to_markdown(forecast_lines(forecast)))
+        sys.stdout.write(
+            plan_markdown(plan, args.full) + forecast_to_markdown(forecast_lines(forecast))
+        )
     else:
         color = {"auto": None, "always": True, "never": False}[args.color]
         console = make_console(sys.stdout, color)
-        print_plan_text(plan, console)
+        print_plan(plan, console, args.full)
         print_forecast(forecast_lines(forecast), console)
     if args.detailed_exitcode:
         # terraform's convention: 2 = changes pending, so CI can tell "plan is empty" apart

@@ -1,0 +1,26 @@
+"""Saved plans: `rollout plan --out FILE` writes one, `rollout show FILE` renders it,
+`rollout apply FILE` runs exactly it, each node refused whose facts moved since."""
+
+from rollout.savedplan.document import (
+    JOURNAL_KEY,
+    SavedPlan,
+    SavedPlanRefused,
+    is_saved_plan,
+    make_saved_plan,
+    read_saved_plan,
+    saved_plan_from_text,
+    saved_plan_to_text,
+    write_saved_plan,
+)
+
+__all__ = [
+    "JOURNAL_KEY",
+    "SavedPlan",
+    "SavedPlanRefused",
+    "is_saved_plan",
+    "make_saved_plan",
+    "read_saved_plan",
+    "saved_plan_from_text",
+    "saved_plan_to_text",
+    "write_saved_plan",
+]
