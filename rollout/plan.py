@@ -144,10 +144,17 @@ class NodePlan:
     # live facts only: containerd service state, GPUs allocatable/capacity, taints
     status: str = ""
     driver: DriverChange | None = None
+    # the node's physical GPUs: what it takes out of service while cordoned
+    gpus: int = 0
 
     @property
     def changes(self) -> bool:
         return any(step.changes for step in self.steps)
+
+    @property
+    def takes_down(self) -> bool:
+        """Whether the node is made unavailable (cordoned) by its steps: it needs a budget slot."""
+        return any(step.kind == "cordon" and step.changes for step in self.steps)
 
 
 @dataclass(frozen=True)

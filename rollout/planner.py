@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 
 from rollout.errors import BadInput
 from rollout.facts import ClusterFacts, FleetFacts, NodeFacts
+from rollout.facts.gpu_operator import physical_gpus
 from rollout.limit import LimitError, NodeLimit
 from rollout.plan import NodePlan, Plan, StepPlan, Wave
 from rollout.playbook import Playbook, PlaybookStep, compose_steps
@@ -165,6 +166,7 @@ def plan_node(
         status=describe_status(node),
         unavailable=not node.available,
         driver=driver_change(spec, node),
+        gpus=physical_gpus(node),
     )
 
 

@@ -13,12 +13,22 @@ import io
 import json
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, TextIO
 
 from rollout.memo import BoundedCache
-from rollout.plan import DriverChange, NodePlan, Plan, StepPlan, plan_to_data, redact_plan, to_data
+from rollout.plan import (
+    ClusterChange,
+    DriverChange,
+    NodePlan,
+    Plan,
+    StepPlan,
+    plan_to_data,
+    redact_plan,
+    to_data,
+)
+from rollout.plangroups import group_nodes, group_to_data
 
 # rich is imported where text is drawn: `-o json` never draws any (rich costs 45 ms to import)
 if TYPE_CHECKING:
@@ -27,7 +37,8 @@ if TYPE_CHECKING:
 
     from rollout.executor import RunReport
 
-SCHEMA_VERSION = 1
+# 2: `groups` (rollout.plangroups) and each node's `gpus` added; docs/plan-reference.md
+SCHEMA_VERSION = 2
 MAX_EFFECTIVE_LINES = 12
 # C0 and C1 controls but tab and newline: an ESC in a node's file must not drive the terminal
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -99,20 +110,7 @@ def print_plan_text(plan: Plan, console: Console) -> None:
         out.print(f"  [bold]{safe(plan.limit_note)}[/bold]")
     for warning in plan.warnings:
         out.print(f"[yellow]warning:[/yellow] {safe(warning)}")
-    if plan.cluster_changes:
-        out.print("\n[bold]Before wave 1 (cluster-wide)[/bold]")
-        for change in plan.cluster_changes:
-            if change.action is None:
-                out.print(
-                    f"  = {safe(change.kind)} {safe(change.target)}: "
-                    f"{safe(change.noop_reason or '')}"
-                )
-            else:
-                out.print(
-                    f"  [cyan]~[/cyan] {safe(change.kind)} {safe(change.target)}: "
-                    f"{safe(change.action)}"
-                )
-                _print_diff(out, change.diff, indent="      ")
+    print_cluster_changes(out, plan.cluster_changes)
     for wave in plan.waves:
         names = ", ".join(n.name for n in wave.nodes)
         out.print(f"\n[bold]Wave {wave.index}[/bold]: {safe(names)}")
@@ -135,6 +133,23 @@ def print_plan_text(plan: Plan, console: Console) -> None:
             "[bold green]No changes.[/bold green] Every targeted node already matches the plan."
         )
     out.flush_to(console)
+
+
+def print_cluster_changes(out: _Lines, changes: Sequence[ClusterChange]) -> None:
+    """The cluster-wide changes made before wave 1, each with its diff."""
+    if not changes:
+        return
+    out.print("\n[bold]Before wave 1 (cluster-wide)[/bold]")
+    for change in changes:
+        if change.action is None:
+            out.print(
+                f"  = {safe(change.kind)} {safe(change.target)}: {safe(change.noop_reason or '')}"
+            )
+        else:
+            out.print(
+                f"  [cyan]~[/cyan] {safe(change.kind)} {safe(change.target)}: {safe(change.action)}"
+            )
+            _print_diff(out, change.diff, indent="      ")
 
 
 class _Lines:
@@ -176,7 +191,8 @@ def _print_node_header(out: _Lines, node: NodePlan) -> None:
     )
 
 
-def _print_node(out: _Lines, node: NodePlan) -> None:
+def _print_node(out: _Lines, node: NodePlan, diffs: DiffIndex | None = None) -> None:
+    """A node's body; with `diffs`, a diff shown before is named instead of printed again."""
     if node.status:
         out.print(f"    [dim]{safe(node.status)}[/dim]")
     if node.driver is not None:
@@ -199,7 +215,12 @@ def _print_node(out: _Lines, node: NodePlan) -> None:
         out.print(f"    [yellow]warning:[/yellow] {safe(warning)}")
     for change in node.files:
         out.print(f"    [bold]{change.action} {safe(change.path)}[/bold]  ({safe(change.reason)})")
-        _print_diff(out, change.unified_diff(), indent="      ")
+        diff = change.unified_diff()
+        shown = diffs.first_shown(diff) if diffs is not None else None
+        if shown is None:
+            _print_diff(out, diff, indent="      ")
+        else:
+            out.print(f"      [dim](the same diff as {safe(shown)})[/dim]")
     if node.effective_changes:
         out.print(
             "    [bold]effective containerd config[/bold] (what containerd will load; "
@@ -214,6 +235,24 @@ def _print_node(out: _Lines, node: NodePlan) -> None:
         hidden = len(node.effective_changes) - MAX_EFFECTIVE_LINES
         if hidden > 0:
             out.print(f"      ... and {hidden} more (--output json or markdown shows all)")
+
+
+class DiffIndex:
+    """Where each distinct diff was first shown (`group 2`), so a fleet's output prints each
+    distinct change once however many groups repeat it."""
+
+    def __init__(self) -> None:
+        self._first: dict[str, str] = {}
+        self.where = ""
+
+    def first_shown(self, diff: str) -> str | None:
+        """Where `diff` was shown before, or None (and it is now shown at `where`)."""
+        if not diff:
+            return None
+        first = self._first.get(diff)
+        if first is None:
+            self._first[diff] = self.where
+        return first
 
 
 def describe_driver(change: DriverChange) -> str:
@@ -280,16 +319,7 @@ def plan_to_markdown(plan: Plan) -> str:
         out.append(f"**{md_text(plan.limit_note)}**\n")
     for warning in plan.warnings:
         out.append(f"> **warning:** {md_text(warning)}\n")
-    if plan.cluster_changes:
-        out.append("#### Cluster-wide, before wave 1\n")
-        for change in plan.cluster_changes:
-            out.append(
-                f"- {md_code(f'{change.kind} {change.target}')}: "
-                f"{md_text(change.action or change.noop_reason or '')}"
-            )
-            if change.diff:
-                out.append("\n" + md_fence(change.diff, "diff"))
-        out.append("")
+    out.extend(cluster_changes_markdown(plan.cluster_changes))
     out.append("| wave | node | containerd | steps | files |")
     out.append("|---|---|---|---|---|")
     for wave in plan.waves:
@@ -330,6 +360,22 @@ def plan_to_markdown(plan: Plan) -> str:
             out.append(md_fence(node.effective_diff, "diff"))
         out.append("\n</details>\n")
     return "\n".join(out) + "\n"
+
+
+def cluster_changes_markdown(changes: Sequence[ClusterChange]) -> list[str]:
+    """The cluster-wide changes made before wave 1 as markdown lines, each with its diff."""
+    if not changes:
+        return []
+    out = ["#### Cluster-wide, before wave 1\n"]
+    for change in changes:
+        out.append(
+            f"- {md_code(f'{change.kind} {change.target}')}: "
+            f"{md_text(change.action or change.noop_reason or '')}"
+        )
+        if change.diff:
+            out.append("\n" + md_fence(change.diff, "diff"))
+    out.append("")
+    return out
 
 
 def md_text(value: object) -> str:
@@ -390,6 +436,7 @@ def write_plan_json(
     }
     top["schema_version"] = SCHEMA_VERSION
     top["has_changes"] = plan.has_changes
+    top["groups"] = [group_to_data(g) for g in group_nodes(plan)]
     if forecast is not None:
         top["forecast"] = dict(forecast)
     nodes = _NodeJson()
@@ -569,6 +616,7 @@ def _plan_json_data(plan: Plan, forecast: Mapping[str, object] | None) -> dict[s
     data = plan_to_data(plan)
     data["schema_version"] = SCHEMA_VERSION
     data["has_changes"] = plan.has_changes
+    data["groups"] = [group_to_data(g) for g in group_nodes(plan)]
     for node_data, node in zip(
         (n for w in data["waves"] for n in w["nodes"]), plan.nodes, strict=True
     ):
