@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rollout.cli import add_listed_command
-from rollout.cli.plan import add_fleet_arguments, connect_fleet
+from rollout.cli.plan import add_fleet_arguments, connect_fleet, limit_of
 from rollout.cli.render import (
     LiveProgress,
     ProgressLines,
@@ -164,6 +164,7 @@ def apply_plan(args: argparse.Namespace, recorder: RetryRecorder) -> int:
     # read once: the text journalled below is the text planned, even if the file changes
     spec_text = read_text(args.plan_file)
     spec = parse_spec(spec_text, str(args.plan_file))
+    limit = limit_of(args)  # bad input: nothing probed
     console = make_console(sys.stdout)
     pod = pod_run_place(args)
     with connect_fleet(args) as fleet:
@@ -182,7 +183,7 @@ def apply_plan(args: argparse.Namespace, recorder: RetryRecorder) -> int:
                 pod.announce(fleet.kube, plan.name, found.run_id, report)
                 return exit_code(report)
         facts = fleet.gather(spec, max_parallel=args.parallel)
-        plan = build_plan(spec, str(args.plan_file), facts, load_playbooks())
+        plan = build_plan(spec, str(args.plan_file), facts, load_playbooks(), limit)
         if args.output == "text":
             print_plan_text(plan, console)
         if not plan.has_changes:

@@ -8,13 +8,23 @@ import os
 import pty
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import rollout.cli.apply as cli_apply
+import rollout.cli.plan as cli_plan
 from rollout.cli import main
+from rollout.executor import RunReport
+from rollout.facts import load_recorded_facts
+from rollout.plan import Plan
+from rollout.run import RunOutcome
+from rollout.transports.kube import KubeClient
+from tests.emulator import emulated_kube
 from tests.examples import FACTS, PLAN
+from tests.unit.runfakes import FleetWithoutSsh
 
 ESCAPE = b"\x1b["
 
@@ -127,3 +137,29 @@ def test_limit_is_stated_in_text_and_markdown(capsys: pytest.CaptureFixture[str]
 def test_bad_limit_exits_2(capsys: pytest.CaptureFixture[str], limit: str, message: str) -> None:
     assert main(["plan", str(PLAN), "--facts", str(FACTS), "--limit", limit]) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.fixture
+def kube() -> Iterator[KubeClient]:
+    with emulated_kube(None, "kube-system") as client:
+        yield client
+
+
+def test_apply_limit_runs_the_limited_nodes_only(
+    kube: KubeClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fleet = FleetWithoutSsh(kube, ["gpu-a-1", "gpu-a-2", "gpu-a-3", "gpu-b-1"])
+    monkeypatch.setattr(fleet, "gather", lambda *_, **__: load_recorded_facts(FACTS))
+    monkeypatch.setattr(cli_plan, "FleetConnection", fleet.connect)
+    ran: list[list[str]] = []
+
+    def execute(plan: Plan, *_: object) -> RunReport:
+        ran.append([node.name for node in plan.nodes])
+        return RunReport(RunOutcome.SUCCEEDED, "", {})
+
+    monkeypatch.setattr(cli_apply, "execute", execute)
+    inventory = tmp_path / "inventory.yaml"
+    state = ["--state-dir", str(tmp_path / "state")]
+    words = ["apply", str(PLAN), "-i", str(inventory), *state, "--yes", "-o", "json"]
+    assert main([*words, "--limit", "gpu-a-*,!gpu-a-2"]) == 0
+    assert ran == [["gpu-a-1", "gpu-a-3"]]
