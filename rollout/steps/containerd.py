@@ -190,11 +190,11 @@ class ContainerdWrite:
     kind: ClassVar[str] = WRITE_STEP
 
     def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
-        files = node_changes(facts, cluster, spec).containerd.files
+        changes = node_changes(facts, cluster, spec).containerd
+        files = changes.files
         if not files:
-            return StepPlan.skipping(
-                self.kind, "the effective containerd config already holds the intent"
-            )
+            reasons = ("the effective containerd config already holds the intent",)
+            return StepPlan.skipping(self.kind, "; ".join(reasons + changes.unchanged))
         return StepPlan.acting(self.kind, "write " + ", ".join(f.path for f in files))
 
     def apply(self, ctx: StepContext) -> StepResult:

@@ -39,6 +39,8 @@ class ContainerdChanges:
     notes: tuple[str, ...]
     # where the effective config's defaults came from (a real binary, recorded defaults)
     defaults_source: str = ""
+    # why a file the plan covers needs no write (a hosts.toml that already says it)
+    unchanged: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -185,19 +187,20 @@ def plan_node_containerd(spec: Spec, node: NodeFacts) -> ContainerdChanges:
         current = engine.merge_files(files, version)
     except engine.ContainerdConfigError as exc:
         raise node.config_error(exc) from exc
-    extra_files = [
-        write
+    hosts_plans = [
+        plan_hosts_toml(change, node, spec, index)
         for index, change in enumerate(spec.changes)
         if isinstance(change, RegistryChange)
-        for write in plan_hosts_toml(change, node, spec, index)
     ]
+    extra_files = [p for p in hosts_plans if isinstance(p, FileChange)]
+    unchanged = tuple(p for p in hosts_plans if isinstance(p, str))
     found = engine.find_shadowing(files, version)
     # what containerd does not load today (shadowed, ignored for its version, imported by
     # nothing): the same answer diagnose reports
     shadowing = tuple(u.describe() for u in engine.find_unloaded(files, version))
     settings = planned_settings(spec)
     if not settings:
-        return ContainerdChanges(tuple(extra_files), (), "", shadowing, (), ())
+        return ContainerdChanges(tuple(extra_files), (), "", shadowing, (), (), unchanged=unchanged)
     check_settings(spec, node, settings, current.config_version)
     intent = engine.Intent(tuple(p.setting for p in settings))
     # repair_shadowing is synthesize when nothing is shadowed; on a broken node it also gives
@@ -238,6 +241,7 @@ def plan_node_containerd(spec: Spec, node: NodeFacts) -> ContainerdChanges:
         notes=tuple(n for n in notes if not n.startswith("repairs: "))
         + tuple(synthesis.after.warnings),
         defaults_source=synthesis.defaults_source,
+        unchanged=unchanged,
     )
 
 
@@ -377,8 +381,8 @@ def plan_error(spec: Spec, node: NodeFacts, where: PlanPath, exc: RolloutError) 
 
 def plan_hosts_toml(
     change: RegistryChange, node: NodeFacts, spec: Spec, index: int
-) -> list[FileChange]:
-    """The certs.d/<host>/hosts.toml write for one registry, unless it already matches.
+) -> FileChange | str:
+    """The certs.d/<host>/hosts.toml write for one registry, or why none is needed.
 
     Refused when the path is not one a file can be written at on the node: a recorded
     file stands where a directory of it must be, or a directory where the file goes.
@@ -413,13 +417,14 @@ def plan_hosts_toml(
         for endpoint in change.endpoints
     ]
     before = node.config_files.files.get(path)
-    # the node's own keys (a mirror's Authorization header, client certs) stay
-    content = merge_hosts_toml(before, change.upstream, hosts)
+    # only what the plan states changes: the node's own keys (a mirror's Authorization
+    # header, client certs), its `server` unless the plan sets one, and the text of values
+    # the plan does not change stay
+    content = merge_hosts_toml(before, change.server, hosts, default_server=change.upstream)
     if before == content:
-        return []
-    return [
-        FileChange(path=path, before=before, after=content, reason=f"mirrors for {change.host}")
-    ]
+        kept = "" if change.server is not None else "; its server is the node's: the plan sets none"
+        return f"{path} already lists the plan's mirrors for {change.host}{kept}"
+    return FileChange(path=path, before=before, after=content, reason=f"mirrors for {change.host}")
 
 
 def parent_directories(path: str) -> list[str]:
