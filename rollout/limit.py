@@ -100,6 +100,23 @@ class NodeLimit:
                 return False
         return True
 
+    @property
+    def needs_labels(self) -> bool:
+        """Whether a pattern reads labels: without one, names alone decide (before probing)."""
+        return any(p.selector is not None for p in self.patterns)
+
+    def select(self, nodes: Iterable[tuple[str, Mapping[str, str]]], where: str) -> list[str]:
+        """The names of `nodes` (name, labels) within the limit; LimitError when a plain name
+        is not among them or when none is within it."""
+        listed = list(nodes)
+        self.check_names((name for name, _ in listed), where)
+        chosen = [name for name, labels in listed if self.admits(name, labels)]
+        if not chosen:
+            raise LimitError(
+                f"--limit {self.text} leaves none of the {len(listed)} node(s) of {where}"
+            )
+        return chosen
+
     def check_names(self, known: Iterable[str], where: str) -> None:
         """LimitError when a pattern that is a plain name names no node `where` knows."""
         names = set(known)

@@ -11,12 +11,13 @@ from pathlib import Path
 from rich.console import Console
 
 from rollout.cli import add_listed_command
-from rollout.cli.plan import add_fleet_arguments, connect_fleet
+from rollout.cli.plan import add_fleet_arguments, connect_fleet, limit_of, limited_runners
 from rollout.cli.render import make_console, md_code, md_text, safe, show_controls
 from rollout.diagnose import Diagnosis, Finding, Severity, diagnose, plan_remedies
 from rollout.errors import BadInput, ExitCode
 from rollout.facts import FleetFacts, load_recorded_facts
 from rollout.facts.live import gather_diagnosis_facts
+from rollout.limit import NodeLimit
 
 HELP = """\
 Walk the troubleshooting tree of a GPU node: is the GPU resource advertised (capacity,
@@ -69,19 +70,23 @@ def run_diagnose(args: argparse.Namespace) -> int:
             raise BadInput(f"--pod expects NAMESPACE/NAME, found {args.pod!r}")
     if args.fix is not None and args.fix.is_dir():
         raise BadInput(f"--fix {args.fix}: a directory; name the plan file to write")
+    limit = limit_of(args)
     unreachable: dict[str, str] = {}
     if args.facts is not None:
         fleet = load_recorded_facts(args.facts)
     elif args.inventory is not None:
-        fleet, unreachable = _gather(args)
+        fleet, unreachable = _gather(args, limit)
     else:
         raise BadInput(
             "where do the facts come from? pass --inventory FILE (with --kubeconfig) to probe "
             "the nodes, or --facts DIR for recorded facts"
         )
-    diagnosis = diagnose(
-        fleet, datetime.now(UTC), tuple(args.nodes), args.pod, unreachable=unreachable
-    )
+    nodes = tuple(args.nodes)
+    if limit is not None:  # an unreachable node has no labels: its name decides
+        known = [(n.name, n.labels) for n in fleet.nodes if not nodes or n.name in nodes]
+        known += [(name, {}) for name in unreachable if not nodes or name in nodes]
+        nodes = tuple(limit.select(known, fleet.source))
+    diagnosis = diagnose(fleet, datetime.now(UTC), nodes, args.pod, unreachable=unreachable)
     if args.output == "json":
         sys.stdout.write(json.dumps(diagnosis.to_json(), indent=2) + "\n")
     elif args.output == "markdown":
@@ -94,7 +99,7 @@ def run_diagnose(args: argparse.Namespace) -> int:
     return ExitCode.OK if diagnosis.healthy else ExitCode.FAILED
 
 
-def _gather(args: argparse.Namespace) -> tuple[FleetFacts, dict[str, str]]:
+def _gather(args: argparse.Namespace, limit: NodeLimit | None) -> tuple[FleetFacts, dict[str, str]]:
     with connect_fleet(args) as connection:
         runners = connection.runners
         unknown = [n for n in args.nodes if n not in runners]
@@ -102,6 +107,7 @@ def _gather(args: argparse.Namespace) -> tuple[FleetFacts, dict[str, str]]:
             raise BadInput(f"node(s) {', '.join(unknown)} not in the inventory {args.inventory}")
         if args.nodes:
             runners = {n: r for n, r in runners.items() if n in args.nodes}
+        runners = limited_runners(runners, limit, str(args.inventory))
         print(f"gathering facts from {len(runners)} node(s)", file=sys.stderr)
         return gather_diagnosis_facts(
             runners, connection.kube, max_parallel=args.parallel, source=str(args.inventory)

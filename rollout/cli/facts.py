@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from rollout.cli import add_command, add_listed_command
-from rollout.cli.plan import add_fleet_arguments, connect_fleet
+from rollout.cli.plan import add_fleet_arguments, connect_fleet, limit_of, limited_runners
 from rollout.cli.render import show_controls
 from rollout.errors import BadInput, ExitCode
 from rollout.facts.driver_operator_live import read_nvidia_drivers
@@ -58,15 +58,21 @@ def run_record(args: argparse.Namespace) -> int:
     if args.directory.exists() and not args.directory.is_dir():
         raise BadInput(f"{args.directory}: exists and is not a directory")
     spec = load_spec(args.plan) if args.plan is not None else None  # bad input: nothing probed
+    limit = limit_of(args)
     with connect_fleet(args) as connection:
+        runners = limited_runners(connection.runners, limit, str(args.inventory))
         fleet, unreachable = gather_diagnosis_facts(
-            connection.runners,
-            connection.kube,
-            max_parallel=args.parallel,
-            source=str(args.inventory),
+            runners, connection.kube, max_parallel=args.parallel, source=str(args.inventory)
         )
+        if limit is not None:  # label selectors: decided once the labels are read
+            named = [(n.name, n.labels) for n in fleet.nodes]
+            chosen = set(limit.select(named + [(n, {}) for n in unreachable], fleet.source))
+            fleet = dataclasses.replace(
+                fleet, nodes=tuple(n for n in fleet.nodes if n.name in chosen)
+            )
+            unreachable = {n: why for n, why in unreachable.items() if n in chosen}
         if spec is not None:
-            nodes = with_plan_facts(spec, connection.runners, fleet.nodes, args.parallel)
+            nodes = with_plan_facts(spec, runners, fleet.nodes, args.parallel)
             drivers = read_nvidia_drivers(spec, connection.kube)
             cluster = dataclasses.replace(fleet.cluster, nvidia_drivers=drivers)
             fleet = dataclasses.replace(fleet, nodes=tuple(nodes), cluster=cluster)

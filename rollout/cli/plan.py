@@ -6,9 +6,9 @@ import argparse
 import contextlib
 import gc
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from rollout.cli import add_listed_command
 from rollout.cli.render import make_console, write_plan_json
@@ -34,6 +34,8 @@ def __getattr__(name: str) -> object:
         return FleetConnection
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
+R = TypeVar("R")
 
 HELP = """\
 Show what `rollout apply` would do: the waves, each node's steps (or why a step is a
@@ -169,6 +171,15 @@ def add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
 def limit_of(args: argparse.Namespace) -> NodeLimit | None:
     """The command's --limit, parsed (None without one)."""
     return None if args.limit is None else NodeLimit.from_text(args.limit)
+
+
+def limited_runners(runners: Mapping[str, R], limit: NodeLimit | None, where: str) -> dict[str, R]:
+    """The runners of the nodes to probe: within `limit` when names alone decide it (a label
+    selector is decided once the labels are read, so every node is probed then)."""
+    if limit is None or limit.needs_labels:
+        return dict(runners)
+    chosen = set(limit.select(((name, {}) for name in runners), where))
+    return {name: runner for name, runner in runners.items() if name in chosen}
 
 
 # More SSH sessions at once than this only queue in the kernel and in sshd's MaxStartups.

@@ -3,6 +3,7 @@ a plan read from standard input, status -o json/yaml, status --schedule given a 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pty
@@ -15,10 +16,11 @@ from typing import Any
 import pytest
 
 import rollout.cli.apply as cli_apply
+import rollout.cli.facts as cli_facts
 import rollout.cli.plan as cli_plan
 from rollout.cli import main
 from rollout.executor import RunReport
-from rollout.facts import load_recorded_facts
+from rollout.facts import FleetFacts, load_recorded_facts
 from rollout.plan import Plan
 from rollout.run import RunOutcome
 from rollout.transports.kube import KubeClient
@@ -163,3 +165,49 @@ def test_apply_limit_runs_the_limited_nodes_only(
     words = ["apply", str(PLAN), "-i", str(inventory), *state, "--yes", "-o", "json"]
     assert main([*words, "--limit", "gpu-a-*,!gpu-a-2"]) == 0
     assert ran == [["gpu-a-1", "gpu-a-3"]]
+
+
+def test_diagnose_limit(capsys: pytest.CaptureFixture[str]) -> None:
+    # gpu-a-3 is the broken node: left out, the rest is healthy
+    words = ["diagnose", "--facts", str(FACTS), "-o", "json"]
+    assert main([*words, "--limit", "node-pool=gpu-a,!gpu-a-3"]) == 0
+    assert json.loads(capsys.readouterr().out)["nodes"] == ["gpu-a-1", "gpu-a-2"]
+    assert main([*words, "--limit", "gpu-a-[23]"]) == 1
+    assert json.loads(capsys.readouterr().out)["nodes"] == ["gpu-a-2", "gpu-a-3"]
+    assert main([*words, "--limit", "gpu-a-9"]) == 2
+    assert "gpu-a-9 not a node of" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("limit", "probed", "recorded"),
+    [
+        # names alone decide: only those nodes are probed
+        ("gpu-a-1,gpu-b-*", ["gpu-a-1", "gpu-b-1"], ["gpu-a-1", "gpu-b-1"]),
+        # a label selector is decided on the labels read: every node is probed
+        ("node-pool=gpu-b", ["gpu-a-1", "gpu-a-2", "gpu-a-3", "gpu-b-1"], ["gpu-b-1"]),
+    ],
+)
+def test_facts_record_limit(
+    kube: KubeClient,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    limit: str,
+    probed: list[str],
+    recorded: list[str],
+) -> None:
+    fleet = FleetWithoutSsh(kube, ["gpu-a-1", "gpu-a-2", "gpu-a-3", "gpu-b-1"])
+    monkeypatch.setattr(cli_plan, "FleetConnection", fleet.connect)
+    asked: list[list[str]] = []
+
+    def gather(runners: dict[str, object], *_: object, **__: object) -> tuple[FleetFacts, dict]:
+        asked.append(sorted(runners))
+        facts = load_recorded_facts(FACTS)
+        nodes = tuple(n for n in facts.nodes if n.name in runners)
+        return dataclasses.replace(facts, nodes=nodes), {}
+
+    monkeypatch.setattr(cli_facts, "gather_diagnosis_facts", gather)
+    out = tmp_path / "recorded"
+    words = ["facts", "record", str(out), "-i", str(tmp_path / "inventory.yaml")]
+    assert main([*words, "--limit", limit]) == 0
+    assert asked == [probed]
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == recorded
