@@ -48,6 +48,8 @@ from rollout.run import (
     utc_now,
 )
 from rollout.run.cluster import find_run, open_run, start_run
+from rollout.savedplan import is_saved_plan, read_saved_plan, saved_plan_data
+from rollout.savedplan.gate import admit_node, saved_plan_gate
 from rollout.spec import Spec, parse_spec
 from rollout.steps import builtin_steps
 from rollout.steps.base import StepContext
@@ -161,9 +163,12 @@ def run_apply(args: argparse.Namespace) -> int:
 def apply_plan(args: argparse.Namespace, recorder: RetryRecorder) -> int:
     if args.inventory is None:
         raise BadInput("rollout apply needs --inventory FILE (the nodes to reach over SSH)")
+    # a saved plan (rollout plan --out) runs as saved: its spec, its plan, node by node
+    # refused when its facts moved (rollout.savedplan)
+    saved = read_saved_plan(args.plan_file) if is_saved_plan(args.plan_file) else None
     # read once: the text journalled below is the text planned, even if the file changes
-    spec_text = read_text(args.plan_file)
-    spec = parse_spec(spec_text, str(args.plan_file))
+    spec_text = read_text(args.plan_file) if saved is None else saved.spec_text
+    spec = parse_spec(spec_text, str(args.plan_file) if saved is None else saved.spec_source)
     limit = limit_of(args)  # bad input: nothing probed
     console = make_console(sys.stdout)
     pod = pod_run_place(args)
@@ -183,7 +188,11 @@ def apply_plan(args: argparse.Namespace, recorder: RetryRecorder) -> int:
                 pod.announce(fleet.kube, plan.name, found.run_id, report)
                 return exit_code(report)
         facts = fleet.gather(spec, max_parallel=args.parallel)
-        plan = build_plan(spec, str(args.plan_file), facts, load_playbooks(), limit)
+        plan = (
+            saved.plan
+            if saved is not None
+            else build_plan(spec, str(args.plan_file), facts, load_playbooks(), limit)
+        )
         if args.output == "text":
             print_plan_text(plan, console)
         if not plan.has_changes:
@@ -202,7 +211,7 @@ def apply_plan(args: argparse.Namespace, recorder: RetryRecorder) -> int:
         # The Lease first, under the id the run will have: an apply refused by it (another
         # run works on this cluster) leaves no run behind.
         run_id = make_run_id(plan.name, utc_now())
-        plan_json = json.dumps(plan_to_data(plan))
+        plan_json = json.dumps(plan_to_data(plan) | saved_plan_data(saved))
         if pod is not None:
             identity = run_identity(run_id, pod.name)
             begin: Callable[[], Journal] = functools.partial(
@@ -361,6 +370,7 @@ def execute(
     progress_console = make_console(sys.stderr)
     live = output == "text" and sys.stderr.isatty()
     waves = {node.name: wave.index for wave in plan.waves for node in wave.nodes}
+    gate = saved_plan_gate(journal.read_plan_json())  # a run of a saved plan
     progress: LiveProgress | ProgressLines = (
         LiveProgress(progress_console, waves) if live else ProgressLines(progress_console)
     )
@@ -369,6 +379,9 @@ def execute(
         node_facts = facts.by_name(node.name)
         if node_facts is None:
             raise BadInput(f"{node.name} is in the plan but not in the inventory")
+        if gate is not None:  # read again, compared with the saved digests
+            runner = fleet.runners[node.name]
+            node, node_facts = admit_node(gate, node, spec, runner, fleet.kube, journal)
         return StepContext(
             node=node.name,
             node_plan=node,

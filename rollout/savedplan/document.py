@@ -95,6 +95,11 @@ def make_saved_plan(
     )
 
 
+def saved_plan_data(saved: SavedPlan | None) -> dict[str, Any]:
+    """What a run journals beside its plan when it runs a saved plan ({} otherwise)."""
+    return {} if saved is None else {JOURNAL_KEY: saved.digests_to_data()}
+
+
 def _body(saved: SavedPlan) -> dict[str, Any]:
     return {
         "format": FORMAT,

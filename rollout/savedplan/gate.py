@@ -8,15 +8,24 @@ moves are compared only until this run's first cluster-wide change (its own).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rollout.executor import NodeRefused
+from rollout.executor import CLUSTER_WIDE_STEPS, NodeRefused
 from rollout.facts import ClusterFacts, NodeFacts
+from rollout.facts.live import gather_fleet_facts
 from rollout.plan import NodePlan
 from rollout.savedplan.credentials import CredentialsNotCarried, carry_over
 from rollout.savedplan.digests import cluster_digests, compare_digests, node_digests
+from rollout.savedplan.document import JOURNAL_KEY
+
+if TYPE_CHECKING:
+    from rollout.commands import CommandRunner
+    from rollout.run import Journal
+    from rollout.spec import Spec
+    from rollout.transports.kube import KubeClient
 
 
 class FactsMoved(NodeRefused):
@@ -64,3 +73,35 @@ class SavedPlanGate:
             raise FactsMoved(
                 f"{node.name}: {exc}; plan again ({node.name} was not touched)"
             ) from None
+
+
+def saved_plan_gate(plan_json: str) -> SavedPlanGate | None:
+    """The gate of a run started from a saved plan (its journalled plan keeps the digests
+    under JOURNAL_KEY); None for a run planned as it started."""
+    data = json.loads(plan_json)
+    saved = data.get(JOURNAL_KEY) if isinstance(data, dict) else None
+    return None if saved is None else SavedPlanGate.from_data(saved)
+
+
+def admit_node(
+    gate: SavedPlanGate,
+    node: NodePlan,
+    spec: Spec,
+    runner: CommandRunner,
+    kube: KubeClient,
+    journal: Journal,
+) -> tuple[NodePlan, NodeFacts]:
+    """Read the node's facts again and pass it through the gate: the plan to run and the
+    fresh facts; FactsMoved when the node must not be touched."""
+    fresh = gather_fleet_facts(spec, {node.name: runner}, kube, source="apply")
+    facts = fresh.by_name(node.name)
+    if facts is None:
+        raise FactsMoved(f"{node.name}: not found when read again ({node.name} was not touched)")
+    state = journal.replay()
+    mine = state.node(node.name)
+    started = bool(mine.completed) or mine.in_flight is not None or mine.outcome is not None
+    cluster_changed = state.first_acted(CLUSTER_WIDE_STEPS) is not None
+    admitted = gate.admit(
+        node, facts, fresh.cluster, started=started, cluster_changed=cluster_changed
+    )
+    return admitted, facts
