@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rollout.cli import add_listed_command
+from rollout.cli.documents import DOCUMENT_FORMATS, write_document
 from rollout.cli.plan import add_fleet_arguments, connect_fleet, limit_of
 from rollout.cli.render import (
     LiveProgress,
@@ -128,10 +129,10 @@ def add_output_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--output",
         "-o",
-        choices=("text", "json"),
+        choices=("text", "json", "yaml"),
         default="text",
-        help="text: the plan, live progress and a summary table; json: one report on stdout "
-        "(progress lines still go to stderr)",
+        help="text: the plan, live progress and a summary table; json or yaml: one report on "
+        "stdout (progress lines still go to stderr)",
     )
 
 
@@ -196,8 +197,9 @@ def apply_plan(args: argparse.Namespace, recorder: RetryRecorder) -> int:
         if args.output == "text":
             print_plan_text(plan, console)
         if not plan.has_changes:
-            if args.output == "json":
-                sys.stdout.write(json.dumps({"run_id": None, "outcome": "no-changes"}) + "\n")
+            if args.output in DOCUMENT_FORMATS:
+                nothing = {"run_id": None, "outcome": "no-changes"}
+                write_document(nothing, args.output, sys.stdout)
             return ExitCode.OK
         confirm(args.yes)
         invocation = Invocation(
@@ -416,13 +418,13 @@ def execute(
     staged = {n.name: fleet.runners[n.name] for n in plan.nodes if n.files}
     for node, problem in remove_run_stages(staged, str(journal.run_id)).items():
         progress_console.print(safe(f"{node}: staging not removed: {problem}"))
-    if output == "json":
+    if output in DOCUMENT_FORMATS:
         document = json.loads(report_to_json(str(journal.run_id), report))
         document["retries"] = retries
         notes = operator_run_notes(plan, spec, report.outcome.value)
         if notes:  # mode: operator: nodes left pinned, the way back
             document["notes"] = notes
-        sys.stdout.write(json.dumps(document, indent=2) + "\n")
+        write_document(document, output, sys.stdout)
         return report
     out = make_console(sys.stdout)
     print_run_summary(

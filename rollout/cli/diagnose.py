@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -11,6 +10,7 @@ from pathlib import Path
 from rich.console import Console
 
 from rollout.cli import add_listed_command
+from rollout.cli.documents import DOCUMENT_FORMATS, write_document
 from rollout.cli.plan import add_fleet_arguments, connect_fleet, limit_of, limited_runners
 from rollout.cli.render import make_console, md_code, md_text, safe, show_controls
 from rollout.diagnose import Diagnosis, Finding, Severity, diagnose, plan_remedies
@@ -50,7 +50,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     add_fleet_arguments(parser)
     parser.add_argument(
-        "--output", "-o", choices=("text", "markdown", "json"), default="text", help="format"
+        "--output",
+        "-o",
+        choices=("text", "markdown", "json", "yaml"),
+        default="text",
+        help="format",
     )
     parser.add_argument(
         "--fix", metavar="PATH", type=Path, help="write a remediation plan.yaml to PATH"
@@ -87,8 +91,8 @@ def run_diagnose(args: argparse.Namespace) -> int:
         known += [(name, {}) for name in unreachable if not nodes or name in nodes]
         nodes = tuple(limit.select(known, fleet.source))
     diagnosis = diagnose(fleet, datetime.now(UTC), nodes, args.pod, unreachable=unreachable)
-    if args.output == "json":
-        sys.stdout.write(json.dumps(diagnosis.to_json(), indent=2) + "\n")
+    if args.output in DOCUMENT_FORMATS:
+        write_document(diagnosis.to_json(), args.output, sys.stdout)
     elif args.output == "markdown":
         sys.stdout.write(diagnosis_to_markdown(diagnosis))
     else:

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from rollout.cli import add_listed_command
-from rollout.cli.render import make_console, write_plan_json
+from rollout.cli.documents import DOCUMENT_FORMATS, write_plan_document
+from rollout.cli.render import make_console
 from rollout.cli.render_groups import plan_markdown, print_plan
 from rollout.errors import BadInput, ExitCode
 from rollout.facts import FleetFacts, load_recorded_facts
@@ -73,9 +74,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument(
         "--output",
         "-o",
-        choices=("text", "markdown", "json"),
+        choices=("text", "markdown", "json", "yaml"),
         default="text",
-        help="text for a terminal (default), markdown for a review comment, json for tools",
+        help="text for a terminal (default), markdown for a review comment, json or yaml for tools",
     )
     parser.add_argument(
         "--full",
@@ -256,8 +257,8 @@ def run_plan(args: argparse.Namespace) -> int:
         from rollout.cli.show import save_plan
 
         save_plan(args.out, plan, fleet, args.plan_file, forecast)
-    if args.output == "json":
-        write_plan_json(plan, sys.stdout, forecast.to_data())
+    if args.output in DOCUMENT_FORMATS:
+        write_plan_document(plan, args.output, sys.stdout, forecast.to_data())
     elif args.output == "markdown":
         sys.stdout.write(
             plan_markdown(plan, args.full) + forecast_to_markdown(forecast_lines(forecast))

@@ -32,9 +32,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument(
         "--output",
         "-o",
-        choices=("text", "markdown", "json"),
+        choices=("text", "markdown", "json", "yaml"),
         default="text",
-        help="text for a terminal (default), markdown for a review comment, json for tools",
+        help="text for a terminal (default), markdown for a review comment, json or yaml for tools",
     )
     parser.add_argument(
         "--full", action="store_true", help="every node in full, not each group of them once"
@@ -58,19 +58,16 @@ def save_plan(
 
 
 def run_show(args: argparse.Namespace) -> int:
-    from rollout.cli.render import (
-        forecast_to_markdown,
-        make_console,
-        print_forecast,
-        write_plan_json,
-    )
+    from rollout.cli.documents import DOCUMENT_FORMATS, write_plan_document
+    from rollout.cli.render import forecast_to_markdown, make_console, print_forecast
     from rollout.cli.render_groups import plan_markdown, print_plan
 
     saved = read_saved_plan(args.saved_file)
     lines = [str(line) for line in saved.forecast.get("lines", [])]
     data = saved.forecast.get("data")
-    if args.output == "json":
-        write_plan_json(saved.plan, sys.stdout, data if isinstance(data, dict) else None)
+    if args.output in DOCUMENT_FORMATS:
+        forecast = data if isinstance(data, dict) else None
+        write_plan_document(saved.plan, args.output, sys.stdout, forecast)
     elif args.output == "markdown":
         sys.stdout.write(plan_markdown(saved.plan, args.full) + forecast_to_markdown(lines))
     else:

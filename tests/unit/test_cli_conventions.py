@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 import rollout.cli.apply as cli_apply
 import rollout.cli.facts as cli_facts
@@ -211,3 +212,31 @@ def test_facts_record_limit(
     assert main([*words, "--limit", limit]) == 0
     assert asked == [probed]
     assert sorted(p.name for p in out.iterdir() if p.is_dir()) == recorded
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        ["plan", str(PLAN), "--facts", str(FACTS)],
+        ["diagnose", "--facts", str(FACTS)],
+    ],
+    ids=["plan", "diagnose"],
+)
+def test_yaml_is_the_json_data(words: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    main([*words, "-o", "json"])
+    as_json = json.loads(capsys.readouterr().out)
+    main([*words, "-o", "yaml"])
+    text = capsys.readouterr().out
+    assert yaml.safe_load(text) == as_json
+    if words[0] == "plan":  # file texts read as blocks of lines (a diff's " " lines cannot)
+        assert "after: |" in text
+
+
+def test_show_yaml_is_the_json_data(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    saved = tmp_path / "plan.saved"
+    assert main(["plan", str(PLAN), "--facts", str(FACTS), "--out", str(saved), "-o", "json"]) == 0
+    capsys.readouterr()
+    assert main(["show", str(saved), "-o", "json"]) == 0
+    as_json = json.loads(capsys.readouterr().out)
+    assert main(["show", str(saved), "-o", "yaml"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out) == as_json
