@@ -104,6 +104,13 @@ def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
     status = add_listed_command(subparsers, "status", "Show a run.")
     status.add_argument("run_id", metavar="RUN", nargs="?", help="default: the latest run")
     status.add_argument("--all", action="store_true", help="list every run")
+    status.add_argument(
+        "--output",
+        "-o",
+        choices=("text", "json", "yaml"),
+        default="text",
+        help="text for a terminal (default); json or yaml for tools",
+    )
     add_state_argument(status)
     scheduled = status.add_argument_group(
         "a scheduled plan's run, kept in the cluster (rollout schedule)"
@@ -111,8 +118,9 @@ def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
     scheduled.add_argument(
         "--schedule",
         metavar="PLAN",
-        help="show the run of the plan named PLAN (metadata.name) that the scheduled CronJob"
-        " keeps in the Secret rollout-PLAN-run, the Lease saying whether a pod works on it",
+        help="show the run of the plan named PLAN (metadata.name; or a plan file, whose name is"
+        " read) that the scheduled CronJob keeps in the Secret rollout-PLAN-run, the Lease "
+        "saying whether a pod works on it",
     )
     scheduled.add_argument(
         "--namespace",

@@ -7,11 +7,14 @@ import argparse
 import json
 import sys
 from datetime import UTC, datetime
+from pathlib import Path
 
 from rich.console import Console
 
+from rollout.cli.documents import DOCUMENT_FORMATS, write_document
 from rollout.cli.render import make_console, safe
 from rollout.errors import ExitCode, RolloutError
+from rollout.inputfile import read_text
 from rollout.plan import Plan, plan_from_data
 from rollout.run import (
     LockHolder,
@@ -36,6 +39,7 @@ def run_status(args: argparse.Namespace) -> int:
     state_dir = args.state_dir or default_state_dir()
     console = make_console(sys.stdout)
     if args.all:
+        runs: list[dict[str, object]] = []
         for run in list_runs(state_dir):
             if run.phase is None:
                 where = f"unreadable: {run.problem}"
@@ -43,13 +47,20 @@ def run_status(args: argparse.Namespace) -> int:
                 where = describe_phase(
                     run.run_id, run.phase, run.outcome, run.halted_reason, run.holder
                 )
-            console.print(safe(f"{run.run_id}  {run.plan_name}  {where}"))
+            runs.append({"run_id": run.run_id, "plan": run.plan_name, "status": where})
+            if args.output == "text":
+                console.print(safe(f"{run.run_id}  {run.plan_name}  {where}"))
+        if args.output in DOCUMENT_FORMATS:
+            write_document({"runs": runs}, args.output, sys.stdout)
         return ExitCode.OK
     run_id = args.run_id
     if run_id is None:
         latest = latest_run(state_dir)
         if latest is None:
-            console.print(safe(f"no runs in {state_dir}"))
+            if args.output in DOCUMENT_FORMATS:
+                write_document({"run_id": None}, args.output, sys.stdout)
+            else:
+                console.print(safe(f"no runs in {state_dir}"))
             return ExitCode.OK
         run_id = latest.run_id
     state = read_run(state_dir, run_id)
@@ -57,13 +68,17 @@ def run_status(args: argparse.Namespace) -> int:
     holder = lock_holder(state_dir, run_id)
     phase = state.phase(locked=holder is not None)
     where = describe_phase(run_id, phase, state.outcome, state.halted_reason, holder)
-    console.print(safe(f"run {run_id}: {where}"))
     try:
         invocation = read_run_invocation(state_dir, run_id)
     except RolloutError as exc:
         window = f"; the plan's maintenance window cannot be read: {exc}"
     else:
         window = window_note(invocation.spec_text, invocation.spec_source)
+    if args.output in DOCUMENT_FORMATS:
+        data = run_status_data(run_id, phase, where, state, plan, window)
+        write_document(data, args.output, sys.stdout)
+        return ExitCode.OK
+    console.print(safe(f"run {run_id}: {where}"))
     print_nodes(console, state, plan, window)
     return ExitCode.OK
 
@@ -75,13 +90,15 @@ def cluster_run_status(args: argparse.Namespace) -> int:
     from rollout.transports.kube import KubeClient
 
     console = make_console(sys.stdout)
+    plan_name = scheduled_plan_name(args.schedule)
     with KubeClient.from_kubeconfig(args.kubeconfig, args.context) as kube:
-        found = find_run(kube, args.namespace, args.schedule)
+        found = find_run(kube, args.namespace, plan_name)
         if found is None:
-            name = f"{args.namespace}/{run_object_name(args.schedule)}"
-            console.print(
-                safe(f"no run of plan {args.schedule} kept in the cluster (secret {name})")
-            )
+            name = f"{args.namespace}/{run_object_name(plan_name)}"
+            if args.output in DOCUMENT_FORMATS:
+                write_document({"run_id": None, "secret": name}, args.output, sys.stdout)
+                return ExitCode.OK
+            console.print(safe(f"no run of plan {plan_name} kept in the cluster (secret {name})"))
             return ExitCode.OK
         holder = lease_holder(kube)
     state = found.state
@@ -96,11 +113,55 @@ def cluster_run_status(args: argparse.Namespace) -> int:
         case _:
             stopped = state.halted_reason or "interrupted (its pod stopped)"
             where = f"{phase.value}: {stopped}; the next scheduled run continues it"
-    console.print(safe(f"run {found.run_id} ({found.where}): {where}"))
     plan = plan_from_data(json.loads(found.read_plan_json()))
     spec = found.invocation
-    print_nodes(console, state, plan, window_note(spec.spec_text, spec.spec_source))
+    window = window_note(spec.spec_text, spec.spec_source)
+    if args.output in DOCUMENT_FORMATS:
+        data = run_status_data(found.run_id, phase, where, state, plan, window)
+        write_document(data | {"kept_in": found.where}, args.output, sys.stdout)
+        return ExitCode.OK
+    console.print(safe(f"run {found.run_id} ({found.where}): {where}"))
+    print_nodes(console, state, plan, window)
     return ExitCode.OK
+
+
+def scheduled_plan_name(schedule: str) -> str:
+    """--schedule PLAN: a plan's name (metadata.name), or a plan file, whose name it reads."""
+    path = Path(schedule)
+    if schedule == "-" or not path.is_file():
+        return schedule
+    return parse_spec(read_text(path), schedule).metadata.name
+
+
+def run_status_data(
+    run_id: str, phase: RunPhase, where: str, state: RunState, plan: Plan, window: str
+) -> dict[str, object]:
+    """What `status -o json|yaml` writes: the run, where it stands and each node's steps."""
+    nodes = []
+    for node in plan.nodes:
+        ns = state.node(node.name)
+        nodes.append(
+            {
+                "name": node.name,
+                "outcome": ns.outcome.value if ns.outcome else None,
+                "reason": ns.outcome_reason or None,
+                "steps_done": len(ns.completed),
+                "steps": len(node.steps),
+                "in_flight": ns.in_flight.kind if ns.in_flight else None,
+                "cordoned_by_rollout": bool(ns.cordoned_by_rollout),
+            }
+        )
+    return {
+        "run_id": run_id,
+        "plan": plan.name,
+        "phase": phase.value,
+        "outcome": state.outcome.value if state.outcome else None,
+        "halted_reason": state.halted_reason,
+        "status": where,
+        "nodes": nodes,
+        "nodes_left": sum(1 for n in nodes if n["outcome"] is None),
+        "window": window.removeprefix("; ") or None,
+    }
 
 
 def print_nodes(console: Console, state: RunState, plan: Plan, window: str) -> None:

@@ -20,6 +20,7 @@ import rollout.cli.apply as cli_apply
 import rollout.cli.facts as cli_facts
 import rollout.cli.plan as cli_plan
 from rollout.cli import main
+from rollout.cli.status import scheduled_plan_name
 from rollout.executor import RunReport
 from rollout.facts import FleetFacts, load_recorded_facts
 from rollout.plan import Plan
@@ -149,7 +150,10 @@ def kube() -> Iterator[KubeClient]:
 
 
 def test_apply_limit_runs_the_limited_nodes_only(
-    kube: KubeClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    kube: KubeClient,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     fleet = FleetWithoutSsh(kube, ["gpu-a-1", "gpu-a-2", "gpu-a-3", "gpu-b-1"])
     monkeypatch.setattr(fleet, "gather", lambda *_, **__: load_recorded_facts(FACTS))
@@ -166,6 +170,21 @@ def test_apply_limit_runs_the_limited_nodes_only(
     words = ["apply", str(PLAN), "-i", str(inventory), *state, "--yes", "-o", "json"]
     assert main([*words, "--limit", "gpu-a-*,!gpu-a-2"]) == 0
     assert ran == [["gpu-a-1", "gpu-a-3"]]
+    capsys.readouterr()
+    # the run keeps the limited plan: status -o json|yaml says so
+    for output, load in (("json", json.loads), ("yaml", yaml.safe_load)):
+        assert main(["status", *state, "-o", output]) == 0
+        status = load(capsys.readouterr().out)
+        assert status["plan"] == "registry-mirror"
+        assert [n["name"] for n in status["nodes"]] == ["gpu-a-1", "gpu-a-3"]
+        assert status["nodes_left"] == 2
+        assert main(["status", *state, "--all", "-o", output]) == 0
+        assert [r["plan"] for r in load(capsys.readouterr().out)["runs"]] == ["registry-mirror"]
+
+
+def test_status_schedule_reads_the_name_of_a_plan_file() -> None:
+    assert scheduled_plan_name(str(PLAN)) == "registry-mirror"
+    assert scheduled_plan_name("registry-mirror") == "registry-mirror"
 
 
 def test_diagnose_limit(capsys: pytest.CaptureFixture[str]) -> None:
