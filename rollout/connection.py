@@ -11,6 +11,7 @@ from pathlib import Path
 from rollout.closeable import Closeable
 from rollout.facts import FleetFacts
 from rollout.facts.live import gather_fleet_facts
+from rollout.facts.progress import GatherProgress
 from rollout.inventory import load_inventory
 from rollout.spec import Spec
 from rollout.transports.fanout import close_runners
@@ -35,7 +36,9 @@ class FleetConnection(Closeable):
         self.runners = {host.name: SshRunner(host, options) for host in self.inventory.hosts}
         self.kube = KubeClient.from_kubeconfig(kubeconfig, context)
 
-    def gather(self, spec: Spec, max_parallel: int = 8) -> FleetFacts:
+    def gather(
+        self, spec: Spec, max_parallel: int = 8, progress: GatherProgress | None = None
+    ) -> FleetFacts:
         """Fresh facts of every inventory node, probed in parallel (bounded)."""
         return gather_fleet_facts(
             spec,
@@ -43,6 +46,7 @@ class FleetConnection(Closeable):
             self.kube,
             max_parallel=max_parallel,
             source=str(self.inventory_path),
+            progress=progress,
         )
 
     def close(self) -> None:

@@ -16,6 +16,7 @@ from rollout.cli.render import make_console
 from rollout.cli.render_groups import plan_markdown, print_plan
 from rollout.errors import BadInput, ExitCode
 from rollout.facts import FleetFacts, load_recorded_facts
+from rollout.facts.progress import StreamProgress
 from rollout.limit import NodeLimit
 from rollout.planner import build_plan
 from rollout.playbook import load_playbooks
@@ -125,10 +126,15 @@ def gather_live_facts(spec: Spec, args: argparse.Namespace) -> tuple[FleetFacts,
     --schedule-namespace, also the durations the plan's scheduled run measured."""
     with connect_fleet(args) as fleet:
         print(
-            f"gathering facts from {len(fleet.runners)} node(s) over SSH and the Kubernetes API",
+            f"gathering facts from {len(fleet.runners)} node(s) over SSH and the Kubernetes API"
+            f" ({args.parallel} at once)",
             file=sys.stderr,
         )
-        facts = fleet.gather(spec, max_parallel=args.parallel)
+        progress = StreamProgress(sys.stderr, len(fleet.runners))
+        try:
+            facts = fleet.gather(spec, max_parallel=args.parallel, progress=progress)
+        finally:
+            progress.finish()
         if args.schedule_namespace is None:
             return facts, {}
         from rollout.schedule.forecast import scheduled_durations

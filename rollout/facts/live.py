@@ -38,6 +38,7 @@ from rollout.facts.gpu_operator import (
 from rollout.facts.kernel import KernelXidFact
 from rollout.facts.model import ClusterFacts, FleetFacts, NodeFacts
 from rollout.facts.pods import PodFacts, Toleration, is_gpu_refusal, pod_facts_from
+from rollout.facts.progress import GatherProgress
 from rollout.facts.service import ServiceFact, ServiceJournalFact, ServiceState
 from rollout.operatornames import OPERATOR_NAMESPACE
 from rollout.retry import retry_transient
@@ -140,8 +141,10 @@ def gather_fleet_facts(
     kube: KubeClient,
     max_parallel: int = 8,
     source: str = "live",
+    progress: GatherProgress | None = None,
 ) -> FleetFacts:
-    """Probe every node in parallel (bounded); one failed node fails the gathering, named."""
+    """Probe every node in parallel (bounded), telling `progress` of each; a node that fails
+    fails the gathering once every node has answered, all failed nodes named together."""
 
     api_errors: dict[str, RolloutError] = {}
 
@@ -168,14 +171,22 @@ def gather_fleet_facts(
             cluster.set_exception(exc)
 
     threading.Thread(target=read_cluster, name="rollout-cluster", daemon=True).start()
-    results = run_on_nodes(list(runners.values()), probe, max_parallel=max_parallel)
+
+    def tell(name: str, result: NodeFacts | RolloutError) -> None:
+        if progress is not None:
+            progress.node_done(name, not isinstance(result, RolloutError))
+
+    results = run_on_nodes(list(runners.values()), probe, max_parallel=max_parallel, on_done=tell)
     failures = [
         f"{name}: {res}"
         for name, res in results.items()
         if isinstance(res, RolloutError) and name not in api_errors
     ]
     if failures:
-        raise ProbeFailed("could not gather facts from every node:\n  " + "\n  ".join(failures))
+        raise ProbeFailed(
+            f"could not gather facts from {len(failures)} of {len(results)} node(s):\n  "
+            + "\n  ".join(failures)
+        )
     for name in results:
         if name in api_errors:
             raise api_errors[name]  # the API's own error and hint, as the cluster answered

@@ -108,6 +108,7 @@ def write_endpoint_sshds(root: Path, addresses: Sequence[str]) -> None:
     unit = etc / "systemd" / "system" / UNIT
     wants = etc / "systemd" / "system" / "multi-user.target.wants"
     wants.mkdir(parents=True, exist_ok=True)
+    (etc / "ssh").mkdir(parents=True, exist_ok=True)
     unit.write_text(UNIT_TEXT)
     for group, start in enumerate(range(0, len(addresses), LISTEN_PER_SSHD)):
         chunk = addresses[start : start + LISTEN_PER_SSHD]

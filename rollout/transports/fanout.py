@@ -23,12 +23,14 @@ def run_on_nodes(
     runners: Sequence[R],
     fn: Callable[[R], T],
     max_parallel: int = 10,
+    on_done: Callable[[str, T | RolloutError], None] | None = None,
 ) -> dict[str, T | RolloutError]:
     """Call fn(runner) for every runner, at most max_parallel at once; gather every outcome.
 
     The result maps each runner's node (runner.host), in the order given, to what fn
     returned or the RolloutError it raised, so one unreachable node does not hide the
     others. Any other exception is a bug: it is raised once every node has finished.
+    on_done(node, outcome) is called as each node finishes, from that node's thread.
     """
     if max_parallel < 1:
         raise ValueError("max_parallel must be at least 1")
@@ -41,10 +43,14 @@ def run_on_nodes(
     bugs: list[BaseException] = []
 
     def call(runner: R) -> T | RolloutError:
+        outcome: T | RolloutError
         try:
-            return fn(runner)
+            outcome = fn(runner)
         except RolloutError as error:
-            return error
+            outcome = error
+        if on_done is not None:
+            on_done(runner.host, outcome)
+        return outcome
 
     with ThreadPoolExecutor(
         max_workers=min(max_parallel, len(runners)), thread_name_prefix="rollout-node"
