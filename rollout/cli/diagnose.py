@@ -12,7 +12,7 @@ from rich.console import Console
 from rollout.cli import add_listed_command
 from rollout.cli.documents import DOCUMENT_FORMATS, write_document
 from rollout.cli.plan import add_fleet_arguments, connect_fleet, limit_of, limited_runners
-from rollout.cli.render import make_console, md_code, md_text, safe, show_controls
+from rollout.cli.render import make_console, md_code, md_fence, md_text, safe, show_controls
 from rollout.diagnose import Diagnosis, Finding, Severity, diagnose, plan_remedies
 from rollout.errors import BadInput, ExitCode
 from rollout.facts import FleetFacts, load_recorded_facts
@@ -140,9 +140,10 @@ _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO:
 def print_diagnosis_text(diagnosis: Diagnosis, console: Console) -> None:
     """Findings as a terminal reads them: severity, where, cause, evidence, command."""
     verdict = "healthy" if diagnosis.healthy else "NOT healthy"
+    flagged = _flagged_nodes(diagnosis)
     console.print(
-        f"Diagnosis of {len(diagnosis.nodes)} node(s): {verdict} "
-        f"({safe(', '.join(diagnosis.nodes)) or 'no node'})"
+        f"Diagnosis of {len(diagnosis.nodes)} node(s): {verdict}"
+        + (f"; findings on {safe(', '.join(flagged))}" if flagged else "")
     )
     for finding in diagnosis.findings:
         style = _STYLE[finding.severity]
@@ -158,12 +159,12 @@ def print_diagnosis_text(diagnosis: Diagnosis, console: Console) -> None:
 
 def diagnosis_to_markdown(diagnosis: Diagnosis) -> str:
     verdict = "healthy" if diagnosis.healthy else "**not healthy**"
+    flagged = _flagged_nodes(diagnosis)
     lines = [
         "# rollout diagnose",
         "",
-        f"{len(diagnosis.nodes)} node(s) checked ("
-        + ", ".join(md_code(n) for n in diagnosis.nodes)
-        + f"): {verdict}",
+        f"{len(diagnosis.nodes)} node(s) checked: {verdict}"
+        + (f"; findings on {', '.join(md_code(n) for n in flagged)}" if flagged else ""),
         "",
     ]
     if diagnosis.findings:
@@ -176,9 +177,17 @@ def diagnosis_to_markdown(diagnosis: Diagnosis) -> str:
     for f in diagnosis.findings:
         lines += ["", f"## {f.severity.value}: {md_text(_where(f))} {md_code(f.check)}", ""]
         lines += [md_text(f.cause), ""]
-        lines += [f"- {md_code(e)}" for e in f.evidence]
-        lines += ["", f"see: {md_code(f.command)}"]
+        # fenced blocks: copied as they are (a code span in a table needs its | escaped)
+        if f.evidence:
+            lines += [md_fence("\n".join(f.evidence), "text"), ""]
+        lines += ["see:", "", md_fence(f.command, "sh")]
     return "\n".join(lines) + "\n"
+
+
+def _flagged_nodes(diagnosis: Diagnosis) -> list[str]:
+    """The nodes with an error or a warning, in the order they were checked."""
+    flagged = {f.node for f in diagnosis.findings if f.node and f.severity is not Severity.INFO}
+    return [n for n in diagnosis.nodes if n in flagged] + sorted(flagged - set(diagnosis.nodes))
 
 
 def _where(finding: Finding) -> str:

@@ -259,3 +259,15 @@ def test_show_yaml_is_the_json_data(tmp_path: Path, capsys: pytest.CaptureFixtur
     as_json = json.loads(capsys.readouterr().out)
     assert main(["show", str(saved), "-o", "yaml"]) == 0
     assert yaml.safe_load(capsys.readouterr().out) == as_json
+
+
+def test_diagnose_names_only_the_nodes_with_findings(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["diagnose", "--facts", str(FACTS), "--color", "never"]) == 1
+    header = capsys.readouterr().out.splitlines()[0]
+    assert header == "Diagnosis of 4 node(s): NOT healthy; findings on gpu-a-3"
+    assert main(["diagnose", "--facts", str(FACTS), "-o", "markdown"]) == 1
+    markdown = capsys.readouterr().out
+    assert "4 node(s) checked: **not healthy**; findings on `gpu-a-3`" in markdown
+    # the commands copy and paste as they are: fenced, no \\| escape
+    assert "```sh\nssh gpu-a-3 containerd config dump | grep -A2 'runtimes\\.'\n```" in markdown
+    assert "\\|" not in markdown.split("## ", 1)[1]
