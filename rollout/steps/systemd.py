@@ -26,6 +26,8 @@ from rollout.steps.base import StepContext, StepResult
 from rollout.steps.nodechanges import WRITE_STEP, ContainerdFileStep
 
 POLL_INTERVAL_S = 1.0
+# ActiveStates of a unit that a job (or an automatic restart) is still moving
+TRANSITIONS = frozenset({"activating", "deactivating", "reloading"})
 JOURNAL_LINES = 20
 
 
@@ -113,6 +115,27 @@ def restart_service(
         sleep(POLL_INTERVAL_S)
 
 
+def wait_out_transition(
+    runner: CommandRunner,
+    state: ServiceState,
+    timeout_s: float,
+    *,
+    unit: str = SERVICE,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> ServiceState:
+    """The service once no job is moving it (not activating, deactivating or reloading), or as
+    last seen when timeout_s ran out."""
+    deadline = clock() + timeout_s
+    max_polls = max(1, math.ceil(timeout_s / POLL_INTERVAL_S))
+    polls = 0
+    while state.active_state in TRANSITIONS and polls < max_polls and clock() < deadline:
+        sleep(POLL_INTERVAL_S)
+        polls += 1
+        state = probe_service(runner, unit)
+    return state
+
+
 def _raise_restart_failed(
     runner: CommandRunner,
     unit: str,
@@ -142,29 +165,36 @@ class SystemdRestart(ContainerdFileStep):
     """Restart containerd through systemd after the write, and prove the new process runs.
 
     An SSH drop, even after `systemctl restart` ran, goes to the retry policy: the retried
-    step finds the process started after the write and does not restart it again."""
+    step waits for a restart job still under way, finds the MainPID recorded before its
+    restart gone and does not restart again; the restart is journalled as done, as its own."""
 
     kind: ClassVar[str] = "systemd.restart"
     action: ClassVar[str] = "systemctl restart containerd"
 
     def act(self, ctx: StepContext) -> StepResult:
         written_at = written_at_of(ctx.load_data(WRITE_STEP))
+        timeout_s = float(ctx.spec.policy.verify.containerd_restart_timeout_s)
         state = probe_service(ctx.runner)
-        if written_at is not None and state.started_after(written_at):
-            # Resume: the process running now already read the written files.
+        # A retry after a lost answer: the MainPID recorded before this run's restart is gone
+        # and a new process runs, so `systemctl restart` did its work: never restart twice.
+        # The restart job may still be running (activating, deactivating): wait it out first.
+        pid_before = ctx.load_data(self.kind).get("main_pid_before")
+        if pid_before is not None:
+            state = wait_out_transition(ctx.runner, state, timeout_s, sleep=ctx.sleep)
+            if state.running and state.main_pid != pid_before:
+                # rollout's own restart, so journalled as done: only its answer was lost
+                return StepResult.done(
+                    f"{SERVICE} restarted by an earlier attempt whose answer was lost: "
+                    f"MainPID {pid_before} -> {state.describe()}"
+                )
+        elif written_at is not None and state.started_after(written_at):
+            # Resume: the process running now already read the written files, and no attempt
+            # of this run restarted it.
             return StepResult.noop(
                 f"already restarted after the write ({state.describe()}, "
                 f"files written {written_at.isoformat()})"
             )
-        # A retry after a lost answer: the MainPID recorded before this run's restart is gone
-        # and a new process runs, so `systemctl restart` did its work: never restart twice.
-        pid_before = ctx.load_data(self.kind).get("main_pid_before")
-        if pid_before is not None and state.running and state.main_pid != pid_before:
-            return StepResult.noop(
-                f"restarted by an earlier attempt: MainPID {pid_before} -> {state.describe()}"
-            )
         ctx.save_data(self.kind, {"main_pid_before": state.main_pid})
-        timeout_s = float(ctx.spec.policy.verify.containerd_restart_timeout_s)
         proof = restart_service(ctx.runner, timeout_s, sleep=ctx.sleep)
         return StepResult.done(proof.describe())
 

@@ -510,27 +510,38 @@ def test_verify_succeeds_when_the_retry_policy_tries_again(tmp_path: Path) -> No
 
 
 @pytest.mark.parametrize(
-    ("written_at", "says"),
+    "written_at",
+    ["2026-11-29T23:39:00+00:00", None],
+    ids=["after-the-write", "no-write-time"],
+)
+@pytest.mark.parametrize(
+    "retry_sees",
     [
-        # the retry finds the new process started after the write
-        ("2026-11-29T23:39:00+00:00", "already restarted"),
-        # no write time to compare with: the MainPID recorded before the restart is gone
-        (None, "MainPID 37 -> active/running MainPID=88"),
+        # the retry finds the new process running
+        [show(88, at="Sun 2026-11-29 23:40:00 UTC")],
+        # the retry comes while systemd's restart job still runs: the old process gone, the
+        # new one not yet up (a session cut during `systemctl restart` on a slow node)
+        [
+            show(0, active="deactivating", sub="stop-sigterm"),
+            show(0, active="activating", sub="start"),
+            show(88, at="Sun 2026-11-29 23:40:00 UTC"),
+        ],
     ],
-    ids=["started-after-the-write", "mainpid-changed"],
+    ids=["restarted", "still-restarting"],
 )
 def test_a_restart_whose_answer_was_lost_is_not_repeated(
-    tmp_path: Path, written_at: str | None, says: str
+    tmp_path: Path, written_at: str | None, retry_sees: list[str]
 ) -> None:
-    """systemctl restart ran, the connection dropped before its answer: the retry sees that
-    containerd restarted and does not restart it again."""
+    """systemctl restart ran, the connection dropped before its answer: the retry waits for
+    the restart job, sees that containerd restarted, does not restart it again, and says the
+    restart was its own (done, journalled as rollout's restart)."""
     runner = (
         ScriptedRunner()
         .on(
             ["systemctl", "show"],
             show(37, at="Sun 2026-11-29 23:38:01 UTC"),
             show(37, at="Sun 2026-11-29 23:38:01 UTC"),
-            show(88, at="Sun 2026-11-29 23:40:00 UTC"),
+            *retry_sees,
         )
         .on(["systemctl", "restart"], dropped)
     )
@@ -539,8 +550,29 @@ def test_a_restart_whose_answer_was_lost_is_not_repeated(
         ctx.save_data("containerd.write", {"written_at": written_at})
     policy = RetryPolicy(attempts=3, first_wait_s=0)
     result = call_with_policy(lambda: SystemdRestart().apply(ctx), policy, sleep=lambda _: None)
-    assert result.kind is StepResultKind.NOOP and says in result.detail
     assert sum(1 for call in runner.calls if call[:2] == ("systemctl", "restart")) == 1
+    assert result.kind is StepResultKind.DONE, result.detail
+    assert "restarted by an earlier attempt whose answer was lost" in result.detail
+    assert "MainPID 37 -> active/running MainPID=88" in result.detail
+
+
+def test_a_restart_that_never_reached_systemd_is_done_by_the_retry(tmp_path: Path) -> None:
+    """The connection dropped before `systemctl restart` reached systemd: the retry finds the
+    recorded MainPID still running and restarts."""
+    runner = (
+        ScriptedRunner()
+        .on(
+            ["systemctl", "show"],
+            *[show(37, at="Sun 2026-11-29 23:38:01 UTC")] * 4,
+            show(88, at="Sun 2026-11-29 23:40:00 UTC"),
+        )
+        .on(["systemctl", "restart"], dropped, "")
+    )
+    ctx = make_context(tmp_path, runner)
+    policy = RetryPolicy(attempts=3, first_wait_s=0)
+    result = call_with_policy(lambda: SystemdRestart().apply(ctx), policy, sleep=lambda _: None)
+    assert result.kind is StepResultKind.DONE and "MainPID 37 -> 88" in result.detail
+    assert sum(1 for call in runner.calls if call[:2] == ("systemctl", "restart")) == 2
 
 
 def test_a_permanent_error_is_still_a_step_failure(tmp_path: Path) -> None:
