@@ -24,7 +24,7 @@ from rollout.cli.render import (
     safe,
 )
 from rollout.cli.schedule import check_same_plan, pod_run_place, stopping_on_sigterm
-from rollout.cli.status import run_status
+from rollout.cli.status import add_state_argument, add_status_parser
 from rollout.connection import FleetConnection
 from rollout.errors import Aborted, BadInput, ExitCode
 from rollout.executor import Executor, RunReport
@@ -101,36 +101,7 @@ def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
     add_state_argument(resume)
     resume.set_defaults(func=run_resume)
 
-    status = add_listed_command(subparsers, "status", "Show a run.")
-    status.add_argument("run_id", metavar="RUN", nargs="?", help="default: the latest run")
-    status.add_argument("--all", action="store_true", help="list every run")
-    status.add_argument(
-        "--output",
-        "-o",
-        choices=("text", "json", "yaml"),
-        default="text",
-        help="text for a terminal (default); json or yaml for tools",
-    )
-    add_state_argument(status)
-    scheduled = status.add_argument_group(
-        "a scheduled plan's run, kept in the cluster (rollout schedule)"
-    )
-    scheduled.add_argument(
-        "--schedule",
-        metavar="PLAN",
-        help="show the run of the plan named PLAN (metadata.name; or a plan file, whose name is"
-        " read) that the scheduled CronJob keeps in the Secret rollout-PLAN-run, the Lease "
-        "saying whether a pod works on it",
-    )
-    scheduled.add_argument(
-        "--namespace",
-        "-n",
-        default="rollout",
-        help="the schedule's namespace (rollout schedule --namespace; default: rollout)",
-    )
-    scheduled.add_argument("--kubeconfig", help="default: $KUBECONFIG, ~/.kube/config")
-    scheduled.add_argument("--context", help="the kubeconfig context to use")
-    status.set_defaults(func=run_status)
+    add_status_parser(subparsers)
 
 
 def add_output_argument(parser: argparse.ArgumentParser) -> None:
@@ -142,25 +113,6 @@ def add_output_argument(parser: argparse.ArgumentParser) -> None:
         help="text: the plan, live progress and a summary table; json or yaml: one report on "
         "stdout (progress lines still go to stderr)",
     )
-
-
-def add_state_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--state-dir",
-        type=state_directory,
-        default=None,
-        help="where runs are journalled (default: $ROLLOUT_STATE_DIR or ~/.local/state/rollout)",
-    )
-
-
-def state_directory(text: str) -> Path:
-    """--state-dir: a directory, or a path where one can be made (argparse reports errors)."""
-    path = Path(text)
-    if path.exists() and not path.is_dir():
-        raise argparse.ArgumentTypeError(
-            f"{text!r} exists and is not a directory; runs are kept in a directory"
-        )
-    return path
 
 
 def run_apply(args: argparse.Namespace) -> int:

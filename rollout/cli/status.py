@@ -11,6 +11,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from rollout.cli import add_listed_command
 from rollout.cli.documents import DOCUMENT_FORMATS, write_document
 from rollout.cli.render import make_console, safe
 from rollout.errors import ExitCode, RolloutError
@@ -31,6 +32,59 @@ from rollout.run import (
 )
 from rollout.schedule.window import next_span
 from rollout.spec import parse_spec
+
+
+def add_status_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`rollout status` (built with apply and resume, which share its --state-dir)."""
+    status = add_listed_command(subparsers, "status", "Show a run.")
+    status.add_argument("run_id", metavar="RUN", nargs="?", help="default: the latest run")
+    status.add_argument("--all", action="store_true", help="list every run")
+    status.add_argument(
+        "--output",
+        "-o",
+        choices=("text", "json", "yaml"),
+        default="text",
+        help="text for a terminal (default); json or yaml for tools",
+    )
+    add_state_argument(status)
+    scheduled = status.add_argument_group(
+        "a scheduled plan's run, kept in the cluster (rollout schedule)"
+    )
+    scheduled.add_argument(
+        "--schedule",
+        metavar="PLAN",
+        help="show the run of the plan named PLAN (metadata.name; or a plan file, whose name is"
+        " read) that the scheduled CronJob keeps in the Secret rollout-PLAN-run, the Lease "
+        "saying whether a pod works on it",
+    )
+    scheduled.add_argument(
+        "--namespace",
+        "-n",
+        default="rollout",
+        help="the schedule's namespace (rollout schedule --namespace; default: rollout)",
+    )
+    scheduled.add_argument("--kubeconfig", help="default: $KUBECONFIG, ~/.kube/config")
+    scheduled.add_argument("--context", help="the kubeconfig context to use")
+    status.set_defaults(func=run_status)
+
+
+def add_state_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--state-dir",
+        type=state_directory,
+        default=None,
+        help="where runs are journalled (default: $ROLLOUT_STATE_DIR or ~/.local/state/rollout)",
+    )
+
+
+def state_directory(text: str) -> Path:
+    """--state-dir: a directory, or a path where one can be made (argparse reports errors)."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(
+            f"{text!r} exists and is not a directory; runs are kept in a directory"
+        )
+    return path
 
 
 def run_status(args: argparse.Namespace) -> int:
