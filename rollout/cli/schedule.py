@@ -28,6 +28,7 @@ from rollout.transports.kube import EventType
 
 if TYPE_CHECKING:
     from rollout.transports.kube import KubeClient
+from rollout.savedplan import spec_text_of
 from rollout.spec import parse_spec
 
 HELP = """\
@@ -131,7 +132,8 @@ def run_schedule(args: argparse.Namespace) -> int:
 
     # the text goes into the ConfigMap as written: comments and all
     plan_text = read_text(args.plan_file)
-    spec = parse_spec(plan_text, str(args.plan_file))
+    # a saved plan (rollout plan --out) goes into the ConfigMap whole: the pod applies it
+    spec = parse_spec(*spec_text_of(plan_text, str(args.plan_file)))
     inventory = load_inventory(args.inventory) if args.inventory is not None else None
     options = ScheduleOptions(
         image=args.image,

@@ -11,6 +11,7 @@ from rollout.savedplan.document import (
     saved_plan_data,
     saved_plan_from_text,
     saved_plan_to_text,
+    spec_text_of,
     write_saved_plan,
 )
 
@@ -24,5 +25,6 @@ __all__ = [
     "saved_plan_data",
     "saved_plan_from_text",
     "saved_plan_to_text",
+    "spec_text_of",
     "write_saved_plan",
 ]

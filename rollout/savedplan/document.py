@@ -194,3 +194,11 @@ def saved_plan_from_text(text: str, source: str) -> SavedPlan:
         )
     except (KeyError, TypeError) as exc:
         raise SavedPlanRefused(f"{source}: the saved plan lacks {exc}; {again}") from None
+
+
+def spec_text_of(text: str, source: str) -> tuple[str, str]:
+    """The plan.yaml text and its source of a file that may be a saved plan (checked)."""
+    if not is_saved_plan_text(text):
+        return text, source
+    saved = saved_plan_from_text(text, source)
+    return saved.spec_text, saved.spec_source

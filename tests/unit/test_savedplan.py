@@ -17,7 +17,9 @@ from rollout.playbook import load_playbooks
 from rollout.savedplan import read_saved_plan, saved_plan_data
 from rollout.savedplan.gate import FactsMoved, SavedPlanGate
 from rollout.spec import load_spec
-from tests.examples import FACTS, PLAN
+from tests.examples import FACTS, PLAN, REPO
+
+INVENTORY = REPO / "inventory" / "example.yaml"
 
 SECRET = "s3cret-Pa55-for-the-grep"
 NVIDIA_DROP_IN = "gpu-a-1/files/etc/containerd/conf.d/99-nvidia.toml"
@@ -154,3 +156,18 @@ def test_apply_detects_a_saved_plan_by_its_content(
     capsys.readouterr()
     assert main(["apply", str(out), "-i", str(tmp_path / "none.yaml")]) == ExitCode.BAD_INPUT
     assert "was edited since it was saved" in capsys.readouterr().err
+
+
+def test_schedule_takes_a_saved_plan_whole(
+    facts: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "plan.saved"
+    save(facts, out)
+    capsys.readouterr()
+    image = "rollout@sha256:" + "0" * 64
+    args = ["schedule", str(out), "--image", image, "-i", str(INVENTORY), "--cron", "0 2 * * *"]
+    assert main([*args, "-o", "json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    manifests = document["items"] if isinstance(document, dict) else document
+    texts = [v for m in manifests if m["kind"] == "ConfigMap" for v in m["data"].values()]
+    assert out.read_text() in texts  # the pod's `rollout apply` runs the saved plan
