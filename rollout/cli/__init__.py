@@ -24,9 +24,10 @@ after every write, and names any file that shadows another.
 """
 
 EPILOG = """\
-examples:
-  rollout plan examples/plan.yaml --facts examples/facts
-  rollout plan examples/plan.yaml --facts examples/facts --output json --detailed-exitcode
+examples (rollout init writes plan.yaml, inventory/ and facts/ to try them on):
+  rollout init starter && cd starter
+  rollout plan plan.yaml --facts facts
+  rollout plan plan.yaml --facts facts --output json --detailed-exitcode
   rollout lab up --nodes 4 --containerd 1.6,1.7,2.1,1.7
 
 exit codes: 0 ok (plan: no change with --detailed-exitcode), 1 a node failed or the run halted
@@ -81,6 +82,11 @@ COMMANDS = (
         "schedule",
         "Kubernetes manifests (CronJob, least-privilege RBAC) for scheduled waves",
         "rollout.cli.schedule",
+    ),
+    Command(
+        "init",
+        "write a starter plan, inventories and recorded facts to try rollout on",
+        "rollout.cli.init",
     ),
     Command(
         "version",

@@ -32,11 +32,11 @@ Nothing is changed; --fix writes a plan.yaml for what rollout can repair.
 EPILOG = """\
 exit codes: 0 healthy, 1 a finding is an error, 2 bad input.
 
-examples:
-  rollout diagnose --facts examples/facts
-  rollout diagnose gpu-a-3 --facts examples/facts --output json
-  rollout diagnose --facts examples/facts --fix fix.yaml
-  rollout plan fix.yaml --facts examples/facts
+examples (in the directory `rollout init` wrote):
+  rollout diagnose --facts facts
+  rollout diagnose gpu-a-3 --facts facts --output json
+  rollout diagnose --facts facts --fix fix.yaml
+  rollout plan fix.yaml --facts facts
   rollout diagnose -i LAB/inventory.yaml --kubeconfig LAB/kubeconfig --pod default/train-1
 """
 

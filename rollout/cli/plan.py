@@ -51,14 +51,15 @@ facts:
   --inventory FILE probes every node of the inventory over SSH (containerd --version, every
   file under /etc/containerd, nvidia-smi) and reads labels and status from the Kubernetes API.
   --facts DIR reads recorded facts: DIR/<node>/node.yaml (containerd --version output,
-  labels, GPUs) and DIR/<node>/files/... (the node's /etc/containerd tree). See
-  examples/facts for a mixed 1.6/1.7/2.1 fleet.
+  labels, GPUs) and DIR/<node>/files/... (the node's /etc/containerd tree). `rollout init`
+  writes facts/, a mixed 1.6/1.7/2.1 fleet, with plan.yaml and inventory/.
 
-examples:
-  rollout plan examples/plan.yaml --facts examples/facts
-  rollout plan examples/plan.yaml --facts examples/facts --output markdown > plan.md
-  rollout plan examples/plan.yaml --facts examples/facts --detailed-exitcode; echo $?
-  rollout plan examples/plan.yaml -i LAB/inventory.yaml --kubeconfig LAB/kubeconfig
+examples (in the directory `rollout init` wrote):
+  rollout plan plan.yaml --facts facts
+  rollout plan plan.yaml --facts facts --output markdown > plan.md
+  rollout plan plan.yaml --facts facts --detailed-exitcode; echo $?
+  rollout plan plan.yaml -i inventory/example.yaml --kubeconfig ~/.kube/config
+  rollout plan plan.yaml -i LAB/inventory.yaml --kubeconfig LAB/kubeconfig   # after rollout lab up
 """
 
 

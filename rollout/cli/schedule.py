@@ -52,10 +52,11 @@ policy.maintenance_window, in the window's time zone.
 """
 
 EPILOG = """\
-examples:
-  rollout schedule plan.yaml -i inv.yaml --image REPO/rollout@sha256:DIGEST | kubectl apply -f -
-  rollout schedule plan.yaml -i inventory.yaml --image IMAGE --cron "0 22 * * fri" --suspend
-  rollout schedule plan.yaml -i inventory.yaml --image IMAGE --output json
+examples (in the directory `rollout init` wrote; IMAGE is REPOSITORY@sha256:DIGEST):
+  rollout schedule plan.yaml -i inventory/example.yaml --cron "0 22 * * fri" --image IMAGE \
+      | kubectl apply -f -
+  rollout schedule plan.yaml -i inventory/example.yaml --cron "0 22 * * fri" --image IMAGE \
+      --suspend --output json
 
 docs/schedule.md: the image (Containerfile), the Secret, and how runs continue window after
 window.

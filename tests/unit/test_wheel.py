@@ -5,17 +5,16 @@ checkout does, and it carries every data file rollout reads."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 import zipfile
 from pathlib import Path
 
 import pytest
 
 from tests.examples import REPO
+from tests.unit.wheelvenv import install_wheel, run_in
 
 PACKAGE = REPO / "rollout"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -40,7 +39,7 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of what the Containerfile copies, with the commit recorded as its build stage
     records it."""
     source = tmp_path_factory.mktemp("source")
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy2(REPO / name, source / name)
     shutil.copytree(PACKAGE, source / "rollout", ignore=shutil.ignore_patterns("__pycache__"))
     recorded = record_commit(source, COMMIT)
@@ -61,37 +60,14 @@ def wheel(source: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
         timeout=300,
     )
     assert built.returncode == 0, built.stderr[-3000:]
-    (found,) = out.glob("rollout-*.whl")
+    (found,) = out.glob("gpu_rollout-*.whl")
     return found
 
 
 @pytest.fixture(scope="module")
 def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh venv holding only the wheel; its dependencies come from this interpreter's
-    site-packages through a .pth line (offline, and without the checkout's editable hook:
-    .pth files are not processed in a directory added that way)."""
-    venv = tmp_path_factory.mktemp("venv")
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    python = venv / "bin" / "python"
-    install = ["install", "--no-deps", "--no-index", "-q", str(wheel)]
-    subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(python), *install],
-        check=True,
-        timeout=300,
-    )
-    purelib = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    Path(purelib, "dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")
-    return venv
-
-
-def run_in(cwd: Path, *argv: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ROLLOUT_", "PYTHON"))}
-    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+    """A fresh venv holding only the wheel."""
+    return install_wheel(wheel, tmp_path_factory.mktemp("venv"))
 
 
 def test_the_wheel_carries_every_data_file_of_the_package(wheel: Path, source: Path) -> None:
@@ -161,4 +137,6 @@ def test_the_containerfile_installs_offline_from_its_own_wheels_as_non_root() ->
     installs = [line for line in final if "pip install" in line]
     assert installs and all("--no-index" in line for line in installs)
     assert "USER 65532:65532" in final and 'ENTRYPOINT ["rollout"]' in final
-    assert "COPY rollout ./rollout" in lines and "COPY pyproject.toml README.md ./" in lines
+    assert (
+        "COPY rollout ./rollout" in lines and "COPY pyproject.toml setup.py README.md ./" in lines
+    )
