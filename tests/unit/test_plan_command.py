@@ -94,14 +94,24 @@ def test_text_output_names_the_shadowing_file(capsys: pytest.CaptureFixture[str]
     assert main(["plan", str(PLAN), "--facts", str(FACTS), "--color", "never"]) == 0
     out = capsys.readouterr().out
     assert "shadowed: /etc/containerd/conf.d/registry.toml replaces the whole" in out
-    assert "Wave 3: gpu-b-1" in out
     assert "4 of 4 node(s) change" in out
+    # grouped: the broken node first, each wave's groups in the summary
+    assert (
+        out.index("Group 1 (already broken)") < out.index("nodes: gpu-a-3") < out.index("Group 2")
+    )
+    assert "wave 3: 1 node(s) from group 4 (1); 4 GPU(s) on 1 node(s) out of service" in out
+    assert main(["plan", str(PLAN), "--facts", str(FACTS), "--color", "never", "--full"]) == 0
+    assert "Wave 3: gpu-b-1" in capsys.readouterr().out
 
 
 def test_markdown_output_is_a_review_comment(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", str(PLAN), "--facts", str(FACTS), "--output", "markdown"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("### rollout plan `registry-mirror`")
+    assert "#### Group 1 (already broken)" in out and "Nodes: gpu-a-3" in out
+    assert "```diff" in out
+    assert main(["plan", str(PLAN), "--facts", str(FACTS), "-o", "markdown", "--full"]) == 0
+    out = capsys.readouterr().out
     assert "| 2 | gpu-a-3 |" in out
     assert "```diff" in out and "<details>" in out
 
