@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 from pathlib import Path
 
 from rollout.errors import InputError, SourceLocation
+
+# `-` in place of a path: standard input (`rollout plan - --facts DIR`), named thus in messages
+STDIN_PATH = "-"
+STDIN_NAME = "<stdin>"
 
 # The largest input file read: a plan is a few KiB; PyYAML parses about 1.5 MiB a second.
 MAX_INPUT_BYTES = 1024 * 1024
@@ -50,9 +55,17 @@ def _size_text(size: int) -> str:
     return f"{size} bytes"
 
 
+def input_name(path: Path) -> str:
+    """How messages name an input: its path, or `<stdin>` for `-`."""
+    return STDIN_NAME if str(path) == STDIN_PATH else str(path)
+
+
 def read_text(path: Path, *, max_bytes: int = MAX_INPUT_BYTES) -> str:
     """A regular file's text as UTF-8, at most max_bytes; InputError when it is missing, not
-    a regular file (a FIFO would block, /dev/zero never ends), too large or not UTF-8."""
+    a regular file (a FIFO would block, /dev/zero never ends), too large or not UTF-8.
+    `-` reads standard input, once: a caller keeps the text it needs again."""
+    if str(path) == STDIN_PATH:
+        return read_stdin(max_bytes=max_bytes)
     where = SourceLocation(str(path))
     try:
         # stat first: opening some devices has effects, and a FIFO would block in open()
@@ -70,6 +83,20 @@ def read_text(path: Path, *, max_bytes: int = MAX_INPUT_BYTES) -> str:
         raise InputError(where, "file not found", hint="check the path") from exc
     except IsADirectoryError as exc:
         raise InputError(where, "is a directory, not a file") from exc
+    except UnicodeDecodeError as exc:
+        raise InputError(where, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+    except OSError as exc:
+        raise InputError(where, f"cannot read: {exc.strerror or exc}") from exc
+
+
+def read_stdin(*, max_bytes: int = MAX_INPUT_BYTES) -> str:
+    """Standard input's text as UTF-8, at most max_bytes (a pipe has no size to check first)."""
+    where = SourceLocation(STDIN_NAME)
+    try:
+        data = sys.stdin.buffer.read(max_bytes + 1)
+        if len(data) > max_bytes:
+            check_regular_file(where, stat.S_IFREG, len(data), max_bytes)
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(where, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
     except OSError as exc:

@@ -52,7 +52,7 @@ from rollout.fieldproblems import (
     shorten,
     sort_errors,
 )
-from rollout.inputfile import MAX_INPUT_BYTES, read_text
+from rollout.inputfile import MAX_INPUT_BYTES, input_name, read_text
 from rollout.yamllimits import (
     MAX_DEPTH,
     MAX_VALUES,
@@ -259,7 +259,7 @@ class SourceDocument:
         """Read and parse a YAML file; InputError when it is missing, unreadable, not a
         regular file, larger than max_bytes or over max_values once aliases are expanded."""
         text = read_text(path, max_bytes=max_bytes)
-        return cls.from_text(text, str(path), max_values=max_values)
+        return cls.from_text(text, input_name(path), max_values=max_values)
 
     def location_of(self, path: Sequence[PathPart], *, at_key: bool = False) -> SourceLocation:
         """Where the value at `path` starts (its key with at_key); the nearest parent if absent."""

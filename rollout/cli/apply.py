@@ -30,7 +30,7 @@ from rollout.errors import Aborted, BadInput, ExitCode
 from rollout.executor import Executor, RunReport
 from rollout.facts import FleetFacts
 from rollout.facts.live import gather_fleet_facts
-from rollout.inputfile import read_text
+from rollout.inputfile import input_name, read_text
 from rollout.lease import RunLease, run_identity
 from rollout.plan import NodePlan, Plan, plan_from_data, plan_to_data
 from rollout.planner import build_plan
@@ -50,6 +50,7 @@ from rollout.run import (
 )
 from rollout.run.cluster import find_run, open_run, start_run
 from rollout.savedplan import is_saved_plan, read_saved_plan, saved_plan_data
+from rollout.savedplan.document import is_saved_plan_text, saved_plan_from_text
 from rollout.savedplan.gate import admit_node, saved_plan_gate
 from rollout.spec import Spec, parse_spec
 from rollout.steps import builtin_steps
@@ -79,7 +80,9 @@ RESUME_HELP = (
 
 def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     apply = add_listed_command(subparsers, "apply", APPLY_HELP, as_written=True)
-    apply.add_argument("plan_file", metavar="PLAN", type=Path)
+    apply.add_argument(
+        "plan_file", metavar="PLAN", type=Path, help="a plan.yaml, a saved plan, or - (stdin)"
+    )
     add_fleet_arguments(apply)
     apply.add_argument("--yes", "-y", action="store_true", help="skip the confirmation")
     add_output_argument(apply)
@@ -129,7 +132,11 @@ def apply_plan(args: argparse.Namespace, recorder: RetryRecorder) -> int:
     saved = read_saved_plan(args.plan_file) if is_saved_plan(args.plan_file) else None
     # read once: the text journalled below is the text planned, even if the file changes
     spec_text = read_text(args.plan_file) if saved is None else saved.spec_text
-    spec = parse_spec(spec_text, str(args.plan_file) if saved is None else saved.spec_source)
+    if saved is None and is_saved_plan_text(spec_text):  # `apply -` given a saved plan
+        saved = saved_plan_from_text(spec_text, input_name(args.plan_file))
+        spec_text = saved.spec_text
+    source = input_name(args.plan_file) if saved is None else saved.spec_source
+    spec = parse_spec(spec_text, source)
     limit = limit_of(args)  # bad input: nothing probed
     console = make_console(sys.stdout)
     pod = pod_run_place(args)
@@ -152,7 +159,7 @@ def apply_plan(args: argparse.Namespace, recorder: RetryRecorder) -> int:
         plan = (
             saved.plan
             if saved is not None
-            else build_plan(spec, str(args.plan_file), facts, load_playbooks(), limit)
+            else build_plan(spec, source, facts, load_playbooks(), limit)
         )
         if args.output == "text":
             print_plan_text(plan, console)
@@ -163,7 +170,7 @@ def apply_plan(args: argparse.Namespace, recorder: RetryRecorder) -> int:
             return ExitCode.OK
         confirm(args.yes)
         invocation = Invocation(
-            spec_source=str(args.plan_file),
+            spec_source=input_name(args.plan_file),
             spec_text=spec_text,
             inventory=str(args.inventory.resolve()),
             kubeconfig=args.kubeconfig,

@@ -17,10 +17,11 @@ from rollout.cli.render_groups import plan_markdown, print_plan
 from rollout.errors import BadInput, ExitCode
 from rollout.facts import FleetFacts, load_recorded_facts
 from rollout.facts.progress import StreamProgress
+from rollout.inputfile import input_name, read_text
 from rollout.limit import NodeLimit
 from rollout.planner import build_plan
 from rollout.playbook import load_playbooks
-from rollout.spec import Spec, load_spec
+from rollout.spec import Spec, parse_spec
 
 if TYPE_CHECKING:
     from rollout.connection import FleetConnection
@@ -65,7 +66,9 @@ examples (in the directory `rollout init` wrote):
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = add_listed_command(subparsers, "plan", HELP, EPILOG, as_written=True)
-    parser.add_argument("plan_file", metavar="PLAN", type=Path, help="the plan.yaml")
+    parser.add_argument(
+        "plan_file", metavar="PLAN", type=Path, help="the plan.yaml (- reads standard input)"
+    )
     parser.add_argument(
         "--facts",
         metavar="DIR",
@@ -230,7 +233,9 @@ def run_plan(args: argparse.Namespace) -> int:
             "--facts and --inventory both name where facts come from; pass one of them"
             " (--facts DIR plans from recorded facts, --inventory FILE probes the nodes)"
         )
-    spec = load_spec(args.plan_file)
+    # read once (`-` is standard input): what --out saves is the text planned
+    spec_text = read_text(args.plan_file)
+    spec = parse_spec(spec_text, input_name(args.plan_file))
     limit = limit_of(args)  # bad input: nothing probed
     scheduled: dict[str, float] = {}
     if args.facts is not None and args.schedule_namespace is not None:
@@ -253,7 +258,7 @@ def run_plan(args: argparse.Namespace) -> int:
     # the facts and the plan live until the command ends: a fleet's are millions of objects,
     # which the garbage collector would otherwise walk again on each full collection
     gc.freeze()
-    plan = build_plan(spec, str(args.plan_file), fleet, load_playbooks(), limit)
+    plan = build_plan(spec, input_name(args.plan_file), fleet, load_playbooks(), limit)
     gc.freeze()
     from rollout.cli.render import forecast_to_markdown, print_forecast
     from rollout.schedule.forecast import forecast_for, forecast_lines
@@ -263,7 +268,7 @@ def run_plan(args: argparse.Namespace) -> int:
     if args.out is not None:
         from rollout.cli.show import save_plan
 
-        save_plan(args.out, plan, fleet, args.plan_file, forecast)
+        save_plan(args.out, plan, fleet, (input_name(args.plan_file), spec_text), forecast)
     if args.output in DOCUMENT_FORMATS:
         write_plan_document(plan, args.output, sys.stdout, forecast.to_data())
     elif args.output == "markdown":

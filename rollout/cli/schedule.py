@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from rollout.cli import add_listed_command
 from rollout.errors import BadInput, ExitCode, RolloutError
 from rollout.executor import RunReport
-from rollout.inputfile import read_text
+from rollout.inputfile import input_name, read_text
 from rollout.playbook import load_playbooks
 from rollout.run import STATE_DIR_ENV, RunOutcome
 from rollout.run.cluster import ClusterRun, run_object_name
@@ -65,7 +65,9 @@ window.
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = add_listed_command(subparsers, "schedule", HELP, EPILOG, as_written=True)
-    parser.add_argument("plan_file", metavar="PLAN", type=Path, help="the plan.yaml")
+    parser.add_argument(
+        "plan_file", metavar="PLAN", type=Path, help="the plan.yaml (- reads standard input)"
+    )
     parser.add_argument(
         "--inventory",
         "-i",
@@ -134,7 +136,7 @@ def run_schedule(args: argparse.Namespace) -> int:
     # the text goes into the ConfigMap as written: comments and all
     plan_text = read_text(args.plan_file)
     # a saved plan (rollout plan --out) goes into the ConfigMap whole: the pod applies it
-    spec = parse_spec(*spec_text_of(plan_text, str(args.plan_file)))
+    spec = parse_spec(*spec_text_of(plan_text, input_name(args.plan_file)))
     inventory = load_inventory(args.inventory) if args.inventory is not None else None
     options = ScheduleOptions(
         image=args.image,

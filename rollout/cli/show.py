@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 
 from rollout.cli import add_listed_command
 from rollout.errors import ExitCode
-from rollout.inputfile import read_text
 from rollout.savedplan import make_saved_plan, read_saved_plan, write_saved_plan
 
 if TYPE_CHECKING:
@@ -46,13 +45,14 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def save_plan(
-    path: Path, plan: Plan, fleet: FleetFacts, spec_path: Path, forecast: Forecast
+    path: Path, plan: Plan, fleet: FleetFacts, spec: tuple[str, str], forecast: Forecast
 ) -> None:
-    """`rollout plan --out FILE`: the plan shown, saved with what it was made from."""
+    """`rollout plan --out FILE`: the plan shown, saved with what it was made from (`spec`:
+    the plan's name in messages and the text planned)."""
     from rollout.schedule.forecast import forecast_lines
 
     shown = {"data": forecast.to_data(), "lines": forecast_lines(forecast)}
-    saved = make_saved_plan(plan, fleet, str(spec_path), read_text(spec_path), shown)
+    saved = make_saved_plan(plan, fleet, *spec, shown)
     write_saved_plan(path, saved)
     print(f"plan saved to {path}: `rollout apply {path}` runs exactly it", file=sys.stderr)
 
