@@ -137,6 +137,12 @@ def apply_plan(args: argparse.Namespace, recorder: RetryRecorder) -> int:
         spec_text = saved.spec_text
     source = input_name(args.plan_file) if saved is None else saved.spec_source
     spec = parse_spec(spec_text, source)
+    if saved is not None and args.limit is not None:  # not silently ignored: refused
+        raise BadInput(
+            f"--limit with the saved plan {args.plan_file}: a saved plan runs as it was"
+            " reviewed; plan again with --limit and save that (rollout plan PLAN --limit"
+            " ... --out FILE)"
+        )
     limit = limit_of(args)  # bad input: nothing probed
     console = make_console(sys.stdout)
     pod = pod_run_place(args)

@@ -110,3 +110,19 @@ def test_schedule_from_stdin(
     pipe_in(monkeypatch, PLAN.read_text())
     assert main(["schedule", "-", *words]) == 0
     assert capsys.readouterr().out == from_file
+
+
+def test_a_saved_plan_refuses_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    saved = tmp_path / "plan.saved"
+    assert main(["plan", str(PLAN), "--facts", str(FACTS), "--out", str(saved)]) == 0
+    capsys.readouterr()
+    words = ["apply", str(saved), "-i", str(INVENTORY), "--yes", "--limit", "gpu-a-1"]
+    assert main(words) == 2
+    assert "a saved plan runs as it was reviewed; plan again with --limit" in (
+        capsys.readouterr().err
+    )
+    pipe_in(monkeypatch, saved.read_text())  # the same from standard input
+    assert main(["apply", "-", *words[2:]]) == 2
+    assert "a saved plan runs as it was reviewed" in capsys.readouterr().err
