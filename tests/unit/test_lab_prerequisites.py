@@ -18,7 +18,7 @@ from rollout.lab.prerequisites import (
     find_node_cgroups,
 )
 
-EXTRA = "pip install 'rollout[lab]' (in a checkout: scripts/setup --lab)"
+EXTRA = "pip install 'gpu-rollout[lab]' (in a checkout: scripts/setup --lab)"
 
 
 def test_a_module_of_the_lab_extra_that_does_not_import_is_missing_with_the_install_command(

@@ -18,7 +18,7 @@ from rollout.containerd.binaries import cache_dir
 from rollout.errors import RolloutError
 
 # How to install the `lab` extra (pyproject.toml) that holds grpc and protobuf.
-INSTALL_LAB_EXTRA = "pip install 'rollout[lab]' (in a checkout: scripts/setup --lab)"
+INSTALL_LAB_EXTRA = "pip install 'gpu-rollout[lab]' (in a checkout: scripts/setup --lab)"
 FETCH_CRI_API = "run scripts/fetch-cri-api from rollout's source (or scripts/setup --lab)"
 
 _lock = threading.Lock()
