@@ -20,6 +20,7 @@ changes, so one plan repairs one kind: the other kind is left for the next `--fi
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -81,7 +82,54 @@ class Remedies:
                 f"# needs a person: {f.node or f.pod}: {f.check}: {why}\n" for f, why in self.manual
             )
         )
-        return header + yaml.safe_dump(dict(self.plan or {}), sort_keys=False)
+        body = yaml.safe_dump(dict(self.plan or {}), sort_keys=False)
+        # the reviewer reads, above the change, which finding it answers and why it repairs it
+        before, found, after = body.partition("\nchanges:\n")
+        return header + before + found + self.change_comment() + after
+
+    def change_comment(self) -> str:
+        """`# repairs CHECK on NODE: cause`, per finding, then how the change repairs them."""
+        changes = (self.plan or {}).get("changes") or [{}]
+        lines = [f"repairs {f.check} on {f.node}: {f.cause}" for f in self.repaired]
+        lines.append(f"how: {_how_it_repairs(changes[0])}")
+        return "".join(
+            f"{line}\n"
+            for text in lines
+            for line in textwrap.wrap(
+                _comment_text(text), 96, initial_indent="# ", subsequent_indent="#   "
+            )
+        )
+
+
+def _comment_text(text: str) -> str:
+    """Text from the nodes' files made fit for a YAML comment: one line, printable."""
+    return " ".join("".join(c if c.isprintable() else " " for c in text).split())
+
+
+def _how_it_repairs(change: Mapping[str, Any]) -> str:
+    """Why the one change of a fix plan repairs what its findings say."""
+    if "containerd" in change:
+        runtime = change["containerd"].get("default_runtime", DEFAULT_RUNTIME)
+        return (
+            "the last file setting the CRI table must carry the whole table (containerd 1.x"
+            " replaces a plugin table whole): the planner rewrites the shadowing file with the"
+            " handlers it threw away, so they are loaded again; default_runtime is"
+            f" {runtime}, the one the node's files name (runc where none does)."
+            " `rollout plan` shows the rewrite and the effective config before and after"
+        )
+    if "time-slicing" in change:
+        slicing = change["time-slicing"]
+        where = "{namespace}/{name}".format_map(slicing["configmap"])
+        return (
+            f"the node's nvidia.com/device-plugin.config label names {slicing['profile']!r},"
+            f" a key {where} lacks, so the device plugin's config-manager fails on it; this"
+            " change puts that key into the ConfigMap with the replicas the node last ran"
+        )
+    return (
+        "relabelling the node upgrade-required is the GPU Operator's documented way out of"
+        " upgrade-failed: its upgrade controller retries the driver the ClusterPolicy names,"
+        " and the run watches the node to upgrade-done. Fix the cause in the evidence first"
+    )
 
 
 def plan_remedies(diagnosis: Diagnosis, fleet: FleetFacts) -> Remedies:

@@ -271,3 +271,24 @@ def test_diagnose_names_only_the_nodes_with_findings(capsys: pytest.CaptureFixtu
     # the commands copy and paste as they are: fenced, no \\| escape
     assert "```sh\nssh gpu-a-3 containerd config dump | grep -A2 'runtimes\\.'\n```" in markdown
     assert "\\|" not in markdown.split("## ", 1)[1]
+
+
+def test_fix_plan_says_why_its_change_repairs_what(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fix = tmp_path / "fix.yaml"
+    assert main(["diagnose", "--facts", str(FACTS), "--fix", str(fix)]) == 1
+    text = fix.read_text()
+    # above the change: the findings it answers (their cause) and how it repairs them
+    comment = text.partition("\nchanges:\n")[2].partition("\n- containerd:")[0]
+    assert comment.startswith(
+        "# repairs runtime.shadowing on gpu-a-3: /etc/containerd/conf.d/registry.toml replaces"
+    )
+    assert "# repairs runtime.handler-missing on gpu-a-3: containerd on gpu-a-3" in comment
+    assert "# how: the last file setting the CRI table must carry the whole table" in comment
+    assert all(line.startswith("#") and len(line) <= 100 for line in comment.splitlines())
+    # still a plan `rollout plan` takes, repairing the node the comment names
+    capsys.readouterr()
+    assert main(["plan", str(fix), "--facts", str(FACTS), "-o", "json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert [n["name"] for w in plan["waves"] for n in w["nodes"]] == ["gpu-a-3"]

@@ -155,6 +155,10 @@ def fix_for_profile_label(
     assert run(capsys, "--facts", str(facts), "--fix", str(fix))[0] == 1
     change = yaml.safe_load(fix.read_text())["changes"][0]["time-slicing"]
     assert change["profile"] == label
+    assert "# repairs operator.profile-label-missing-key on gpu-a-2:" in fix.read_text()
+    assert f"# how: the node's nvidia.com/device-plugin.config label names '{label}'" in (
+        fix.read_text()
+    )
     assert main(["plan", str(fix), "--facts", str(facts)]) == 0
     return facts, change
 
@@ -229,6 +233,8 @@ def test_fix_retries_a_failed_operator_upgrade_first(
         {"driver-upgrade": {"version": "550.90.07", "mode": "operator", "retry_failed": True}}
     ]
     assert "repairs: gpu-a-2: operator.upgrade-failed" in fix.read_text()
+    assert "# repairs operator.upgrade-failed on gpu-a-2:" in fix.read_text()
+    assert "# how: relabelling the node upgrade-required is the GPU Operator's" in fix.read_text()
     assert "gpu-a-2: runtime.shadowing: run `rollout diagnose --fix` again" in fix.read_text()
     assert main(["plan", str(fix), "--facts", str(facts)]) == 0
     out = capsys.readouterr().out
