@@ -4,6 +4,7 @@ one the node's packages installed over it), and whether the validator's driver-v
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from rollout.lab.simulation.driverpods import (
@@ -35,6 +36,15 @@ def test_a_package_installed_over_the_container_is_a_host_driver(tmp_path: Path)
     assert not driver_validates(tmp_path)
     write(tmp_path, MODULE_VERSION_FILE, "550.127.05")
     assert driver_validates(tmp_path)
+
+
+def test_a_package_reinstalling_the_containers_version_is_a_host_driver(tmp_path: Path) -> None:
+    write_driver_state(tmp_path, "535.183.01")
+    library = tmp_path / DRIVER_VERSION_FILE
+    later = library.stat().st_mtime_ns + 1_000_000_000
+    write(tmp_path, DRIVER_VERSION_FILE, "535.183.01")  # a host-mode upgrade back to it
+    os.utime(library, ns=(later, later))  # the postinst ran after the container's install
+    assert read_host_driver(tmp_path) == "535.183.01"
 
 
 def test_a_node_the_container_never_served_has_no_host_driver_to_report(tmp_path: Path) -> None:

@@ -68,12 +68,23 @@ def write_driver_state(root: Path, version: str) -> None:
 
 
 def read_host_driver(root: Path) -> str | None:
-    """The driver the node's own packages installed over the driver container's, if any."""
-    library = _read_version(root / DRIVER_VERSION_FILE)
-    container = _read_version(root / CONTAINER_VERSION_FILE)
-    if library and container and library != container:
+    """The driver the node's own packages installed over the driver container's, if any: a
+    library of another version, or one a package wrote after the container's install (a
+    host-mode downgrade back to the container's version is the host's driver too)."""
+    library_file, container_file = root / DRIVER_VERSION_FILE, root / CONTAINER_VERSION_FILE
+    library, container = _read_version(library_file), _read_version(container_file)
+    if not library or not container:
+        return None
+    if library != container or _modified(library_file) > _modified(container_file):
         return library
     return None
+
+
+def _modified(path: Path) -> int:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return 0
 
 
 def driver_validates(root: Path | None) -> bool:
