@@ -36,3 +36,27 @@ def containerd_binary(series: str) -> Path:
     except BinariesMissing as exc:
         require(str(exc))
         raise  # unreachable: require() always raises
+
+
+# In CI a skipped test is a failed run: every part a test needs is installed by the README's
+# test command, so a skip there means something was not tested. require() already fails in
+# CI; this catches a skip from anywhere else (a marker, a plugin, a helper's pytest.skip).
+_skipped: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped and not hasattr(report, "wasxfail"):
+        _skipped.append(report.nodeid)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    terminalreporter.write_line(f"skipped tests: {len(_skipped)}")
+    if IN_CI and _skipped:
+        terminalreporter.write_line(
+            "CI=true: a skipped test fails the run: " + ", ".join(_skipped[:20]), red=True
+        )
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if IN_CI and _skipped and exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -56,6 +56,7 @@ from rollout.steps.systemd import RestartFailed, SystemdRestart, restart_service
 from rollout.transports.errors import SshConnectError
 from rollout.transports.kube import KubeClient
 from rollout.transports.local import LocalRunner
+from tests.conftest import require
 from tests.examples import PLAN
 from tests.fakes import Reply, ScriptedRunner
 
@@ -292,8 +293,6 @@ def test_backup_paths_mirror_the_node_tree() -> None:
 
 
 def test_every_node_step_is_registered() -> None:
-    pytest.importorskip("rollout.steps.cordon")
-    pytest.importorskip("rollout.steps.timeslicing")
     steps = builtin_steps()
     assert isinstance(steps["containerd.write"], ContainerdWrite)
     assert isinstance(steps["containerd.verify"], ContainerdVerify)
@@ -461,8 +460,9 @@ def test_backup_replace_restore_round_trip(tmp_path: Path) -> None:
         restore_file(runner, BackupRecord(record.path, record.backup_path, "0" * 64))
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="new files are chowned to root")
 def test_replace_creates_a_new_file_and_its_directories(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        require("new files are chowned to root: run as root")
     target = tmp_path / "certs.d" / "docker.io" / "hosts.toml"
     replace_file(LocalRunner(), str(target), 'server = "x"\n')
     assert target.read_text() == 'server = "x"\n'
