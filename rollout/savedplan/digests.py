@@ -94,7 +94,7 @@ class FactChanged:
             what = "changed"
         return (
             f"{self.fact} {what} since the plan was saved "
-            f"(saved {self.saved or 'absent'}, now {self.now or 'absent'}); plan again"
+            f"(saved {self.saved or 'absent'}, now {self.now or 'absent'})"
         )
 
 

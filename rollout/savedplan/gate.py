@@ -65,7 +65,7 @@ class SavedPlanGate:
                 raise FactsMoved(
                     f"{node.name}: "
                     + "; ".join(c.describe() for c in changed)
-                    + f" ({node.name} was not touched)"
+                    + f"; plan again ({node.name} was not touched)"
                 )
         try:
             return carry_over(node, facts, self.files.get(node.name, {}))

@@ -105,6 +105,24 @@ def test_a_changed_file_refuses_the_node_naming_the_fact(facts: Path, tmp_path: 
     assert before in message and "plan again" in message
 
 
+def test_two_moved_facts_are_named_in_one_refusal(facts: Path, tmp_path: Path) -> None:
+    out = tmp_path / "plan.saved"
+    save(facts, out)
+    saved = read_saved_plan(out)
+    for path in (NVIDIA_DROP_IN, "gpu-a-1/files/etc/containerd/config.toml"):
+        (facts / path).write_text((facts / path).read_text() + "# edited by hand\n")
+    fleet = load_recorded_facts(facts)
+    (node,) = [n for n in saved.plan.nodes if n.name == "gpu-a-1"]
+    node_facts = fleet.by_name("gpu-a-1")
+    assert node_facts is not None
+    with pytest.raises(FactsMoved) as refused:
+        gate_of(out).admit(node, node_facts, fleet.cluster, started=False, cluster_changed=False)
+    message = str(refused.value)
+    assert "config.toml changed since" in message and "99-nvidia.toml changed since" in message
+    assert message.count("plan again") == 1
+    assert message.endswith("; plan again (gpu-a-1 was not touched)")
+
+
 def test_a_changed_credential_is_not_carried(facts: Path, tmp_path: Path) -> None:
     out = tmp_path / "plan.saved"
     save(facts, out)
