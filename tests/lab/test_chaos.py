@@ -160,7 +160,9 @@ def apply_demo(
         killer.start()
     capsys.readouterr()
     code = main([*apply_args(lab, DEMO_PLAN, state), "--output", "json"])
-    report = json.loads(capsys.readouterr().out)
+    printed = capsys.readouterr()
+    assert printed.out, f"apply exited {code} without a report: {printed.err}"
+    report = json.loads(printed.out)
     if chaos.kill:
         killer.join(timeout=30)
         assert killed.is_set(), "the victim was killed at its write"
