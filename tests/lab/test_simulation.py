@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -12,7 +14,7 @@ from kubernetes import client, watch
 
 from rollout.lab.controlplane import ControlPlane
 from rollout.lab.simulation import FixedRuntimeProbe, LabDescription, SimulationTimings
-from rollout.lab.simulation.probe import handlers_in_dump
+from rollout.lab.simulation.probe import ToolkitAction, ToolkitOutcome, handlers_in_dump
 from tests.lab.labapi import patch_cluster_policy, wait_for
 from tests.planning import sharing_config
 from tests.sampler import sampling
@@ -632,3 +634,25 @@ def test_running_config_dumps_of_both_layouts_name_their_handlers() -> None:
     assert handlers_in_dump(v2) == {"runc", "nvidia"}
     assert handlers_in_dump(v3) == {"runc", "nvidia-cdi"}
     assert handlers_in_dump(registry_only) == set()
+
+
+class StuckToolkitProbe(FixedRuntimeProbe):
+    """A node whose toolkit unit never starts: the lab cannot settle."""
+
+    def run_toolkit(self, node: str, action: ToolkitAction) -> ToolkitOutcome:
+        return ToolkitOutcome(False, "Job for nvidia-container-toolkit.service failed")
+
+
+def test_a_start_that_does_not_settle_says_which_nodes(caplog: pytest.LogCaptureFixture) -> None:
+    """`lab up` returns unsettled when settle_s runs out; the toolkit would restart containerd
+    later, under whatever runs next: the control plane's log says so, naming the nodes."""
+    probe = StuckToolkitProbe.with_nvidia(UUIDS)
+    timings = dataclasses.replace(FAST, settle_s=0.3)
+    with (
+        caplog.at_level(logging.WARNING, logger="rollout.lab.simulation"),
+        ControlPlane.start(lab_description(), probe, port=0, timings=timings),
+    ):
+        pass
+    said = [r.getMessage() for r in caplog.records if "not settled within" in r.getMessage()]
+    assert said == ["not settled within 0.3s (toolkit or device plugin still starting): "
+                    "lab-node-1, lab-node-2"]  # fmt: skip

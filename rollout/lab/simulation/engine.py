@@ -127,6 +127,14 @@ class Simulation:
         while not all(k.settled() for k in self.kubelets) and time.monotonic() < deadline:
             time.sleep(self.timings.tick_s)
             self.step()
+        unsettled = [k.name for k in self.kubelets if not k.settled()]
+        if unsettled:
+            # said, not silent: a toolkit still starting restarts containerd after `lab up`
+            log.warning(
+                "not settled within %gs (toolkit or device plugin still starting): %s",
+                self.timings.settle_s,
+                ", ".join(unsettled),
+            )
         self._thread = threading.Thread(target=self._run, name="simulation", daemon=True)
         self._thread.start()
         return self
