@@ -387,6 +387,7 @@ def execute(
     else:
         report = executor.run()
     retries = dict(journal.replay().retries)
+    pinned = journal.replay().first_acted({"driver.pin"}) is not None  # the version moved
     # staging dirs a killed attempt of this run left on a node go with the run
     staged = {n.name: fleet.runners[n.name] for n in plan.nodes if n.files}
     for node, problem in remove_run_stages(staged, str(journal.run_id)).items():
@@ -394,7 +395,7 @@ def execute(
     if output in DOCUMENT_FORMATS:
         document = json.loads(report_to_json(str(journal.run_id), report))
         document["retries"] = retries
-        notes = operator_run_notes(plan, spec, report.outcome.value)
+        notes = operator_run_notes(plan, spec, report.outcome.value, pinned=pinned)
         if notes:  # mode: operator: nodes left pinned, the way back
             document["notes"] = notes
         write_document(document, output, sys.stdout)
@@ -405,7 +406,7 @@ def execute(
     )
     out.print(safe(describe_retries(retries)))
     # mode: operator: the nodes left pinned and, after a halt, the way back (said loudly)
-    for note in operator_run_notes(plan, spec, report.outcome.value):
+    for note in operator_run_notes(plan, spec, report.outcome.value, pinned=pinned):
         out.print(f"[bold yellow]{safe(note)}[/bold yellow]")
     return report
 

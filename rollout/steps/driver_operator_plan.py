@@ -330,15 +330,16 @@ def _serving(source: DriverSource) -> str:
     return f"needs nvidia.com/gpu.deploy.driver=true and {MANAGED_BY_LABEL}={source.resource}"
 
 
-def operator_run_notes(plan: Plan, spec: Spec, outcome: str) -> list[str]:
+def operator_run_notes(plan: Plan, spec: Spec, outcome: str, *, pinned: bool) -> list[str]:
     """What the run summary says loudly after an operator-mode run: the nodes left pinned
-    (with the command that releases them) and, when the run did not succeed, how to go back."""
+    (with the command that releases them) and, when the run did not succeed after its own
+    driver.pin moved the version (`pinned`), how to go back."""
     notes = [w for w in plan.warnings if w.startswith(PINNED_WARNING_PREFIX)]
     version = next(
         (c for c in plan.cluster_changes if c.kind == "driver.version" and c.action), None
     )
     change = spec.driver_upgrade
-    if outcome != "succeeded" and version is not None and version.before and change:
+    if outcome != "succeeded" and pinned and version is not None and version.before and change:
         source = DriverSource(change.nvidiadriver)
         notes.append(
             "the remaining nodes stay pinned on the old driver; to go back to driver "

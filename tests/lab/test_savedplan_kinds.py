@@ -186,6 +186,7 @@ def test_a_saved_driver_upgrade_refused_after_a_hand_change_then_a_new_save_conv
     policy = kube.get_cluster_policy(CLUSTER_POLICY_NAME)
     assert policy["spec"]["driver"]["version"] == BY_HAND  # the run changed nothing
     assert SKIP not in kube.get_node(first.name).labels  # nor pinned a node
+    assert "to go back to driver" not in said  # patching back would undo the hand change
 
     # the operator upgrades the node to the version set by hand; planned again, saved again
     wait_for(

@@ -124,7 +124,7 @@ def test_a_resource_already_at_the_version_pins_nothing() -> None:
 def test_run_notes_go_back_by_patching_the_resource() -> None:
     # resume reads the plan back from the run's plan.json: the way back must survive it
     plan = plan_from_data(json.loads(plan_to_json(plan_of(spec_text(), fleet()))))
-    halted = operator_run_notes(plan, parse_spec(spec_text(), "plan.yaml"), "halted")
+    halted = operator_run_notes(plan, parse_spec(spec_text(), "plan.yaml"), "halted", pinned=True)
     expected = (
         f"""kubectl patch nvidiadriver pool-a --type merge -p '{{"spec":{{"version":"{OLD}"}}}}'"""
     )
