@@ -176,7 +176,7 @@ def broken_planner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A good plan.yaml in the working directory, and a planner that raises on reading it."""
     (tmp_path / "plan.yaml").write_text(GOOD_PLAN)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(rollout.cli.plan, "load_spec", _explode)
+    monkeypatch.setattr(rollout.cli.plan, "parse_spec", _explode)
 
 
 @pytest.mark.usefixtures("broken_planner")
