@@ -37,9 +37,15 @@ class FleetConnection(Closeable):
         self.kube = KubeClient.from_kubeconfig(kubeconfig, context)
 
     def gather(
-        self, spec: Spec, max_parallel: int = 8, progress: GatherProgress | None = None
+        self,
+        spec: Spec,
+        max_parallel: int = 8,
+        progress: GatherProgress | None = None,
+        *,
+        release: bool = False,
     ) -> FleetFacts:
-        """Fresh facts of every inventory node, probed in parallel (bounded)."""
+        """Fresh facts of every inventory node, probed in parallel (bounded); with `release`
+        each node's connection closed once read (rollout.facts.live.gather_fleet_facts)."""
         return gather_fleet_facts(
             spec,
             self.runners,
@@ -47,6 +53,7 @@ class FleetConnection(Closeable):
             max_parallel=max_parallel,
             source=str(self.inventory_path),
             progress=progress,
+            release=release,
         )
 
     def close(self) -> None:

@@ -136,7 +136,7 @@ def gather_live_facts(spec: Spec, args: argparse.Namespace) -> tuple[FleetFacts,
         )
         progress = StreamProgress(sys.stderr, len(fleet.runners))
         try:
-            facts = fleet.gather(spec, max_parallel=args.parallel, progress=progress)
+            facts = fleet.gather(spec, max_parallel=args.parallel, progress=progress, release=True)
         finally:
             progress.finish()
         if args.schedule_namespace is None:

@@ -8,9 +8,15 @@ import threading
 
 import pytest
 
+from rollout.closeable import Closeable
 from rollout.errors import RolloutError
+from rollout.facts import live
+from rollout.facts.live import gather_fleet_facts
 from rollout.facts.progress import GatherTally, StreamProgress
+from rollout.spec.plan import parse_spec
 from rollout.transports.fanout import run_on_nodes
+from tests.examples import PLAN
+from tests.unit.test_live_gathering import Kube, probe_waiting_for
 
 
 class FakeClock:
@@ -93,3 +99,28 @@ def test_fan_out_tells_each_outcome_as_it_finishes_and_the_failures_come_back_to
     failed = [name for name, r in results.items() if isinstance(r, RolloutError)]
     assert failed == ["node-3", "node-8"]
     assert results["node-0"] == "NODE-0"
+
+
+class ClosingRunner(Closeable):
+    def __init__(self, host: str) -> None:
+        self.host = host
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@pytest.mark.parametrize("release", [True, False])
+def test_a_plans_gathering_closes_each_nodes_connection_once_read(
+    monkeypatch: pytest.MonkeyPatch, release: bool
+) -> None:
+    """An idle paramiko connection keeps a thread waking ten times a second: a thousand of
+    them starved the nodes still being probed (measured on 1,000 lab endpoints)."""
+    kube = Kube()
+    monkeypatch.setattr(live, "probe_node", probe_waiting_for(kube))
+    spec = parse_spec(PLAN.read_text(), str(PLAN))
+    runners = {name: ClosingRunner(name) for name in ("n1", "n2", "n3")}
+    progress = StreamProgress(io.StringIO(), 3, terminal=False)
+    gather_fleet_facts(spec, runners, kube, progress=progress, release=release)  # type: ignore[arg-type]
+    assert [r.closed for r in runners.values()] == [release] * 3
+    assert (progress.tally.answered, progress.tally.failed) == (3, 0)
