@@ -10,7 +10,9 @@ Public API (details in each module's docstring):
   warnings), `merge_files(files, version)` (the merge model alone), `resolve_load_order`.
 - defaults: the `DefaultsSource` seam (`load(files, version, configured) -> LoadedConfig`):
   `LocalContainerd` (the cached real binary's dump, by content; the standard source,
-  `standard_defaults()`), `RecordedDefaults` (package data, per series), `FilesOnly`.
+  `standard_defaults()`), `RecordedDefaults` (package data, per series), `FilesOnly`;
+  `unmeasured_release_notes(version)`: what a plan warns of a release the models were not
+  measured on (none for 1.6.20, 1.7.24, 2.1.9).
 - diff: `diff_effective(before, after) -> list[Change]`, `render_diff_text(before, after)`.
 - intent: `CriSetting(key, value)`, `Intent(settings)`, `place_intent(intent, version,
   config_version) -> tuple[PlacedSetting, ...]`, `place_setting` (one; its value's type is
@@ -28,6 +30,9 @@ Public API (details in each module's docstring):
   `predict(runner, containerd_bin, files, writes, intent, version) -> Prediction`.
 - hosts: `render_hosts_toml(server, hosts)`, `HostEndpoint`, `hosts_namespace(registry)`,
   `hosts_toml_path(config_path, registry)`.
+- runtimeoptions: `check_runtime_options(setting, version, runtime_type)` (a runc handler's
+  options key runc does not know: UnknownRuntimeOption, with the nearest real key),
+  `runtime_type_in(handler, settings, tree)`.
 - errors: `ContainerdConfigError` and its subclasses in rollout.containerd.errors.
 """
 
@@ -37,6 +42,7 @@ from rollout.containerd.defaults import (
     FilesOnly,
     LoadedConfig,
     RecordedDefaults,
+    unmeasured_release_notes,
 )
 from rollout.containerd.diff import (
     Change,
@@ -81,6 +87,11 @@ from rollout.containerd.merge import (
     resolve_load_order,
 )
 from rollout.containerd.prediction import Prediction, predict
+from rollout.containerd.runtimeoptions import (
+    UnknownRuntimeOption,
+    check_runtime_options,
+    runtime_type_in,
+)
 from rollout.containerd.shadowing import Shadowing, ShadowKind, find_shadowing, repair_scope
 from rollout.containerd.staging import dump_config, dump_configs
 from rollout.containerd.synthesis import (
@@ -129,11 +140,13 @@ __all__ = [
     "Synthesis",
     "SynthesisError",
     "UnknownCriSetting",
+    "UnknownRuntimeOption",
     "Unloaded",
     "UnloadedKind",
     "UnsupportedVersion",
     "VersionUnknown",
     "apply_writes",
+    "check_runtime_options",
     "cri_plugin_ids",
     "diff_effective",
     "dump_command",
@@ -158,6 +171,8 @@ __all__ = [
     "repair_scope",
     "repair_shadowing",
     "resolve_load_order",
+    "runtime_type_in",
     "standard_defaults",
     "synthesize",
+    "unmeasured_release_notes",
 ]

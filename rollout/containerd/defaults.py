@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -36,7 +37,7 @@ import tomli_w
 
 from rollout.containerd.errors import UnsupportedVersion
 from rollout.containerd.files import DEFAULT_MAIN_PATH, ConfigFiles
-from rollout.containerd.version import CRI_RUNTIME, CRI_V2, ContainerdVersion
+from rollout.containerd.version import CRI_RUNTIME, CRI_V2, ContainerdVersion, MergeMode
 
 RECORDED_SERIES = ("1.6", "1.7", "2.1")
 FILES_ONLY = "the files alone (containerd's built-in defaults left out)"
@@ -44,6 +45,7 @@ DATA_PACKAGE = "rollout.containerd"
 DATA_DIR = "data"
 # The handler recorded as the zero handler: a name no real node uses.
 TEMPLATE_RUNTIME = "rollout-zero-handler"
+_RECORDED_FROM = re.compile(r"^# Recorded from containerd (\S+) ")
 
 
 @dataclass(frozen=True)
@@ -98,7 +100,7 @@ class FilesOnly:
 
 
 def nearest_recorded_series(version: ContainerdVersion) -> str:
-    """The recorded series closest to `version` within its major (1.5 -> 1.6, 2.0 -> 2.1)."""
+    """The recorded series closest to `version` within its major (2.0 -> 2.1, 2.4 -> 2.1)."""
     same_major = [s for s in RECORDED_SERIES if s.split(".")[0] == str(version.major)]
     if not same_major:
         raise UnsupportedVersion(f"no recorded containerd defaults for {version}")
@@ -116,6 +118,35 @@ def recorded_defaults(series: str) -> Defaults:
     tree = tomllib.loads((data / defaults_file_name(series)).read_text())
     entry = tomllib.loads((data / runtime_entry_file_name(series)).read_text())
     return Defaults(series, tree, entry)
+
+
+@functools.cache
+def recorded_release(series: str) -> str:
+    """The release the series' defaults were recorded from (their data file's first line)."""
+    data = resources.files(DATA_PACKAGE) / DATA_DIR
+    head = (data / defaults_file_name(series)).read_text().split("\n", 1)[0]
+    match = _RECORDED_FROM.match(head)
+    return match.group(1) if match else series
+
+
+def unmeasured_release_notes(version: ContainerdVersion) -> tuple[str, ...]:
+    """What a plan warns of a node whose release is not one the models were measured on."""
+    measured = [recorded_release(s) for s in RECORDED_SERIES]
+    if str(version) in measured:
+        return ()
+    series = nearest_recorded_series(version)
+    merge = (
+        "whole plugin tables replaced"
+        if version.merge_mode is MergeMode.REPLACE_PLUGIN_TABLES
+        else "plugin tables deep-merged"
+    )
+    return (
+        f"containerd {version} is not a measured release ({', '.join(measured)}): the offline "
+        f"prediction used the containerd {series} model ({merge}, defaults of "
+        f"{recorded_release(series)}); apply predicts again with the node's own binary "
+        "(`containerd config dump` of the staged files on the node) and refuses the write "
+        "unless that diff is exactly the intent",
+    )
 
 
 def defaults_file_name(series: str) -> str:

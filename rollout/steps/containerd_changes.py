@@ -201,7 +201,7 @@ def plan_node_containerd(spec: Spec, node: NodeFacts) -> ContainerdChanges:
     settings = planned_settings(spec)
     if not settings:
         return ContainerdChanges(tuple(extra_files), (), "", shadowing, (), (), unchanged=unchanged)
-    check_settings(spec, node, settings, current.config_version)
+    check_settings(spec, node, settings, current)
     intent = engine.Intent(tuple(p.setting for p in settings))
     # repair_shadowing is synthesize when nothing is shadowed; on a broken node it also gives
     # back what a shadowing drop-in threw away, and says so.
@@ -239,7 +239,8 @@ def plan_node_containerd(spec: Spec, node: NodeFacts) -> ContainerdChanges:
         shadowing=shadowing,
         repairs=repairs,
         notes=tuple(n for n in notes if not n.startswith("repairs: "))
-        + tuple(synthesis.after.warnings),
+        + tuple(synthesis.after.warnings)
+        + engine.unmeasured_release_notes(version),
         defaults_source=synthesis.defaults_source,
         unchanged=unchanged,
     )
@@ -318,13 +319,22 @@ def explain_write(path: str, main_path: str, version: engine.ContainerdVersion) 
 
 
 def check_settings(
-    spec: Spec, node: NodeFacts, settings: Sequence[PlannedSetting], config_version: int
+    spec: Spec,
+    node: NodeFacts,
+    settings: Sequence[PlannedSetting],
+    current: engine.EffectiveConfig,
 ) -> None:
-    """Every setting placed and type-checked for the node's containerd; InputErrors, located."""
+    """Every setting placed and type-checked for the node's containerd, and a runc handler's
+    options keys known to runc (`current`: the node's files merged); InputErrors, located."""
     errors: list[InputError] = []
+    stated = tuple(p.setting for p in settings)
     for planned in settings:
+        setting = planned.setting
         try:
-            engine.place_setting(planned.setting, node.containerd, config_version)
+            engine.place_setting(setting, node.containerd, current.config_version)
+            handler = setting.key_path[2] if len(setting.key_path) > 2 else ""
+            runtime_type = engine.runtime_type_in(handler, stated, current.tree)
+            engine.check_runtime_options(setting, node.containerd, runtime_type)
         except engine.ContainerdConfigError as exc:
             errors.append(located(spec, node, planned.where, exc.message))
     if errors:
