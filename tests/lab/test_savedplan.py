@@ -14,6 +14,7 @@ import pytest
 
 from rollout.lab.cluster import Lab
 from rollout.run import list_runs, read_run
+from rollout.run.errors import RunIncomplete
 from rollout.transports.kube import KubeClient
 from tests.examples import PLAN
 from tests.lab.converged import assert_converged
@@ -47,7 +48,10 @@ def step_started(state: Path, node: str, kind: str) -> bool:
     runs = list_runs(state) if state.exists() else []
     if not runs:
         return False
-    mine = read_run(state, runs[0].run_id).node(node)
+    try:
+        mine = read_run(state, runs[0].run_id).node(node)
+    except RunIncomplete:  # the run's directory is there, its journal not yet
+        return False
     return (mine.in_flight is not None and mine.in_flight.kind == kind) or any(
         c.kind == kind for c in mine.completed
     )
