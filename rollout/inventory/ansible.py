@@ -435,13 +435,18 @@ def _range_items(inside: str) -> list[str]:
 
 
 def _split_port(pattern: str) -> tuple[str, str | None]:
-    """`host:2222` -> (host, "2222"); IPv6 literals and range colons are left alone."""
-    if pattern.count(":") == 1 and "[" not in pattern:
-        host, port = pattern.split(":")
-        if whole_number(port) is not None:
-            return host, port
+    """`host:2222` or `gpu[01:04]:2222` -> (host, "2222"); IPv6 literals and range colons
+    are left alone: the port is a trailing `:N` whose host has colons only inside ranges."""
     if pattern.startswith("[") and "]:" in pattern:
-        host, port = pattern[1:].split("]:", 1)
-        if whole_number(port) is not None:
+        host, port = pattern[1:].split("]:", 1)  # [2001:db8::1]:2222
+        if whole_number(port) is not None and host.count(":") >= 2:
             return host, port
+    host, colon, port = pattern.rpartition(":")
+    if colon and host and whole_number(port) is not None and ":" not in _outside_ranges(host):
+        return host, port
     return pattern, None
+
+
+def _outside_ranges(pattern: str) -> str:
+    """The pattern with its bracketed ranges (`[01:04]`) taken out."""
+    return re.sub(r"\[[^\]]*\]", "", pattern)

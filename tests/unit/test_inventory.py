@@ -294,3 +294,17 @@ def test_inventory_is_immutable() -> None:
     with pytest.raises(TypeError):
         inventory.hosts[0].vars["k"] = "v"  # type: ignore[index]
     assert hash(inventory.hosts[0]) == hash(Host(name="a", address="a"))
+
+
+@pytest.mark.parametrize(
+    ("line", "hosts", "port"),
+    [
+        ("gpu-[01:03]:2222", ["gpu-01", "gpu-02", "gpu-03"], 2222),
+        ("gpu-[a:b].example.com:2200", ["gpu-a.example.com", "gpu-b.example.com"], 2200),
+        ("gpu-[01:02]", ["gpu-01", "gpu-02"], 22),
+    ],
+)
+def test_an_ini_range_takes_a_port_after_it(line: str, hosts: list[str], port: int) -> None:
+    inventory = parse_inventory(f"[gpu]\n{line}\n", "inv", InventoryFormat.ANSIBLE_INI)
+    assert sorted(h.name for h in inventory.hosts) == hosts
+    assert {h.port for h in inventory.hosts} == {port}
