@@ -23,7 +23,7 @@ from tests.lab.test_cluster_shared import own_lab, ssh_check
 from tests.planning import time_slicing_plan
 from tests.podbudgets import create_pod_budget
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.own_lab]
 
 # How long the lab's simulated cluster may take to react (it takes seconds).
 WAIT_S = 30.0

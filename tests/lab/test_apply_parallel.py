@@ -23,7 +23,7 @@ from tests.lab.converged import assert_converged, dump_of
 from tests.lab.labapi import apply_args, apply_killed_when, watching
 from tests.lab.test_cluster_shared import own_lab, ssh_check
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.own_lab]
 
 BROKEN_START = "/etc/systemd/system/containerd.service.d/90-test-parallel.conf"
 

@@ -38,7 +38,7 @@ from tests.examples import REPO
 from tests.lab.labapi import apply_args, wait_for
 from tests.lab.test_cluster_shared import own_lab, ssh_check, ssh_run
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.own_lab]
 
 DEMO_PLAN = REPO / "examples" / "lab-plan.yaml"
 SERIES = ("1.6", "2.1")

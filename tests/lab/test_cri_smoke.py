@@ -29,7 +29,7 @@ from tests.lab.converged import dump_of
 from tests.lab.labapi import apply_args
 from tests.lab.test_cluster_shared import own_lab, ssh_check
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.own_lab]
 
 SMOKE_TIMEOUT_S = 60.0
 

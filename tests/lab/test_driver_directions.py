@@ -28,7 +28,7 @@ from tests.lab.labapi import apply_args
 from tests.lab.test_cluster_shared import own_lab, ssh_check, ssh_run
 from tests.lab.test_driver_host import entries, package, run_killed_when, smi, step
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.own_lab]
 
 START = image.INSTALLED_DRIVER
 TARGETS = tuple(v for v in image.DRIVER_VERSIONS if v != START)

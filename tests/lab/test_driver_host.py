@@ -33,7 +33,7 @@ from rollout.transports.kube import KubeClient
 from tests.lab.labapi import apply_args, fleet_args, wait_for
 from tests.lab.test_cluster_shared import own_lab, ssh_check, ssh_run
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.own_lab]
 
 OLD = image.INSTALLED_DRIVER
 NEW = next(v for v in image.DRIVER_VERSIONS if v != OLD)

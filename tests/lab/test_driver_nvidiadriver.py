@@ -24,7 +24,7 @@ from tests.lab.labapi import apply_args, fleet_args
 from tests.lab.test_cluster_shared import own_lab
 from tests.lab.test_driver_operator import smi_version
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.own_lab]
 
 TARGET = "550.90.07"
 SKIP = "nvidia.com/gpu-driver-upgrade.skip"

@@ -22,7 +22,7 @@ from rollout.transports.kube import KubeClient
 from tests.lab.labapi import apply_args, fleet_args, wait_for
 from tests.lab.test_cluster_shared import own_lab, ssh_check
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.own_lab]
 
 TARGET = "550.90.07"
 SKIP = "nvidia.com/gpu-driver-upgrade.skip"

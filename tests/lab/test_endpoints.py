@@ -27,6 +27,8 @@ from tests.examples import REPO
 from tests.lab.labapi import fleet_args
 from tests.lab.test_cluster_shared import OWN_ADDRESS_PREFIX, require_lab_prerequisites
 
+pytestmark = [pytest.mark.lab, pytest.mark.own_lab]
+
 ENDPOINTS = 20
 ENDPOINT_PREFIX = os.environ.get("ROLLOUT_TEST_ENDPOINT_PREFIX", "127.0.46")
 # an address of the endpoint /24 past the endpoints, for the silent listener

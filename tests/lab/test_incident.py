@@ -36,6 +36,8 @@ from tests.lab.labapi import Waiting, apply_args, diagnose_report, patch_cluster
 from tests.lab.test_cluster_shared import own_lab, ssh_check, ssh_run
 from tests.planning import sharing_config
 
+pytestmark = [pytest.mark.lab, pytest.mark.own_lab]
+
 SERIES = ("1.6", "1.7")
 GRACE_S = 10
 REGISTRY_DROP_IN = "/etc/containerd/conf.d/registry.toml"

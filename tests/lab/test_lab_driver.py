@@ -27,7 +27,7 @@ from rollout.transports.kube import KubeClient, Pod
 from tests.lab.labapi import wait_for
 from tests.lab.test_cluster_shared import own_lab, ssh_check, ssh_run
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.own_lab]
 
 DEPLOY = "nvidia.com/gpu.deploy."
 PAUSED = "paused-for-driver-upgrade"

@@ -19,7 +19,7 @@ from rollout.lab.faults import parse_fault_spec, read_fault_log, read_settings
 from tests.lab.labapi import wait_for
 from tests.lab.test_cluster_shared import OWN_ADDRESS_PREFIX, require_lab_prerequisites, ssh_run
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.own_lab]
 
 UP_FAULTS = "ssh=1,ssh-kinds=slow-link,link=3,link-rate=128"
 SEED = 5

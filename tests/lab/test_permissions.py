@@ -34,6 +34,8 @@ from tests.lab.test_kubectl import (  # noqa: F401 (fixtures)
 from tests.lab.test_schedule import SA, rollout_schedule  # noqa: F401 (fixture)
 from tests.unit.test_schedule import plan_text
 
+pytestmark = [pytest.mark.lab, pytest.mark.own_lab]
+
 ROLE = next(o for o in read_rbac_manifest() if o["kind"] == "ClusterRole")
 ACCOUNT = next(o for o in read_rbac_manifest() if o["kind"] == "ServiceAccount")
 MERGE_PATCH = "application/merge-patch+json"

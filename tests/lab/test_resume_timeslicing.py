@@ -42,7 +42,7 @@ from tests.lab.converged import HANDLERS, dump_of, handlers_and_config_path
 from tests.lab.labapi import apply_killed_when, wait_for
 from tests.lab.test_cluster_shared import own_lab, ssh_check
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.own_lab]
 
 DEMO_PLAN = REPO / "examples" / "lab-plan.yaml"
 GPUS = 4

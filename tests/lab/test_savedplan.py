@@ -21,7 +21,7 @@ from tests.lab.converged import assert_converged
 from tests.lab.labapi import apply_args, apply_killed_when, fleet_args
 from tests.lab.test_cluster_shared import own_lab, ssh_check
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.own_lab]
 
 DROP_IN = "/etc/containerd/conf.d/99-nvidia.toml"
 APPLY_S = 480.0

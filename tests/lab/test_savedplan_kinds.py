@@ -50,7 +50,7 @@ from tests.lab.test_schedule_runs import (
 )
 from tests.unit.test_schedule import IMAGE
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.own_lab]
 
 DEMO_PLAN = REPO / "examples" / "lab-plan.yaml"
 CONFIGMAP = "time-slicing-config"

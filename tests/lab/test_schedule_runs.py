@@ -43,7 +43,7 @@ from tests.lab.test_kubectl_create import header_commands
 from tests.lab.test_schedule import lab_kubectl
 from tests.unit.test_schedule import IMAGE
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.own_lab]
 
 NAMESPACE = "rollout-runs-test"
 PLAN_NAME = "registry-mirror"

@@ -21,7 +21,7 @@ from rollout.run import list_runs, read_run
 from tests.lab.labapi import apply_args, fleet_args
 from tests.lab.test_cluster_shared import own_lab, ssh_check
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.own_lab]
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAN = ROOT / "examples" / "plan.yaml"  # a docker.io mirror: https://mirror.registry.internal:5000

@@ -40,6 +40,8 @@ from tests.lab.test_cluster_shared import (
     ssh_run,
 )
 
+pytestmark = [pytest.mark.lab, pytest.mark.own_lab]
+
 SERIES = ("1.6", "1.7", "2.1")
 TOOLKIT_LABEL = "nvidia.com/gpu.deploy.container-toolkit"
 SETTLE_S = 90.0
