@@ -30,8 +30,13 @@ examples (rollout init writes plan.yaml, inventory/ and facts/ to try them on):
   rollout plan plan.yaml --facts facts --output json --detailed-exitcode
   rollout lab up --nodes 4 --containerd 1.6,1.7,2.1,1.7
 
-exit codes: 0 ok (plan: no change with --detailed-exitcode), 1 a node failed or the run halted
-(or an internal error), 2 bad input (plan: changes pending with --detailed-exitcode), 3 aborted.
+exit statuses:
+  0  ok; plan --detailed-exitcode: nothing would change
+  1  a node failed or the run halted (or an internal error); with --detailed-exitcode, any error
+  2  bad input: a plan, inventory, option or command rollout cannot use;
+     plan --detailed-exitcode: changes pending
+  3  aborted: the confirmation declined, or Ctrl-C
+  4  apply/resume stopped at the end of the plan's maintenance window; resume continues
 Bad input is reported one problem a line, at file:line; see docs/input-contract.md.
 """
 
@@ -92,6 +97,11 @@ COMMANDS = (
         "version",
         "print the version, the commit of the build and the Python running it",
         "rollout.cli.version",
+    ),
+    Command(
+        "completion",
+        "print a bash or zsh completion script",
+        "rollout.cli.completion",
     ),
 )
 
@@ -170,6 +180,8 @@ def command_of(words: Sequence[str]) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
+    from rollout.cli.mistyped import mistyped_command, option_elsewhere
+
     words = list(sys.argv[1:] if argv is None else argv)
     # --debug is accepted anywhere on the line, not only before the command
     debug = "--debug" in words
@@ -177,6 +189,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # with --detailed-exitcode, 2 means "changes pending": every error is 1
     detailed = "--detailed-exitcode" in words
     parser = build_parser({command_of(words) or ""})
+    mistake = mistyped_command(parser, words) or option_elsewhere(command_of(words), words)
+    if mistake is not None:
+        print(f"rollout: error: {mistake}", file=sys.stderr)
+        return ExitCode.FAILED if detailed else ExitCode.BAD_INPUT
     try:
         args = parser.parse_args(words)
     except SystemExit as exc:  # argparse's usage errors (2), --help and --version (0)

@@ -10,6 +10,7 @@ from pathlib import Path
 from rich.console import Console
 
 from rollout.cli import add_listed_command
+from rollout.cli.colors import add_color_options, chosen_color
 from rollout.cli.documents import DOCUMENT_FORMATS, write_document
 from rollout.cli.plan import add_fleet_arguments, connect_fleet, limit_of, limited_runners
 from rollout.cli.render import make_console, md_code, md_fence, md_text, safe, show_controls
@@ -59,9 +60,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument(
         "--fix", metavar="PATH", type=Path, help="write a remediation plan.yaml to PATH"
     )
-    parser.add_argument(
-        "--color", choices=("auto", "always", "never"), default="auto", help="colour text output"
-    )
+    add_color_options(parser)
     parser.set_defaults(func=run_diagnose)
 
 
@@ -96,7 +95,7 @@ def run_diagnose(args: argparse.Namespace) -> int:
     elif args.output == "markdown":
         sys.stdout.write(diagnosis_to_markdown(diagnosis))
     else:
-        color = {"auto": None, "always": True, "never": False}[args.color]
+        color = chosen_color(args)
         print_diagnosis_text(diagnosis, make_console(sys.stdout, color))
     if args.fix is not None:
         _write_fix(args.fix, diagnosis, fleet)

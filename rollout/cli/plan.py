@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from rollout.cli import add_listed_command
+from rollout.cli.colors import add_color_options, chosen_color
 from rollout.cli.documents import DOCUMENT_FORMATS, write_plan_document
 from rollout.cli.render import make_console
 from rollout.cli.render_groups import plan_markdown, print_plan
@@ -107,9 +108,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         action="store_true",
         help="exit 0 when nothing would change, 2 when something would, 1 on error",
     )
-    parser.add_argument(
-        "--color", choices=("auto", "always", "never"), default="auto", help="colour text output"
-    )
+    add_color_options(parser)
     parser.set_defaults(func=run_plan)
 
 
@@ -276,7 +275,7 @@ def run_plan(args: argparse.Namespace) -> int:
             plan_markdown(plan, args.full) + forecast_to_markdown(forecast_lines(forecast))
         )
     else:
-        color = {"auto": None, "always": True, "never": False}[args.color]
+        color = chosen_color(args)
         console = make_console(sys.stdout, color)
         print_plan(plan, console, args.full)
         print_forecast(forecast_lines(forecast), console)

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, TextIO
 
+from rollout.cli.colors import color_wanted
 from rollout.memo import BoundedCache
 from rollout.plan import (
     ClusterChange,
@@ -71,9 +72,10 @@ _escape: Callable[[str], str] = _load_escape
 
 
 def make_console(stream: IO[str] | None = None, color: bool | None = None) -> Console:
-    """A console that colours only a terminal, unless told otherwise."""
+    """A console that colours only a terminal (and not with NO_COLOR), unless told otherwise."""
     from rich.console import Console
 
+    color = color_wanted(color)
     return Console(
         file=stream,
         no_color=color is False,

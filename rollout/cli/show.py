@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rollout.cli import add_listed_command
+from rollout.cli.colors import add_color_options, chosen_color
 from rollout.errors import ExitCode
 from rollout.savedplan import make_saved_plan, read_saved_plan, write_saved_plan
 
@@ -38,9 +39,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument(
         "--full", action="store_true", help="every node in full, not each group of them once"
     )
-    parser.add_argument(
-        "--color", choices=("auto", "always", "never"), default="auto", help="colour text output"
-    )
+    add_color_options(parser)
     parser.set_defaults(func=run_show)
 
 
@@ -71,7 +70,7 @@ def run_show(args: argparse.Namespace) -> int:
     elif args.output == "markdown":
         sys.stdout.write(plan_markdown(saved.plan, args.full) + forecast_to_markdown(lines))
     else:
-        color = {"auto": None, "always": True, "never": False}[args.color]
+        color = chosen_color(args)
         console = make_console(sys.stdout, color)
         print_plan(saved.plan, console, args.full)
         print_forecast(lines, console)

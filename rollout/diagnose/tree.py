@@ -16,6 +16,10 @@ from rollout.diagnose.runtime import check_runtime
 from rollout.errors import BadInput
 from rollout.facts import FleetFacts
 
+# raised when a key of the JSON changes meaning or goes (a new key is no change);
+# docs/diagnose.md lists each version
+SCHEMA_VERSION = 1
+
 
 @dataclass(frozen=True)
 class Diagnosis:
@@ -30,6 +34,7 @@ class Diagnosis:
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "schema_version": SCHEMA_VERSION,
             "healthy": self.healthy,
             "nodes": list(self.nodes),
             "findings": [f.to_json() for f in self.findings],

@@ -42,6 +42,7 @@ def test_healthy_exits_0_in_every_format(
     assert code == 0
     if output == "json":
         assert json.loads(out) == {
+            "schema_version": 1,
             "healthy": True,
             "nodes": ["gpu-a-1", "gpu-a-2", "gpu-a-3", "gpu-b-1"],
             "findings": json.loads(out)["findings"],

@@ -115,7 +115,9 @@ SOURCES = [
         says=("--output",),
     ),
     cli_case("unknown-option", "plan", "plan.yaml", "--facts", EXAMPLE_FACTS, "--frobnicate"),
-    cli_case("unknown-command", "destroy-everything", says=("invalid choice",)),
+    cli_case(
+        "unknown-command", "destroy-everything", says=("unknown command 'destroy-everything'",)
+    ),
     cli_case("no-command", says=("usage",)),
     cli_case("missing-facts-dir", "plan", "plan.yaml", "--facts", "nowhere", where="nowhere"),
     cli_case("facts-dir-is-a-file", "plan", "plan.yaml", "--facts", "plan.yaml", where="plan.yaml"),

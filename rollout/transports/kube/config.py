@@ -41,8 +41,34 @@ def load_kubeconfig(path: str | None = None, context: str | None = None) -> k8s.
         )
     except ConfigException as exc:
         target = f"{where} (context {context})" if context else where
+        names = _context_names(os.pathsep.join(str(f) for f in files)) if context else None
+        if names is not None and context not in names:
+            raise KubeConfigError("load", where, message=_no_such_context(context, names)) from exc
         raise KubeConfigError("load", target, message=str(exc)) from exc
     return _without_retries(configuration)
+
+
+# the contexts an unknown --context lists; a kubeconfig may hold hundreds
+LISTED_CONTEXTS = 20
+
+
+def _context_names(config_file: str) -> list[str] | None:
+    """The contexts of the kubeconfig(s), or None where it cannot even list them."""
+    try:
+        contexts, _ = k8s_config.list_kube_config_contexts(  # type: ignore[no-untyped-call]
+            config_file=config_file
+        )
+    except (ConfigException, TypeError, KeyError, AttributeError):
+        return None
+    return [str(c.get("name")) for c in contexts or () if isinstance(c, dict)]
+
+
+def _no_such_context(context: str | None, names: list[str]) -> str:
+    if not names:
+        return f"no context {context!r}: the kubeconfig has no contexts"
+    listed = ", ".join(names[:LISTED_CONTEXTS])
+    more = f" and {len(names) - LISTED_CONTEXTS} more" if len(names) > LISTED_CONTEXTS else ""
+    return f"no context {context!r}; its contexts: {listed}{more}"
 
 
 # at least the executor's node threads (rollout.executor.MAX_PARALLEL), the lease's and a few
