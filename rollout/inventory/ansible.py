@@ -442,11 +442,7 @@ def _split_port(pattern: str) -> tuple[str, str | None]:
         if whole_number(port) is not None and host.count(":") >= 2:
             return host, port
     host, colon, port = pattern.rpartition(":")
-    if colon and host and whole_number(port) is not None and ":" not in _outside_ranges(host):
+    outside_ranges = re.sub(r"\[[^\]]*\]", "", host)
+    if colon and host and whole_number(port) is not None and ":" not in outside_ranges:
         return host, port
     return pattern, None
-
-
-def _outside_ranges(pattern: str) -> str:
-    """The pattern with its bracketed ranges (`[01:04]`) taken out."""
-    return re.sub(r"\[[^\]]*\]", "", pattern)
