@@ -132,7 +132,11 @@ def test_detailed_exitcode_then_converged(
     for node in nodes_of(data).values():
         assert node["files"] == [] and node["shadowing"] == []
         write = next(s for s in node["steps"] if s["kind"] == "containerd.write")
-        assert write["noop_reason"] == "the effective containerd config already holds the intent"
+        assert write["noop_reason"] == (
+            "the effective containerd config already holds the intent; "
+            "/etc/containerd/certs.d/docker.io/hosts.toml already lists the plan's mirrors "
+            "for docker.io"
+        )
 
 
 def test_bad_plan_is_located_and_exits_2(
