@@ -9,9 +9,10 @@ running lab and a test reads back what happened:
   so a test can tie each retry of rollout's to the fault that caused it.
 
 Whether a request is faulted is a pure function of the seed, the request (method, path and
-query, or the SSH session's node and command) and how many times that same request was seen
-before: the same seed gives the same faults to the same sequence of requests, whatever other
-requests interleave (`decide`).
+query, or the SSH session's node and command with its random parts replaced:
+rollout.lab.sshfaults.decision_key) and how many times that same request was seen before: the
+same seed gives the same faults to the same sequence of requests, whatever other requests
+interleave (`decide`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
+import re
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -77,6 +79,28 @@ WRITE_KINDS = (*READ_KINDS, ApiFault.CONFLICT)
 WATCH_KINDS = (*READ_KINDS, ApiFault.WATCH_CUT)
 SSH_KINDS = (SshFault.CUT, SshFault.REFUSED, SshFault.SLOW)  # what `ssh=RATE` injects
 UPDATE_METHODS = frozenset({"PUT", "PATCH"})
+
+
+# The random parts rollout puts in the commands and API requests it sends, each with the
+# placeholder that stands for it in a decision key, in the order they are replaced:
+RANDOM_PARTS = (
+    # a run id (rollout.run.files.make_run_id: UTC stamp, plan slug, 4 random hex digits):
+    # backup paths, staging owners
+    (re.compile(r"\b\d{8}-\d{6}-((?:[a-z0-9]+-)*)[0-9a-f]{4}\b"), r"<run>-\1<hex>"),
+    # the fact batch's frame (rollout.facts.batch: rollout-fact- and 24 random hex digits)
+    (re.compile(r"\brollout-fact-[0-9a-f]+"), "rollout-fact-<boundary>"),
+    # a smoke pod's name (rollout.steps.gpu_smoke: rollout-smoke-NODE- and 6 hex of the run id)
+    (re.compile(r"(\brollout-smoke-[^\s/?&]*-)[0-9a-f]{6}\b"), r"\1<hex>"),
+    # the version a watch starts from (the list's, which depends on what else was written)
+    (re.compile(r"([?&]resourceVersion=)[0-9]+"), r"\1<rv>"),
+    # what `mktemp` made of a template's ten Xs: a staging directory
+    # (rollout.containerd.staging, rollout-containerd.[OWNER.]XXXXXXXXXX) or a file's temporary
+    # copy beside it (rollout.steps.backup, .rollout.XXXXXXXXXX)
+    (
+        re.compile(r"(\brollout-containerd\.(?:[^\s./]+\.)?|/\.rollout\.)[A-Za-z0-9]{10}\b"),
+        r"\1<mktemp>",
+    ),
+)
 
 
 # A rate that faults each distinct request the first time it is seen, and never again.
@@ -253,6 +277,15 @@ def decide(
     if not hit:
         return None
     return kinds[int.from_bytes(digest[8:12], "big") % len(kinds)]
+
+
+def without_random_parts(request: str) -> str:
+    """`request` (an SSH command, an API path and query) with each of RANDOM_PARTS replaced by
+    its placeholder: the key `decide` is given, the same for a request however a run's random
+    choices came out."""
+    for pattern, placeholder in RANDOM_PARTS:
+        request = pattern.sub(placeholder, request)
+    return request
 
 
 def allowed(kinds: Iterable[enum.Enum], chosen: Sequence[str]) -> tuple[enum.Enum, ...]:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import signal
 import subprocess
 import threading
@@ -40,6 +39,7 @@ from rollout.lab.faults import (
     allowed,
     decide,
     read_settings,
+    without_random_parts,
 )
 from rollout.lab.nodes import NodeDirs
 
@@ -47,23 +47,6 @@ log = logging.getLogger("rollout.lab.sshfaults")
 
 POLL_S = 0.02
 SHELLS = frozenset({"bash", "sh", "dash"})
-
-# The random parts rollout puts in the command lines it sends, each with the placeholder that
-# stands for it in a decision key, in the order they are replaced:
-RANDOM_PARTS = (
-    # a run id (rollout.run.files.make_run_id: UTC stamp, plan slug, 4 random hex digits):
-    # backup paths, staging owners
-    (re.compile(r"\b\d{8}-\d{6}-((?:[a-z0-9]+-)*)[0-9a-f]{4}\b"), r"<run>-\1<hex>"),
-    # the fact batch's frame (rollout.facts.batch: rollout-fact- and 24 random hex digits)
-    (re.compile(r"\brollout-fact-[0-9a-f]+"), "rollout-fact-<boundary>"),
-    # what `mktemp` made of a template's ten Xs: a staging directory
-    # (rollout.containerd.staging, rollout-containerd.[OWNER.]XXXXXXXXXX) or a file's temporary
-    # copy beside it (rollout.steps.backup, .rollout.XXXXXXXXXX)
-    (
-        re.compile(r"(\brollout-containerd\.(?:[^\s./]+\.)?|/\.rollout\.)[A-Za-z0-9]{10}\b"),
-        r"\1<mktemp>",
-    ),
-)
 
 
 @dataclass(frozen=True)
@@ -259,15 +242,12 @@ def asked_command(cmdline: str) -> str:
 def decision_key(cmdline: str) -> str:
     """The command a session asked for (`asked_command`), its random parts replaced.
 
-    A command line rollout sends may hold a part chosen at random on each run (RANDOM_PARTS:
-    a run id, the fact batch's frame, a `mktemp` name); keyed on the raw line, a seed would
-    fault different commands each run. With each such part replaced by a placeholder, the
-    same seed faults the same commands at the same sight, run after run.
+    A command line rollout sends may hold a part chosen at random on each run (a run id, the
+    fact batch's frame, a `mktemp` name: rollout.lab.faults.RANDOM_PARTS); keyed on the raw
+    line, a seed would fault different commands each run. With each such part replaced by a
+    placeholder, the same seed faults the same commands at the same sight, run after run.
     """
-    command = asked_command(cmdline)
-    for pattern, placeholder in RANDOM_PARTS:
-        command = pattern.sub(placeholder, command)
-    return command
+    return without_random_parts(asked_command(cmdline))
 
 
 def _is_session(proc: Proc | None, procs: dict[int, Proc]) -> bool:

@@ -1,6 +1,7 @@
-"""The lab's SSH fault decisions are repeatable per seed: they key on the command a session
-ran with its random parts (run id, fact frame, mktemp names) replaced, so two runs that send
-the same commands, differing only in what rollout chose at random, get the same faults.
+"""The lab's fault decisions are repeatable per seed: they key on the command a session ran
+(or the API request) with its random parts (run id, fact frame, mktemp names, a smoke pod's
+hex, a watch's resourceVersion) replaced, so two runs that send the same commands, differing
+only in what rollout chose at random, get the same faults.
 
 The commands are made by rollout's own code (a recording runner behind SshRunner's command
 line), so a change of what rollout puts at random in a command fails here, not in a lab."""
@@ -13,6 +14,7 @@ import shlex
 import string
 from collections import Counter
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from rollout.commands import CommandResult
 from rollout.containerd.files import ConfigFiles
@@ -22,10 +24,19 @@ from rollout.facts.batch import read_facts
 from rollout.facts.containerd import ContainerdVersionFact
 from rollout.facts.service import ServiceFact
 from rollout.inventory import Host
-from rollout.lab.faults import SSH_KINDS, decide
-from rollout.lab.sshfaults import RANDOM_PARTS, decision_key
+from rollout.lab.apiserver.faults import ApiFaultInjector
+from rollout.lab.faults import (
+    RANDOM_PARTS,
+    SSH_KINDS,
+    decide,
+    parse_fault_spec,
+    without_random_parts,
+    write_settings,
+)
+from rollout.lab.sshfaults import decision_key
 from rollout.run.files import make_run_id
 from rollout.steps.backup import back_up_file, backup_path_for
+from rollout.steps.gpu_smoke import smoke_pod_name
 from rollout.transports.runner import ArgvRunner
 from rollout.transports.ssh import SshRunner
 
@@ -135,4 +146,30 @@ def test_what_is_not_random_is_not_replaced() -> None:
         "echo 20261201-1833-abcd",  # not a run id's stamp
     ]
     assert [decision_key(shlex.join(line.split())) for line in kept] == kept
-    assert len(RANDOM_PARTS) == 3
+    assert len(RANDOM_PARTS) == 5
+
+
+def api_requests(run_id: str, resource_version: int) -> list[str]:
+    """API paths one run asks for: its smoke pod, a watch from a list's version."""
+    pod = f"/api/v1/namespaces/default/pods/{smoke_pod_name('lab-node-1', run_id)}"
+    watch = f"/api/v1/pods?watch=true&resourceVersion={resource_version}&fieldSelector=x"
+    return [pod, f"{pod}/log", watch, pod, watch]
+
+
+def test_api_requests_differing_only_in_random_parts_get_the_same_faults(tmp_path: Path) -> None:
+    runs = [
+        api_requests(make_run_id("lab demo", datetime(2026, 12, 1, tzinfo=UTC)), 1041),
+        api_requests(make_run_id("lab demo", datetime(2026, 12, 2, tzinfo=UTC)), 1187),
+    ]
+    assert runs[0] != runs[1]
+    for seed in SEEDS:
+        chosen = []
+        for paths in runs:
+            write_settings(tmp_path, parse_fault_spec("api=0.3", seed))
+            injector = ApiFaultInjector(tmp_path)  # a fresh lab: nothing seen yet
+            picks = [injector.choose("GET", p, watch="watch=" in p) for p in paths]
+            chosen.append([None if c is None else c.kind for c in picks])
+        assert chosen[0] == chosen[1], seed
+    assert without_random_parts(runs[0][1]).endswith("/pods/rollout-smoke-lab-node-1-<hex>/log")
+    assert "&resourceVersion=<rv>&" in without_random_parts(runs[1][2])
+    assert any(c is not None for c in chosen[0])

@@ -24,6 +24,7 @@ from rollout.lab.faults import (
     allowed,
     decide,
     read_settings,
+    without_random_parts,
 )
 
 
@@ -72,15 +73,16 @@ class ApiFaultInjector:
             if not settings.active:
                 return None
             request = f"{method} {target}"
-            occurrence = self._seen[request]
-            self._seen[request] += 1
+            key = without_random_parts(request)  # a seed faults the same requests every run
+            occurrence = self._seen[key]
+            self._seen[key] += 1
             if method == "GET":
                 rate = settings.api_read
                 kinds = WATCH_KINDS if watch else READ_KINDS
             else:
                 rate = settings.api_write
                 kinds = WRITE_KINDS if method in UPDATE_METHODS else READ_KINDS
-            fault = decide(settings.seed, rate, request, occurrence, allowed(kinds, settings.kinds))
+            fault = decide(settings.seed, rate, key, occurrence, allowed(kinds, settings.kinds))
             if not isinstance(fault, ApiFault):
                 return None
             fault_id = self._log.record("api", request, fault, occurrence=occurrence)
