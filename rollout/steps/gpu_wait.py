@@ -100,9 +100,10 @@ class GpuWaitStep(ReachingStep, MarkingStep):
 
     def plan_change(self, facts: NodeFacts, spec: Spec) -> StepPlan:
         expected = expect_gpus(spec, facts)
-        return StepPlan.acting(
-            self.kind, f"wait for allocatable {expected.resource} = {expected.count}"
-        )
+        action = f"wait for allocatable {expected.resource} = {expected.count}"
+        if expected.count and facts.labels.get(VALIDATOR_DEPLOY_LABEL) == "true":
+            action += f", then the GPU Operator's validator ({VALIDATOR_SELECTOR}) Ready"
+        return StepPlan.acting(self.kind, action)
 
     def _apply(self, ctx: StepContext) -> StepResult:
         expected = expect_gpus(ctx.spec, ctx.facts)

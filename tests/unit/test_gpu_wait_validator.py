@@ -16,6 +16,7 @@ from tests.unit.test_steps_kube import (
     add_pod,
     assert_done,
     make_context,
+    make_facts,
     make_spec,
 )
 
@@ -106,3 +107,19 @@ def test_gpu_wait_needs_no_validator_where_none_is_scheduled(
     result = GpuWaitStep().apply(make_context(kube, journal))
     assert_done(result, "allocatable nvidia.com/gpu = 2")
     assert "validator" not in result.detail
+
+
+@pytest.mark.parametrize(
+    ("label", "action"),
+    [
+        (
+            "true",
+            "wait for allocatable nvidia.com/gpu = 2, then the GPU Operator's validator "
+            "(app=nvidia-operator-validator) Ready",
+        ),
+        ("false", "wait for allocatable nvidia.com/gpu = 2"),
+    ],
+)
+def test_gpu_wait_plans_the_validator_wait_where_one_is_scheduled(label: str, action: str) -> None:
+    facts = make_facts(gpus=2, labels={VALIDATOR_DEPLOY_LABEL: label})
+    assert GpuWaitStep().plan_change(facts, make_spec()).action == action
