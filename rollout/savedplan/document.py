@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -139,8 +140,12 @@ def is_saved_plan_text(text: str) -> bool:
 
 
 def is_saved_plan(path: Path) -> bool:
-    """Whether the file at `path` starts as a saved plan does; False when unreadable."""
+    """Whether the file at `path` starts as a saved plan does; False when unreadable or not a
+    regular file (a FIFO or a device is left to the plan reader, which refuses it: opening one
+    here would block)."""
     try:
+        if not stat.S_ISREG(path.stat().st_mode):
+            return False
         with path.open("rb") as handle:
             return handle.read(len(HEADER_PREFIX)).decode("utf-8", "replace") == HEADER_PREFIX
     except OSError:
