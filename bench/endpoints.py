@@ -121,6 +121,7 @@ def measure(lab: Lab, parallel: int, ansible: bool, scratch: Path) -> dict[str, 
         "load_average_after": load(),
     }
     figures["rollout_vs_floor"] = round(wall / floor_s, 2)
+    print(json.dumps(figures), file=sys.stderr, flush=True)  # before Ansible's long run
     if ansible:
         figures["ansible_check_diff"] = measure_ansible(lab, parallel, scratch)
         figures["ansible_vs_rollout"] = round(figures["ansible_check_diff"]["wall_s"] / wall, 2)
