@@ -153,7 +153,7 @@ def build_image(progress: Progress = print) -> NodeImage:
     """Return the cached node image, building it first when missing (idempotent, locked)."""
     root = image_root()
     root.mkdir(parents=True, exist_ok=True)
-    with _build_lock(root / ".lock", progress):
+    with build_lock(root / ".lock", progress):
         found = find_image()
         if found is not None:
             return found
@@ -180,12 +180,13 @@ def build_image(progress: Progress = print) -> NodeImage:
 
 
 @contextlib.contextmanager
-def _build_lock(path: Path, progress: Progress) -> Iterator[None]:
+def build_lock(path: Path, progress: Progress) -> Iterator[None]:
+    """Hold the build lock at path (flock), saying so when another build holds it."""
     with path.open("a") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            progress(f"lab image: waiting for another build to finish ({path})")
+            progress(f"waiting for another build to finish ({path})")
             fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield

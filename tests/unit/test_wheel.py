@@ -23,14 +23,14 @@ COMMIT = "0123456789abcdef0123456789abcdef01234567"
 def containerfile_script() -> str:
     """The Python the Containerfile's build stage runs to record ROLLOUT_COMMIT."""
     text = (REPO / "Containerfile").read_text()
-    return text.split("<<'PY'\n", 1)[1].split("\nPY\n", 1)[0]
+    return text.split("RUN python3 -c '", 1)[1].split("' \"$ROLLOUT_COMMIT\"\n", 1)[0]
 
 
 def record_commit(source: Path, commit: str) -> subprocess.CompletedProcess[str]:
     """Run the Containerfile's build-stage step in `source`, as `podman build` would."""
     script = containerfile_script()
     return subprocess.run(
-        [sys.executable, "-", commit], input=script, cwd=source, capture_output=True, text=True
+        [sys.executable, "-c", script, commit], cwd=source, capture_output=True, text=True
     )
 
 
