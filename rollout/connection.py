@@ -15,6 +15,7 @@ from rollout.facts.progress import GatherProgress
 from rollout.inventory import load_inventory
 from rollout.spec import Spec
 from rollout.transports.fanout import close_runners
+from rollout.transports.hostkeys import KnownHostsBook
 from rollout.transports.kube import KubeClient
 from rollout.transports.ssh import SshOptions, SshRunner
 
@@ -33,7 +34,8 @@ class FleetConnection(Closeable):
         self.inventory_path = inventory
         self.inventory = load_inventory(inventory)
         options = SshOptions(accept_new_host_keys=accept_new_host_keys)
-        self.runners = {host.name: SshRunner(host, options) for host in self.inventory.hosts}
+        book = KnownHostsBook()  # each known_hosts file parsed once for the whole fleet
+        self.runners = {host.name: SshRunner(host, options, book) for host in self.inventory.hosts}
         self.kube = KubeClient.from_kubeconfig(kubeconfig, context)
 
     def gather(

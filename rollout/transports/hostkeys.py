@@ -7,13 +7,16 @@ GlobalKnownHostsFile. Accepting new keys never adds a second key for a host pinn
 
 from __future__ import annotations
 
+import hmac
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import paramiko
+from paramiko.hostkeys import HostKeyEntry, InvalidHostKey
 
 _known_hosts_lock = threading.Lock()
 
@@ -48,25 +51,95 @@ class HostKeyPolicy(paramiko.MissingHostKeyPolicy):  # type: ignore[misc]
         client.get_host_keys().add(hostname, key.get_name(), key)
 
 
-def load_known_hosts(client: paramiko.SSHClient, known_hosts: Path, pinned: Sequence[Path]) -> None:
-    """Every pinning file into the client: rollout's own file, then the others (read only)."""
-    if known_hosts.exists():
-        client.get_host_keys().load(str(known_hosts))
-    for path in pinned:
-        if path != known_hosts and path.exists():
-            client.load_system_host_keys(str(path))
+@dataclass(frozen=True)
+class KnownHostsFile:
+    """One known_hosts file, parsed: keys by host entry, and the hashed (`|1|`) lines."""
+
+    plain: Mapping[str, tuple[paramiko.PKey, ...]] = field(default_factory=dict)
+    hashed: tuple[tuple[str, paramiko.PKey], ...] = ()
+
+    def keys_for(self, entry: str) -> list[paramiko.PKey]:
+        """The keys recorded for `entry` (`host` or `[host]:port`), in file order."""
+        found = list(self.plain.get(entry, ()))
+        for salted, key in self.hashed:
+            if hmac.compare_digest(paramiko.HostKeys.hash_host(entry, salted), salted):
+                found.append(key)
+        return found
+
+
+def parse_known_hosts(path: Path) -> KnownHostsFile:
+    """A known_hosts file indexed by host (a missing file is empty); lines paramiko cannot
+    read (markers, unknown key types, bad base64) are skipped, as ssh skips them.
+
+    paramiko's HostKeys.load checks each line against every line before it, so parsing is
+    linear here and quadratic there: a 1,000-line file is parsed in milliseconds.
+    """
+    if not path.exists():
+        return KnownHostsFile()
+    plain: dict[str, list[paramiko.PKey]] = {}
+    hashed: list[tuple[str, paramiko.PKey]] = []
+    with path.open(encoding="utf-8", errors="replace") as lines:
+        for number, raw in enumerate(lines, 1):
+            line = raw.strip()
+            if not line or line.startswith("#"):
+                continue
+            try:
+                entry = HostKeyEntry.from_line(line, number)
+            except (paramiko.SSHException, InvalidHostKey):
+                continue
+            if entry is None:
+                continue
+            for name in entry.hostnames:
+                if name.startswith("|1|"):
+                    hashed.append((name, entry.key))
+                else:
+                    plain.setdefault(name, []).append(entry.key)
+    return KnownHostsFile({name: tuple(keys) for name, keys in plain.items()}, tuple(hashed))
+
+
+class KnownHostsBook:
+    """Each known_hosts file parsed once, shared by every SSH client of one fleet.
+
+    Each client is given only its own host's keys: loading every file into every client
+    made gathering N nodes parse N files of N lines. Keys appended during the run
+    (accepting new keys) are not seen here; the policy reads the files again before it
+    appends (accept_known_host), so a key recorded meanwhile still wins.
+    """
+
+    def __init__(self, parse: Callable[[Path], KnownHostsFile] = parse_known_hosts) -> None:
+        self._parse = parse
+        self._lock = threading.Lock()
+        self._files: dict[Path, KnownHostsFile] = {}
+
+    def read(self, path: Path) -> KnownHostsFile:
+        """`path` parsed, on first use only."""
+        with self._lock:
+            parsed = self._files.get(path)
+            if parsed is None:
+                parsed = self._files[path] = self._parse(path)
+            return parsed
+
+    def pin(
+        self,
+        client: paramiko.SSHClient,
+        entry: str,
+        known_hosts: Path,
+        pinned: Sequence[Path] = (),
+    ) -> None:
+        """Give `client` the keys pinned for `entry`: those of the other pinning files when
+        any has one (ssh's system files win over rollout's own, as paramiko checks them
+        first), else those of rollout's own file."""
+        others = [
+            key for path in pinned if path != known_hosts for key in self.read(path).keys_for(entry)
+        ]
+        keys = client.get_host_keys()
+        for key in others or self.read(known_hosts).keys_for(entry):
+            keys.add(entry, key.get_name(), key)
 
 
 def pinned_keys(files: Sequence[Path], entry: str) -> list[tuple[Path, paramiko.PKey]]:
     """Each key recorded for `entry` (`host` or `[host]:port`), with the file recording it."""
-    found: list[tuple[Path, paramiko.PKey]] = []
-    for path in files:
-        if not path.exists():
-            continue
-        keys = paramiko.HostKeys(str(path)).lookup(entry)
-        if keys is not None:
-            found.extend((path, keys[name]) for name in keys)
-    return found
+    return [(path, key) for path in files for key in parse_known_hosts(path).keys_for(entry)]
 
 
 def accept_known_host(

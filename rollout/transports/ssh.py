@@ -44,8 +44,8 @@ from rollout.transports.errors import (
 )
 from rollout.transports.hostkeys import (
     HostKeyPolicy,
+    KnownHostsBook,
     UnknownHostKey,
-    load_known_hosts,
     pinned_keys,
 )
 from rollout.transports.idempotence import Idempotence, classify_command
@@ -88,9 +88,17 @@ class SshRunner(ArgvRunner, Closeable):
     a lock makes such use safe but serial.
     """
 
-    def __init__(self, host: Host, options: SshOptions | None = None) -> None:
+    def __init__(
+        self,
+        host: Host,
+        options: SshOptions | None = None,
+        known_hosts_book: KnownHostsBook | None = None,
+    ) -> None:
+        """`known_hosts_book`: the fleet's parsed known_hosts files, shared by its runners
+        (one of the runner's own when None)."""
         self._host = host
         self._options = options or SshOptions()
+        self._book = known_hosts_book or KnownHostsBook()
         self._lock = threading.RLock()
         self._connection: fabric.Connection | None = None
         self._known_hosts: Path | None = None
@@ -293,7 +301,7 @@ class SshRunner(ArgvRunner, Closeable):
         # checking on the node and on every jump host of a ProxyJump chain.
         hop: object = connection
         while isinstance(hop, fabric.Connection):
-            self._harden(hop.client)
+            self._harden(hop)
             hop = hop.gateway
         return connection
 
@@ -319,9 +327,10 @@ class SshRunner(ArgvRunner, Closeable):
                 hint="use an OpenSSH private key (ssh-keygen -t ed25519)",
             ) from exc
 
-    def _harden(self, client: paramiko.SSHClient) -> None:
+    def _harden(self, hop: fabric.Connection) -> None:
         known_hosts, pinning = self.known_hosts, self.pinning_files
-        load_known_hosts(client, known_hosts, pinning)
+        client = hop.client
+        self._book.pin(client, known_hosts_entry(hop.host, int(hop.port)), known_hosts, pinning)
         client.set_missing_host_key_policy(
             HostKeyPolicy(known_hosts, self._options.accept_new_host_keys, pinning)
         )

@@ -20,7 +20,7 @@ from rollout.transports.errors import (
     SshResolveError,
     TransientError,
 )
-from rollout.transports.hostkeys import HostKeyPolicy, UnknownHostKey, load_known_hosts
+from rollout.transports.hostkeys import HostKeyPolicy, KnownHostsBook, UnknownHostKey
 from rollout.transports.ssh import SshOptions, SshRunner
 
 NO_SSH_CONFIG = SshOptions(ssh_config_path="/dev/null")
@@ -221,8 +221,8 @@ def test_every_known_hosts_file_of_ssh_config_and_the_system_pins(tmp_path: Path
 def test_a_key_pinned_in_another_file_is_known(tmp_path: Path) -> None:
     team = pin(tmp_path / "team_kh", "[10.0.0.7]:2222", ECDSA)
     client = paramiko.SSHClient()
-    load_known_hosts(client, tmp_path / "kh", [tmp_path / "kh", team])
-    assert client._system_host_keys.lookup("[10.0.0.7]:2222")[ECDSA.get_name()] == ECDSA
+    KnownHostsBook().pin(client, "[10.0.0.7]:2222", tmp_path / "kh", [tmp_path / "kh", team])
+    assert client.get_host_keys().lookup("[10.0.0.7]:2222")[ECDSA.get_name()] == ECDSA
 
 
 def test_accepting_new_keys_never_adds_a_second_key_for_a_pinned_host(tmp_path: Path) -> None:
