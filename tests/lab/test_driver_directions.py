@@ -92,6 +92,8 @@ def assert_converged(lab: Lab, kube: KubeClient, state: Path, version: str) -> N
         node = kube.get_node(spec.name)
         assert not node.unschedulable, spec.name
         assert node.allocatable.get("nvidia.com/gpu") == str(len(spec.gpus)), spec.name
+        # GFD labels the driver NVML reads on the node, not the driver pod's last version
+        assert node.labels.get("nvidia.com/cuda.driver-version.full") == version, spec.name
 
 
 def apply(lab: Lab, plan: Path, state: Path) -> int:
