@@ -261,6 +261,8 @@ class WaveLoad:
     taken_down: int
     gpus: int
     groups: tuple[tuple[int, int], ...]  # (group number, nodes of it in this wave)
+    # the GPUs down at once at most: the largest max_unavailable nodes' GPUs together
+    gpus_at_once: int = 0
 
 
 @dataclass(frozen=True)
@@ -284,6 +286,7 @@ def summarise(plan: Plan, groups: Sequence[NodeGroup]) -> PlanSummary:
         for node in wave.nodes:
             counts[number_of[node.name]] = counts.get(number_of[node.name], 0) + 1
         down = [n for n in wave.nodes if n.takes_down]
+        largest = sorted((n.gpus for n in down), reverse=True)[: plan.max_unavailable]
         waves.append(
             WaveLoad(
                 index=wave.index,
@@ -291,6 +294,7 @@ def summarise(plan: Plan, groups: Sequence[NodeGroup]) -> PlanSummary:
                 taken_down=len(down),
                 gpus=sum(n.gpus for n in down),
                 groups=tuple(sorted(counts.items())),
+                gpus_at_once=sum(largest),
             )
         )
     untouched: list[tuple[str, int]] = []
@@ -310,12 +314,15 @@ def summarise(plan: Plan, groups: Sequence[NodeGroup]) -> PlanSummary:
 
 def describe_wave(load: WaveLoad) -> str:
     """`wave 2: 6 node(s) from group 1 (4), group 3 (2); 24 GPU(s) on 6 node(s) out of
-    service, each while it is worked on`, the groups as `groups` says them."""
+    service in turn, at most 8 at once`, the groups as `groups` says them."""
     groups = ", ".join(f"group {number} ({count})" for number, count in load.groups)
-    return (
+    text = (
         f"wave {load.index}: {load.nodes} node(s) from {groups}; "
         f"{load.gpus} GPU(s) on {load.taken_down} node(s) out of service"
     )
+    if load.taken_down > 1 and load.gpus_at_once < load.gpus:
+        text += f" in turn, at most {load.gpus_at_once} at once"
+    return text
 
 
 def group_to_data(group: NodeGroup) -> dict[str, object]:

@@ -188,3 +188,13 @@ def test_markdown_of_ten_thousand_nodes_fits_a_review_comment(tmp_path: Path) ->
     for name in (*warned_names, "gpu-b-1-07777"):
         assert name in markdown.replace("\\", "")
     assert markdown.index("gpu-b-1-07777") < markdown.index("already broken")
+
+
+def test_a_wave_says_how_many_gpus_are_down_at_once(fleet: Plan) -> None:
+    """A wave of many nodes takes their GPUs out of service in turn, max_unavailable nodes at
+    a time: the summary says both, so 400 GPUs do not read as down together."""
+    text = text_of(fleet)
+    wave_two = next(line for line in text.splitlines() if line.strip().startswith("wave 2:"))
+    assert "400 GPU(s) on 100 node(s) out of service in turn, at most 4 at once" in wave_two
+    wave_one = next(line for line in text.splitlines() if line.strip().startswith("wave 1:"))
+    assert wave_one.endswith("4 GPU(s) on 1 node(s) out of service")
