@@ -6,6 +6,7 @@ exactly one SSH connection for a whole run.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from rollout.closeable import Closeable
@@ -30,10 +31,14 @@ class FleetConnection(Closeable):
         context: str | None,
         *,
         accept_new_host_keys: bool = False,
+        handshake_timeout_s: float | None = None,
     ) -> None:
+        """`handshake_timeout_s`: SshOptions.handshake_timeout_s (its default when None)."""
         self.inventory_path = inventory
         self.inventory = load_inventory(inventory)
         options = SshOptions(accept_new_host_keys=accept_new_host_keys)
+        if handshake_timeout_s is not None:
+            options = replace(options, handshake_timeout_s=handshake_timeout_s)
         book = KnownHostsBook()  # each known_hosts file parsed once for the whole fleet
         self.runners = {host.name: SshRunner(host, options, book) for host in self.inventory.hosts}
         self.kube = KubeClient.from_kubeconfig(kubeconfig, context)

@@ -121,6 +121,7 @@ def connect_fleet(args: argparse.Namespace) -> FleetConnection:
         args.kubeconfig,
         args.context,
         accept_new_host_keys=args.accept_new_host_keys,
+        handshake_timeout_s=args.handshake_timeout,
     )
 
 
@@ -165,9 +166,16 @@ def add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--parallel",
         type=parallel_count,
-        default=8,
+        default=DEFAULT_PARALLEL,
         metavar="N",
-        help=f"probe at most N nodes at once (1 to {MAX_PARALLEL})",
+        help=f"probe at most N nodes at once (1 to {MAX_PARALLEL}; default {DEFAULT_PARALLEL})",
+    )
+    parser.add_argument(
+        "--handshake-timeout",
+        type=handshake_seconds,
+        metavar="SECONDS",
+        help="give up on a node whose port accepts connections but which completes no SSH "
+        "handshake within SECONDS, without retrying (default 10)",
     )
     parser.add_argument(
         "--limit",
@@ -194,6 +202,22 @@ def limited_runners(runners: Mapping[str, R], limit: NodeLimit | None, where: st
 
 # More SSH sessions at once than this only queue in the kernel and in sshd's MaxStartups.
 MAX_PARALLEL = 256
+# A laptop's default: a probe mostly waits on the network, so 32 nodes at once keep one
+# core busy with paramiko's key exchanges and parsing; more buys little on two cores (the
+# 1,000-endpoint bench, bench/endpoints.md) and would exceed the 10 unauthenticated
+# connections sshd's default MaxStartups takes from one client through a shared jump host.
+DEFAULT_PARALLEL = 32
+
+
+def handshake_seconds(text: str) -> float:
+    """--handshake-timeout SECONDS: a number from 1 to 300 (argparse reports the error)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, found {text[:40]!r}") from None
+    if not 1 <= value <= 300:
+        raise argparse.ArgumentTypeError(f"expected 1 to 300 seconds, found {value:g}")
+    return value
 
 
 def parallel_count(text: str) -> int:

@@ -31,7 +31,7 @@ import paramiko
 from rollout.closeable import Closeable
 from rollout.commands import CommandResult, CommandTimeout
 from rollout.inventory import Host
-from rollout.retry import REQUEST_POLICY, call_with_policy
+from rollout.retry import REQUEST_POLICY, call_with_policy, is_transient
 from rollout.transports.errors import (
     HostKeyMismatch,
     HostKeyUnknown,
@@ -56,6 +56,9 @@ DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 # ssh's GlobalKnownHostsFile when ssh_config names none
 DEFAULT_GLOBAL_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts /etc/ssh/ssh_known_hosts2"
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
+# How long a node that accepted the TCP connection has to complete the SSH handshake
+# (banner, key exchange); one that does not is given up on, not retried.
+DEFAULT_HANDSHAKE_TIMEOUT_S = 10.0
 # How long `timeout` waits after TERM before it sends KILL.
 KILL_AFTER_S = 5.0
 # Beyond the remote kill, how long to wait for the node to report before giving up on it.
@@ -76,6 +79,7 @@ class SshOptions:
 
     accept_new_host_keys: bool = False
     connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
+    handshake_timeout_s: float = DEFAULT_HANDSHAKE_TIMEOUT_S
     # An ssh_config file to read instead of /etc/ssh/ssh_config and ~/.ssh/config
     # (as `ssh -F`); None reads those two, as ssh does.
     ssh_config_path: str | None = None
@@ -220,7 +224,7 @@ class SshRunner(ArgvRunner, Closeable):
             lambda: self._run_once(argv, stdin, timeout_s),
             REQUEST_POLICY,
             operation=f"{self.host}: {shlex.join(argv)[:60]}",
-            retry_on=lambda error: isinstance(error, SshConnectError),
+            retry_on=lambda error: isinstance(error, SshConnectError) and is_transient(error),
             final=True,
         )
 
@@ -282,7 +286,7 @@ class SshRunner(ArgvRunner, Closeable):
     def _make_connection(self) -> fabric.Connection:
         connect_kwargs: dict[str, Any] = {
             # paramiko's own waits for the banner and for auth, not only the TCP connect
-            "banner_timeout": self._options.connect_timeout_s,
+            "banner_timeout": self._options.handshake_timeout_s,
             "auth_timeout": self._options.connect_timeout_s,
         }
         if self._host.key_file:
@@ -340,13 +344,31 @@ class SshRunner(ArgvRunner, Closeable):
             self._connection = self._make_connection()
         connection = self._connection
         if not connection.is_connected:
+            started = time.monotonic()
             try:
                 connection.open()
-            except BaseException:
+            except BaseException as exc:
                 # a half-open client must not be mistaken for a connection next time
                 self.close()
+                if isinstance(exc, paramiko.SSHException | EOFError) and (
+                    time.monotonic() - started >= self._options.handshake_timeout_s
+                ):
+                    raise self._silent_node(exc) from exc
                 raise
         return connection.transport
+
+    def _silent_node(self, exc: BaseException) -> SshConnectError:
+        """A node that took the connection and never completed the handshake (a hung sshd,
+        another service on the port): final, so no retry holds a worker for a minute more."""
+        error = SshConnectError(
+            self.host,
+            self.target,
+            f"no SSH handshake within {self._options.handshake_timeout_s:g}s "
+            f"(the port accepts connections): {_describe(exc)}",
+            hint="check that sshd on the node answers (ssh -v) and that the port is sshd's",
+        )
+        error.final = True
+        return error
 
     def _port_of(self, hostname: str) -> int:
         """The port paramiko connected to for `hostname`: the node's, or a jump host's."""
