@@ -47,6 +47,8 @@ CONTEXT_TREES = ("rollout", "playbooks")
 # Bump when a step here changes in a way the inputs do not capture.
 RECIPE = "1"
 WHEELS_MOUNT = "/wheels-in"
+# Images of rollout kept in the storage (the newest; one per checkout state built).
+KEPT_IMAGES = 3
 
 DEBOOTSTRAP_TIMEOUT_S = 1800.0
 PIP_TIMEOUT_S = 1200.0
@@ -123,7 +125,7 @@ def build_rollout_image(checkout: Path, progress: Progress = print) -> RolloutIm
                 str(context),
             ]
             _buildah(argv, "buildah bud of the Containerfile", timeout_s=BUILD_TIMEOUT_S)
-        _remove_other_images(image.reference)
+        _remove_old_images()
         return image
 
 
@@ -235,12 +237,19 @@ def _digest_inputs(context: Path, extra: Sequence[str]) -> str:
     return digest.hexdigest()[:16]
 
 
-def _remove_other_images(keep: str) -> None:
-    """Images of older inputs go once a new one is built, so the storage holds one."""
-    listed = _buildah(["images", "--format", "{{.Name}}:{{.Tag}}"], "buildah images")
-    for reference in listed.stdout.split():
-        if reference.startswith(f"{IMAGE_REPOSITORY}:") and reference != keep:
-            _runner().run([*_global_flags(), "rmi", reference])
+def _remove_old_images() -> None:
+    """Images of older inputs go once KEPT_IMAGES newer ones exist: the storage stays
+    bounded, and a build beside another (a second pytest process) keeps the image the other
+    one is still using."""
+    listed = json.loads(_buildah(["images", "--json"], "buildah images").stdout or "[]")
+    ours = [
+        (int(entry["created"]), name)
+        for entry in listed
+        for name in entry.get("names") or []
+        if name.startswith(f"{IMAGE_REPOSITORY}:")
+    ]
+    for _, reference in sorted(ours, reverse=True)[KEPT_IMAGES:]:
+        _runner().run([*_global_flags(), "rmi", reference])
     _runner().run([*_global_flags(), "rmi", "--prune"])
 
 
