@@ -36,6 +36,7 @@ overlap across a wave's nodes because each node waits in its own thread.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import queue
 import threading
@@ -66,6 +67,7 @@ from rollout.run import (
 from rollout.schedule.window import span_at
 from rollout.spec import UPGRADE_FAILED_LABEL, OnFailure, Spec, parse_label
 from rollout.steps.base import Step, StepContext, StepResult, StepResultKind
+from rollout.steps.deadline import HaltLabelSeen, HaltWatch
 from rollout.transports.errors import SshConnectError
 
 
@@ -382,17 +384,9 @@ class Executor:
         if self._stop.is_set():
             raise Halt(self._stop_reason)
         self._check_lease()
-        halting: list[str] = []
-        upgrade_failed = parse_label(UPGRADE_FAILED_LABEL)
-        for label in self.spec.policy.effective_halt_labels:
-            for found in self.cluster.list_nodes(f"{label.key}={label.value}"):
-                if label == upgrade_failed and self.spec.retries_failed_upgrade_of(
-                    found.name, found.labels
-                ):
-                    continue  # the plan retries it: its driver.release watches it
-                halting.append(f"{found.name} ({label.key}={label.value})")
+        halting = self._find_halt_labels()
         if halting:
-            raise Halt("halt label on " + ", ".join(sorted(halting)))
+            raise Halt(halting)
         window = self.spec.policy.maintenance_window
         if window is None:
             return
@@ -413,6 +407,21 @@ class Executor:
                 f"not started; {self._nodes_left()} node(s) left; resume the run inside the "
                 "next window"
             )
+
+    def _find_halt_labels(self, except_node: str = "") -> str:
+        """What halts the run: the halt labels on nodes (`except_node`'s upgrade-failed aside,
+        its own step watching it), or "" when none is on."""
+        halting: list[str] = []
+        upgrade_failed = parse_label(UPGRADE_FAILED_LABEL)
+        for label in self.spec.policy.effective_halt_labels:
+            for found in self.cluster.list_nodes(f"{label.key}={label.value}"):
+                if label == upgrade_failed and (
+                    found.name == except_node
+                    or self.spec.retries_failed_upgrade_of(found.name, found.labels)
+                ):
+                    continue  # its driver.release watches it
+                halting.append(f"{found.name} ({label.key}={label.value})")
+        return "halt label on " + ", ".join(sorted(halting)) if halting else ""
 
     def _nodes_left(self) -> int:
         state = self.journal.replay()
@@ -449,6 +458,7 @@ class Executor:
         except NodeRefused as exc:
             self._stopping(str(exc))
             return None
+        ctx = dataclasses.replace(ctx, halt_watch=HaltWatch(self._find_halt_labels))
         for index, planned in enumerate(node.steps):
             ref = StepRef(index, planned.kind)
             state = self.journal.replay()
@@ -468,6 +478,9 @@ class Executor:
                     result = self._apply(planned, ctx)
             except SshConnectError as exc:  # node gone past all retries: halt, step in flight
                 self._stopping(f"{node.name}: {planned.kind}: node unreachable: {exc}")
+                return None
+            except HaltLabelSeen as exc:  # invariant 5: the run halts; the node is not to blame
+                self._stopping(f"{exc} (seen while {node.name} waited in {planned.kind})")
                 return None
             except RolloutError as exc:
                 self.journal.append(
@@ -497,6 +510,7 @@ class Executor:
             return self._finish(
                 node.name, NodeOutcome.FAILED, f"{reason} (policy: halt, no rollback)"
             )
+        ctx = dataclasses.replace(ctx, halt_watch=None)  # a rollback runs to its end
         done = list(self.journal.replay().node(node.name).completed)
         for completed in reversed(done):
             if completed.outcome is not StepOutcome.DONE:

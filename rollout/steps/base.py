@@ -21,6 +21,7 @@ from rollout.facts import ClusterFacts, NodeFacts
 from rollout.plan import NodePlan, StepPlan
 from rollout.run import Journal
 from rollout.spec import Spec
+from rollout.steps.deadline import Deadline, HaltLabelSeen, HaltWatch
 from rollout.transports.errors import TransientError
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ def translate_step_errors(node: str, step: str, *, undo: bool = False) -> Iterat
     passes as it is and a transient error goes on to the retry policy, which decides."""
     try:
         yield
-    except (StepFailed, TransientError):
+    except (StepFailed, TransientError, HaltLabelSeen):
         raise
     except RolloutError as exc:
         raise StepFailed(node, step, f"undo: {exc}" if undo else str(exc)) from exc
@@ -84,10 +85,18 @@ class StepContext:
     journal: Journal
     progress: Callable[[str], None] = print
     sleep: Callable[[float], None] = time.sleep
+    # set by the executor while a step applies (not while it is undone): waits end on a halt
+    halt_watch: HaltWatch | None = None
 
     @property
     def run_id(self) -> str:
         return str(self.journal.run_id)
+
+    def deadline(self, limit_s: float, *, judges_own_node: bool = False) -> Deadline:
+        """A wait's time limit; its polls end at once when a halt label appears on a node
+        (the node in flight aside when `judges_own_node`: the step itself watches its label)."""
+        except_node = self.node if judges_own_node else ""
+        return Deadline(limit_s, self.sleep, self.halt_watch, except_node)
 
     def save_data(self, step: str, data: Mapping[str, Any]) -> None:
         """Keep what later steps (or a resumed run) need from this step, durably."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rollout.steps.base import StepContext, StepFailed
-from rollout.steps.deadline import POLL_INTERVAL_S, Deadline
+from rollout.steps.deadline import POLL_INTERVAL_S
 from rollout.steps.pods import describe_pod
 from rollout.transports.kube import Pod
 
@@ -35,7 +35,7 @@ def find_device_plugin(ctx: StepContext, kind: str) -> Pod:
 
 def wait_for_device_plugin(ctx: StepContext, kind: str, deleted_uid: str) -> Pod:
     """Wait until a device-plugin pod other than `deleted_uid` runs on the node and is ready."""
-    deadline = Deadline(ctx.spec.policy.verify.gpu_wait_timeout_s, ctx.sleep)
+    deadline = ctx.deadline(ctx.spec.policy.verify.gpu_wait_timeout_s)
     while True:
         pods = find_device_plugin_pods(ctx)
         ready = [

@@ -36,7 +36,7 @@ class DrainStep(ReachingStep, MarkingStep):
 
     def _apply(self, ctx: StepContext) -> StepResult:
         policy = ctx.spec.policy.drain
-        deadline = Deadline(policy.timeout_s, ctx.sleep)
+        deadline = ctx.deadline(policy.timeout_s)
         pods = ctx.kube.list_pods(None, field_selector=f"spec.nodeName={ctx.node}")
         selection = classify_for_policy(pods, policy)
         if selection.refused:

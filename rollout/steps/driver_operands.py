@@ -20,7 +20,7 @@ from rollout.facts.driver_operator import DEPLOY_LABEL_PREFIX, OPERAND_PAUSED
 from rollout.plan import StepPlan
 from rollout.spec import Spec
 from rollout.steps.base import StepContext, StepFailed, StepResult
-from rollout.steps.deadline import POLL_INTERVAL_S, Deadline
+from rollout.steps.deadline import POLL_INTERVAL_S
 from rollout.steps.driver_host import plan_pending_host_driver, running_operands
 from rollout.steps.nodemarks import MarkingStep
 from rollout.steps.pods import describe_pod
@@ -72,7 +72,7 @@ def pause_operands(ctx: StepContext, kind: str) -> list[str]:
 
 def wait_for_operands_gone(ctx: StepContext, kind: str, keys: Sequence[str]) -> None:
     timeout_s = ctx.spec.policy.driver.operands_timeout_s
-    deadline = Deadline(timeout_s, ctx.sleep)
+    deadline = ctx.deadline(timeout_s)
     while keys:
         left = operand_pods(ctx, keys)
         if not left:

@@ -254,7 +254,7 @@ class DriverReleaseStep(OperatorStep):
         return planned
 
     def act(self, ctx: StepContext, change: DriverUpgradeChange) -> StepResult:
-        deadline = Deadline(upgrade_timeout_s(ctx.spec), ctx.sleep)
+        deadline = ctx.deadline(upgrade_timeout_s(ctx.spec), judges_own_node=True)
         node = ctx.kube.get_node(ctx.node)
         release: dict[str, str | None] = {}
         if is_pinned(node.labels):

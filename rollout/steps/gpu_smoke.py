@@ -185,7 +185,7 @@ class GpuSmokeStep(ReachingStep, MarkingStep):
         expected = expect_gpus(ctx.spec, ctx.facts)
         name = smoke_pod_name(ctx.node, ctx.run_id)
         where = f"{SMOKE_NAMESPACE}/{name}"
-        deadline = Deadline(verify.smoke_timeout_s, ctx.sleep)
+        deadline = ctx.deadline(verify.smoke_timeout_s)
         # A pod left by a killed attempt of this run would make the create a Conflict.
         self._remove_pod(ctx, name, deadline)
         try:

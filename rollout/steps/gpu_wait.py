@@ -28,7 +28,7 @@ from rollout.facts.pods import GPU_RESOURCE, SHARED_GPU_RESOURCE
 from rollout.plan import StepPlan
 from rollout.spec import Spec
 from rollout.steps.base import StepContext, StepFailed, StepResult
-from rollout.steps.deadline import POLL_INTERVAL_S, Deadline
+from rollout.steps.deadline import POLL_INTERVAL_S
 from rollout.steps.deviceplugin import DEVICE_PLUGIN_SELECTOR, find_device_plugin_pods
 from rollout.steps.nodechanges import Reach, ReachingStep
 from rollout.steps.nodemarks import MarkingStep
@@ -107,7 +107,7 @@ class GpuWaitStep(ReachingStep, MarkingStep):
 
     def _apply(self, ctx: StepContext) -> StepResult:
         expected = expect_gpus(ctx.spec, ctx.facts)
-        deadline = Deadline(ctx.spec.policy.verify.gpu_wait_timeout_s, ctx.sleep)
+        deadline = ctx.deadline(ctx.spec.policy.verify.gpu_wait_timeout_s)
         follow_label = time_slicing_change(ctx.spec) is None
         advertised_s: float | None = None
         announced = False

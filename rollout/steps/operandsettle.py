@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from rollout.facts.gpu_operator import GPU_PRESENT_LABEL
 from rollout.steps.base import StepContext, StepFailed
-from rollout.steps.deadline import POLL_INTERVAL_S, Deadline
+from rollout.steps.deadline import POLL_INTERVAL_S
 
 if TYPE_CHECKING:  # plan --facts loads the steps without the Kubernetes client
     from rollout.transports.kube import DaemonSet, Node
@@ -28,7 +28,7 @@ SETTLE_S = 10.0
 
 def wait_for_operands(ctx: StepContext, kind: str, namespace: str) -> str:
     """Block until the operator's DaemonSets and the GPU nodes are settled; what was seen."""
-    deadline = Deadline(ctx.spec.policy.verify.gpu_wait_timeout_s, ctx.sleep)
+    deadline = ctx.deadline(ctx.spec.policy.verify.gpu_wait_timeout_s)
     settled_since: float | None = None
     unsettled_seen = False
     while True:
