@@ -202,10 +202,9 @@ def limited_runners(runners: Mapping[str, R], limit: NodeLimit | None, where: st
 
 # More SSH sessions at once than this only queue in the kernel and in sshd's MaxStartups.
 MAX_PARALLEL = 256
-# A laptop's default: a probe mostly waits on the network, so 32 nodes at once keep one
-# core busy with paramiko's key exchanges and parsing; more buys little on two cores (the
-# 1,000-endpoint bench, bench/endpoints.md) and would exceed the 10 unauthenticated
-# connections sshd's default MaxStartups takes from one client through a shared jump host.
+# A laptop's default: a probe mostly waits on the node and the network (201 endpoints cost
+# plan 4.4 s of CPU in all; bench/endpoints.md), so 32 at once keep a fleet moving while a
+# laptop's cores and file descriptors stay far from their limits.
 DEFAULT_PARALLEL = 32
 
 
