@@ -70,13 +70,24 @@ class Decision:
 
 
 @dataclass(frozen=True)
+class GroupLimit:
+    """max_unavailable_per_group of one topology group (rollout.topology): its nodes, limit."""
+
+    label: str
+    nodes: frozenset[str]
+    limit: int
+
+
+@dataclass(frozen=True)
 class UnavailabilityBudget:
-    """max_unavailable over the plan's targets, and this run's cluster-wide change, if any."""
+    """max_unavailable over the plan's targets, and this run's cluster-wide change, if any;
+    and max_unavailable_per_group over each topology group's nodes, where the plan sets it."""
 
     limit: int
     targets: frozenset[str]
     change: ClusterChange | None = None
     settle_wait_s: float = SETTLE_WAIT_S
+    groups: tuple[GroupLimit, ...] = ()
 
     def unavailable(self, nodes: Sequence[NodeAvailability]) -> set[str]:
         """The targets the API shows cordoned or NotReady."""
@@ -96,7 +107,37 @@ class UnavailabilityBudget:
         if node in held:
             return Decision(Verdict.START, f"{node} is already down by this run: no new slot")
         down = (self.unavailable(nodes) | set(held)) - {node}
-        if len(down) + 1 <= self.limit:
+        decision = self._judge(
+            node, down, self.limit, f"max_unavailable {self.limit}", nodes, held, now, waited_s
+        )
+        for group in self.groups:
+            if decision.verdict is Verdict.START and node in group.nodes:
+                decision = self._judge(
+                    node,
+                    down & group.nodes,
+                    group.limit,
+                    f"max_unavailable_per_group {group.limit} of group {group.label}",
+                    nodes,
+                    held,
+                    now,
+                    waited_s,
+                )
+        return decision
+
+    def _judge(
+        self,
+        node: str,
+        down: set[str],
+        limit: int,
+        over: str,
+        nodes: Sequence[NodeAvailability],
+        held: Collection[str],
+        now: datetime,
+        waited_s: float,
+    ) -> Decision:
+        """`decide` against one limit (said as `over`): `down` are the other unavailable
+        nodes it counts."""
+        if len(down) + 1 <= limit:
             return Decision(Verdict.START)
         settling = sorted(
             (n for n in nodes if n.name in down and n.name not in held and self._settling(n, now)),
@@ -104,7 +145,7 @@ class UnavailabilityBudget:
         )
         if waited_s >= self.settle_wait_s:
             settling = []
-        if settling and len(down) - len(settling) + 1 <= self.limit and self.change is not None:
+        if settling and len(down) - len(settling) + 1 <= limit and self.change is not None:
             waiting = "; ".join(
                 f"{n.name}, NotReady since {clock_time(n.not_ready_since)}" for n in settling
             )
@@ -115,7 +156,7 @@ class UnavailabilityBudget:
             )
         reason = (
             f"taking {node} down would make {len(down) + 1} node(s) unavailable, over "
-            f"max_unavailable {self.limit} (already unavailable: {', '.join(sorted(down))})"
+            f"{over} (already unavailable: {', '.join(sorted(down))})"
         )
         late = sorted(n.name for n in nodes if n.name in down and self._since_change(n))
         if late and self.change is not None:

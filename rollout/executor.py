@@ -68,6 +68,7 @@ from rollout.schedule.window import span_at
 from rollout.spec import UPGRADE_FAILED_LABEL, OnFailure, Spec, parse_label
 from rollout.steps.base import Step, StepContext, StepResult, StepResultKind
 from rollout.steps.deadline import HaltLabelSeen, HaltWatch
+from rollout.topology import group_limits
 from rollout.transports.errors import SshConnectError
 
 
@@ -378,7 +379,12 @@ class Executor:
         change of a cluster-wide object, if any (nodes settling after it are waited for)."""
         first = state.first_acted(CLUSTER_WIDE_STEPS)
         change = None if first is None else ClusterChange(first[1], first[0], first[2])
-        return UnavailabilityBudget(self.plan.max_unavailable, frozenset(self._targets), change)
+        return UnavailabilityBudget(
+            self.plan.max_unavailable,
+            frozenset(self._targets),
+            change,
+            groups=group_limits(self.plan),
+        )
 
     def _check_run(self) -> None:
         if self._stop.is_set():

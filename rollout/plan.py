@@ -172,9 +172,28 @@ class ClusterChange:
 
 
 @dataclass(frozen=True)
+class TopologyGroup:
+    """Targets sharing the plan's `group_by` label value: always in one wave (invariant 11)."""
+
+    label: str  # `key=value`; "" for a node without the label, a group of its own
+    nodes: tuple[str, ...]
+    # max_unavailable_per_group resolved for this group; 0 when the plan sets none
+    max_unavailable: int = 0
+
+
+@dataclass(frozen=True)
 class Wave:
     index: int
     nodes: tuple[NodePlan, ...]
+    # with policy.group_by: the wave's whole groups, and the size policy.waves asked for
+    # (a wave holds more when one group alone is larger: the plan says so)
+    groups: tuple[TopologyGroup, ...] = ()
+    size: int = 0
+
+    @property
+    def oversized(self) -> bool:
+        """Whether the wave holds more nodes than policy.waves asked, to keep a group whole."""
+        return bool(self.groups) and len(self.nodes) > self.size
 
 
 @dataclass(frozen=True)

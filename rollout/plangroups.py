@@ -263,6 +263,10 @@ class WaveLoad:
     groups: tuple[tuple[int, int], ...]  # (group number, nodes of it in this wave)
     # the GPUs down at once at most: the largest max_unavailable nodes' GPUs together
     gpus_at_once: int = 0
+    # with policy.group_by: the wave's topology groups (label or lone node, nodes), and the
+    # size policy.waves asked for when one group alone made the wave larger (else 0)
+    topology: tuple[tuple[str, int], ...] = ()
+    oversized_from: int = 0
 
 
 @dataclass(frozen=True)
@@ -295,6 +299,10 @@ def summarise(plan: Plan, groups: Sequence[NodeGroup]) -> PlanSummary:
                 gpus=sum(n.gpus for n in down),
                 groups=tuple(sorted(counts.items())),
                 gpus_at_once=sum(largest),
+                topology=tuple(
+                    (g.label or f"{g.nodes[0]} (unlabelled)", len(g.nodes)) for g in wave.groups
+                ),
+                oversized_from=wave.size if wave.oversized else 0,
             )
         )
     untouched: list[tuple[str, int]] = []
@@ -322,6 +330,10 @@ def describe_wave(load: WaveLoad) -> str:
     )
     if load.taken_down > 1 and load.gpus_at_once < load.gpus:
         text += f" in turn, at most {load.gpus_at_once} at once"
+    if load.topology:
+        text += "; topology group(s) " + ", ".join(f"{g} ({n})" for g, n in load.topology)
+    if load.oversized_from:
+        text += f" (more than the wave's size {load.oversized_from}, to keep a group whole)"
     return text
 
 

@@ -13,7 +13,7 @@ from rollout.errors import BadInput
 from rollout.facts import ClusterFacts, FleetFacts, NodeFacts
 from rollout.facts.gpu_operator import physical_gpus
 from rollout.limit import LimitError, NodeLimit
-from rollout.plan import NodePlan, Plan, StepPlan, Wave
+from rollout.plan import NodePlan, Plan, StepPlan
 from rollout.playbook import Playbook, PlaybookStep, compose_steps
 from rollout.spec import (
     ContainerdChange,
@@ -30,6 +30,7 @@ from rollout.steps.driver import driver_change
 from rollout.steps.driver_operator_plan import plan_operator_upgrade
 from rollout.steps.nodechanges import node_changes
 from rollout.steps.profile_changes import SHARED_MEMORY_WARNING, plan_cluster_changes
+from rollout.topology import build_waves, check_changed_together, find_groups
 
 # Distinct node configurations planned at once (each mostly waits for `containerd config dump`).
 ENGINE_RUNS_AT_ONCE = 4
@@ -63,18 +64,15 @@ def build_plan(
     planners = step_planners()
     cluster_changes = plan_cluster_changes(spec, fleet.cluster)
     CONTAINERD_PLANS.plan_distinct(spec, targets, ENGINE_RUNS_AT_ONCE)
+    groups = find_groups(spec, [(n.name, n.labels) for n in targets])
     node_plans = [plan_node(spec, node, fleet.cluster, steps, planners) for node in targets]
-    sizes = spec.policy.wave_sizes(len(node_plans)) if node_plans else []
-    waves: list[Wave] = []
-    start = 0
-    for index, size in enumerate(sizes, start=1):
-        waves.append(Wave(index=index, nodes=tuple(node_plans[start : start + size])))
-        start += size
+    waves = build_waves(spec, node_plans, groups)
     warnings: list[str] = []
     if any(isinstance(c, TimeSlicingChange) and c.config.sharing for c in spec.changes):
         warnings.append(SHARED_MEMORY_WARNING)
     # mode: operator: pin, version and upgradePolicy (rollout.steps.driver_operator_plan)
     budget = spec.policy.max_unavailable_count(len(fleet.nodes))
+    check_changed_together(spec, kinds, waves, budget)
     operator = plan_operator_upgrade(spec, fleet, targets, budget)
     if operator is not None:
         cluster_changes = [*cluster_changes, *operator.to_cluster_changes()]
@@ -86,7 +84,7 @@ def build_plan(
         source=spec_source,
         facts_source=fleet.source,
         changes=tuple(kinds),
-        waves=tuple(waves),
+        waves=waves,
         cluster_changes=tuple(cluster_changes),
         max_unavailable=budget,
         already_unavailable=tuple(n.name for n in fleet.nodes if not n.available),

@@ -43,6 +43,13 @@ class OnFailure(Enum):
     HALT = "halt"
 
 
+class Ungrouped(Enum):
+    """What becomes of a target without the `group_by` label."""
+
+    ALONE = "alone"  # each such node is a topology group of its own
+    REFUSE = "refuse"  # the plan is refused, naming them
+
+
 class Weekday(Enum):
     """A day of the week as a plan writes it."""
 
@@ -294,6 +301,19 @@ class Policy(SpecModel):
     verify: VerifyPolicy = VerifyPolicy()
     driver: DriverPolicy = DriverPolicy()
     maintenance_window: MaintenanceWindow | None = None
+    # topology groups (rollout.topology): a group's nodes are always in the same wave
+    group_by: Annotated[Str, AfterValidator(_check_label_key)] | None = None
+    max_unavailable_per_group: AmountField | None = None
+    ungrouped: Ungrouped = Ungrouped.ALONE
+
+    @model_validator(mode="after")
+    def _check_group_limit(self) -> Policy:
+        if self.max_unavailable_per_group is not None and self.group_by is None:
+            raise FieldProblem(
+                "max_unavailable_per_group is set but group_by is not: there are no groups",
+                hint="set group_by to the label that groups nodes, e.g. nvidia.com/gpu.clique",
+            )
+        return self
 
     def wave_sizes(self, total_nodes: int) -> list[int]:
         """Nodes per wave, Ansible `serial` style, until `total_nodes` are covered.
