@@ -32,6 +32,7 @@ from rollout.facts import FleetFacts
 from rollout.facts.live import gather_fleet_facts
 from rollout.inputfile import input_name, read_text
 from rollout.lease import RunLease, run_identity
+from rollout.notify.progress import start_notifying
 from rollout.plan import NodePlan, Plan, plan_from_data, plan_to_data
 from rollout.planner import build_plan
 from rollout.playbook import load_playbooks
@@ -369,6 +370,14 @@ def execute(
             progress=lambda text: progress_console.print(safe(text)),
         )
 
+    notifying = start_notifying(  # policy.notify: the executor's Progress, also told to webhooks
+        progress,
+        spec,
+        journal,
+        lambda namespace, name: fleet.kube.get_secret(namespace, name).data,
+        waves,
+        say=lambda text: progress_console.print(safe(text)),
+    )
     executor = Executor(
         plan,
         spec,
@@ -376,7 +385,7 @@ def execute(
         journal,
         fleet.kube,
         context,
-        progress,
+        notifying or progress,
         lease,
         say=lambda text: progress_console.print(safe(text)),
     )
@@ -386,6 +395,8 @@ def execute(
             report = executor.run()
     else:
         report = executor.run()
+    if notifying is not None:  # the last notices, then a flush of at most FLUSH_BOUND_S
+        notifying.finish(report)
     retries = dict(journal.replay().retries)
     pinned = journal.replay().first_acted({"driver.pin"}) is not None  # the version moved
     # staging dirs a killed attempt of this run left on a node go with the run

@@ -41,6 +41,7 @@ class RecordKind(enum.Enum):
     RUN_FINISHED = "run-finished"
     RETRIED = "retried"
     NODE_SKIPPED = "node-skipped"
+    NOTIFIED = "notified"
 
 
 class StepOutcome(enum.Enum):
@@ -177,6 +178,19 @@ class Retried:
 
 
 @dataclass(frozen=True)
+class Notified:
+    """A webhook delivery's end: sent, or failed after `tries` (policy.notify). Never the
+    URL: a receiver is named by its webhook's name; the error is redacted of the URL."""
+
+    kind: ClassVar[RecordKind] = RecordKind.NOTIFIED
+    webhook: str
+    event: str
+    outcome: str  # sent | failed
+    tries: int
+    error: str = ""
+
+
+@dataclass(frozen=True)
 class RunHalted:
     kind: ClassVar[RecordKind] = RecordKind.RUN_HALTED
     reason: str
@@ -202,6 +216,7 @@ Record = (
     | RunFinished
     | Retried
     | NodeSkipped
+    | Notified
 )
 
 RECORD_TYPES: Mapping[RecordKind, type[Record]] = {
@@ -220,6 +235,7 @@ RECORD_TYPES: Mapping[RecordKind, type[Record]] = {
         RunFinished,
         Retried,
         NodeSkipped,
+        Notified,
     )
 }
 

@@ -25,6 +25,7 @@ from rollout.run.records import (
     NodeOutcome,
     NodeRecord,
     NodeSkipped,
+    Notified,
     Retried,
     RunFinished,
     RunHalted,
@@ -294,6 +295,8 @@ class Fold:
                 self.halted_reason = reason
             case Retried(cause=cause):
                 self.retries[cause] = self.retries.get(cause, 0) + 1
+            case Notified():  # an audit line: it changes no state
+                pass
             case RunFinished(outcome=outcome):
                 busy = [n.name for n in self.nodes.values() if n.in_flight is not None]
                 if busy:

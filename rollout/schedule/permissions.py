@@ -199,6 +199,10 @@ def schedule_grants(
     grants = set(grants_for(spec, playbooks)) | set(
         scheduled_run_grants(spec.metadata.name, namespace)
     )
+    # policy.notify: get on exactly each Secret a webhook's URL is read from
+    for hook in spec.policy.notify:
+        if (secret := hook.url_from.secret) is not None:
+            grants.add(Grant("", "secrets", "get", secret.namespace or namespace, secret.name))
     return tuple(sorted(grants, key=_sort_key))
 
 

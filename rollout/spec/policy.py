@@ -16,6 +16,7 @@ from pydantic import AfterValidator, Field, PlainSerializer, PlainValidator, mod
 from rollout.fieldproblems import FieldProblem, describe_value, did_you_mean, shorten
 from rollout.operatornames import UPGRADE_FAILED, UPGRADE_STATE_LABEL
 from rollout.spec.fieldtypes import AmountField, Bool, Int, NodeAmount, SpecModel, Str
+from rollout.spec.notify import NotifyField
 from rollout.spec.selector import (
     LabelSelector,
     LabelSelectorError,
@@ -301,6 +302,7 @@ class Policy(SpecModel):
     verify: VerifyPolicy = VerifyPolicy()
     driver: DriverPolicy = DriverPolicy()
     maintenance_window: MaintenanceWindow | None = None
+    notify: NotifyField = ()  # webhooks told of the run's events (rollout/notify/)
     # topology groups (rollout.topology): a group's nodes are always in the same wave
     group_by: Annotated[Str, AfterValidator(_check_label_key)] | None = None
     max_unavailable_per_group: AmountField | None = None
