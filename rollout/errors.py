@@ -17,6 +17,8 @@ class ExitCode:
     ABORTED = 3
     # apply/resume stopped at the end of the maintenance window; the next run continues
     WINDOW_CLOSED = 4
+    # apply/resume stopped by `rollout pause`: the nodes in flight finished, none started
+    PAUSED = 5
 
 
 class RolloutError(Exception):

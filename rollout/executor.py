@@ -80,6 +80,10 @@ class WindowClosed(Halt):
     """The maintenance window has closed, or would before the next node could finish."""
 
 
+class Paused(Halt):
+    """`rollout pause` asked the run to stop: no node starts; the nodes in flight finish."""
+
+
 class NodeRefused(Halt):
     """A node the run must not touch (a saved plan's node whose facts moved): raised by the
     context factory, it halts the run before the node's first step; the node stays pending."""
@@ -152,6 +156,7 @@ class RunReport:
     halt_reason: str
     nodes: Mapping[str, tuple[str, str]]  # node -> (outcome, reason)
     window_closed: bool = False  # halted at the maintenance window's end
+    paused: bool = False  # halted by `rollout pause`
 
 
 ContextFactory = Callable[[NodePlan], StepContext]
@@ -217,6 +222,8 @@ class Executor:
     sleep: Callable[[float], None] = time.sleep
     # lines that are no step's: what the run waits for before starting a node
     say: Callable[[str], None] = print
+    # who paused the run and why ("" when it is not paused), read before each node starts
+    paused: Callable[[], str] = lambda: ""
     _stop: threading.Event = field(default_factory=threading.Event, init=False)
     _stop_reason: str = field(default="", init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
@@ -224,6 +231,7 @@ class Executor:
     # how long each node that succeeded in this process took: the next one's expected time
     _durations: list[timedelta] = field(default_factory=list, init=False)
     _window_closed: bool = field(default=False, init=False)
+    _paused: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         missing = sorted({s.kind for n in self.plan.nodes for s in n.steps} - self.steps.keys())
@@ -275,7 +283,9 @@ class Executor:
                     except Halt as exc:
                         halt = str(exc)
                         self._window_closed = isinstance(exc, WindowClosed)
-                        self._halting(halt)
+                        self._paused = isinstance(exc, Paused)
+                        if not self._paused:  # a pause lets the nodes in flight finish
+                            self._halting(halt)
                 if not running:
                     break
                 done = results.get()
@@ -390,6 +400,9 @@ class Executor:
         if self._stop.is_set():
             raise Halt(self._stop_reason)
         self._check_lease()
+        paused = self.paused()
+        if paused:
+            raise Paused(paused)
         halting = self._find_halt_labels()
         if halting:
             raise Halt(halting)
@@ -558,7 +571,7 @@ class Executor:
                 ns.outcome.value if ns.outcome else "pending",
                 ns.outcome_reason,
             )
-        return RunReport(outcome, reason, nodes, self._window_closed)
+        return RunReport(outcome, reason, nodes, self._window_closed, self._paused)
 
 
 _NO_LOCK = contextlib.nullcontext()

@@ -37,6 +37,7 @@ exit statuses:
      plan --detailed-exitcode: changes pending
   3  aborted: the confirmation declined, or Ctrl-C
   4  apply/resume stopped at the end of the plan's maintenance window; resume continues
+  5  apply/resume stopped by `rollout pause`: nodes in flight finished; resume continues
 Bad input is reported one problem a line, at file:line; see docs/input-contract.md.
 """
 
@@ -74,6 +75,13 @@ COMMANDS = (
     Command(
         "status", "show runs, or one run's nodes and steps", "rollout.cli.apply", "add_parsers"
     ),
+    Command(
+        "pause",
+        "stop a run from starting nodes (who and why kept)",
+        "rollout.cli.pause",
+        "add_parsers",
+    ),
+    Command("unpause", "clear a run's pause", "rollout.cli.pause", "add_parsers"),
     Command(
         "lab",
         "a local lab cluster (systemd-nspawn nodes, emulated Kubernetes API)",

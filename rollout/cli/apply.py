@@ -50,6 +50,7 @@ from rollout.run import (
     utc_now,
 )
 from rollout.run.cluster import find_run, open_run, start_run
+from rollout.run.pause import clear_pause, describe_pause_of
 from rollout.savedplan import is_saved_plan, read_saved_plan, saved_plan_data
 from rollout.savedplan.document import is_saved_plan_text, saved_plan_from_text
 from rollout.savedplan.gate import admit_node, saved_plan_gate
@@ -239,6 +240,9 @@ def resume_run(args: argparse.Namespace, recorder: RetryRecorder) -> int:
         if journal.replay().finished:
             console.print(f"run {args.run_id} already finished; nothing to resume")
             return ExitCode.OK
+        unpaused = clear_pause(journal.run_dir)
+        if unpaused is not None:
+            print(f"unpaused: the run was {unpaused.describe()}", file=sys.stderr)
         invocation = journal.read_invocation()
         spec = parse_spec(invocation.spec_text, invocation.spec_source)
         plan = plan_from_data(json.loads(journal.read_plan_json()))
@@ -388,6 +392,7 @@ def execute(
         notifying or progress,
         lease,
         say=lambda text: progress_console.print(safe(text)),
+        paused=lambda: describe_pause_of(journal),
     )
 
     if isinstance(progress, LiveProgress):
@@ -443,4 +448,6 @@ def confirm(yes: bool) -> None:
 def exit_code(report: RunReport) -> int:
     if report.window_closed:
         return ExitCode.WINDOW_CLOSED
+    if report.paused:
+        return ExitCode.PAUSED
     return ExitCode.OK if report.outcome is RunOutcome.SUCCEEDED else ExitCode.FAILED

@@ -30,6 +30,8 @@ from rollout.run import (
     read_run,
     read_run_invocation,
 )
+from rollout.run.files import find_run_dir
+from rollout.run.pause import read_pause
 from rollout.schedule.window import next_span
 from rollout.spec import parse_spec
 
@@ -101,6 +103,7 @@ def run_status(args: argparse.Namespace) -> int:
                 where = describe_phase(
                     run.run_id, run.phase, run.outcome, run.halted_reason, run.holder
                 )
+                where = with_pause(state_dir, run.run_id, run.phase, where)
             runs.append({"run_id": run.run_id, "plan": run.plan_name, "status": where})
             if args.output == "text":
                 console.print(safe(f"{run.run_id}  {run.plan_name}  {where}"))
@@ -122,6 +125,7 @@ def run_status(args: argparse.Namespace) -> int:
     holder = lock_holder(state_dir, run_id)
     phase = state.phase(locked=holder is not None)
     where = describe_phase(run_id, phase, state.outcome, state.halted_reason, holder)
+    where = with_pause(state_dir, run_id, phase, where)
     try:
         invocation = read_run_invocation(state_dir, run_id)
     except RolloutError as exc:
@@ -252,6 +256,16 @@ def window_note(spec_text: str, spec_source: str, now: datetime | None = None) -
         return f"; the maintenance window is open until {closes:%H:%M %Z}"
     opens = span.opens.astimezone(window.zone)
     return f"; the next maintenance window opens {opens:%a %Y-%m-%d %H:%M %Z}"
+
+
+def with_pause(state_dir: Path, run_id: str, phase: RunPhase, where: str) -> str:
+    """Where a run stands, said first as who paused it and why when it is paused."""
+    mark = read_pause(find_run_dir(state_dir, run_id))
+    if mark is None or phase is RunPhase.FINISHED:
+        return where
+    if phase is RunPhase.RUNNING:
+        return f"{mark.describe()}; its nodes in flight finish, no node starts ({where})"
+    return f"{mark.describe()}; `rollout resume {run_id}` clears it and continues"
 
 
 def describe_phase(

@@ -143,7 +143,7 @@ def test_colour_follows_no_color_and_the_command_line(
         (
             ["zzz"],
             "unknown command 'zzz'; the commands of rollout are: apply, completion, diagnose, "
-            "facts, init, lab, plan, resume, schedule, show, status, version",
+            "facts, init, lab, pause, plan, resume, schedule, show, status, unpause, version",
         ),
     ],
 )
@@ -234,8 +234,8 @@ def test_help_lists_every_exit_status(capsys: pytest.CaptureFixture[str]) -> Non
     assert code == 0
     statuses = out.split("exit statuses:\n", 1)[1]
     listed = [line.split()[0] for line in statuses.splitlines() if line[:4].strip().isdigit()]
-    assert listed == ["0", "1", "2", "3", "4"]
-    assert "maintenance window" in statuses
+    assert listed == ["0", "1", "2", "3", "4", "5"]
+    assert "maintenance window" in statuses and "rollout pause" in statuses
 
 
 def test_diagnose_json_carries_its_schema_version(capsys: pytest.CaptureFixture[str]) -> None:

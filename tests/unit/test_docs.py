@@ -239,7 +239,7 @@ def test_the_command_check_finds_what_the_parser_lacks(tmp_path: Path) -> None:
     parser = build_parser()
     doc = tmp_path / "x.md"
     doc.write_text(
-        "Run `rollout pause RUN`, or:\n\n```sh\nrollout plan p.yaml --facts f --no-such-flag\n"
+        "Run `rollout rewind RUN`, or:\n\n```sh\nrollout plan p.yaml --facts f --no-such-flag\n"
         "sudo .venv/bin/rollout lab up --nodes 2 && rollout lab explode\n"
         "rollout lab up|down|status\n```\n"
     )
@@ -247,7 +247,7 @@ def test_the_command_check_finds_what_the_parser_lacks(tmp_path: Path) -> None:
     assert [p.split(": ")[-1] for p in found] == [
         "no option --no-such-flag",
         "no command 'explode'",
-        "no command 'pause'",
+        "no command 'rewind'",
     ]
 
 
