@@ -508,6 +508,8 @@ class Executor:
                     )
                 )
                 self._serial.step_finished(node.name, planned.kind, "failed", str(exc))
+                if getattr(exc, "leaves_node_cordoned", False):  # a failed health gate
+                    return self._leave_cordoned(node, ctx, str(exc))
                 return self._fail_node(node, ctx, str(exc))
             outcome = StepOutcome.DONE if result.kind is StepResultKind.DONE else StepOutcome.NOOP
             self.journal.append(
@@ -549,6 +551,13 @@ class Executor:
             self.journal.append(StepUndone(node.name, completed.index, completed.kind))
             self._serial.step_finished(node.name, completed.kind, "undone", "")
         return self._finish(node.name, NodeOutcome.ROLLED_BACK, reason)
+
+    def _leave_cordoned(self, node: NodePlan, ctx: StepContext, reason: str) -> NodeOutcome:
+        """No rollback: the evidence is about the node's GPUs, which a rollback cannot heal."""
+        from rollout.steps.nodemarks import mark_left_cordoned
+
+        mark_left_cordoned(ctx, reason)
+        return self._finish(node.name, NodeOutcome.LEFT_CORDONED, reason)
 
     def _finish(self, node: str, outcome: NodeOutcome, reason: str) -> NodeOutcome:
         self.journal.append(NodeFinished(node, outcome, reason))

@@ -228,8 +228,10 @@ def inject_unhealthy_device(access: LabAccess, node: NodeSpec, undo: list[dict[s
         raise BadInput(f"{node.name} has {len(node.gpus)} GPUs; this scenario needs 2")
     _record_node_file(access, node, KERNEL_LOG, undo)
     bus = "0000:%02X:00" % (7 + 8 * UNHEALTHY_GPU)  # the stand-in nvidia-smi's bus ids
+    # stamped as the kernel stamps it, seconds since boot: the Xid gate reads the time
+    uptime = float(access.ssh_check(node, ["cut", "-d ", "-f1", "/proc/uptime"]))
     line = (
-        f"[12345.678901] NVRM: Xid (PCI:{bus}): {XID}, pid=0, name=kworker, "
+        f"[{uptime:12.6f}] NVRM: Xid (PCI:{bus}): {XID}, pid=0, name=kworker, "
         "GPU has fallen off the bus.\n"
     )
     current = access.ssh(node, ["cat", KERNEL_LOG]).stdout

@@ -68,6 +68,9 @@ STEP_EXPECTED_S: dict[str, float] = {
     "driver.pin": 2.0,
     "driver.release": 300.0,
     "driver.confirm": 5.0,
+    # the health gates: a read of the kernel clock, then the node, its log and its validator
+    "gates.baseline": 1.0,
+    "gates": 2.0,
 }
 # A step without a policy timeout: the request timeouts and retries bound it.
 DEFAULT_STEP_WORST_S = 60.0

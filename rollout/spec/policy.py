@@ -16,6 +16,7 @@ from pydantic import AfterValidator, Field, PlainSerializer, PlainValidator, mod
 from rollout.fieldproblems import FieldProblem, describe_value, did_you_mean, shorten
 from rollout.operatornames import UPGRADE_FAILED, UPGRADE_STATE_LABEL
 from rollout.spec.fieldtypes import AmountField, Bool, Int, NodeAmount, SpecModel, Str
+from rollout.spec.gates import GatesPolicy
 from rollout.spec.notify import NotifyField
 from rollout.spec.selector import (
     LabelSelector,
@@ -161,6 +162,7 @@ class VerifyPolicy(SpecModel):
     smoke_timeout_s: Annotated[Int, Field(ge=1, le=MAX_VERIFY_TIMEOUT_S)] = 300
     gpu_wait_timeout_s: Annotated[Int, Field(ge=1, le=MAX_VERIFY_TIMEOUT_S)] = 300
     containerd_restart_timeout_s: Annotated[Int, Field(ge=1, le=MAX_RESTART_TIMEOUT_S)] = 60
+    gates: GatesPolicy = GatesPolicy()
 
 
 class DriverReload(Enum):

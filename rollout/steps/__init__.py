@@ -24,6 +24,7 @@ def step_planners() -> dict[str, StepPlanner]:
         driver_host_steps,
         driver_operands,
         driver_operator,
+        gates,
         gpu_smoke,
         gpu_wait,
         preflight,
@@ -33,7 +34,7 @@ def step_planners() -> dict[str, StepPlanner]:
 
     return steps_in(
         preflight, containerd, systemd, cordon, drain, timeslicing, gpu_wait, gpu_smoke, driver,
-        driver_operands, driver_host_steps, driver_operator,
+        driver_operands, driver_host_steps, driver_operator, gates,
     )  # fmt: skip
 
 

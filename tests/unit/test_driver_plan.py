@@ -91,8 +91,9 @@ def test_a_node_at_the_old_version_goes_through_every_host_step(tmp_path: Path) 
     one, two = plan.nodes
     acting = [s.kind for s in one.steps if s.changes]
     assert acting == [
-        "preflight", "cordon", "drain", "driver.pause", "driver.unload", "driver.install",
-        "driver.reload", "driver.verify", "driver.resume", "gpu.wait", "gpu.smoke", "uncordon",
+        "preflight", "gates.baseline", "cordon", "drain", "driver.pause", "driver.unload",
+        "driver.install", "driver.reload", "driver.verify", "driver.resume", "gpu.wait",
+        "gpu.smoke", "gates", "uncordon",
     ]  # fmt: skip
     install = next(s for s in one.steps if s.kind == "driver.install")
     assert install.action is not None

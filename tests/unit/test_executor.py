@@ -26,6 +26,7 @@ from tests.examples import FACTS, PLAN
 # The steps examples/plan.yaml gives a node whose containerd files change, in plan order.
 KINDS = (
     "preflight",
+    "gates.baseline",
     "cordon",
     "drain",
     "containerd.write",
@@ -33,6 +34,7 @@ KINDS = (
     "containerd.verify",
     "gpu.wait",
     "gpu.smoke",
+    "gates",
     "uncordon",
 )
 
@@ -203,7 +205,7 @@ def test_failed_node_is_rolled_back_and_the_run_halts(tmp_path: Path) -> None:
     assert report.nodes["gpu-a-3"][0] == "pending"  # later nodes untouched
     undone = [k for verb, n, k in log.calls if verb == "undo"]
     # reverse order, done steps only
-    assert undone == ["containerd.write", "drain", "cordon", "preflight"]
+    assert undone == ["containerd.write", "drain", "cordon", "gates.baseline", "preflight"]
     assert not any(n in ("gpu-a-3", "gpu-b-1") for _, n, _ in log.calls)
     assert not cluster.nodes["gpu-a-2"].unschedulable
 
@@ -254,7 +256,8 @@ def test_resume_skips_finished_work_and_reapplies_the_step_in_flight(tmp_path: P
     again = log.calls[before:]
     assert ("apply", "gpu-a-1", "cordon") not in again  # finished node not redone
     assert again[0] == ("apply", "gpu-a-2", "systemd.restart")  # the step in flight, re-checked
-    assert [k for _, n, k in again if n == "gpu-a-2"] == list(KINDS[4:])
+    restart = KINDS.index("systemd.restart")
+    assert [k for _, n, k in again if n == "gpu-a-2"] == list(KINDS[restart:])
 
 
 def test_halt_only_policy_does_not_roll_back(tmp_path: Path) -> None:

@@ -88,8 +88,9 @@ def test_worst_case_comes_from_the_policy_timeouts() -> None:
         },
     )
     forecast = forecast_plan(six_node_plan(), tight)
-    # drain 100, restart 30, gpu.wait 50, smoke 40, and 60 for each of the other five steps
-    assert forecast.waves[0].worst_s == 100 + 30 + 50 + 40 + 5 * 60
+    # drain 100, restart 30, gpu.wait 50, smoke 40, and 60 for each of the other seven steps
+    # (the health gates' two among them)
+    assert forecast.waves[0].worst_s == 100 + 30 + 50 + 40 + 7 * 60
     unbounded = forecast_plan(six_node_plan(), policy(drain={"timeout_s": 0}))
     assert unbounded.waves[0].worst_s > 86_400  # 0 waits without limit: a day counted
 

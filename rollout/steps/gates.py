@@ -1,0 +1,207 @@
+"""gates.baseline and gates: the health gates a node passes before it returns to service.
+
+`gates.baseline` (prepare, before anything changes) records where the node's kernel clock
+stood; `gates` (verify, last before uncordon) reads the node once more and fails it unless
+every gate of `policy.verify.gates` passes (docs/gates.md says what each reads and why):
+- resources: every GPU resource the node must advertise is there with allocatable equal to
+  capacity (a device the plugin marked unhealthy shows as capacity > allocatable);
+- xid: no Xid in the kernel log since `gates.baseline` (rollout/gates/kernel.py);
+- validator: the GPU Operator's validator pod on the node is Ready, where one is scheduled.
+
+A failed gate is a `GateFailed`: the executor leaves the node cordoned (never rolled back:
+the evidence is about the node's GPUs, which a rollback does not heal), with the evidence in
+the `rollout.dev/left-cordoned` annotation and a Warning Event. A node no step cordoned (a
+time-slicing change) is cordoned here first, journalled as rollout's cordon.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
+from rollout.commands import check
+from rollout.facts import NodeFacts
+from rollout.facts.pods import GPU_RESOURCE, SHARED_GPU_RESOURCE
+from rollout.gates.kernel import (
+    BASELINE_SCRIPT,
+    XID_SCRIPT,
+    KernelClock,
+    KernelReadingError,
+    parse_clock,
+    parse_xid_reading,
+)
+from rollout.plan import StepPlan
+from rollout.run import CordonedByRollout
+from rollout.spec import Spec
+from rollout.steps.base import StepContext, StepFailed, StepResult, translate_step_errors
+from rollout.steps.gpu_wait import (
+    VALIDATOR_DEPLOY_LABEL,
+    advertised_count,
+    describe_validator_shortfall,
+    expect_gpus,
+    find_validator_pods,
+    validator_ready,
+    wants_validator,
+)
+from rollout.steps.nodechanges import Reach, ReachingStep
+from rollout.steps.nodemarks import MarkingStep
+from rollout.steps.profile_changes import time_slicing_change
+from rollout.transports.kube import Node
+
+GPU_RESOURCE_PREFIX = "nvidia.com/"
+BASELINE_STEP = "gates.baseline"
+
+
+class GateFailed(StepFailed):
+    """A health gate did not pass: the node stays cordoned with this evidence."""
+
+    leaves_node_cordoned: ClassVar[bool] = True
+
+
+def gate_names(spec: Spec, facts: NodeFacts) -> list[str]:
+    """What `rollout plan` lists: each gate the node will pass, in the order they are read."""
+    gates = spec.policy.verify.gates
+    expected = expect_gpus(spec, facts)
+    names = []
+    if gates.resources and expected.count:
+        names.append(f"resources whole ({expected.describe()}, allocatable = capacity)")
+    if gates.xid:
+        names.append("no new Xid in the kernel log since the change began")
+    if gates.validator and expected.count and wants_validator_label(facts):
+        names.append("GPU Operator validator Ready")
+    return names
+
+
+def wants_validator_label(facts: NodeFacts) -> bool:
+    return facts.labels.get(VALIDATOR_DEPLOY_LABEL) == "true"
+
+
+@dataclass(frozen=True)
+class GatesBaselineStep(ReachingStep):
+    """Record the node's kernel clock before its change: the Xid gate's "since"."""
+
+    kind: ClassVar[str] = BASELINE_STEP
+    reach: ClassVar[Reach] = Reach.NODE
+
+    def plan_change(self, facts: NodeFacts, spec: Spec) -> StepPlan:
+        if not spec.policy.verify.gates.xid:
+            return StepPlan.skipping(self.kind, "the xid gate is off")
+        return StepPlan.acting(self.kind, "record the node's kernel clock (boot id, uptime)")
+
+    def apply(self, ctx: StepContext) -> StepResult:
+        if KernelClock.from_data(ctx.load_data(self.kind)) is not None:
+            return StepResult.noop("recorded when the change began")  # a resumed run
+        with translate_step_errors(ctx.node, self.kind):
+            text = check(ctx.runner.run(["sh", "-c", BASELINE_SCRIPT])).stdout
+        try:
+            clock = parse_clock(text.splitlines())
+        except KernelReadingError as exc:
+            raise StepFailed(ctx.node, self.kind, str(exc)) from exc
+        ctx.save_data(self.kind, clock.to_data())
+        return StepResult.done(f"boot {clock.boot_id}, {clock.uptime_s:.0f}s since boot")
+
+    def undo(self, ctx: StepContext) -> None:
+        """A reading changes nothing."""
+
+
+@dataclass(frozen=True)
+class GatesStep(ReachingStep, MarkingStep):
+    """Read every health gate once; fail the node, left cordoned, unless all pass."""
+
+    kind: ClassVar[str] = "gates"
+    reach: ClassVar[Reach] = Reach.NODE
+
+    def plan_change(self, facts: NodeFacts, spec: Spec) -> StepPlan:
+        names = gate_names(spec, facts)
+        if not names:
+            return StepPlan.skipping(self.kind, "every health gate is off or has nothing to read")
+        return StepPlan.acting(self.kind, "health gates: " + "; ".join(names))
+
+    def _apply(self, ctx: StepContext) -> StepResult:
+        problems, passed = read_gates(ctx)
+        if problems:
+            raise GateFailed(ctx.node, self.kind, problems)
+        return StepResult.done("passed: " + ", ".join(passed) if passed else "no gate to read")
+
+    def undo(self, ctx: StepContext) -> None:
+        """A check changes nothing."""
+
+
+def read_gates(ctx: StepContext) -> tuple[str, list[str]]:
+    """Read every gate of the plan once: (what failed, "" when all passed; the gates passed).
+    A node that fails one is cordoned (where it is not) for its evidence to be read."""
+    gates = ctx.spec.policy.verify.gates
+    node = ctx.kube.get_node(ctx.node)
+    passed: list[str] = []
+    failed: list[str] = []
+    if gates.resources:
+        _record(check_resources(ctx, node), "resources whole", passed, failed)
+    if gates.xid:
+        _record(check_xids(ctx), "no new Xid", passed, failed)
+    if gates.validator and wants_validator(node) and expect_gpus(ctx.spec, ctx.facts).count:
+        validators = find_validator_pods(ctx)
+        ready = validator_ready(validators)
+        problem = None if ready else describe_validator_shortfall(validators, 0)
+        _record(problem, "validator Ready", passed, failed)
+    if not failed:
+        return "", passed
+    cordon_for_evidence(ctx, node)
+    return "health gate failed: " + "; ".join(failed), passed
+
+
+def check_xids(ctx: StepContext) -> str | None:
+    """None when the kernel log holds no Xid since gates.baseline; else the Xid lines."""
+    with translate_step_errors(ctx.node, GatesStep.kind):
+        text = check(ctx.runner.run(["sh", "-c", XID_SCRIPT])).stdout
+    try:
+        reading = parse_xid_reading(text)
+    except KernelReadingError as exc:
+        return f"xid: cannot read the node's kernel clock: {exc}"
+    began = KernelClock.from_data(ctx.load_data(BASELINE_STEP))
+    new = reading.since(began)
+    if not new:
+        return None
+    shown = "; ".join(f"Xid {e.xid} on {e.pci} ({e.meaning}): {e.line}" for e in new[:3])
+    more = f" and {len(new) - 3} more" if len(new) > 3 else ""
+    return f"xid: {len(new)} Xid line(s) since the change began: {shown}{more}"
+
+
+def _record(problem: str | None, name: str, passed: list[str], failed: list[str]) -> None:
+    if problem is None:
+        passed.append(name)
+    else:
+        failed.append(problem)
+
+
+def check_resources(ctx: StepContext, node: Node) -> str | None:
+    """None when every GPU resource is whole; else what is short, resource by resource."""
+    facts = ctx.facts
+    if time_slicing_change(ctx.spec) is None:
+        facts = replace(facts, labels=node.labels)
+    expected = expect_gpus(ctx.spec, facts)
+    # what the node advertised before, but for the GPU resource a profile may rename
+    names = {
+        name
+        for name in ctx.facts.capacity
+        if name.startswith(GPU_RESOURCE_PREFIX) and name not in (GPU_RESOURCE, SHARED_GPU_RESOURCE)
+    }
+    if expected.count:
+        names.add(expected.resource)
+    problems = []
+    for name in sorted(names):
+        capacity = advertised_count(node.capacity, name)
+        allocatable = advertised_count(node.allocatable, name)
+        if name == expected.resource and capacity != expected.count:
+            problems.append(f"{name} capacity {capacity}, expected {expected.count}")
+        elif not capacity or allocatable != capacity:
+            unhealthy = " (a device the plugin marked unhealthy)" if capacity else ""
+            problems.append(f"{name} capacity {capacity}, allocatable {allocatable}{unhealthy}")
+    return "resources: " + "; ".join(problems) if problems else None
+
+
+def cordon_for_evidence(ctx: StepContext, node: Node) -> None:
+    """A node that fails a gate stays out of service: cordon it where no step did."""
+    if node.unschedulable:
+        return
+    ctx.journal.append(CordonedByRollout(node=ctx.node))
+    ctx.kube.set_unschedulable(ctx.node, True)

@@ -1,0 +1,100 @@
+"""Health gates in the lab: a node that logs an Xid during its change is left cordoned with
+the evidence and halts the run; an Xid logged before the change does not fail a node.
+
+The Xid lines name a PCI bus the lab's device-plugin stand-in does not watch (GPU index 2 of a
+two-GPU node): they stand for an Xid the real plugin missed because it was logged before the
+plugin restarted, so the node advertises its GPUs whole and only the kernel log tells. That
+is the case the Xid gate exists for.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rollout.cli import main
+from rollout.lab.cluster import Lab
+from rollout.lab.nodes import NodeSpec
+from rollout.lab.simulation.kernellog import KERNEL_LOG_PATH, bus_of_gpu
+from rollout.run import list_runs, read_run
+from rollout.steps.nodemarks import EVENT_NAMESPACE, LEFT_CORDONED_ANNOTATION
+from rollout.transports.kube import KubeClient
+from tests.examples import PLAN
+from tests.lab.labapi import apply_args, lab_kube_client, wait_for
+from tests.lab.test_cluster_shared import own_lab, ssh_check
+
+pytestmark = [pytest.mark.lab, pytest.mark.own_lab]
+
+KERNEL_LOG = "/" + KERNEL_LOG_PATH.as_posix()
+UNWATCHED_BUS = bus_of_gpu(2)
+# the apply of one node takes under a minute in the lab; generous under load
+APPLY_WAIT_S = 600.0
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    with own_lab(tmp_path_factory.mktemp("gates") / "lab", ("1.7", "1.7"), gpus=2) as built:
+        yield built
+
+
+def log_xid(lab: Lab, node: NodeSpec, *, seconds_ago: float) -> None:
+    """Append an Xid 79 line to the node's kernel-log stand-in, stamped `seconds_ago` before
+    the node's uptime now, as the kernel stamps it."""
+    script = (
+        f"mkdir -p $(dirname {KERNEL_LOG}) && "
+        f"up=$(cut -d' ' -f1 /proc/uptime) && "
+        f"stamp=$(awk -v u=$up 'BEGIN {{ printf \"%12.6f\", u - {seconds_ago} }}') && "
+        f'echo "[$stamp] NVRM: Xid (PCI:{UNWATCHED_BUS}): 79, pid=0, name=kworker, '
+        f'GPU has fallen off the bus." >> {KERNEL_LOG}'
+    )
+    ssh_check(lab, node, ["sh", "-c", script])
+
+
+def test_an_xid_during_the_change_leaves_the_node_cordoned_and_an_old_one_does_not(
+    lab: Lab, kube: KubeClient, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first, second = lab.nodes
+    log_xid(lab, first, seconds_ago=600)  # last week, as far as this change is concerned
+    injected = threading.Event()
+
+    def inject_when_cordoned() -> None:
+        # the second node's change has begun once rollout cordons it
+        with lab_kube_client(lab) as side:
+            wait_for(
+                lambda: side.get_node(second.name).unschedulable,
+                APPLY_WAIT_S,
+                what=f"{second.name} cordoned",
+                interval_s=0.2,
+            )
+        log_xid(lab, second, seconds_ago=0)
+        injected.set()
+
+    watcher = threading.Thread(target=inject_when_cordoned, daemon=True)
+    watcher.start()
+    capsys.readouterr()
+    code = main([*apply_args(lab, PLAN, tmp_path / "state"), "--output", "json"])
+    watcher.join(timeout=5)
+    assert injected.is_set()
+    report = json.loads(capsys.readouterr().out)
+    assert code == 1, report
+    assert report["outcome"] == "halted" and second.name in report["halt_reason"]
+    (run,) = list_runs(tmp_path / "state")
+    state = read_run(tmp_path / "state", run.run_id)
+    first_outcome = state.node(first.name).outcome
+    second_outcome = state.node(second.name).outcome
+    assert first_outcome is not None and first_outcome.value == "succeeded"
+    assert second_outcome is not None and second_outcome.value == "left-cordoned"
+    assert "Xid 79" in state.node(second.name).outcome_reason
+    # the old Xid did not hold the first node back; the second stays out of service
+    assert not kube.get_node(first.name).unschedulable
+    node = kube.get_node(second.name)
+    assert node.unschedulable
+    evidence = node.annotations[LEFT_CORDONED_ANNOTATION]
+    assert "health gate failed" in evidence and f"Xid 79 on PCI:{UNWATCHED_BUS}" in evidence
+    events = kube.list_events(EVENT_NAMESPACE, field_selector=f"involvedObject.name={second.name}")
+    warnings = [e for e in events if e.event_type == "Warning" and e.reason == "RolloutGates"]
+    assert warnings and "Xid 79" in warnings[0].message

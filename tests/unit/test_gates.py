@@ -1,0 +1,39 @@
+"""The Xid gate's reading: only Xid lines logged since the node's change began count."""
+
+from __future__ import annotations
+
+from rollout.gates.kernel import KernelClock, parse_xid_reading
+
+BOOT = "0b1c2d3e-0000-4000-8000-000000000001"
+OLD = "[  100.000000] NVRM: Xid (PCI:0000:0F:00): 79, pid=0, GPU has fallen off the bus."
+NEW = "[  900.500000] NVRM: Xid (PCI:0000:07:00): 48, pid=0, DBE (double bit error)."
+APP = "[  950.000000] NVRM: Xid (PCI:0000:07:00): 13, pid=77, Graphics Exception"
+
+
+def reading(*lines: str, boot: str = BOOT, uptime: str = "1000.25") -> str:
+    return "\n".join([boot, uptime, *lines]) + "\n"
+
+
+def test_an_xid_before_the_change_does_not_count_and_one_after_does() -> None:
+    parsed = parse_xid_reading(reading(OLD, NEW, NEW))  # journalctl and dmesg both print NEW
+    assert parsed.clock == KernelClock(BOOT, 1000.25)
+    new = parsed.since(KernelClock(BOOT, 500.0))
+    assert [(e.xid, e.pci) for e in new] == [(48, "PCI:0000:07:00")]
+
+
+def test_an_old_xid_alone_passes() -> None:
+    assert parse_xid_reading(reading(OLD)).since(KernelClock(BOOT, 500.0)) == []
+
+
+def test_application_xids_never_count() -> None:
+    assert parse_xid_reading(reading(APP)).since(KernelClock(BOOT, 500.0)) == []
+
+
+def test_after_a_reboot_every_xid_of_the_new_boot_counts() -> None:
+    parsed = parse_xid_reading(reading(OLD, boot="another-boot"))
+    assert [e.xid for e in parsed.since(KernelClock(BOOT, 500.0))] == [79]
+
+
+def test_a_line_without_a_timestamp_counts() -> None:
+    line = "NVRM: Xid (PCI:0000:07:00): 79, pid=0, GPU has fallen off the bus."
+    assert [e.xid for e in parse_xid_reading(reading(line)).since(KernelClock(BOOT, 500.0))] == [79]
