@@ -60,13 +60,12 @@ class NotifyingProgress:
     def started(self, resumed: bool = False) -> None:
         self.notify(NotifyEvent.RUN_STARTED, "resumed" if resumed else "")
 
-    def paused(self, reason: str) -> None:
-        """The run was paused (rollout pause): `reason` says by whom and why."""
-        self.notify(NotifyEvent.PAUSED, reason)
-
     def finish(self, report: RunReport, bound_s: float = FLUSH_BOUND_S) -> None:
-        """The run's last notices (its halt, the window closing, done), then the bounded flush."""
-        if report.window_closed:
+        """The run's last notices (its pause, halt or the window closing; done), then the
+        bounded flush."""
+        if report.paused:  # rollout pause: the reason says by whom and why
+            self.notify(NotifyEvent.PAUSED, report.halt_reason or self._halt)
+        elif report.window_closed:
             self.notify(NotifyEvent.WINDOW_CLOSED, report.halt_reason)
         elif report.outcome is RunOutcome.HALTED:
             self.notify(NotifyEvent.HALTED, report.halt_reason or self._halt)

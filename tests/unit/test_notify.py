@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from rollout.errors import InputErrors
-from rollout.executor import Executor
+from rollout.executor import Executor, RunReport
 from rollout.notify import NotifyingProgress, Sender, redact, resolve_receivers
 from rollout.notify.sender import DeliveryFailed, post
 from rollout.playbook import load_playbooks
@@ -234,3 +234,28 @@ def test_the_schedule_role_gets_exactly_the_webhook_secret() -> None:
     assert set(grants) - set(plain) == {Grant("", "secrets", "get", "rollout", "hooks")}
     secrets = {g.name for g in grants if g.resource == "secrets" and g.verb == "get"}
     assert secrets == {"hooks", "rollout-registry-mirror-run"}  # the run kept in the cluster
+
+
+@pytest.mark.parametrize(
+    ("paused", "window_closed", "event"),
+    [(True, False, "paused"), (False, True, "window-closed"), (False, False, "halted")],
+)
+def test_the_end_of_a_stopped_run_says_why(
+    tmp_path: Path, receiver: Receiver, paused: bool, window_closed: bool, event: str
+) -> None:
+    (hook,) = resolve_receivers(
+        parse_spec(notify_plan(), "plan.yaml").policy.notify,
+        lambda ns, n: {},
+        environ={"ROLLOUT_TEST_HOOK": receiver.url},
+    )[0]
+    progress = NotifyingProgress(
+        Quiet(), Sender([hook], lambda r: None), run="r1", plan="p", waves={"n1": 1}
+    )
+    reason = "paused by ops@laptop: rack 7 maintenance" if paused else "stopped"
+    progress.halted(reason)
+    report = RunReport(RunOutcome.HALTED, reason, {"n1": ("pending", "")}, window_closed, paused)
+    progress.finish(report)
+    assert [(b["event"], b["reason"]) for b in receiver.bodies] == [
+        (event, reason),
+        ("run-done", "halted; nodes: 1 pending"),
+    ]
