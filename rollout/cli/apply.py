@@ -374,13 +374,8 @@ def execute(
             progress=lambda text: progress_console.print(safe(text)),
         )
 
-    notifying = start_notifying(  # policy.notify: the executor's Progress, also told to webhooks
-        progress,
-        spec,
-        journal,
-        lambda namespace, name: fleet.kube.get_secret(namespace, name).data,
-        waves,
-        say=lambda text: progress_console.print(safe(text)),
+    notifying = start_notifying(  # policy.notify: the Progress also tells the webhooks
+        progress, spec, journal, fleet.kube, waves, lambda text: progress_console.print(safe(text))
     )
     executor = Executor(
         plan,

@@ -5,15 +5,24 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import datetime
+from typing import Protocol
 
 from rollout.executor import Progress, RunReport
 from rollout.notify.notices import Notice
 from rollout.notify.sender import FLUSH_BOUND_S, Sender
-from rollout.notify.urls import DEFAULT_SECRET_NAMESPACE, SecretReader, resolve_receivers
+from rollout.notify.urls import DEFAULT_SECRET_NAMESPACE, resolve_receivers
 from rollout.run import Journal, NodeOutcome, RunOutcome, RunResumed, utc_now
 from rollout.spec import Spec
 from rollout.spec.notify import NotifyEvent
 from rollout.transports.kube.incluster import find_service_account
+from rollout.transports.kube.secret import Secret
+
+
+class SecretApi(Protocol):
+    """The little of KubeClient a webhook's Secret is read through."""
+
+    def get_secret(self, namespace: str, name: str) -> Secret: ...
+
 
 _NODE_EVENTS = {
     NodeOutcome.FAILED.value: NotifyEvent.NODE_FAILED,
@@ -113,7 +122,7 @@ def start_notifying(
     inner: Progress,
     spec: Spec,
     journal: Journal,
-    read_secret: SecretReader,
+    kube: SecretApi,
     waves: Mapping[str, int],
     say: Callable[[str], None],
 ) -> NotifyingProgress | None:
@@ -123,7 +132,9 @@ def start_notifying(
         return None
     account = find_service_account()  # a scheduled run reads Secrets in its own namespace
     namespace = (account.namespace if account else None) or DEFAULT_SECRET_NAMESPACE
-    receivers, problems = resolve_receivers(spec.policy.notify, read_secret, namespace)
+    receivers, problems = resolve_receivers(
+        spec.policy.notify, lambda where, name: kube.get_secret(where, name).data, namespace
+    )
     for problem in problems:
         say(problem)
     state = journal.replay()
