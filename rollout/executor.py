@@ -232,6 +232,8 @@ class Executor:
     _durations: list[timedelta] = field(default_factory=list, init=False)
     _window_closed: bool = field(default=False, init=False)
     _paused: bool = field(default=False, init=False)
+    # each node's context as its steps ran in this process: the soak reads its gates with it
+    _contexts: dict[str, StepContext] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
         missing = sorted({s.kind for n in self.plan.nodes for s in n.steps} - self.steps.keys())
@@ -251,6 +253,8 @@ class Executor:
             # nodes finished in this run before an interruption are not touched again
             pending = [n for n in wave.nodes if state.node(n.name).outcome is None]
             failures, halt = self._run_wave(wave.index, pending, failures)
+            if not halt and wave is not self.plan.waves[-1]:
+                halt = self._soak(wave.index)
             if halt:
                 return self._halt(halt)
         outcome = RunOutcome.FAILED if failures else RunOutcome.SUCCEEDED
@@ -456,6 +460,33 @@ class Executor:
             self._stopping(str(exc))
             raise Halt(str(exc)) from exc
 
+    def _soak(self, wave: int) -> str:
+        """policy.soak_s after a wave: wait, then read the health gates of every node done so
+        far again (rollout/gates/soak.py); the halt reason, or "" to go on."""
+        state = self.journal.replay()
+        done = [n for n in self.plan.nodes if state.node(n.name).outcome is NodeOutcome.SUCCEEDED]
+        later = [n for w in self.plan.waves if w.index > wave for n in w.nodes]
+        if not self.spec.policy.soak_s or not done or not later:
+            return ""
+        from rollout.gates.soak import Soak  # the kubernetes client: see _fail_node
+
+        soak = Soak(self.spec.policy.soak_s, self.clock, self.sleep, self._check_run, self.say)
+        try:
+            soak.wait(wave, len(done))
+            degraded = soak.recheck(
+                done, lambda node: self._contexts.get(node.name) or self.make_context(node)
+            )
+        except Halt as exc:
+            self._window_closed = isinstance(exc, WindowClosed)
+            self._paused = isinstance(exc, Paused)
+            return str(exc)
+        for bad in degraded:
+            self._leave_cordoned(bad.node, bad.ctx, bad.evidence)
+        if not degraded:
+            return ""
+        names = ", ".join(bad.node.name for bad in degraded)
+        return f"soak after wave {wave}: {names}: {degraded[0].evidence}"
+
     # --- one node (its own thread) -------------------------------------------------------
 
     def _node_thread(self, node: NodePlan, results: queue.Queue[_Done]) -> None:
@@ -477,6 +508,7 @@ class Executor:
         except NodeRefused as exc:
             self._stopping(str(exc))
             return None
+        self._contexts[node.name] = ctx
         ctx = dataclasses.replace(ctx, halt_watch=HaltWatch(self._find_halt_labels))
         for index, planned in enumerate(node.steps):
             ref = StepRef(index, planned.kind)

@@ -173,6 +173,7 @@ class DriverReload(Enum):
 
 
 MAX_REBOOT_TIMEOUT_S = 3_600
+MAX_SOAK_S = 86_400  # a day: longer is a plan of separate runs
 
 
 class DriverPolicy(SpecModel):
@@ -304,6 +305,8 @@ class Policy(SpecModel):
     verify: VerifyPolicy = VerifyPolicy()
     driver: DriverPolicy = DriverPolicy()
     maintenance_window: MaintenanceWindow | None = None
+    # after each wave but the last: wait, then read the done nodes' health gates again
+    soak_s: Annotated[Int, Field(ge=0, le=MAX_SOAK_S)] = 0
     notify: NotifyField = ()  # webhooks told of the run's events (rollout/notify/)
     # topology groups (rollout.topology): a group's nodes are always in the same wave
     group_by: Annotated[Str, AfterValidator(_check_label_key)] | None = None

@@ -1,8 +1,14 @@
-"""The Xid gate's reading: only Xid lines logged since the node's change began count."""
+"""The Xid gate's reading: only Xid lines logged since the node's change began count; the
+soak's wait between waves."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
 from rollout.gates.kernel import KernelClock, parse_xid_reading
+from rollout.gates.soak import Soak
 
 BOOT = "0b1c2d3e-0000-4000-8000-000000000001"
 OLD = "[  100.000000] NVRM: Xid (PCI:0000:0F:00): 79, pid=0, GPU has fallen off the bus."
@@ -37,3 +43,28 @@ def test_after_a_reboot_every_xid_of_the_new_boot_counts() -> None:
 def test_a_line_without_a_timestamp_counts() -> None:
     line = "NVRM: Xid (PCI:0000:07:00): 79, pid=0, GPU has fallen off the bus."
     assert [e.xid for e in parse_xid_reading(reading(line)).since(KernelClock(BOOT, 500.0))] == [79]
+
+
+def test_the_soak_waits_its_time_checking_the_run_between_polls() -> None:
+    now = [datetime(2026, 1, 1, tzinfo=UTC)]
+    checks: list[datetime] = []
+
+    def sleep(seconds: float) -> None:
+        now[0] += timedelta(seconds=seconds)
+
+    soak = Soak(12, lambda: now[0], sleep, lambda: checks.append(now[0]), lambda _: None)
+    soak.wait(1, 2)
+    assert now[0] == datetime(2026, 1, 1, 0, 0, 12, tzinfo=UTC)
+    assert [c.second for c in checks] == [0, 5, 10, 12]
+
+
+def test_a_halt_during_the_soak_ends_it() -> None:
+    class Stop(Exception):
+        pass
+
+    def check() -> None:
+        raise Stop
+
+    soak = Soak(600, lambda: datetime(2026, 1, 1, tzinfo=UTC), lambda _: None, check, print)
+    with pytest.raises(Stop):
+        soak.wait(1, 1)
