@@ -13,6 +13,7 @@ from pathlib import Path
 
 from rollout.cli import add_listed_command
 from rollout.cli.documents import DOCUMENT_FORMATS, write_document
+from rollout.cli.pause import scheduled_run_paused, unpause_for_resume
 from rollout.cli.plan import add_fleet_arguments, connect_fleet, limit_of
 from rollout.cli.render import (
     LiveProgress,
@@ -50,7 +51,7 @@ from rollout.run import (
     utc_now,
 )
 from rollout.run.cluster import find_run, open_run, start_run
-from rollout.run.pause import clear_pause, describe_pause_of
+from rollout.run.pause import describe_pause_of
 from rollout.savedplan import is_saved_plan, read_saved_plan, saved_plan_data
 from rollout.savedplan.document import is_saved_plan_text, saved_plan_from_text
 from rollout.savedplan.gate import admit_node, saved_plan_gate
@@ -150,6 +151,8 @@ def apply_plan(args: argparse.Namespace, recorder: RetryRecorder) -> int:
     pod = pod_run_place(args)
     with connect_fleet(args) as fleet:
         if pod is not None:
+            if scheduled_run_paused(fleet.kube, pod.namespace, spec.metadata.name):
+                return ExitCode.PAUSED
             found = find_run(fleet.kube, pod.namespace, spec.metadata.name)
             if found is not None and not found.state.finished:
                 check_same_plan(found, spec_text, args.plan_file)
@@ -240,9 +243,7 @@ def resume_run(args: argparse.Namespace, recorder: RetryRecorder) -> int:
         if journal.replay().finished:
             console.print(f"run {args.run_id} already finished; nothing to resume")
             return ExitCode.OK
-        unpaused = clear_pause(journal.run_dir)
-        if unpaused is not None:
-            print(f"unpaused: the run was {unpaused.describe()}", file=sys.stderr)
+        unpause_for_resume(journal)
         invocation = journal.read_invocation()
         spec = parse_spec(invocation.spec_text, invocation.spec_source)
         plan = plan_from_data(json.loads(journal.read_plan_json()))
@@ -387,7 +388,7 @@ def execute(
         notifying or progress,
         lease,
         say=lambda text: progress_console.print(safe(text)),
-        paused=lambda: describe_pause_of(journal),
+        paused=lambda: describe_pause_of(journal, fleet.kube, plan.name),
     )
 
     if isinstance(progress, LiveProgress):
@@ -441,8 +442,6 @@ def confirm(yes: bool) -> None:
 
 
 def exit_code(report: RunReport) -> int:
-    if report.window_closed:
-        return ExitCode.WINDOW_CLOSED
-    if report.paused:
-        return ExitCode.PAUSED
+    if report.window_closed or report.paused:
+        return ExitCode.WINDOW_CLOSED if report.window_closed else ExitCode.PAUSED
     return ExitCode.OK if report.outcome is RunOutcome.SUCCEEDED else ExitCode.FAILED

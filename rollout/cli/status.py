@@ -31,7 +31,7 @@ from rollout.run import (
     read_run_invocation,
 )
 from rollout.run.files import find_run_dir
-from rollout.run.pause import read_pause
+from rollout.run.pause import read_pause, read_schedule_pause
 from rollout.schedule.window import next_span
 from rollout.spec import parse_spec
 
@@ -159,6 +159,7 @@ def cluster_run_status(args: argparse.Namespace) -> int:
             console.print(safe(f"no run of plan {plan_name} kept in the cluster (secret {name})"))
             return ExitCode.OK
         holder = lease_holder(kube)
+        paused = read_schedule_pause(kube, args.namespace, plan_name)
     state = found.state
     mine = run_identity(found.run_id)
     running = holder is not None and (holder == mine or holder.startswith(mine + "/"))
@@ -171,6 +172,11 @@ def cluster_run_status(args: argparse.Namespace) -> int:
         case _:
             stopped = state.halted_reason or "interrupted (its pod stopped)"
             where = f"{phase.value}: {stopped}; the next scheduled run continues it"
+    if paused is not None and phase is not RunPhase.FINISHED:
+        where = (
+            f"{paused.describe()}; every scheduled run exits at once until `rollout unpause "
+            f"--schedule {plan_name}` ({where})"
+        )
     plan = plan_from_data(json.loads(found.read_plan_json()))
     spec = found.invocation
     window = window_note(spec.spec_text, spec.spec_source)

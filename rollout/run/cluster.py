@@ -192,6 +192,10 @@ class SecretStore:
         self._lock = threading.Lock()
 
     @property
+    def namespace(self) -> str:
+        return self._secret.namespace
+
+    @property
     def where(self) -> str:
         return _locate(self._secret)
 
