@@ -7,8 +7,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from rollout.facts import load_recorded_facts
 from rollout.gates.kernel import KernelClock, parse_xid_reading
 from rollout.gates.soak import Soak
+from rollout.planner import build_plan
+from rollout.playbook import load_playbooks
+from rollout.spec import load_spec, parse_spec
+from tests.examples import FACTS, PLAN
 
 BOOT = "0b1c2d3e-0000-4000-8000-000000000001"
 OLD = "[  100.000000] NVRM: Xid (PCI:0000:0F:00): 79, pid=0, GPU has fallen off the bus."
@@ -68,3 +73,19 @@ def test_a_halt_during_the_soak_ends_it() -> None:
     soak = Soak(600, lambda: datetime(2026, 1, 1, tzinfo=UTC), lambda _: None, check, print)
     with pytest.raises(Stop):
         soak.wait(1, 1)
+
+
+def gate_actions(spec_text: str | None = None) -> list[str | None]:
+    spec = parse_spec(spec_text, "plan.yaml") if spec_text else load_spec(PLAN)
+    plan = build_plan(spec, "plan.yaml", load_recorded_facts(FACTS), load_playbooks())
+    return [s.action for n in plan.nodes for s in n.steps if s.kind == "gates"]
+
+
+def test_the_plan_lists_each_nodes_gates_and_leaves_out_those_turned_off() -> None:
+    (first, *_) = gate_actions()
+    assert first is not None
+    assert "resources whole (nvidia.com/gpu = 4, allocatable = capacity)" in first
+    assert "no new Xid in the kernel log since the change began" in first
+    text = PLAN.read_text() + "  verify:\n    gates: {xid: false}\n"
+    (first, *_) = gate_actions(text)
+    assert first is not None and "Xid" not in first and "resources whole" in first
