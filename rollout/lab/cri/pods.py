@@ -31,6 +31,15 @@ class CriCallFailed(RolloutError):
 
 
 @dataclass(frozen=True)
+class ContainerMount:
+    """A directory of the node (host_path, as the node sees it) at container_path."""
+
+    container_path: str
+    host_path: str
+    read_only: bool = False
+
+
+@dataclass(frozen=True)
 class ContainerRequest:
     """One pod with one container to run to completion."""
 
@@ -49,6 +58,12 @@ class ContainerRequest:
     # kubelet retries only the pull); that sandbox's attempt is `attempt`.
     sandbox_id: str | None = None
     wait_s: float = 30.0
+    # The container's securityContext: runAsUser/runAsGroup (None: the image's USER) and
+    # readOnlyRootFilesystem; and its volumes, staged in the node.
+    run_as_user: int | None = None
+    run_as_group: int | None = None
+    read_only_root: bool = False
+    mounts: Sequence[ContainerMount] = ()
 
     @property
     def log_directory(self) -> str:
@@ -195,7 +210,23 @@ class CriPodRunner:
             envs=[api.KeyValue(key=k, value=v.encode()) for k, v in request.env.items()],
             log_path=f"{request.container}/{request.attempt}.log",
             labels={"io.kubernetes.container.name": request.container},
+            mounts=[
+                api.Mount(
+                    container_path=m.container_path, host_path=m.host_path, readonly=m.read_only
+                )
+                for m in request.mounts
+            ],
+            linux=api.LinuxContainerConfig(security_context=self._security_context(request)),
         )
+
+    def _security_context(self, request: ContainerRequest) -> Any:
+        api = self._protocol.api
+        context = api.LinuxContainerSecurityContext(readonly_rootfs=request.read_only_root)
+        if request.run_as_user is not None:
+            context.run_as_user.value = request.run_as_user
+        if request.run_as_group is not None:
+            context.run_as_group.value = request.run_as_group
+        return context
 
     def _ensure_image(self, images: Any, image: str, sandbox_config: Any) -> None:
         """PullImage unless present (the pod's imagePullPolicy: IfNotPresent)."""
