@@ -15,7 +15,7 @@ import sys
 
 from rollout.cli import add_listed_command
 from rollout.cli.render import make_console, safe
-from rollout.cli.status import add_state_argument, scheduled_plan_name
+from rollout.cli.status import add_schedule_arguments, add_state_argument, scheduled_plan_name
 from rollout.errors import BadInput, ExitCode
 from rollout.run import Journal, current_user, default_state_dir, read_run, utc_now
 from rollout.run.files import find_run_dir
@@ -56,21 +56,11 @@ def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_id", metavar="RUN", nargs="?", help="a run kept in a directory")
     add_state_argument(parser)
-    scheduled = parser.add_argument_group("a scheduled plan (rollout schedule)")
-    scheduled.add_argument(
-        "--schedule",
-        metavar="PLAN",
-        help="the plan named PLAN (metadata.name; or a plan file, whose name is read): the mark"
-        " is kept on its ConfigMap rollout-PLAN",
+    add_schedule_arguments(
+        parser.add_argument_group("a scheduled plan (rollout schedule)"),
+        "the plan named PLAN (metadata.name; or a plan file, whose name is read): the mark is"
+        " kept on its ConfigMap rollout-PLAN",
     )
-    scheduled.add_argument(
-        "--namespace",
-        "-n",
-        default="rollout",
-        help="the schedule's namespace (rollout schedule --namespace; default: rollout)",
-    )
-    scheduled.add_argument("--kubeconfig", help="default: $KUBECONFIG, ~/.kube/config")
-    scheduled.add_argument("--context", help="the kubeconfig context to use")
 
 
 def mark_of(args: argparse.Namespace) -> PauseMark:

@@ -49,25 +49,26 @@ def add_status_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         help="text for a terminal (default); json or yaml for tools",
     )
     add_state_argument(status)
-    scheduled = status.add_argument_group(
-        "a scheduled plan's run, kept in the cluster (rollout schedule)"
+    add_schedule_arguments(
+        status.add_argument_group("a scheduled plan's run, kept in the cluster (rollout schedule)"),
+        "show the run of the plan named PLAN (metadata.name; or a plan file, whose name is read)"
+        " that the scheduled CronJob keeps in the Secret rollout-PLAN-run, the Lease saying "
+        "whether a pod works on it",
     )
-    scheduled.add_argument(
-        "--schedule",
-        metavar="PLAN",
-        help="show the run of the plan named PLAN (metadata.name; or a plan file, whose name is"
-        " read) that the scheduled CronJob keeps in the Secret rollout-PLAN-run, the Lease "
-        "saying whether a pod works on it",
-    )
-    scheduled.add_argument(
+    status.set_defaults(func=run_status)
+
+
+def add_schedule_arguments(group: argparse._ArgumentGroup, schedule_help: str) -> None:
+    """--schedule PLAN and where its schedule is: --namespace, --kubeconfig, --context."""
+    group.add_argument("--schedule", metavar="PLAN", help=schedule_help)
+    group.add_argument(
         "--namespace",
         "-n",
         default="rollout",
         help="the schedule's namespace (rollout schedule --namespace; default: rollout)",
     )
-    scheduled.add_argument("--kubeconfig", help="default: $KUBECONFIG, ~/.kube/config")
-    scheduled.add_argument("--context", help="the kubeconfig context to use")
-    status.set_defaults(func=run_status)
+    group.add_argument("--kubeconfig", help="default: $KUBECONFIG, ~/.kube/config")
+    group.add_argument("--context", help="the kubeconfig context to use")
 
 
 def add_state_argument(parser: argparse.ArgumentParser) -> None:

@@ -45,7 +45,7 @@ def test_a_pause_lets_the_node_in_flight_finish_and_starts_no_node(tmp_path: Pat
 
     steps["gpu.wait"].apply = paused_meanwhile
     executor = make_executor(plan, spec, cluster, journal, steps)
-    executor.paused = lambda: describe_pause_of(journal, cluster, plan.name)  # type: ignore[arg-type]
+    executor.paused = lambda: describe_pause_of(journal, cluster, plan.name)
     report = executor.run()
     assert report.outcome is RunOutcome.HALTED and report.paused
     assert report.halt_reason.startswith("paused by ana@laptop at ")

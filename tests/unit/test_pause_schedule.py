@@ -4,13 +4,25 @@ API emulator as the pod's service account."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from datetime import UTC, datetime
+
 import pytest
 
 from rollout.cli import main
 from rollout.errors import ExitCode
 from rollout.lab.apiserver import ApiServer
-from rollout.run.pause import PAUSE_ANNOTATION, read_schedule_pause
-from rollout.transports.kube import ConfigMap, KubeClient
+from rollout.run import Journal, RunId, utc_now
+from rollout.run.cluster import SecretStore
+from rollout.run.pause import (
+    PAUSE_ANNOTATION,
+    PauseMark,
+    describe_pause_of,
+    mark_schedule_paused,
+    read_schedule_pause,
+)
+from rollout.transports.errors import Conflict
+from rollout.transports.kube import ConfigMap, KubeClient, Secret
 from tests.examples import PLAN, REPO
 from tests.unit.test_schedule_incluster import pod, server
 
@@ -57,3 +69,43 @@ def test_a_paused_schedule_makes_each_scheduled_run_exit_at_once(
 def test_pause_names_a_run_or_a_schedule(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["pause", "--reason", "x"]) == ExitCode.BAD_INPUT
     assert "name a run (RUN) or a scheduled plan (--schedule PLAN)" in capsys.readouterr().err
+
+
+class FakeConfigMaps:
+    """The plan's ConfigMap, replaced under its resourceVersion like the API server does."""
+
+    def __init__(self, conflicts: int = 0) -> None:
+        self.configmap = ConfigMap(NAMESPACE, f"rollout-{PLAN_NAME}", resource_version="1")
+        self.conflicts = conflicts
+
+    def get_configmap(self, namespace: str, name: str) -> ConfigMap:
+        assert (namespace, name) == (NAMESPACE, f"rollout-{PLAN_NAME}")
+        return self.configmap
+
+    def replace_configmap(self, configmap: ConfigMap) -> ConfigMap:
+        if self.conflicts:
+            self.conflicts -= 1
+            raise Conflict("replace", f"configmap {configmap.name}", status=409)
+        self.configmap = replace(
+            configmap, resource_version=str(int(configmap.resource_version or 0) + 1)
+        )
+        return self.configmap
+
+
+def test_a_run_kept_in_the_cluster_reads_its_plans_pause() -> None:
+    """What the executor asks before each node of a scheduled run (a pause written meanwhile,
+    twice refused by a concurrent change of the ConfigMap, is written again)."""
+    kube = FakeConfigMaps(conflicts=2)
+    secret = Secret(NAMESPACE, f"rollout-{PLAN_NAME}-run")
+    journal = Journal(
+        SecretStore(kube, secret, "r1", created=False),  # type: ignore[arg-type]
+        RunId("r1"),
+        contents=None,
+        clock=utc_now,
+    )
+    assert describe_pause_of(journal, kube, PLAN_NAME) == ""
+    mark = PauseMark("ana@laptop", "vendor ticket", datetime(2026, 12, 1, 22, 0, tzinfo=UTC))
+    assert mark_schedule_paused(kube, NAMESPACE, PLAN_NAME, mark) is None
+    assert describe_pause_of(journal, kube, PLAN_NAME) == mark.describe()
+    assert mark_schedule_paused(kube, NAMESPACE, PLAN_NAME, None) == mark
+    assert describe_pause_of(journal, kube, PLAN_NAME) == ""
