@@ -186,7 +186,7 @@ def test_rollback_policy_a_failure_rolls_that_node_back_and_the_others_finish(
     for node in ("gpu-a-1", "gpu-a-3", "gpu-b-1"):
         assert report.nodes[node][0] == "succeeded"  # already in flight: they finish
     undone = [k for verb, n, k in log.calls if verb == "undo" and n == "gpu-a-2"]
-    assert undone == ["containerd.write", "drain", "cordon", "preflight"]
+    assert undone == ["containerd.write", "drain", "cordon", "gates.baseline", "preflight"]
     assert not any(n.unschedulable for n in cluster.nodes.values())
 
 
