@@ -18,6 +18,7 @@ storage/ and run/ (buildah's own, apart from the machine's /var/lib/containers).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import shutil
@@ -248,9 +249,12 @@ def _remove_old_images() -> None:
         for name in entry.get("names") or []
         if name.startswith(f"{IMAGE_REPOSITORY}:")
     ]
-    for _, reference in sorted(ours, reverse=True)[KEPT_IMAGES:]:
-        _runner().run([*_global_flags(), "rmi", reference])
-    _runner().run([*_global_flags(), "rmi", "--prune"])
+    # best effort: storage busy with another build (its lock held) must not fail this one;
+    # the next build prunes again
+    removals = [["rmi", ref] for _, ref in sorted(ours, reverse=True)[KEPT_IMAGES:]]
+    for argv in [*removals, ["rmi", "--prune"]]:
+        with contextlib.suppress(RolloutError):
+            _runner().run([*_global_flags(), *argv], timeout_s=STEP_TIMEOUT_S)
 
 
 def _digest_json(data: object) -> str:

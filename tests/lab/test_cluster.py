@@ -111,7 +111,8 @@ def test_cli_parses_up_options() -> None:
 @pytest.mark.lab
 def test_lab_json_is_the_control_plane_contract(lab: Lab) -> None:
     data = json.loads((lab.lab_dir / "lab.json").read_text())
-    assert set(data) == {"api", "device_plugin_grace_s", "nodes"}
+    assert set(data) == {"api", "device_plugin_grace_s", "nodes", "endpoints"}
+    assert data["endpoints"] == []  # the shared lab has no SSH endpoints (lab up --endpoints)
     assert data["api"]["host"] == "127.0.0.1" and isinstance(data["api"]["port"], int)
     assert data["device_plugin_grace_s"] == 300
     assert [n["containerd"] for n in data["nodes"]] == list(TEST_SERIES)

@@ -328,8 +328,8 @@ def test_an_apply_without_a_field_manager_is_refused(registry: Registry) -> None
         )
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(request, timeout=30)
+        # the body is read while the server still runs: stopping it first races the read
+        body = json.loads(refused.value.read())
     assert refused.value.code == 400
-    assert json.loads(refused.value.read())["message"] == (
-        "fieldManager is required for apply requests"
-    )
+    assert body["message"] == "fieldManager is required for apply requests"
     assert registry.list_objects(CONFIGMAPS, "default") == []
