@@ -26,7 +26,7 @@ from rollout.run.files import fsync_dir, replace_file
 from rollout.run.journal import Journal
 from rollout.run.records import format_time, parse_time
 from rollout.run.store import RunDirectory
-from rollout.transports.errors import Conflict
+from rollout.transports.errors import Conflict, NotFound
 from rollout.transports.kube import ConfigMap
 from rollout.transports.kube.objects import frozen_map
 
@@ -98,8 +98,12 @@ def plan_configmap_name(plan_name: str) -> str:
 
 
 def read_schedule_pause(kube: ConfigMapApi, namespace: str, plan_name: str) -> PauseMark | None:
-    """A scheduled plan's pause mark, or None when it is not paused."""
-    configmap = kube.get_configmap(namespace, plan_configmap_name(plan_name))
+    """A scheduled plan's pause mark, or None when it is not paused (or has no ConfigMap: a
+    run in a pod that `rollout schedule` did not make, which nobody can pause either)."""
+    try:
+        configmap = kube.get_configmap(namespace, plan_configmap_name(plan_name))
+    except NotFound:
+        return None
     text = configmap.annotations.get(PAUSE_ANNOTATION)
     where = f"configmap {namespace}/{configmap.name} annotation {PAUSE_ANNOTATION}"
     return None if text is None else PauseMark.from_json(text, where)

@@ -21,7 +21,7 @@ from rollout.run.pause import (
     mark_schedule_paused,
     read_schedule_pause,
 )
-from rollout.transports.errors import Conflict
+from rollout.transports.errors import Conflict, NotFound
 from rollout.transports.kube import ConfigMap, KubeClient, Secret
 from tests.examples import PLAN, REPO
 from tests.unit.test_schedule_incluster import pod, server
@@ -109,3 +109,11 @@ def test_a_run_kept_in_the_cluster_reads_its_plans_pause() -> None:
     assert describe_pause_of(journal, kube, PLAN_NAME) == mark.describe()
     assert mark_schedule_paused(kube, NAMESPACE, PLAN_NAME, None) == mark
     assert describe_pause_of(journal, kube, PLAN_NAME) == ""
+
+
+def test_a_plan_without_its_configmap_is_not_paused() -> None:
+    class NoConfigMaps(FakeConfigMaps):
+        def get_configmap(self, namespace: str, name: str) -> ConfigMap:
+            raise NotFound("get", f"configmap {namespace}/{name}", status=404)
+
+    assert read_schedule_pause(NoConfigMaps(), NAMESPACE, PLAN_NAME) is None
