@@ -67,8 +67,10 @@ class KillPoint:
 
 
 POINTS = {
-    # the drain is quick here (nothing to evict): the kill lands in cordon or drain
-    "cordon-drain": KillPoint("cordon"),
+    # killed once the drain has started, so the node is cordoned by this run (a kill at the
+    # cordon's start may land before the cordon reached the API: seen under CI's load); the
+    # drain is quick here (nothing to evict), so the kill lands in the drain or just after
+    "cordon-drain": KillPoint("drain"),
     "containerd-write-restart": KillPoint("containerd.write"),
     # three seconds into the ClusterPolicy change, as in the issue: the GPU Operator is
     # rolling the device plugin; another node NotReady until the resume has passed the
