@@ -71,6 +71,10 @@ STEP_GRANTS: dict[str, tuple[Grant, ...]] = {
     "systemd.restart": (),
     "containerd.verify": (),
     "gpu.wait": tuple(_grants("", "nodes", "get")),
+    # the health gates (rollout/steps/gates.py): the kernel clock and log over SSH; the node's
+    # resources, its validator pods, and a cordon when a gate fails
+    "gates.baseline": (),
+    "gates": (*_grants("", "nodes", "get patch"), *_grants("", "pods", "list")),
     "gpu.smoke": (
         *_grants("", "pods", "create get delete", SMOKE_NAMESPACE),
         *_grants("", "pods/log", "get", SMOKE_NAMESPACE),

@@ -122,9 +122,9 @@ def test_the_objects_of_a_windowed_containerd_plan() -> None:
     assert cron["startingDeadlineSeconds"] == 4 * 3600  # the window's length
     job = cron["jobTemplate"]["spec"]
     assert job["backoffLimit"] == 0
-    # the window (4 h) plus one node at its worst: preflight 60, cordon 60, drain 300,
-    # write 60, restart 60, verify 60, gpu.wait 300, smoke 300, uncordon 60
-    assert job["activeDeadlineSeconds"] == 4 * 3600 + 1260
+    # the window (4 h) plus one node at its worst: preflight 60, gates.baseline 60, cordon 60,
+    # drain 300, write 60, restart 60, verify 60, gpu.wait 300, smoke 300, gates 60, uncordon 60
+    assert job["activeDeadlineSeconds"] == 4 * 3600 + 1380
     pod = job["template"]["spec"]
     # SIGTERM lets the step in flight finish: the longest step (drain, gpu.wait, smoke: 300)
     assert pod["terminationGracePeriodSeconds"] == 300 + 30
