@@ -97,7 +97,9 @@ def test_plan_pins_every_served_node_then_changes_the_version() -> None:
     assert [[n.name for n in w.nodes] for w in plan.waves] == [["n1"], ["n2", "n3"], ["n4"]]
     for target in plan.nodes:
         acting = [s.kind for s in target.steps if s.action is not None]
-        assert acting == ["driver.pin", "driver.release", "driver.confirm", "gpu.smoke"]
+        assert acting == [
+            "gates.baseline", "driver.pin", "driver.release", "driver.confirm", "gpu.smoke", "gates"
+        ]  # fmt: skip
         assert target.driver is not None
         assert (target.driver.before, target.driver.after) == (OLD, NEW)
     (warning,) = [w for w in plan.warnings if "n5" in w]
