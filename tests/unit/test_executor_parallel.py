@@ -79,15 +79,13 @@ def watch_unavailable(cluster: FakeCluster) -> Iterator[list[int]]:
 
 def test_a_wave_runs_its_nodes_at_once_up_to_max_unavailable(tmp_path: Path) -> None:
     executor, cluster, log, _journal, _ = slow_setup(tmp_path, plan_text(max_unavailable=2))
-    started = time.monotonic()
     with watch_unavailable(cluster) as seen:
         report = executor.run()
-    took = time.monotonic() - started
     assert report.outcome is RunOutcome.SUCCEEDED
     assert max(seen) == 2  # the budget, used and never exceeded
+    # two nodes' steps ran at the same moment (counted, not timed: a timed bound fails on a
+    # loaded machine, and speed is bench/'s)
     assert SlowStep.most_running == 2
-    # two at a time: about half the time of one after another
-    assert took < 4 * len(KINDS) * STEP_S * 0.8
     for node in NODES:
         assert [k for verb, n, k in log.calls if n == node] == list(KINDS)
 
