@@ -307,11 +307,11 @@ class Policy(SpecModel):
     maintenance_window: MaintenanceWindow | None = None
     # after each wave but the last: wait, then read the done nodes' health gates again
     soak_s: Annotated[Int, Field(ge=0, le=MAX_SOAK_S)] = 0
-    notify: NotifyField = ()  # webhooks told of the run's events (rollout/notify/)
     # topology groups (rollout.topology): a group's nodes are always in the same wave
     group_by: Annotated[Str, AfterValidator(_check_label_key)] | None = None
     max_unavailable_per_group: AmountField | None = None
     ungrouped: Ungrouped = Ungrouped.ALONE
+    notify: NotifyField = ()  # webhooks told of the run's events (rollout/notify/)
 
     @model_validator(mode="after")
     def _check_group_limit(self) -> Policy:
