@@ -30,6 +30,7 @@ EVERY_RECORD: list[run.Record] = [
     run.RunFinished(run.RunOutcome.HALTED),
     run.Retried("patch node gpu-1", 1, "api 503", "503 Service Unavailable"),
     run.NodeSkipped("gpu-3", "never came back"),
+    run.Notified("oncall", "halted", "failed", 3, "503 Service Unavailable from <webhook>"),
 ]
 
 
@@ -70,6 +71,7 @@ def test_round_trip_through_the_disk(tmp_path: Path) -> None:
         journal.append(run.Retried("patch node gpu-3", 1, "api 503", "503"))
         journal.append(run.StepStarted("gpu-3", 0, "cordon", 1))
         journal.append(run.NodeSkipped("gpu-3", "never came back"))
+        journal.append(run.Notified("oncall", "node-failed", "sent", 1))
         journal.append(run.RunFinished(run.RunOutcome.FAILED))
         written = journal.entries()
         run_id = journal.run_id
