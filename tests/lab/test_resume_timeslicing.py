@@ -35,11 +35,12 @@ import pytest
 
 from rollout.lab.cluster import Lab
 from rollout.lab.simulation.gpuoperator import NOT_READY_ANNOTATION
+from rollout.operatornames import OPERATOR_NAMESPACE
 from rollout.run import list_runs, read_run
 from rollout.transports.kube import KubeClient
 from tests.examples import REPO
 from tests.lab.converged import HANDLERS, dump_of, handlers_and_config_path
-from tests.lab.labapi import apply_killed_when, wait_for
+from tests.lab.labapi import apply_killed_when, lab_kube_client, wait_for
 from tests.lab.test_cluster_shared import own_lab, ssh_check
 
 pytestmark = [pytest.mark.lab, pytest.mark.own_lab]
@@ -85,8 +86,16 @@ POINTS = {
 
 @pytest.fixture
 def lab(tmp_path: Path) -> Iterator[Lab]:
-    """A fresh lab as `rollout lab up` makes it: the first apply is the one under test."""
+    """A fresh lab as `rollout lab up` makes it, once its GPU Operator has started every
+    operand (as a user sees it before a first apply): the first apply is the one under test.
+    Under CI's load the operands can still be starting when `lab up` returns."""
     with own_lab(tmp_path / "lab", ("1.6", "1.7", "2.1", "1.7"), gpus=GPUS) as built:
+        with lab_kube_client(built) as kube:
+            wait_for(
+                lambda: all(d.ready == d.desired for d in kube.list_daemonsets(OPERATOR_NAMESPACE)),
+                240.0,
+                what="every GPU Operator DaemonSet ready on every node",
+            )
         yield built
 
 
