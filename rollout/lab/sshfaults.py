@@ -123,7 +123,8 @@ class SshFaultInjector:
         self._mtime: float | None = None
         self._settings = FaultSettings()
         self._links: dict[str, threading.Timer] = {}  # slowed node address -> its restore
-        self._links_lock = threading.Lock()
+        self._lock = threading.Lock()
+        self._refusals: dict[int, threading.Timer] = {}  # stopped sshd's node leader -> restart
         self._thread = threading.Thread(target=self._watch, name="ssh-faults", daemon=True)
 
     def start(self) -> SshFaultInjector:
@@ -133,11 +134,21 @@ class SshFaultInjector:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
-        with self._links_lock:
-            timers, self._links = self._links, {}
-        for address, timer in timers.items():
+        self._end_faults()
+
+    def _end_faults(self) -> None:
+        """End every fault still in progress at once: stopped sshds started, slowed links
+        restored. Faults switched off (or the injector stopped) leave the lab undisturbed
+        from then on, not up to `refused`/`link` seconds later."""
+        with self._lock:
+            links, self._links = self._links, {}
+            refusals, self._refusals = self._refusals, {}
+        for address, timer in links.items():
             timer.cancel()
             linkshaper.restore(address)
+        for leader, timer in refusals.items():
+            timer.cancel()
+            _in_node(leader, ["systemctl", "start", "ssh.service"])
 
     def _current(self) -> FaultSettings:
         try:
@@ -148,6 +159,8 @@ class SshFaultInjector:
             self._mtime = mtime
             self._settings = read_settings(self._lab_dir) if mtime else FaultSettings()
             self._seen.clear()
+            if not self._settings.ssh:
+                self._end_faults()
         return self._settings
 
     def _watch(self) -> None:
@@ -199,15 +212,19 @@ class SshFaultInjector:
             return
         if fault is SshFault.REFUSED:
             _in_node(leader, ["systemctl", "stop", "ssh.service"])
-            timer = threading.Timer(
-                settings.refused_s, _in_node, (leader, ["systemctl", "start", "ssh.service"])
-            )
+            timer = threading.Timer(settings.refused_s, self._end_refusal, (leader,))
+            timer.args = (leader, timer)
             timer.daemon = True
+            with self._lock:
+                running = self._refusals.pop(leader, None)
+                if running is not None:
+                    running.cancel()  # this refusal's restart replaces the earlier one's
+                self._refusals[leader] = timer
             timer.start()
         _signal(session, signal.SIGKILL)
 
     def _slow_link(self, address: str, settings: FaultSettings) -> None:
-        with self._links_lock:
+        with self._lock:
             running = self._links.pop(address, None)
             if running is not None:
                 running.cancel()
@@ -218,8 +235,15 @@ class SshFaultInjector:
             self._links[address] = timer
             timer.start()
 
+    def _end_refusal(self, leader: int, timer: threading.Timer) -> None:
+        with self._lock:
+            if self._refusals.get(leader) is not timer:
+                return  # a later refusal extended it, or _end_faults started sshd
+            del self._refusals[leader]
+        _in_node(leader, ["systemctl", "start", "ssh.service"])
+
     def _restore_link(self, address: str, timer: threading.Timer) -> None:
-        with self._links_lock:
+        with self._lock:
             if self._links.get(address) is not timer:
                 return  # a later slow-link extended it, or stop() restored it
             del self._links[address]

@@ -34,12 +34,16 @@ _BACKUP_SCRIPT = (
     'sync -- "$2.partial"; mv -f -- "$2.partial" "$2"; sync -- "$(dirname -- "$2")"; '
     'sha256sum -- "$1" "$2"'
 )
-# $1 target, $2 mode, $3 owner (both used only for a new file); content on stdin. The temp
-# file sits in the target's directory so `mv` is a rename, atomic on one filesystem.
+# $1 target, $2 mode, $3 owner (both used only for a new file), $4 the content's sha256;
+# content on stdin. The temp file sits in the target's directory so `mv` is a rename, atomic
+# on one filesystem. A transfer cut short (rollout killed mid-write: `cat` sees an early end
+# of input and exits 0) fails the sum check and replaces nothing.
 _REPLACE_SCRIPT = (
     'set -e; dir=$(dirname -- "$1"); mkdir -p -- "$dir"; '
     'tmp=$(mktemp "$dir/.rollout.XXXXXXXXXX"); trap \'rm -f -- "$tmp"\' EXIT; '
     'cat > "$tmp"; '
+    'sum=$(sha256sum < "$tmp"); [ "${sum%% *}" = "$4" ] || '
+    '{ echo "rollout-write: $1: the text arrived incomplete, nothing replaced" >&2; exit 3; }; '
     'if [ -e "$1" ]; then chmod --reference="$1" -- "$tmp"; chown --reference="$1" -- "$tmp"; '
     'else chmod "$2" -- "$tmp"; chown "$3" -- "$tmp"; fi; '
     'sync -- "$tmp"; mv -f -- "$tmp" "$1"; trap - EXIT; sync -- "$dir"; sha256sum -- "$1"'
@@ -147,6 +151,7 @@ def replace_file(runner: CommandRunner, path: str, text: str) -> str:
     An existing file keeps its mode and owner; a new one is 0644 root:root.
     """
     data = text.encode()
+    expected = hashlib.sha256(data).hexdigest()
     result = check(
         runner.run(
             [
@@ -157,13 +162,13 @@ def replace_file(runner: CommandRunner, path: str, text: str) -> str:
                 path,
                 NEW_FILE_MODE,
                 NEW_FILE_OWNER,
+                expected,
             ],
             stdin=data,
         ),
         f"write {path}",
     )
     written = parse_sha256sum(result.stdout).get(path)
-    expected = hashlib.sha256(data).hexdigest()
     if written != expected:
         raise NodeFileError(
             f"{runner.host}: {path} holds sha256 {written} after the write, not {expected}"

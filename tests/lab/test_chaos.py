@@ -194,7 +194,12 @@ def test_the_demo_plan_from_a_fresh_lab_under_chaos(
         assert main(["resume", run.run_id, "--state-dir", str(state)]) == 0
     else:
         assert code == 0, report["halt_reason"]
-    write_settings(lab.lab_dir, parse_fault_spec("off"))  # the checks below read undisturbed
+    # the checks below read undisturbed: switched off, the lab ends a refusal or a slow link
+    # still in progress (one may have hit the run's last command) within a poll
+    write_settings(lab.lab_dir, parse_fault_spec("off"))
+    for name in names:
+        node = lab.find_node(name)
+        wait_for(lambda n=node: ssh_run(lab, n, ["true"]).ok, timeout_s=30, what=f"{name}'s sshd")
 
     faults = read_fault_log(lab.lab_dir)
     assert [f for f in faults if f.where == "api"], "API requests were faulted"

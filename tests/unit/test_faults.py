@@ -232,6 +232,39 @@ def test_ssh_settings_and_sessions() -> None:
     assert asked_command("sh -c") == "sh -c" and asked_command("bashful -c x") == "bashful -c x"
 
 
+def test_faults_switched_off_end_those_in_progress(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stopped sshd is started and a slowed link restored the moment faults go off, not
+    `refused`/`link` seconds later: the chaos test's checks after `off` met a refused
+    connection (a refusal injected on the run's last command was still running)."""
+    from rollout.lab import sshfaults
+
+    done: list[str] = []
+    monkeypatch.setattr(
+        sshfaults, "_in_node", lambda leader, argv: done.append(f"{leader} {argv[1]}")
+    )
+    monkeypatch.setattr(sshfaults.linkshaper, "slow_down", lambda a, k: done.append(f"slow {a}"))
+    monkeypatch.setattr(sshfaults.linkshaper, "restore", lambda a: done.append(f"restore {a}"))
+    injector = sshfaults.SshFaultInjector(tmp_path, [])
+    on = parse_fault_spec("ssh=0.5,refused=600,link=600")
+    write_settings(tmp_path, on)
+    assert injector._current() == on
+    node = sshfaults.NodeProcesses("n1", "127.0.9.1", tmp_path / "pid")
+    session = Proc(985, 44, "sshd", "sshd: root@notty")
+    command = Proc(991, 985, "cat", "cat /etc/hostname")
+    injector._inject(node, 4242, sshfaults.SshFault.REFUSED, [], command, on)
+    injector._inject(node, 4242, sshfaults.SshFault.SLOW, [session], command, on)
+    assert done == ["4242 stop", "slow 127.0.9.1"]
+
+    write_settings(tmp_path, parse_fault_spec("off"))
+    os.utime(tmp_path / "faults.json", ns=(1, 1))  # a new mtime even on a coarse clock
+    assert not injector._current().ssh
+    assert done[2:] == ["restore 127.0.9.1", "4242 start"]
+    injector._end_faults()  # nothing left to end: no second start
+    assert len(done) == 4
+
+
 def test_this_namespace_lists_this_process() -> None:
     listed = {p.pid: p for p in node_processes(os.getpid())}
     # comm is the interpreter's, or the script's when pytest runs as `.venv/bin/pytest`

@@ -14,7 +14,7 @@ from typing import cast
 
 import pytest
 
-from rollout.commands import CommandResult
+from rollout.commands import CommandFailed, CommandResult
 from rollout.containerd import ConfigFiles, StagingFailed, parse_version
 from rollout.containerd.staging import remove_stages, stage_template
 from rollout.facts import (
@@ -467,6 +467,31 @@ def test_replace_creates_a_new_file_and_its_directories(tmp_path: Path) -> None:
     replace_file(LocalRunner(), str(target), 'server = "x"\n')
     assert target.read_text() == 'server = "x"\n'
     assert target.stat().st_mode & 0o777 == 0o644 and target.stat().st_uid == 0
+
+
+class CutShortRunner(LocalRunner):
+    """A transfer cut short: the remote side sees only the first half of stdin, then its
+    end, as when rollout is killed while sending a file (ssh closes the channel)."""
+
+    def run_argv(
+        self, argv: tuple[str, ...], stdin: bytes | None, timeout_s: float
+    ) -> CommandResult:
+        return super().run_argv(argv, stdin[: len(stdin) // 2] if stdin else stdin, timeout_s)
+
+
+@pytest.mark.parametrize("before", [b"version = 2\n# the original\n", None])
+def test_a_write_cut_short_replaces_nothing(tmp_path: Path, before: bytes | None) -> None:
+    """The CI run that found it: an apply killed mid-write left the target empty (the
+    script's `cat` took the early end of input as the whole file and moved it in place), and
+    the resume refused the node as drifted."""
+    target = tmp_path / "conf.d" / "99-nvidia.toml"
+    target.parent.mkdir()
+    if before is not None:
+        target.write_bytes(before)
+    with pytest.raises(CommandFailed, match="arrived incomplete, nothing replaced"):
+        replace_file(CutShortRunner(), str(target), "version = 2\n" + "x = 1\n" * 100)
+    assert (target.read_bytes() if target.exists() else None) == before
+    assert not [p for p in target.parent.iterdir() if p.name.startswith(".rollout.")]
 
 
 # --- transient errors reach the retry policy ----------------------------------------------
