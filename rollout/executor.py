@@ -58,11 +58,14 @@ from rollout.run import (
     RunHalted,
     RunOutcome,
     RunState,
+    SoakFinished,
+    SoakStarted,
     StepFinished,
     StepOutcome,
     StepRef,
     StepStarted,
     StepUndone,
+    format_time,
 )
 from rollout.schedule.window import span_at
 from rollout.spec import UPGRADE_FAILED_LABEL, OnFailure, Spec, parse_label
@@ -462,27 +465,38 @@ class Executor:
 
     def _soak(self, wave: int) -> str:
         """policy.soak_s after a wave: wait, then read the health gates of every node done so
-        far again (rollout/gates/soak.py); the halt reason, or "" to go on."""
+        far again (rollout/gates/soak.py); the halt reason, or "" to go on. Journalled: a
+        resumed run skips a finished soak and waits only what is left of a cut one."""
         state = self.journal.replay()
         done = [n for n in self.plan.nodes if state.node(n.name).outcome is NodeOutcome.SUCCEEDED]
         later = [n for w in self.plan.waves if w.index > wave for n in w.nodes]
         if not self.spec.policy.soak_s or not done or not later:
             return ""
+        journalled = state.soak_after(wave)
+        if journalled is not None and journalled.finished:
+            return ""  # soaked before an interruption: not again
         from rollout.gates.soak import Soak  # the kubernetes client: see _fail_node
 
         soak = Soak(self.spec.policy.soak_s, self.clock, self.sleep, self._check_run, self.say)
+        if journalled is None:
+            ends = soak.ends_from_now()
+            self.journal.append(SoakStarted(wave, format_time(ends)))
+        else:  # cut by a window, a pause, a kill: only what is left of it
+            ends = journalled.ends_at
         try:
-            soak.wait(wave, len(done))
+            soak.wait(wave, len(done), ends)
             degraded = soak.recheck(
                 done, lambda node: self._contexts.get(node.name) or self.make_context(node)
             )
         except Halt as exc:
             self._window_closed = isinstance(exc, WindowClosed)
             self._paused = isinstance(exc, Paused)
-            return str(exc)
+            left = soak.left_s(ends)
+            return f"{exc}; {left}s of the soak after wave {wave} left" if left else str(exc)
         for bad in degraded:
             self._leave_cordoned(bad.node, bad.ctx, bad.evidence)
         if not degraded:
+            self.journal.append(SoakFinished(wave))
             return ""
         names = ", ".join(bad.node.name for bad in degraded)
         return f"soak after wave {wave}: {names}: {degraded[0].evidence}"

@@ -78,6 +78,8 @@ from rollout.run.records import (
     RunOutcome,
     RunResumed,
     RunStarted,
+    SoakFinished,
+    SoakStarted,
     StepFinished,
     StepOutcome,
     StepRef,
@@ -96,6 +98,7 @@ from rollout.run.state import (
     RunPhase,
     RunState,
     StepInFlight,
+    WaveSoak,
 )
 
 __all__ = [
@@ -144,6 +147,8 @@ __all__ = [
     "RunStarted",
     "RunState",
     "RunSummary",
+    "SoakFinished",
+    "SoakStarted",
     "StepDataUnreadable",
     "StepFinished",
     "StepInFlight",
@@ -152,6 +157,7 @@ __all__ = [
     "StepStarted",
     "StepUndone",
     "Uncordoned",
+    "WaveSoak",
     "current_user",
     "default_state_dir",
     "digest_plan",

@@ -42,6 +42,8 @@ class RecordKind(enum.Enum):
     RETRIED = "retried"
     NODE_SKIPPED = "node-skipped"
     NOTIFIED = "notified"
+    SOAK_STARTED = "soak-started"
+    SOAK_FINISHED = "soak-finished"
 
 
 class StepOutcome(enum.Enum):
@@ -191,6 +193,25 @@ class Notified:
 
 
 @dataclass(frozen=True)
+class SoakStarted:
+    """policy.soak_s began after `wave` (1-based); it ends at `ends_at` (format_time, UTC),
+    the wall time of the process running rollout: a resumed run soaks only what is left."""
+
+    kind: ClassVar[RecordKind] = RecordKind.SOAK_STARTED
+    wave: int
+    ends_at: str
+
+
+@dataclass(frozen=True)
+class SoakFinished:
+    """The soak after `wave` waited its time and every node done so far passed its gates
+    again: the next wave may start, and a resumed run does not soak that wave again."""
+
+    kind: ClassVar[RecordKind] = RecordKind.SOAK_FINISHED
+    wave: int
+
+
+@dataclass(frozen=True)
 class RunHalted:
     kind: ClassVar[RecordKind] = RecordKind.RUN_HALTED
     reason: str
@@ -217,6 +238,8 @@ Record = (
     | Retried
     | NodeSkipped
     | Notified
+    | SoakStarted
+    | SoakFinished
 )
 
 RECORD_TYPES: Mapping[RecordKind, type[Record]] = {
@@ -236,6 +259,8 @@ RECORD_TYPES: Mapping[RecordKind, type[Record]] = {
         Retried,
         NodeSkipped,
         Notified,
+        SoakStarted,
+        SoakFinished,
     )
 }
 

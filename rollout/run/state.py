@@ -33,12 +33,15 @@ from rollout.run.records import (
     RunOutcome,
     RunResumed,
     RunStarted,
+    SoakFinished,
+    SoakStarted,
     StepFinished,
     StepOutcome,
     StepRef,
     StepStarted,
     StepUndone,
     Uncordoned,
+    parse_time,
 )
 
 
@@ -107,6 +110,16 @@ class NodeState:
         return any(c.index == step.index for c in self.completed)
 
 
+@dataclass(frozen=True)
+class WaveSoak:
+    """The soak after a wave (policy.soak_s), as journalled: when it ends, and whether it
+    finished (waited its time and the gates passed again)."""
+
+    wave: int
+    ends_at: datetime
+    finished: bool = False
+
+
 class RunPhase(enum.Enum):
     """Where a run stands: what `rollout status` says of it."""
 
@@ -134,6 +147,7 @@ class RunState:
     notes: tuple[str, ...] = ()
     # retries per kind (`api 503`: 4), from the journal's retried records
     retries: tuple[tuple[str, int], ...] = ()
+    soaks: tuple[WaveSoak, ...] = ()
 
     @property
     def finished(self) -> bool:
@@ -157,6 +171,10 @@ class RunState:
             if state.name == name:
                 return state
         return NodeState(name)
+
+    def soak_after(self, wave: int) -> WaveSoak | None:
+        """The soak after `wave` as journalled; None when it never started."""
+        return next((soak for soak in self.soaks if soak.wave == wave), None)
 
     def is_step_done(self, node: str, step: StepRef) -> bool:
         self._check_step_kind(node, step)
@@ -262,6 +280,7 @@ class Fold:
     last_seq: int = 0
     last_at: datetime | None = None
     retries: dict[str, int] = field(default_factory=dict)
+    soaks: dict[int, WaveSoak] = field(default_factory=dict)
 
     def apply(self, entry: Entry) -> None:
         """Add one entry; ValueError (nothing changed) if it contradicts the journal so far."""
@@ -297,6 +316,15 @@ class Fold:
                 self.retries[cause] = self.retries.get(cause, 0) + 1
             case Notified():  # an audit line: it changes no state
                 pass
+            case SoakStarted(wave=wave, ends_at=ends_at):
+                if wave in self.soaks:
+                    raise ValueError(f"a second soak-started record for wave {wave}")
+                self.soaks[wave] = WaveSoak(wave, parse_time(ends_at))
+            case SoakFinished(wave=wave):
+                started = self.soaks.get(wave)
+                if started is None:
+                    raise ValueError(f"soak-finished for wave {wave}, whose soak never started")
+                self.soaks[wave] = WaveSoak(wave, started.ends_at, finished=True)
             case RunFinished(outcome=outcome):
                 busy = [n.name for n in self.nodes.values() if n.in_flight is not None]
                 if busy:
@@ -396,6 +424,7 @@ class Fold:
             halted_reason=self.halted_reason,
             outcome=self.outcome,
             retries=tuple(sorted(self.retries.items())),
+            soaks=tuple(self.soaks[wave] for wave in sorted(self.soaks)),
             last_seq=self.last_seq,
             last_at=self.last_at,
             notes=tuple(notes),

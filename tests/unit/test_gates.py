@@ -58,7 +58,7 @@ def test_the_soak_waits_its_time_checking_the_run_between_polls() -> None:
         now[0] += timedelta(seconds=seconds)
 
     soak = Soak(12, lambda: now[0], sleep, lambda: checks.append(now[0]), lambda _: None)
-    soak.wait(1, 2)
+    soak.wait(1, 2, soak.ends_from_now())
     assert now[0] == datetime(2026, 1, 1, 0, 0, 12, tzinfo=UTC)
     assert [c.second for c in checks] == [0, 5, 10, 12]
 
@@ -72,7 +72,7 @@ def test_a_halt_during_the_soak_ends_it() -> None:
 
     soak = Soak(600, lambda: datetime(2026, 1, 1, tzinfo=UTC), lambda _: None, check, print)
     with pytest.raises(Stop):
-        soak.wait(1, 1)
+        soak.wait(1, 1, soak.ends_from_now())
 
 
 def gate_actions(spec_text: str | None = None) -> list[str | None]:

@@ -31,6 +31,8 @@ EVERY_RECORD: list[run.Record] = [
     run.Retried("patch node gpu-1", 1, "api 503", "503 Service Unavailable"),
     run.NodeSkipped("gpu-3", "never came back"),
     run.Notified("oncall", "halted", "failed", 3, "503 Service Unavailable from <webhook>"),
+    run.SoakStarted(1, "2026-11-29T23:45:00.000000Z"),
+    run.SoakFinished(1),
 ]
 
 
@@ -72,6 +74,8 @@ def test_round_trip_through_the_disk(tmp_path: Path) -> None:
         journal.append(run.StepStarted("gpu-3", 0, "cordon", 1))
         journal.append(run.NodeSkipped("gpu-3", "never came back"))
         journal.append(run.Notified("oncall", "node-failed", "sent", 1))
+        journal.append(run.SoakStarted(1, "2026-11-29T23:45:00.000000Z"))
+        journal.append(run.SoakFinished(1))
         journal.append(run.RunFinished(run.RunOutcome.FAILED))
         written = journal.entries()
         run_id = journal.run_id
