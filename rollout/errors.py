@@ -26,6 +26,24 @@ class RolloutError(Exception):
 
     exit_code: int = ExitCode.FAILED
 
+    def retry_kind(self) -> str:
+        """How a retry after this error is counted in a run's summary: `api 503`, `ssh`, ..."""
+        return type(self).__name__
+
+
+class TransientError(RolloutError):
+    """A failure that may go away by itself: a refused connection, a 5xx, throttling.
+
+    The marker of the errors worth retrying: a retry policy (rollout.retry) retries only
+    those and raises every other error at once. The layer that raises an error declares it
+    transient by deriving from this class (rollout.transports.errors does), so the retry
+    policies know no transport. Whether an *operation* is safe to repeat stays the caller's
+    decision; the marker only says the *failure* may go away by itself.
+    """
+
+    # Set once a retry policy gave up on it with `final`: an outer policy does not retry it.
+    final: bool = False
+
 
 class BadInput(RolloutError):
     """The user gave something rollout cannot use: a plan, an inventory, a facts directory."""

@@ -1,6 +1,6 @@
 """Retry policies: the one place rollout retries anything, and the only module using tenacity.
 
-A policy retries only errors declared transient (rollout.transports.errors.TransientError)
+A policy retries only errors declared transient (rollout.errors.TransientError)
 with exponential backoff and jitter, under both an attempt limit and a total deadline; every
 other error raises at once, so a typo or a 403 is reported in milliseconds, not after a minute
 of futile tries. A wait is never shorter than the server's Retry-After (an error's
@@ -28,7 +28,7 @@ from typing import ParamSpec, TypeVar
 
 import tenacity
 
-from rollout.transports.errors import TransientError
+from rollout.errors import RolloutError, TransientError
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -93,15 +93,9 @@ def retry_after_of(error: BaseException | None) -> float:
 
 def retry_kind(error: BaseException) -> str:
     """How a retry is counted in the summary: `api 503`, `api unreachable`, `ssh`, ..."""
-    status = getattr(error, "status", None)
-    name = type(error).__name__
-    if name == "KubeUnreachable":
-        return "api timeout" if "timed out" in str(error).lower() else "api unreachable"
-    if isinstance(status, int):
-        return f"api {status}"
-    if name.startswith("Ssh"):
-        return "ssh"
-    return name
+    if isinstance(error, RolloutError):
+        return error.retry_kind()
+    return type(error).__name__
 
 
 # ------------------------------------------------------------------------------ listeners

@@ -16,13 +16,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from rollout.commands import CommandRunner
-from rollout.errors import RolloutError
+from rollout.errors import RolloutError, TransientError
 from rollout.facts import ClusterFacts, NodeFacts
 from rollout.plan import NodePlan, StepPlan
 from rollout.run import Journal
 from rollout.spec import Spec
 from rollout.steps.deadline import Deadline, HaltLabelSeen, HaltWatch
-from rollout.transports.errors import TransientError
 
 if TYPE_CHECKING:
     # typing only: `rollout plan --facts` plans with the steps and never talks to a cluster,

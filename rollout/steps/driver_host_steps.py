@@ -29,7 +29,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from rollout.errors import RolloutError
+from rollout.errors import RolloutError, TransientError
 from rollout.facts import ClusterFacts, NodeFacts
 from rollout.facts.driver_host import read_driver_host
 from rollout.facts.driver_modules import unload_order
@@ -64,7 +64,6 @@ from rollout.steps.driver_node import (
 )
 from rollout.steps.driver_reboot import describe_until_reboot, reboot_node
 from rollout.steps.nodemarks import report_step
-from rollout.transports.errors import TransientError
 
 UNLOAD_STEP = "driver.unload"
 INSTALL_STEP = "driver.install"

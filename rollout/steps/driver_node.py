@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from rollout.commands import CommandResult, CommandRunner, CommandTimeout
-from rollout.errors import RolloutError
+from rollout.errors import RolloutError, TransientError
 from rollout.facts import read_fact
 from rollout.facts.driver_host import (
     DriverVersion,
@@ -31,7 +31,6 @@ from rollout.facts.driver_modules import (
 )
 from rollout.steps.deadline import Deadline
 from rollout.steps.systemd import probe_service
-from rollout.transports.errors import TransientError
 
 APT_TIMEOUT_S = 900.0
 # apt-get waits this long for another apt or dpkg (a killed run's, still finishing) to let go

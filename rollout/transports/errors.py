@@ -3,30 +3,19 @@
 This module imports none of those libraries, so the executor, the steps and the CLI can catch
 `NotFound` or `HostKeyMismatch` without importing them (the layering rule of STYLE.md).
 
-`TransientError` marks the errors worth retrying: a retry policy (rollout.retry) retries only
-those and raises every other error at once. Whether an *operation* is safe to repeat stays
-the caller's decision; the marker only says the *failure* may go away by itself.
+The errors that may go away by themselves derive from rollout.errors.TransientError, the
+marker the retry policies (rollout.retry) know; each error names its own kind of retry
+(`retry_kind`), so the policies import nothing from here.
 """
 
 from __future__ import annotations
 
-from rollout.errors import BadInput, RolloutError
+from rollout.errors import BadInput, RolloutError, TransientError
 from rollout.wholenumber import whole_number
 
 # A Status message or an unparsed body longer than this is cut: a 500 can carry a whole
 # HTML page or a stack trace, and a user needs its first lines, not a screenful.
 MAX_MESSAGE_CHARS = 500
-
-
-class TransientError(RolloutError):
-    """A failure that may go away by itself: a refused connection, a 5xx, throttling.
-
-    (The lead may move this marker to rollout.errors; it lives here for now because the
-    transports are the only places that raise transient errors.)
-    """
-
-    # Set once a retry policy gave up on it with `final`: an outer policy does not retry it.
-    final: bool = False
 
 
 def truncate_text(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
@@ -50,6 +39,9 @@ class SshError(RolloutError):
         self.hint = hint
         text = f"node {node} ({target}): {problem}"
         super().__init__(text + (f"\n  hint: {hint}" if hint else ""))
+
+    def retry_kind(self) -> str:
+        return "ssh"
 
 
 class SshConnectError(SshError, TransientError):
@@ -177,6 +169,9 @@ class KubeError(RolloutError):
         """What the user can do about it: the class's hint unless a subclass knows better."""
         return type(self).hint
 
+    def retry_kind(self) -> str:
+        return f"api {self.status}" if self.status is not None else type(self).__name__
+
 
 class KubeConfigError(KubeError, BadInput):
     """No usable kubeconfig or in-cluster configuration (bad input: exit code 2)."""
@@ -188,6 +183,9 @@ class KubeUnreachable(KubeError, TransientError):
     """The API server could not be reached: connection refused, reset or timed out."""
 
     hint = "check that the API server in the kubeconfig is up and reachable from here"
+
+    def retry_kind(self) -> str:
+        return "api timeout" if "timed out" in str(self).lower() else "api unreachable"
 
 
 class BadRequest(KubeError):

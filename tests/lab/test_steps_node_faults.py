@@ -16,13 +16,14 @@ from pathlib import Path
 import pytest
 
 from rollout.commands import CommandResult
+from rollout.errors import TransientError
 from rollout.lab.cluster import Lab
 from rollout.retry import RetryPolicy, call_with_policy
 from rollout.steps.base import StepContext, StepFailed, StepResult, StepResultKind
 from rollout.steps.containerd import ContainerdVerify, ContainerdWrite, remove_run_stages
 from rollout.steps.preflight import Preflight
 from rollout.steps.systemd import SystemdRestart, probe_service
-from rollout.transports.errors import SshConnectError, TransientError
+from rollout.transports.errors import SshConnectError
 from tests.fakes import ScriptedRunner
 from tests.lab.labapi import api_lab
 from tests.lab.test_cluster_shared import node_of_series, ssh_check, ssh_run

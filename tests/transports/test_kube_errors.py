@@ -9,7 +9,7 @@ import pytest
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from rollout.errors import ExitCode, RolloutError
+from rollout.errors import ExitCode, RolloutError, TransientError
 from rollout.transports.errors import (
     MAX_MESSAGE_CHARS,
     BadRequest,
@@ -22,7 +22,6 @@ from rollout.transports.errors import (
     NotFound,
     ServerError,
     TooManyRequests,
-    TransientError,
     Unauthorized,
 )
 from rollout.transports.kube import error_from_api_exception, translate_api_errors

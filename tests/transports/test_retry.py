@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from rollout.errors import RolloutError
+from rollout.errors import RolloutError, TransientError
 from rollout.retry import RetryPolicy, is_transient, retry_transient, transient_retries
 from rollout.transports.errors import (
     Conflict,
@@ -18,7 +18,6 @@ from rollout.transports.errors import (
     SshAuthError,
     SshConnectError,
     TooManyRequests,
-    TransientError,
 )
 
 

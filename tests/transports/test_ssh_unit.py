@@ -9,6 +9,7 @@ from pathlib import Path
 import paramiko
 import pytest
 
+from rollout.errors import TransientError
 from rollout.inventory import Host
 from rollout.transports.errors import (
     HostKeyMismatch,
@@ -18,7 +19,6 @@ from rollout.transports.errors import (
     SshError,
     SshProtocolError,
     SshResolveError,
-    TransientError,
 )
 from rollout.transports.hostkeys import HostKeyPolicy, KnownHostsBook, UnknownHostKey
 from rollout.transports.ssh import SshOptions, SshRunner

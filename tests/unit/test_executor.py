@@ -272,7 +272,7 @@ def test_halt_only_policy_does_not_roll_back(tmp_path: Path) -> None:
 
 
 def test_a_transient_error_retries_the_idempotent_step(tmp_path: Path) -> None:
-    from rollout.transports.errors import TransientError
+    from rollout.errors import TransientError
 
     plan, spec, cluster, log, journal, steps = setup(tmp_path)
     real_apply = steps["gpu.wait"].apply
