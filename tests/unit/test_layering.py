@@ -12,6 +12,7 @@ import ast
 import pkgutil
 import subprocess
 import sys
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -166,3 +167,179 @@ def test_transport_errors_and_retry_load_without_the_transport_libraries() -> No
 def test_no_helper_grab_bags() -> None:
     names = {p.stem for p in MODULES}
     assert not names & {"utils", "helpers", "common", "misc"}
+
+
+# ------------------------------------------------------------------- the package's own graph
+
+
+def module_name(path: Path) -> str:
+    """`rollout.steps.base` for rollout/steps/base.py, `rollout.steps` for its __init__.py."""
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def is_type_checking_block(node: ast.AST) -> bool:
+    test = getattr(node, "test", None) if isinstance(node, ast.If) else None
+    return isinstance(test, ast.Name | ast.Attribute) and (
+        getattr(test, "id", None) == "TYPE_CHECKING"
+        or getattr(test, "attr", None) == "TYPE_CHECKING"
+    )
+
+
+def runtime_nodes(tree: ast.AST) -> Iterator[ast.AST]:
+    """Every node of `tree` that runs at some point: all but `if TYPE_CHECKING:` bodies (their
+    `else:` runs)."""
+    for child in ast.iter_child_nodes(tree):
+        if is_type_checking_block(child):
+            assert isinstance(child, ast.If)
+            for other in child.orelse:
+                yield other
+                yield from runtime_nodes(other)
+            continue
+        yield child
+        yield from runtime_nodes(child)
+
+
+def package_imports(source: str, importer: str, known: set[str], is_package: bool) -> set[str]:
+    """The modules of the package that `importer` imports when it runs (top level or inside
+    functions, not for typing only): `from rollout.x import y` names rollout.x.y when that is
+    a module, else rollout.x."""
+    found: set[str] = set()
+    base = importer if is_package else importer.rpartition(".")[0]
+    for node in runtime_nodes(ast.parse(source, filename=importer)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                anchor = base.rsplit(".", node.level - 1)[0] if node.level > 1 else base
+                module = f"{anchor}.{node.module}" if node.module else anchor
+            else:
+                module = node.module or ""
+            for alias in node.names:
+                found.add(f"{module}.{alias.name}" if f"{module}.{alias.name}" in known else module)
+        elif isinstance(node, ast.Call) and node.args:
+            name = getattr(node.func, "attr", None) or getattr(node.func, "id", None)
+            first = node.args[0]
+            if name in DYNAMIC_IMPORTERS and isinstance(first, ast.Constant):
+                found.add(str(first.value))
+    found = {name for name in found if name in known}
+    # importing rollout.a.b.c runs rollout.a and rollout.a.b first, unless they are the
+    # importer's own packages (already running when it runs)
+    for name in list(found):
+        parts = name.split(".")
+        found.update(".".join(parts[:n]) for n in range(2, len(parts)))
+    own = {".".join(importer.split(".")[:n]) for n in range(1, importer.count(".") + 2)}
+    return found - own
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the package's modules it imports at run time, for every module of rollout."""
+    names = {module_name(path): path for path in MODULES}
+    return {
+        name: package_imports(path.read_text(), name, set(names), path.name == "__init__.py")
+        for name, path in names.items()
+    }
+
+
+def strongly_connected(graph: Mapping[str, set[str]]) -> list[set[str]]:
+    """The groups of modules that each reach all the others (Tarjan), more than one each."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[set[str]] = []
+
+    def visit(name: str) -> None:
+        index[name] = low[name] = len(index)
+        stack.append(name)
+        for target in graph.get(name, ()):
+            if target not in index:
+                visit(target)
+                low[name] = min(low[name], low[target])
+            elif target in stack:
+                low[name] = min(low[name], index[target])
+        if low[name] == index[name]:
+            group = {stack.pop()}
+            while name not in group:
+                group.add(stack.pop())
+            if len(group) > 1:
+                groups.append(group)
+
+    for name in sorted(graph):
+        if name not in index:
+            visit(name)
+    return groups
+
+
+def shortest_cycle(graph: Mapping[str, set[str]], group: set[str]) -> list[str]:
+    """A shortest a -> ... -> a through the group's first module (breadth first)."""
+    start = min(group)
+    came_from: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        following = []
+        for name in frontier:
+            for target in sorted(graph[name] & group):
+                if target == start:
+                    path = [name]
+                    while path[-1] != start:
+                        path.append(came_from[path[-1]])
+                    return [start, *reversed(path[:-1]), start]
+                if target not in came_from:
+                    came_from[target] = name
+                    following.append(target)
+        frontier = following
+    raise AssertionError(f"no cycle through {start}")
+
+
+def import_cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
+    """One cycle (a -> ... -> a) through each group of modules that import each other."""
+    return sorted(shortest_cycle(graph, group) for group in strongly_connected(graph))
+
+
+def test_no_module_imports_itself_back_through_others() -> None:
+    cycles = [" -> ".join(cycle) for cycle in import_cycles(import_graph())]
+    assert not cycles, "import circles:\n" + "\n".join(cycles)
+
+
+def test_the_retry_policies_know_no_transport() -> None:
+    """Transports declare their errors transient (rollout.errors.TransientError) and name
+    their retry kind themselves: the retry policies and the error root import none of them."""
+    graph = import_graph()
+    for module in ("rollout.retry", "rollout.errors"):
+        assert not {name for name in graph[module] if name.startswith("rollout.transports")}
+
+
+def test_a_cycle_is_found_and_named_whatever_its_length() -> None:
+    graph = {
+        "a": {"b"},
+        "b": {"c"},
+        "c": {"a", "d"},
+        "d": set(),
+        "e": {"e2"},
+        "e2": {"e"},
+        "f": {"a"},
+    }
+    assert import_cycles(graph) == [["a", "b", "c", "a"], ["e", "e2", "e"]]
+    assert import_cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_graph_sees_imports_in_functions_but_not_for_typing_only() -> None:
+    known = {"rollout.a", "rollout.b", "rollout.c", "rollout.pkg", "rollout.pkg.d"}
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from rollout.b import B\n"
+        "else:\n    import rollout.c\n"
+        "def f():\n    from rollout.pkg import d\n"
+        "import os\n"
+    )
+    assert package_imports(source, "rollout.a", known, is_package=False) == {
+        "rollout.c",
+        "rollout.pkg",
+        "rollout.pkg.d",
+    }
+    relative = "from . import a\nfrom .pkg.d import x\n"
+    assert package_imports(relative, "rollout.b", known, is_package=False) == {
+        "rollout.a",
+        "rollout.pkg",
+        "rollout.pkg.d",
+    }

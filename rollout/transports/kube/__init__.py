@@ -63,7 +63,7 @@ __all__ = [
 if TYPE_CHECKING:
     from rollout.transports.kube.apierrors import error_from_api_exception, translate_api_errors
     from rollout.transports.kube.client import KubeClient
-    from rollout.transports.kube.config import DEFAULT_KUBECONFIG, KUBECONFIG_ENV
+    from rollout.transports.kube.incluster import DEFAULT_KUBECONFIG, KUBECONFIG_ENV
 
 # The names that need the kubernetes client load it on first use: the steps and facts
 # import this package's plain objects (Pod, Node, ...), and `rollout plan --facts`, which
@@ -72,8 +72,8 @@ _LAZY = {
     "KubeClient": "rollout.transports.kube.client",
     "error_from_api_exception": "rollout.transports.kube.apierrors",
     "translate_api_errors": "rollout.transports.kube.apierrors",
-    "DEFAULT_KUBECONFIG": "rollout.transports.kube.config",
-    "KUBECONFIG_ENV": "rollout.transports.kube.config",
+    "DEFAULT_KUBECONFIG": "rollout.transports.kube.incluster",
+    "KUBECONFIG_ENV": "rollout.transports.kube.incluster",
 }
 
 

@@ -11,17 +11,17 @@ from kubernetes import config as k8s_config
 from kubernetes.config.config_exception import ConfigException
 
 from rollout.transports.errors import KubeConfigError
-
-DEFAULT_KUBECONFIG = "~/.kube/config"
-KUBECONFIG_ENV = "KUBECONFIG"
+from rollout.transports.kube.incluster import (
+    DEFAULT_KUBECONFIG,
+    KUBECONFIG_ENV,
+    in_cluster_configuration,
+    pod_service_account,
+)
 
 
 def load_kubeconfig(path: str | None = None, context: str | None = None) -> k8s.Configuration:
     """Like kubectl: `path`, else $KUBECONFIG (a ':' list), else ~/.kube/config; in a pod
     with none of them, the pod's service account."""
-    # here, not at the top: incluster.py imports this module's names
-    from rollout.transports.kube.incluster import in_cluster_configuration, pod_service_account
-
     account = pod_service_account(path, context)
     if account is not None:
         return _without_retries(in_cluster_configuration(account))

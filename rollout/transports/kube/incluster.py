@@ -19,7 +19,11 @@ from kubernetes.config.config_exception import ConfigException
 from kubernetes.config.incluster_config import InClusterConfigLoader
 
 from rollout.transports.errors import KubeConfigError
-from rollout.transports.kube.config import DEFAULT_KUBECONFIG, KUBECONFIG_ENV
+
+# Where kubectl looks for a kubeconfig when no --kubeconfig names one; kept here, beside the
+# rule that a pod with none of them uses its service account (config.py imports both).
+DEFAULT_KUBECONFIG = "~/.kube/config"
+KUBECONFIG_ENV = "KUBECONFIG"
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 HOST_ENV = "KUBERNETES_SERVICE_HOST"
