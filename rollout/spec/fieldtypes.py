@@ -13,8 +13,8 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, PlainSerializer, PlainValidator, Strict
 
-from rollout.fieldproblems import FieldProblem, describe_value
-from rollout.wholenumber import whole_number
+from rollout.inputs.fieldproblems import FieldProblem, describe_value
+from rollout.inputs.wholenumber import whole_number
 
 Str = Annotated[str, Strict()]
 Int = Annotated[int, Strict()]
@@ -63,9 +63,17 @@ def check_absolute_path(value: str) -> str:
     return value
 
 
+def check_image(value: str) -> str:
+    """A container image reference: not empty, no whitespace."""
+    if not value or any(c.isspace() for c in value):
+        raise FieldProblem(f"expected a container image reference, found {describe_value(value)}")
+    return value
+
+
 DnsLabel = Annotated[str, Strict(), AfterValidator(check_dns_label)]
 KubeName = Annotated[str, Strict(), AfterValidator(check_dns_subdomain)]
 AbsolutePath = Annotated[str, Strict(), AfterValidator(check_absolute_path)]
+ImageRef = Annotated[str, Strict(), AfterValidator(check_image)]
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,9 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, PlainSerializer, PlainValidator, model_validator
 
-from rollout.fieldproblems import FieldProblem, describe_value, did_you_mean, shorten
+from rollout.inputs.fieldproblems import FieldProblem, describe_value, did_you_mean, shorten
 from rollout.operatornames import UPGRADE_FAILED, UPGRADE_STATE_LABEL
-from rollout.spec.fieldtypes import AmountField, Bool, Int, NodeAmount, SpecModel, Str
+from rollout.spec.fieldtypes import AmountField, Bool, ImageRef, Int, NodeAmount, SpecModel, Str
 from rollout.spec.gates import GatesPolicy
 from rollout.spec.notify import NotifyField
 from rollout.spec.selector import (
@@ -149,16 +149,10 @@ class DrainPolicy(SpecModel):
     skip_label: Annotated[Str, AfterValidator(_check_label_key)] = DRAIN_SKIP_LABEL
 
 
-def _check_image(value: str) -> str:
-    if not value or any(c.isspace() for c in value):
-        raise FieldProblem(f"expected a container image reference, found {describe_value(value)}")
-    return value
-
-
 class VerifyPolicy(SpecModel):
     """How long each health gate may take before the node counts as failed."""
 
-    smoke_image: Annotated[Str, AfterValidator(_check_image)] = DEFAULT_SMOKE_IMAGE
+    smoke_image: ImageRef = DEFAULT_SMOKE_IMAGE
     smoke_timeout_s: Annotated[Int, Field(ge=1, le=MAX_VERIFY_TIMEOUT_S)] = 300
     gpu_wait_timeout_s: Annotated[Int, Field(ge=1, le=MAX_VERIFY_TIMEOUT_S)] = 300
     containerd_restart_timeout_s: Annotated[Int, Field(ge=1, le=MAX_RESTART_TIMEOUT_S)] = 60

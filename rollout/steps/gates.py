@@ -6,7 +6,10 @@ every gate of `policy.verify.gates` passes (docs/gates.md says what each reads a
 - resources: every GPU resource the node must advertise is there with allocatable equal to
   capacity (a device the plugin marked unhealthy shows as capacity > allocatable);
 - xid: no Xid in the kernel log since `gates.baseline` (rollout/gates/kernel.py);
-- validator: the GPU Operator's validator pod on the node is Ready, where one is scheduled.
+- validator: the GPU Operator's validator pod on the node is Ready, where one is scheduled;
+- dcgm (only when the plan asks): `dcgmi diag -r LEVEL -j` in a pod holding all the node's
+  GPUs passes every test (rollout/gates/dcgm.py); read by the gates step only, never in the
+  soak between waves (the node is back in service then, its GPUs may be in use).
 
 A failed gate is a `GateFailed`: the executor leaves the node cordoned (never rolled back:
 the evidence is about the node's GPUs, which a rollback does not heal), with the evidence in
@@ -22,6 +25,7 @@ from typing import ClassVar
 from rollout.commands import check
 from rollout.facts import NodeFacts
 from rollout.facts.pods import GPU_RESOURCE, SHARED_GPU_RESOURCE
+from rollout.gates.dcgm import DcgmReadingError, dcgm_command, parse_dcgm_output
 from rollout.gates.kernel import (
     BASELINE_SCRIPT,
     XID_SCRIPT,
@@ -33,7 +37,15 @@ from rollout.gates.kernel import (
 from rollout.plan import StepPlan
 from rollout.run import CordonedByRollout
 from rollout.spec import Spec
+from rollout.spec.gates import DcgmGate
 from rollout.steps.base import StepContext, StepFailed, StepResult, translate_step_errors
+from rollout.steps.gpu_smoke import (
+    read_pod_warnings,
+    run_pod_once,
+    smoke_pod_manifest,
+    smoke_pod_name,
+    tail_lines,
+)
 from rollout.steps.gpu_wait import (
     VALIDATOR_DEPLOY_LABEL,
     advertised_count,
@@ -45,11 +57,15 @@ from rollout.steps.gpu_wait import (
 )
 from rollout.steps.nodechanges import Reach, ReachingStep
 from rollout.steps.nodemarks import MarkingStep
+from rollout.steps.pods import describe_pod
 from rollout.steps.profile_changes import time_slicing_change
 from rollout.transports.kube import Node
 
 GPU_RESOURCE_PREFIX = "nvidia.com/"
 BASELINE_STEP = "gates.baseline"
+DCGM_POD_PREFIX = "rollout-dcgm"
+DCGM_CONTAINER = "dcgm"
+DCGM_LOG_LINES = 30
 
 
 class GateFailed(StepFailed):
@@ -69,6 +85,12 @@ def gate_names(spec: Spec, facts: NodeFacts) -> list[str]:
         names.append("no new Xid in the kernel log since the change began")
     if gates.validator and expected.count and wants_validator_label(facts):
         names.append("GPU Operator validator Ready")
+    if gates.dcgm is not None and expected.count:
+        names.append(
+            f"DCGM diagnostics level {gates.dcgm.level} pass on all {expected.resource} "
+            f"(dcgmi diag -r {gates.dcgm.level}, {gates.dcgm.image}; "
+            f"timeout {gates.dcgm.timeout_s}s for level {gates.dcgm.level})"
+        )
     return names
 
 
@@ -118,7 +140,7 @@ class GatesStep(ReachingStep, MarkingStep):
         return StepPlan.acting(self.kind, "health gates: " + "; ".join(names))
 
     def _apply(self, ctx: StepContext) -> StepResult:
-        problems, passed = read_gates(ctx)
+        problems, passed = read_gates(ctx, diagnostics=True)
         if problems:
             raise GateFailed(ctx.node, self.kind, problems)
         return StepResult.done("passed: " + ", ".join(passed) if passed else "no gate to read")
@@ -127,8 +149,9 @@ class GatesStep(ReachingStep, MarkingStep):
         """A check changes nothing."""
 
 
-def read_gates(ctx: StepContext) -> tuple[str, list[str]]:
+def read_gates(ctx: StepContext, *, diagnostics: bool = False) -> tuple[str, list[str]]:
     """Read every gate of the plan once: (what failed, "" when all passed; the gates passed).
+    DCGM's diagnostics run only with `diagnostics`, and only once every other gate passed.
     A node that fails one is cordoned (where it is not) for its evidence to be read."""
     gates = ctx.spec.policy.verify.gates
     node = ctx.kube.get_node(ctx.node)
@@ -143,6 +166,14 @@ def read_gates(ctx: StepContext) -> tuple[str, list[str]]:
         ready = validator_ready(validators)
         problem = None if ready else describe_validator_shortfall(validators, 0)
         _record(problem, "validator Ready", passed, failed)
+    if (
+        diagnostics
+        and gates.dcgm is not None
+        and not failed
+        and expect_gpus(ctx.spec, ctx.facts).count
+    ):
+        problem, summary = check_dcgm(ctx, node, gates.dcgm)
+        _record(problem, summary, passed, failed)
     if not failed:
         return "", passed
     cordon_for_evidence(ctx, node)
@@ -205,3 +236,42 @@ def cordon_for_evidence(ctx: StepContext, node: Node) -> None:
         return
     ctx.journal.append(CordonedByRollout(node=ctx.node))
     ctx.kube.set_unschedulable(ctx.node, True)
+
+
+def check_dcgm(ctx: StepContext, node: Node, gate: DcgmGate) -> tuple[str | None, str]:
+    """Run `dcgmi diag -r LEVEL -j` in a pod holding every GPU the node advertises: (what
+    failed, None when every test passed; the per-test results, for the journal)."""
+    level = f"dcgm level {gate.level}"
+    resource = expect_gpus(ctx.spec, ctx.facts).resource
+    gpus = advertised_count(node.allocatable, resource)
+    if not gpus:
+        return f"dcgm: the node has no allocatable {resource} to give the diagnostic's pod", ""
+    manifest = smoke_pod_manifest(
+        smoke_pod_name(ctx.node, ctx.run_id, DCGM_POD_PREFIX),
+        ctx.node,
+        ctx.run_id,
+        gate.image,
+        resource,
+        command=tuple(dcgm_command(gate.level)),
+        gpus=gpus,
+        container=DCGM_CONTAINER,
+    )
+    deadline = ctx.deadline(gate.timeout_s)
+    pod, log = run_pod_once(ctx, GatesStep.kind, manifest, deadline)
+    if pod.phase not in ("Succeeded", "Failed"):
+        warnings = read_pod_warnings(ctx, pod)
+        said = "" if isinstance(warnings, str) else "; ".join(e.describe() for e in warnings)
+        return (
+            f"dcgm: {describe_pod(pod)}: not finished after {round(deadline.elapsed_s)}s "
+            f"(level {gate.level}'s timeout {gate.timeout_s}s){'; ' + said if said else ''}",
+            "",
+        )
+    try:
+        reading = parse_dcgm_output(log or "")
+    except DcgmReadingError as exc:
+        tail = tail_lines(log or "(no log)", DCGM_LOG_LINES)
+        return f"dcgm: {describe_pod(pod)}: {exc}\n  log:\n{tail}", ""
+    if reading.failed:
+        tests = "; ".join(r.describe() for r in reading.failed)
+        return f"dcgm: {level} failed: {tests}", ""
+    return None, f"{level} ({reading.summary()})"

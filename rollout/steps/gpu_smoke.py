@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 from rollout.facts import NodeFacts
 from rollout.facts.gpu_operator import OPERATOR_RUNTIME_CLASS
 from rollout.facts.pods import GPU_RESOURCE
-from rollout.fieldproblems import shorten
+from rollout.inputs.fieldproblems import shorten
 from rollout.plan import StepPlan
 from rollout.spec import Spec
 from rollout.steps.base import StepContext, StepFailed, StepResult
@@ -103,16 +103,24 @@ def judge_smoke_log(
     return SmokeVerdict(uuids, tuple(problems), drivers)
 
 
-def smoke_pod_name(node: str, run_id: str) -> str:
-    """rollout-smoke-<node>-<6 hex of the run id>: the same on every attempt of one run."""
+def smoke_pod_name(node: str, run_id: str, prefix: str = "rollout-smoke") -> str:
+    """<prefix>-<node>-<6 hex of the run id>: the same on every attempt of one run."""
     short = hashlib.sha256(run_id.encode()).hexdigest()[:6]
-    return f"rollout-smoke-{node}-{short}"[:253]
+    return f"{prefix}-{node}-{short}"[:253]
 
 
 def smoke_pod_manifest(
-    name: str, node: str, run_id: str, image: str, resource: str = GPU_RESOURCE
+    name: str,
+    node: str,
+    run_id: str,
+    image: str,
+    resource: str = GPU_RESOURCE,
+    *,
+    command: tuple[str, ...] = ("sh", "-c", SMOKE_SCRIPT),
+    gpus: int = 1,
+    container: str = SMOKE_CONTAINER,
 ) -> dict[str, Any]:
-    """A one-GPU pod that must land on `node`, through the scheduler.
+    """A pod of `gpus` GPUs running `command` that must land on `node`, through the scheduler.
 
     Node affinity on metadata.name rather than spec.nodeName: nodeName skips the scheduler,
     so the pod would not prove the node has a free GPU to give. The node is still cordoned
@@ -150,12 +158,12 @@ def smoke_pod_manifest(
             ],
             "containers": [
                 {
-                    "name": SMOKE_CONTAINER,
+                    "name": container,
                     "image": image,
                     "imagePullPolicy": "IfNotPresent",
-                    "command": ["sh", "-c", SMOKE_SCRIPT],
+                    "command": list(command),
                     # Strings: the client validates quantities as strings.
-                    "resources": {"limits": {resource: "1"}},
+                    "resources": {"limits": {resource: str(gpus)}},
                 }
             ],
         },
@@ -186,74 +194,81 @@ class GpuSmokeStep(ReachingStep, MarkingStep):
         name = smoke_pod_name(ctx.node, ctx.run_id)
         where = f"{SMOKE_NAMESPACE}/{name}"
         deadline = ctx.deadline(verify.smoke_timeout_s)
-        # A pod left by a killed attempt of this run would make the create a Conflict.
-        self._remove_pod(ctx, name, deadline)
-        try:
-            ctx.kube.create_pod(
-                SMOKE_NAMESPACE,
-                smoke_pod_manifest(
-                    name, ctx.node, ctx.run_id, verify.smoke_image, expected.resource
-                ),
+        manifest = smoke_pod_manifest(
+            name, ctx.node, ctx.run_id, verify.smoke_image, expected.resource
+        )
+        pod, log = run_pod_once(ctx, self.kind, manifest, deadline)
+        if pod.phase != "Succeeded":
+            warnings = read_pod_warnings(ctx, pod)
+            raise StepFailed(
+                ctx.node, self.kind, describe_smoke_failure(pod, log, warnings, deadline)
             )
-            pod = self._wait_until_finished(ctx, name, deadline)
-            log = self._read_log(ctx, name)
-            if pod.phase != "Succeeded":
-                warnings = read_pod_warnings(ctx, pod)
-                raise StepFailed(
-                    ctx.node, self.kind, describe_smoke_failure(pod, log, warnings, deadline)
-                )
-            verdict = judge_smoke_log(log or "", ctx.facts.gpus.uuids, _target_driver(ctx.spec))
-            if not verdict.ok:
-                raise StepFailed(
-                    ctx.node,
-                    self.kind,
-                    f"pod {where} ran, but: "
-                    + "; ".join(verdict.problems)
-                    + f"\n  log:\n{_indent(tail_lines(log or ''))}",
-                )
-        finally:
-            try:
-                ctx.kube.delete_pod(SMOKE_NAMESPACE, name, grace_period_s=0, missing_ok=True)
-            except KubeError as exc:
-                ctx.progress(f"{ctx.node}: gpu.smoke: could not delete pod {where}: {exc}")
+        verdict = judge_smoke_log(log or "", ctx.facts.gpus.uuids, _target_driver(ctx.spec))
+        if not verdict.ok:
+            raise StepFailed(
+                ctx.node,
+                self.kind,
+                f"pod {where} ran, but: "
+                + "; ".join(verdict.problems)
+                + f"\n  log:\n{_indent(tail_lines(log or ''))}",
+            )
         checked = "" if ctx.facts.gpus.uuids else " (facts hold no UUIDs to check them against)"
         driver = f"; driver {', '.join(verdict.drivers)}" if verdict.drivers else ""
         return StepResult.done(
             f"nvidia-smi -L in pod {where} listed {', '.join(verdict.uuids)}{checked}{driver}"
         )
 
-    @staticmethod
-    def _wait_until_finished(ctx: StepContext, name: str, deadline: Deadline) -> Pod:
-        while True:
-            pod = ctx.kube.get_pod(SMOKE_NAMESPACE, name)
-            if pod.phase in ("Succeeded", "Failed") or deadline.expired:
-                return pod
-            deadline.sleep(POLL_INTERVAL_S)
-
-    @staticmethod
-    def _read_log(ctx: StepContext, name: str) -> str | None:
-        """The container's log; None where there is none to read (it never started)."""
-        try:
-            return ctx.kube.read_pod_log(SMOKE_NAMESPACE, name, SMOKE_CONTAINER)
-        except KubeError:
-            return None
-
-    @staticmethod
-    def _remove_pod(ctx: StepContext, name: str, deadline: Deadline) -> None:
-        if not ctx.kube.delete_pod(SMOKE_NAMESPACE, name, grace_period_s=0, missing_ok=True):
-            return
-        while not deadline.expired:
-            try:
-                ctx.kube.get_pod(SMOKE_NAMESPACE, name)
-            except NotFound:
-                return
-            deadline.sleep(POLL_INTERVAL_S)
-
     def undo(self, ctx: StepContext) -> None:
         """Remove the smoke pod should a killed run have left it behind."""
         ctx.kube.delete_pod(
             SMOKE_NAMESPACE, smoke_pod_name(ctx.node, ctx.run_id), grace_period_s=0, missing_ok=True
         )
+
+
+def run_pod_once(
+    ctx: StepContext, step: str, manifest: dict[str, Any], deadline: Deadline
+) -> tuple[Pod, str | None]:
+    """Run a pod of `manifest` in SMOKE_NAMESPACE until it finished or the deadline passed:
+    the pod as it ended and its container's log (None where it never started). A pod of the
+    same name left by a killed attempt goes first; the pod is deleted after, in any case."""
+    name = str(manifest["metadata"]["name"])
+    container = str(manifest["spec"]["containers"][0]["name"])
+    # A pod left by a killed attempt of this run would make the create a Conflict.
+    _remove_pod(ctx, name, deadline)
+    try:
+        ctx.kube.create_pod(SMOKE_NAMESPACE, manifest)
+        pod = _wait_until_finished(ctx, name, deadline)
+        try:
+            log: str | None = ctx.kube.read_pod_log(SMOKE_NAMESPACE, name, container)
+        except KubeError:
+            log = None
+        return pod, log
+    finally:
+        try:
+            ctx.kube.delete_pod(SMOKE_NAMESPACE, name, grace_period_s=0, missing_ok=True)
+        except KubeError as exc:
+            ctx.progress(
+                f"{ctx.node}: {step}: could not delete pod {SMOKE_NAMESPACE}/{name}: {exc}"
+            )
+
+
+def _wait_until_finished(ctx: StepContext, name: str, deadline: Deadline) -> Pod:
+    while True:
+        pod = ctx.kube.get_pod(SMOKE_NAMESPACE, name)
+        if pod.phase in ("Succeeded", "Failed") or deadline.expired:
+            return pod
+        deadline.sleep(POLL_INTERVAL_S)
+
+
+def _remove_pod(ctx: StepContext, name: str, deadline: Deadline) -> None:
+    if not ctx.kube.delete_pod(SMOKE_NAMESPACE, name, grace_period_s=0, missing_ok=True):
+        return
+    while not deadline.expired:
+        try:
+            ctx.kube.get_pod(SMOKE_NAMESPACE, name)
+        except NotFound:
+            return
+        deadline.sleep(POLL_INTERVAL_S)
 
 
 def read_pod_warnings(ctx: StepContext, pod: Pod) -> tuple[Event, ...] | str:
