@@ -18,7 +18,7 @@ from enum import Enum
 from pathlib import Path
 
 from rollout.errors import BadInput
-from rollout.fieldproblems import FieldProblem
+from rollout.inputs.fieldproblems import FieldProblem
 from rollout.spec.selector import LabelSelector, parse_label_selector
 
 _SEPARATORS = re.compile(r"[,:]")

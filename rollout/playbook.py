@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from rollout.errors import InputError, SourceLocation
+from rollout.inputs.yamlsource import SourceDocument
 from rollout.steps import step_kinds
-from rollout.yamlsource import SourceDocument
 
 
 class Phase(enum.Enum):

@@ -222,7 +222,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitCode.ABORTED
     except Exception as exc:
         from rollout.cli.render import show_controls
-        from rollout.fieldproblems import shorten
+        from rollout.inputs.fieldproblems import shorten
 
         # a bug in rollout, not bad input: say so, and where the details are
         if debug:

@@ -31,7 +31,7 @@ from rollout.errors import Aborted, BadInput, ExitCode
 from rollout.executor import Executor, RunReport
 from rollout.facts import FleetFacts
 from rollout.facts.live import gather_fleet_facts
-from rollout.inputfile import input_name, read_text
+from rollout.inputs.inputfile import input_name, read_text
 from rollout.lease import RunLease, run_identity
 from rollout.notify.progress import start_notifying
 from rollout.plan import NodePlan, Plan, plan_from_data, plan_to_data

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rollout.cli import add_command, add_listed_command
 from rollout.errors import BadInput
-from rollout.fieldproblems import shorten
+from rollout.inputs.fieldproblems import shorten
 from rollout.lab.cluster import (
     DEFAULT_ADDRESS_PREFIX,
     DEFAULT_API_PORT,

@@ -18,7 +18,7 @@ from rollout.cli.render_groups import plan_markdown, print_plan
 from rollout.errors import BadInput, ExitCode
 from rollout.facts import FleetFacts, load_recorded_facts
 from rollout.facts.progress import StreamProgress
-from rollout.inputfile import input_name, read_text
+from rollout.inputs.inputfile import input_name, read_text
 from rollout.limit import NodeLimit
 from rollout.planner import build_plan
 from rollout.playbook import load_playbooks

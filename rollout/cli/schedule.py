@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from rollout.cli import add_listed_command
 from rollout.errors import BadInput, ExitCode, RolloutError
 from rollout.executor import RunReport
-from rollout.inputfile import input_name, read_text
+from rollout.inputs.inputfile import input_name, read_text
 from rollout.playbook import load_playbooks
 from rollout.run import STATE_DIR_ENV, RunOutcome
 from rollout.run.cluster import ClusterRun, run_object_name

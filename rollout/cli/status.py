@@ -15,7 +15,7 @@ from rollout.cli import add_listed_command
 from rollout.cli.documents import DOCUMENT_FORMATS, write_document
 from rollout.cli.render import make_console, safe
 from rollout.errors import ExitCode, RolloutError
-from rollout.inputfile import read_text
+from rollout.inputs.inputfile import read_text
 from rollout.plan import Plan, plan_from_data
 from rollout.run import (
     LockHolder,

@@ -18,7 +18,7 @@ from typing import Any
 from rollout.containerd.defaults import Defaults, nearest_recorded_series, recorded_defaults
 from rollout.containerd.errors import SettingTypeError
 from rollout.containerd.version import ContainerdVersion
-from rollout.fieldproblems import shorten
+from rollout.inputs.fieldproblems import shorten
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1

@@ -13,7 +13,7 @@ from enum import Enum
 from typing import Any
 
 from rollout.containerd.errors import UnsupportedVersion, VersionUnknown
-from rollout.wholenumber import whole_number
+from rollout.inputs.wholenumber import whole_number
 
 CRI_V2 = "io.containerd.grpc.v1.cri"
 CRI_RUNTIME = "io.containerd.cri.v1.runtime"

@@ -14,6 +14,7 @@ from rollout.facts.driver_operator import (
 from rollout.facts.gpu_operator import (
     is_operand,
 )
+from rollout.inputs.wholenumber import whole_number
 from rollout.operatornames import (
     OPERATOR_NAMESPACE,
     UPGRADE_DONE,
@@ -21,7 +22,6 @@ from rollout.operatornames import (
     UPGRADE_STATE_LABEL,
 )
 from rollout.steps.profile_changes import DEVICE_PLUGIN_CONFIG_LABEL
-from rollout.wholenumber import whole_number
 
 # when k8s-operator-libs started validating the node's new driver (seconds since the epoch)
 VALIDATION_START_ANNOTATION = "nvidia.com/gpu-driver-upgrade-validation-start-time"

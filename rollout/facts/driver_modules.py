@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 
 from rollout.facts.fact import CommandFact, ProbeFailed
-from rollout.wholenumber import whole_number
+from rollout.inputs.wholenumber import whole_number
 
 PERSISTENCED = "nvidia-persistenced.service"
 FABRICMANAGER = "nvidia-fabricmanager.service"

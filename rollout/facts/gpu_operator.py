@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from rollout.inputs.wholenumber import whole_number
 from rollout.operatornames import OPERATOR_NAMESPACE
-from rollout.wholenumber import whole_number
 
 if TYPE_CHECKING:
     from rollout.facts.model import NodeFacts

@@ -56,11 +56,11 @@ from rollout.facts.recorded_files import (
     read_recorded_files,
 )
 from rollout.facts.service import ServiceState, parse_service_journal, parse_service_show
-from rollout.fieldproblems import FieldProblem, describe_value
-from rollout.inputfile import MAX_INPUT_BYTES
+from rollout.inputs.fieldproblems import FieldProblem, describe_value
+from rollout.inputs.inputfile import MAX_INPUT_BYTES
+from rollout.inputs.yamlsource import SourceDocument
 from rollout.spec.fieldtypes import Bool, KubeName, SpecModel, Str
 from rollout.transports.kube import Pod
-from rollout.yamlsource import SourceDocument
 
 NODE_FILE = "node.yaml"
 CLUSTER_FILE = "cluster.yaml"

@@ -16,9 +16,9 @@ from rollout.errors import InputError, InputErrors
 from rollout.facts.daemonsets import DaemonSetFacts
 from rollout.facts.model import ClusterFacts
 from rollout.facts.pods import parse_pod_manifest
-from rollout.fieldproblems import FieldProblem, describe_value
+from rollout.inputs.fieldproblems import FieldProblem, describe_value
+from rollout.inputs.yamlsource import SourceDocument
 from rollout.spec.fieldtypes import SpecModel, Str, check_dns_subdomain
-from rollout.yamlsource import SourceDocument
 
 
 class ClusterRecord(SpecModel):

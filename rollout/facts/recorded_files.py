@@ -4,7 +4,7 @@ Part of the recorded-facts layout (rollout.facts.recorded): only regular UTF-8 f
 most MAX_FILE_BYTES, and symlinks to such files inside the node's own `files/`, are read;
 everything else is an error naming the node and the path. A fleet is tens of thousands of
 files, so the walk works on directory entries and strings, and the common case of a file
-is read without rollout.inputfile's checks that its directory entry already answered.
+is read without rollout.inputs.inputfile's checks that its directory entry already answered.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from pathlib import Path
 from rollout.errors import InputError, InputErrors, SourceLocation
 from rollout.facts.containerd import MAX_FILE_BYTES
 from rollout.facts.model import NodeFactsError
-from rollout.fieldproblems import describe_value
-from rollout.inputfile import read_text
+from rollout.inputs.fieldproblems import describe_value
+from rollout.inputs.inputfile import read_text
 from rollout.memo import ValueTable
 
 # Control characters have no place in a node-side path; a newline in one would forge lines
@@ -31,7 +31,7 @@ def read_recorded_files(root: str | os.PathLike[str], node: str) -> dict[str, st
     """Every recorded file under `root`, as node path -> text; refuses what is not config.
 
     Only regular files (or symlinks to regular files inside `root`) of valid UTF-8 and at
-    most MAX_FILE_BYTES are read (by rollout.inputfile, as every input file); anything else
+    most MAX_FILE_BYTES are read (by rollout.inputs.inputfile, as every input file); anything else
     is an error naming the node and the path.
     """
     walk = _Walk(os.fspath(root), node)
@@ -151,7 +151,7 @@ _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW
 def read_plain_text(local: str, max_bytes: int) -> str | None:
     """The UTF-8 text of a regular file of at most max_bytes, or None for anything else.
 
-    The common case of rollout.inputfile.read_text at a quarter of its cost (a fleet is tens
+    The common case of rollout.inputs.inputfile.read_text at a quarter of its cost (a fleet is tens
     of thousands of files): None (a link, a FIFO or device, too large, not UTF-8, any error)
     leaves the file to read_text, which refuses it in its own words. Opened without following
     a link and without blocking, and checked to be a regular file before it is read.

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from rollout.facts.fact import CommandFact, ProbeFailed
-from rollout.wholenumber import whole_number
+from rollout.inputs.wholenumber import whole_number
 
 SERVICE = "containerd"
 SHOW_PROPERTIES = (

@@ -21,7 +21,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from rollout.errors import InputError, InputErrors
-from rollout.inputfile import read_text
+from rollout.inputs.inputfile import read_text
+from rollout.inputs.yamllimits import check_characters
+from rollout.inputs.yamlsource import NotYaml, SourceDocument
 from rollout.inventory.ansible import expand_host_pattern
 from rollout.inventory.ansible_ini import parse_ansible_ini
 from rollout.inventory.ansible_yaml import parse_ansible_yaml
@@ -36,8 +38,6 @@ from rollout.inventory.model import (
     InventoryFormat,
 )
 from rollout.inventory.native import parse_rollout_inventory
-from rollout.yamllimits import check_characters
-from rollout.yamlsource import NotYaml, SourceDocument
 
 __all__ = [
     "ALL_GROUP",

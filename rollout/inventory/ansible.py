@@ -15,7 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rollout.errors import InputError, InputErrors, SourceLocation
-from rollout.fieldproblems import FieldProblem, describe_value, sort_errors
+from rollout.inputs.fieldproblems import FieldProblem, describe_value, sort_errors
+from rollout.inputs.wholenumber import whole_number
 from rollout.inventory.model import (
     ALL_GROUP,
     DEFAULT_PORT,
@@ -29,7 +30,6 @@ from rollout.inventory.model import (
     check_user,
 )
 from rollout.spec.fieldtypes import check_dns_subdomain
-from rollout.wholenumber import whole_number
 
 # Ansible's connection variables and their older spellings, first match wins.
 ADDRESS_VARS = ("ansible_host", "ansible_ssh_host")

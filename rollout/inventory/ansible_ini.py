@@ -7,7 +7,7 @@ import re
 import shlex
 
 from rollout.errors import InputError, SourceLocation
-from rollout.fieldproblems import did_you_mean
+from rollout.inputs.fieldproblems import did_you_mean
 from rollout.inventory.ansible import AnsibleInventory
 from rollout.inventory.model import UNGROUPED_GROUP, Inventory, InventoryFormat
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from rollout.errors import InputError
-from rollout.fieldproblems import describe_value, did_you_mean
+from rollout.inputs.fieldproblems import describe_value, did_you_mean
+from rollout.inputs.yamlsource import SourceDocument
 from rollout.inventory.ansible import AnsibleInventory
 from rollout.inventory.model import (
     ALL_GROUP,
@@ -14,7 +15,6 @@ from rollout.inventory.model import (
     require_mapping,
     var_text,
 )
-from rollout.yamlsource import SourceDocument
 
 _GROUP_KEYS = ("hosts", "vars", "children")
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 
 from rollout.errors import InputError, InputErrors, SourceLocation
-from rollout.fieldproblems import FieldProblem, describe_value, did_you_mean
-from rollout.yamlsource import SourceDocument
+from rollout.inputs.fieldproblems import FieldProblem, describe_value, did_you_mean
+from rollout.inputs.yamlsource import SourceDocument
 
 DEFAULT_USER = "root"
 DEFAULT_PORT = 22

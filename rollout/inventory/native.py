@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field
 
 from rollout.errors import InputError, InputErrors
+from rollout.inputs.yamlsource import SourceDocument
 from rollout.inventory.model import (
     DEFAULT_PORT,
     DEFAULT_USER,
@@ -22,7 +23,6 @@ from rollout.inventory.model import (
     var_text,
 )
 from rollout.spec.fieldtypes import Bool, Int, KubeName, SpecModel, Str
-from rollout.yamlsource import SourceDocument
 
 Port = Annotated[Int, Field(ge=1, le=65535)]
 Address = Annotated[Str, AfterValidator(check_address)]

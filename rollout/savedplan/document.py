@@ -20,7 +20,7 @@ from typing import Any
 from rollout import __version__
 from rollout.errors import BadInput
 from rollout.facts import FleetFacts
-from rollout.inputfile import read_text
+from rollout.inputs.inputfile import read_text
 from rollout.plan import Plan, plan_from_data, plan_to_data, redact_plan
 from rollout.savedplan.credentials import file_digests, strip_file
 from rollout.savedplan.digests import cluster_digests, digest_text, node_digests

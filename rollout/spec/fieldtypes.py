@@ -13,8 +13,8 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, PlainSerializer, PlainValidator, Strict
 
-from rollout.fieldproblems import FieldProblem, describe_value
-from rollout.wholenumber import whole_number
+from rollout.inputs.fieldproblems import FieldProblem, describe_value
+from rollout.inputs.wholenumber import whole_number
 
 Str = Annotated[str, Strict()]
 Int = Annotated[int, Strict()]

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, model_validator
 
-from rollout.fieldproblems import FieldProblem
+from rollout.inputs.fieldproblems import FieldProblem
 from rollout.spec.fieldtypes import DnsLabel, KubeName, SpecModel, Str
 
 # A Secret's data key: letters, digits, '-', '_' and '.' (what Kubernetes accepts).

@@ -10,15 +10,21 @@ import pydantic
 from pydantic import Field, PlainValidator, PrivateAttr, model_validator
 
 from rollout.errors import InputError, InputErrors, SourceLocation
-from rollout.fieldproblems import FieldProblem, PathPart, describe_value, format_path, sort_errors
-from rollout.inputfile import MAX_INPUT_BYTES
+from rollout.inputs.fieldproblems import (
+    FieldProblem,
+    PathPart,
+    describe_value,
+    format_path,
+    sort_errors,
+)
+from rollout.inputs.inputfile import MAX_INPUT_BYTES
+from rollout.inputs.yamlsource import SourceDocument
 from rollout.spec.changes.driver import DriverUpgradeChange
 from rollout.spec.changes.entry import Change, ChangeEntry
 from rollout.spec.changes.kind import ChangeKind
 from rollout.spec.changes.registry import DEFAULT_CERTS_DIR
 from rollout.spec.fieldtypes import DnsLabel, KubeName, SpecModel, Str
 from rollout.spec.policy import Policy, SelectorField
-from rollout.yamlsource import SourceDocument
 
 API_VERSION = "rollout/v1"
 # A plan holds a few hundred values; the limit bounds alias bombs and the time to refuse one.

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, PlainSerializer, PlainValidator, model_validator
 
-from rollout.fieldproblems import FieldProblem, describe_value, did_you_mean, shorten
+from rollout.inputs.fieldproblems import FieldProblem, describe_value, did_you_mean, shorten
 from rollout.operatornames import UPGRADE_FAILED, UPGRADE_STATE_LABEL
 from rollout.spec.fieldtypes import AmountField, Bool, ImageRef, Int, NodeAmount, SpecModel, Str
 from rollout.spec.gates import GatesPolicy

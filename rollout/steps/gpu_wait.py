@@ -25,6 +25,7 @@ from rollout.facts import NodeFacts
 from rollout.facts.driver_operator import DEPLOY_LABEL_PREFIX
 from rollout.facts.gpu_operator import current_replicas, physical_gpus
 from rollout.facts.pods import GPU_RESOURCE, SHARED_GPU_RESOURCE
+from rollout.inputs.wholenumber import whole_number
 from rollout.plan import StepPlan
 from rollout.spec import Spec
 from rollout.steps.base import StepContext, StepFailed, StepResult
@@ -35,7 +36,6 @@ from rollout.steps.nodemarks import MarkingStep
 from rollout.steps.pods import describe_pod
 from rollout.steps.profile_changes import time_slicing_change
 from rollout.transports.kube import Node, Pod
-from rollout.wholenumber import whole_number
 
 VALIDATOR_SELECTOR = "app=nvidia-operator-validator"
 VALIDATOR_DEPLOY_LABEL = DEPLOY_LABEL_PREFIX + "operator-validator"

@@ -11,7 +11,7 @@ marker the retry policies (rollout.retry) know; each error names its own kind of
 from __future__ import annotations
 
 from rollout.errors import BadInput, RolloutError, TransientError
-from rollout.wholenumber import whole_number
+from rollout.inputs.wholenumber import whole_number
 
 # A Status message or an unparsed body longer than this is cut: a 500 can carry a whole
 # HTML page or a stack trace, and a user needs its first lines, not a screenful.

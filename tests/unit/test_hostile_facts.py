@@ -633,7 +633,7 @@ def test_the_fast_read_leaves_every_refusal_to_read_text(tmp_path: Path) -> None
     """read_plain_text reads what read_text reads, and None wherever read_text would refuse
     or follow a link (it then reads the file again and words why)."""
     from rollout.facts.recorded_files import read_plain_text
-    from rollout.inputfile import read_text
+    from rollout.inputs.inputfile import read_text
 
     (tmp_path / "ok.toml").write_text("version = 2\n# é\n", encoding="utf-8")
     (tmp_path / "big.toml").write_bytes(b"x" * 101)

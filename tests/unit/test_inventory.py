@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from rollout.errors import InputError, InputErrors
-from rollout.fieldproblems import FieldProblem
+from rollout.inputs.fieldproblems import FieldProblem
 from rollout.inventory import (
     Host,
     Inventory,

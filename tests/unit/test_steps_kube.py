@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from rollout.facts import GpuFacts, NodeFacts
-from rollout.fieldproblems import shorten
+from rollout.inputs.fieldproblems import shorten
 from rollout.plan import NodePlan
 from rollout.run import Journal
 from rollout.spec import Spec, parse_spec

@@ -7,10 +7,10 @@ import pytest
 from rollout.containerd.errors import VersionUnknown
 from rollout.containerd.version import ContainerdVersion
 from rollout.facts.driver_modules import parse_lsmod
-from rollout.fieldproblems import FieldProblem
+from rollout.inputs.fieldproblems import FieldProblem
+from rollout.inputs.wholenumber import whole_number
 from rollout.spec.changes.registry import check_registry_host
 from rollout.transports.errors import split_known_hosts_entry
-from rollout.wholenumber import whole_number
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rollout.errors import BadInput
-from rollout.yamlsource import _BLOCK_LINES, SourceDocument, _FastLoader, _Loader, _PlainReader
+from rollout.inputs.yamlsource import (
+    _BLOCK_LINES,
+    SourceDocument,
+    _FastLoader,
+    _Loader,
+    _PlainReader,
+)
 from tests.examples import REPO
 
 CORPUS_FILES = sorted(

@@ -8,7 +8,7 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import AfterValidator, Field, model_validator
 
-from rollout.fieldproblems import FieldProblem, describe_value
+from rollout.inputs.fieldproblems import FieldProblem, describe_value
 from rollout.spec.changes.kind import ChangeKind
 from rollout.spec.fieldtypes import SpecModel, Str
 

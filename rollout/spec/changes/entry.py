@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from rollout.fieldproblems import FieldProblem
+from rollout.inputs.fieldproblems import FieldProblem
 from rollout.spec.changes.containerd import ContainerdChange
 from rollout.spec.changes.driver import DriverUpgradeChange
 from rollout.spec.changes.kind import ChangeKind

@@ -13,10 +13,10 @@ from pydantic import AfterValidator, Field, model_validator
 
 from rollout.containerd.files import CONTAINERD_DIR
 from rollout.containerd.hosts import DEFAULT_NAMESPACE
-from rollout.fieldproblems import FieldProblem, describe_value
+from rollout.inputs.fieldproblems import FieldProblem, describe_value
+from rollout.inputs.wholenumber import whole_number
 from rollout.spec.changes.kind import ChangeKind
 from rollout.spec.fieldtypes import AbsolutePath, Bool, SpecModel, Str
-from rollout.wholenumber import whole_number
 
 DEFAULT_CERTS_DIR = f"{CONTAINERD_DIR}/certs.d"
 _HOSTNAME = re.compile(

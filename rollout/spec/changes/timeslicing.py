@@ -7,7 +7,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, Field
 
-from rollout.fieldproblems import FieldProblem, describe_value
+from rollout.inputs.fieldproblems import FieldProblem, describe_value
 from rollout.operatornames import OPERATOR_NAMESPACE
 from rollout.spec.changes.kind import ChangeKind
 from rollout.spec.fieldtypes import Bool, DnsLabel, Int, KubeName, SpecModel, Str

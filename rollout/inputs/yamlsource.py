@@ -5,7 +5,7 @@ A `SourceDocument` holds plain Python data (dicts, lists, scalars) as PyYAML's s
 builds it, plus an index from each value's path (`("changes", 1, "registry", "host")`) to
 where its key and its value start in the file. Validating the data against a pydantic model
 turns every problem pydantic finds into an `InputError` located at file:line:column, so a
-user sees all problems of a file at once, each where it is (worded by rollout.fieldproblems).
+user sees all problems of a file at once, each where it is (worded by rollout.inputs.fieldproblems).
 
 Hostile input is refused with a located message, never a traceback or a hang (the limits are
 listed in docs/input-contract.md):
@@ -41,7 +41,7 @@ import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from rollout.errors import InputError, InputErrors, SourceLocation
-from rollout.fieldproblems import (
+from rollout.inputs.fieldproblems import (
     FieldProblem,
     PathPart,
     allowed_keys,
@@ -52,8 +52,8 @@ from rollout.fieldproblems import (
     shorten,
     sort_errors,
 )
-from rollout.inputfile import MAX_INPUT_BYTES, input_name, read_text
-from rollout.yamllimits import (
+from rollout.inputs.inputfile import MAX_INPUT_BYTES, input_name, read_text
+from rollout.inputs.yamllimits import (
     MAX_DEPTH,
     MAX_VALUES,
     VALUES_HINT,
@@ -61,7 +61,7 @@ from rollout.yamllimits import (
     measure_expansion,
     too_many_values,
 )
-from rollout.yamllines import BlockReader, NotPlain
+from rollout.inputs.yamllines import BlockReader, NotPlain
 
 ValuePath = tuple[PathPart, ...]
 ModelT = TypeVar("ModelT", bound=pydantic.BaseModel)

@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from rollout.yamllimits import MAX_DEPTH
+from rollout.inputs.yamllimits import MAX_DEPTH
 
 # Distinct lines kept: a fleet's shared lines, and a document's own lines while it is read.
 LINES_KEPT = 4096
