@@ -27,8 +27,9 @@ The halt record is journalled once every node thread has returned.
 
 Journal records of concurrent nodes interleave; each record names its node and the fold
 keeps per-node state, so any interleaving folds to the same per-node state (the journal
-serialises appends). Steps that change a cluster-wide object (`CLUSTER_WIDE_STEPS`) run
-one node at a time, so the first node makes the change and the others find it made.
+serialises appends). Steps that change a cluster-wide object (their class's traits say so,
+rollout.steps.traits) run one node at a time, so the first node makes the change and the
+others find it made.
 Mandatory waits (containerd's RestartSec, device-plugin registration, the smoke pod)
 overlap across a wave's nodes because each node waits in its own thread.
 """
@@ -69,8 +70,10 @@ from rollout.run import (
 )
 from rollout.schedule.window import span_at
 from rollout.spec import UPGRADE_FAILED_LABEL, OnFailure, Spec, parse_label
+from rollout.steps import step_traits
 from rollout.steps.base import Step, StepContext, StepResult, StepResultKind
 from rollout.steps.deadline import HaltLabelSeen, HaltWatch
+from rollout.steps.traits import cluster_wide_kinds, takes_down
 from rollout.topology import group_limits
 from rollout.transports.errors import SshConnectError
 
@@ -142,10 +145,6 @@ FAILED_OUTCOMES = frozenset(
     {NodeOutcome.FAILED, NodeOutcome.ROLLED_BACK, NodeOutcome.LEFT_CORDONED}
 )
 
-# Steps that change an object shared by every node (the time-slicing ConfigMap and the
-# ClusterPolicy): one node at a time, so concurrent nodes do not race on it.
-CLUSTER_WIDE_STEPS = frozenset({"configmap.update", "driver.pin"})
-
 # Threads for the nodes of one wave: nodes taken down are bounded by max_unavailable first.
 MAX_PARALLEL = 32
 
@@ -202,11 +201,6 @@ class _Done:
     error: BaseException | None = None
 
 
-def takes_down(node: NodePlan) -> bool:
-    """Whether the node is made unavailable (cordoned) by its steps: it needs a budget slot."""
-    return node.takes_down
-
-
 @dataclass(eq=False)
 class Executor:
     """Runs a Plan against the cluster, journalling every step."""
@@ -245,6 +239,10 @@ class Executor:
         if self.max_parallel < 1:
             raise ValueError(f"max_parallel must be at least 1, got {self.max_parallel}")
         self._targets = {n.name for n in self.plan.nodes}
+        # what each step kind is, from its class (the steps given may be stand-ins)
+        self._traits = step_traits()
+        # one node at a time in these, so concurrent nodes do not race on the shared object
+        self._cluster_wide_kinds = cluster_wide_kinds(self._traits)
         self._serial = _SerialProgress(self.progress)
 
     def run(self) -> RunReport:
@@ -349,7 +347,7 @@ class Executor:
             slots = self.max_parallel - len(running)
             if slots <= 0:
                 return []
-            if not any(takes_down(n) for n in waiting[:slots]):
+            if not any(takes_down(n, self._traits) for n in waiting[:slots]):
                 return list(waiting[:slots])
             waited_s = (self.clock() - waited_since).total_seconds()
             chosen, wait = self._fit(waiting[:slots], running, waited_s)
@@ -367,7 +365,7 @@ class Executor:
         and what that one waits for ("" when none waits). Halt when none may ever start."""
         state = self.journal.replay()
         # this run's nodes down: running here, or cordoned by it and not finished (resumed)
-        held = {name for name, n in running.items() if takes_down(n)} | {
+        held = {name for name, n in running.items() if takes_down(n, self._traits)} | {
             n.name
             for n in self.plan.nodes
             if state.node(n.name).cordoned_by_rollout and state.node(n.name).outcome is None
@@ -379,7 +377,7 @@ class Executor:
         ]
         chosen: list[NodePlan] = []
         for node in candidates:
-            if takes_down(node):
+            if takes_down(node, self._traits):
                 decision = budget.decide(node.name, nodes, held, self.clock(), waited_s)
                 if decision.verdict is not Verdict.START:
                     if running or chosen:
@@ -394,7 +392,7 @@ class Executor:
     def budget(self, state: RunState) -> UnavailabilityBudget:
         """The run's unavailability budget: max_unavailable over its targets, and its first
         change of a cluster-wide object, if any (nodes settling after it are waited for)."""
-        first = state.first_acted(CLUSTER_WIDE_STEPS)
+        first = state.first_acted(self._cluster_wide_kinds)
         change = None if first is None else ClusterChange(first[1], first[0], first[2])
         return UnavailabilityBudget(
             self.plan.max_unavailable,
@@ -539,7 +537,7 @@ class Executor:
             self.journal.append(StepStarted(node.name, index, planned.kind, attempt))
             self._serial.step_started(node.name, planned.kind)
             try:
-                with self._cluster_wide if planned.kind in CLUSTER_WIDE_STEPS else _NO_LOCK:
+                with self._cluster_wide if planned.kind in self._cluster_wide_kinds else _NO_LOCK:
                     result = self._apply(planned, ctx)
             except SshConnectError as exc:  # node gone past all retries: halt, step in flight
                 self._stopping(f"{node.name}: {planned.kind}: node unreachable: {exc}")
@@ -584,7 +582,7 @@ class Executor:
                 continue
             undo = functools.partial(self.steps[completed.kind].undo, ctx)
             try:
-                with self._cluster_wide if completed.kind in CLUSTER_WIDE_STEPS else _NO_LOCK:
+                with self._cluster_wide if completed.kind in self._cluster_wide_kinds else _NO_LOCK:
                     call_with_policy(undo, self.retry, sleep=ctx.sleep)
             except RolloutError as exc:
                 # imported here: it brings the kubernetes client, which `rollout plan`

@@ -151,11 +151,6 @@ class NodePlan:
     def changes(self) -> bool:
         return any(step.changes for step in self.steps)
 
-    @property
-    def takes_down(self) -> bool:
-        """Whether the node is made unavailable (cordoned) by its steps: it needs a budget slot."""
-        return any(step.kind == "cordon" and step.changes for step in self.steps)
-
 
 @dataclass(frozen=True)
 class ClusterChange:

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from enum import Enum
 
 from rollout.plan import NodePlan, Plan, StepPlan
+from rollout.steps import step_traits
+from rollout.steps.traits import takes_down
 
 # what a node's own name reads as in the text its group shows
 NODE_PLACEHOLDER = "<node>"
@@ -284,12 +286,13 @@ class PlanSummary:
 def summarise(plan: Plan, groups: Sequence[NodeGroup]) -> PlanSummary:
     """The summary of a plan whose nodes are in `groups` (group_nodes)."""
     number_of = {name: g.number for g in groups for name in g.names}
+    traits = step_traits()
     waves = []
     for wave in plan.waves:
         counts: dict[int, int] = {}
         for node in wave.nodes:
             counts[number_of[node.name]] = counts.get(number_of[node.name], 0) + 1
-        down = [n for n in wave.nodes if n.takes_down]
+        down = [n for n in wave.nodes if takes_down(n, traits)]
         largest = sorted((n.gpus for n in down), reverse=True)[: plan.max_unavailable]
         waves.append(
             WaveLoad(

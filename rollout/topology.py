@@ -22,6 +22,8 @@ from rollout.errors import BadInput
 from rollout.plan import NodePlan, Plan, TopologyGroup, Wave
 from rollout.spec import Spec
 from rollout.spec.policy import Policy, Ungrouped
+from rollout.steps import step_traits
+from rollout.steps.traits import takes_down
 
 # Change kinds (playbooks) whose nodes of one group must be changed together
 CHANGED_TOGETHER = frozenset({"driver-upgrade", "driver-operator"})
@@ -113,8 +115,9 @@ def check_changed_together(
     together = sorted(CHANGED_TOGETHER.intersection(kinds))
     if spec.policy.group_by is None or not together:
         return
+    traits = step_traits()
     for wave in waves:
-        down = {node.name for node in wave.nodes if node.takes_down}
+        down = {node.name for node in wave.nodes if takes_down(node, traits)}
         for group in wave.groups:
             size = sum(1 for name in group.nodes if name in down)
             limits = [("max_unavailable", max_unavailable)]

@@ -13,13 +13,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rollout.executor import CLUSTER_WIDE_STEPS, NodeRefused
+from rollout.executor import NodeRefused
 from rollout.facts import ClusterFacts, NodeFacts
 from rollout.facts.live import gather_fleet_facts
 from rollout.plan import NodePlan
 from rollout.savedplan.credentials import CredentialsNotCarried, carry_over
 from rollout.savedplan.digests import cluster_digests, compare_digests, node_digests
 from rollout.savedplan.document import JOURNAL_KEY
+from rollout.steps import step_traits
+from rollout.steps.traits import cluster_wide_kinds
 
 if TYPE_CHECKING:
     from rollout.commands import CommandRunner
@@ -100,7 +102,7 @@ def admit_node(
     state = journal.replay()
     mine = state.node(node.name)
     started = bool(mine.completed) or mine.in_flight is not None or mine.outcome is not None
-    cluster_changed = state.first_acted(CLUSTER_WIDE_STEPS) is not None
+    cluster_changed = state.first_acted(cluster_wide_kinds(step_traits())) is not None
     admitted = gate.admit(
         node, facts, fresh.cluster, started=started, cluster_changed=cluster_changed
     )

@@ -5,14 +5,14 @@ The nodes of a wave run concurrently, as many at once as max_unavailable allows 
 nodes already unavailable), and a wave starts when the one before has finished
 (rollout/executor.py): a wave lasts as long as its nodes take on that many slots, started in
 plan order, and the rollout the sum of its waves. A node's estimate is the sum of its acting
-steps:
-`expected` from each step's mandatory waits and typical work (STEP_EXPECTED_S), `worst` from
-the step's timeout in the plan's policy. Once a run of the same plan has finished nodes,
-their measured durations replace the expected figure (their mean, for every node still to
-do). Windows are filled the same way: a node starts in a window only when its expected
-duration still fits before the window closes, else the window's work ends there and the
-node opens the next window; the first node of a window always starts (the executor cannot
-know better), and one that is longer than any window is named.
+steps: `expected` from each step's mandatory waits and typical work, `worst` from the step's
+timeout in the plan's policy (both declared by the step's class, rollout.steps.traits). Once
+a run of the same plan has finished nodes, their measured durations replace the expected
+figure (their mean, for every node still to do). Windows are filled the same way: a node
+starts in a window only when its expected duration still fits before the window closes, else
+the window's work ends there and the node opens the next window; the first node of a window
+always starts (the executor cannot know better), and one that is longer than any window is
+named.
 """
 
 from __future__ import annotations
@@ -39,58 +39,17 @@ from rollout.run import (
 from rollout.run.cluster import SecretApi, find_run
 from rollout.schedule.window import nominal_length_s, spans_from
 from rollout.spec import Policy, Spec
-from rollout.spec.changes.driver import DEFAULT_OPERATOR_UPGRADE_TIMEOUT_S
+from rollout.steps import step_traits
+from rollout.steps.traits import REQUEST_BOUND_S, StepTraits
 
-# The typical time of each acting step on a healthy node: its mandatory waits (containerd's
-# restart waits for systemd's new MainPID and ActiveState; the device plugin re-registers and
-# the kubelet advertises the GPUs again; the smoke pod is scheduled, pulls and runs) plus the
-# round trips. Drain waits for the node's pods to leave: their grace period, 30 s by default.
-STEP_EXPECTED_S: dict[str, float] = {
-    "preflight": 2.0,
-    "cordon": 1.0,
-    "drain": 30.0,
-    "containerd.write": 3.0,
-    "systemd.restart": 5.0,
-    "containerd.verify": 2.0,
-    "gpu.wait": 15.0,
-    "gpu.smoke": 20.0,
-    "uncordon": 1.0,
-    "configmap.update": 1.0,
-    "node.label": 1.0,
-    "deviceplugin.restart": 15.0,
-    "driver.pause": 30.0,
-    "driver.unload": 5.0,
-    "driver.install": 120.0,
-    "driver.reload": 5.0,
-    "driver.verify": 2.0,
-    "driver.resume": 30.0,
-    # the operator's own upgrade of the node: drain, driver pod restart, validation
-    "driver.pin": 2.0,
-    "driver.release": 300.0,
-    "driver.confirm": 5.0,
-    # the health gates: a read of the kernel clock, then the node, its log and its validator
-    "gates.baseline": 1.0,
-    "gates": 2.0,
-}
-# A step without a policy timeout: the request timeouts and retries bound it.
-DEFAULT_STEP_WORST_S = 60.0
-# drain.timeout_s 0 waits without limit: count a day, the longest timeout the plan accepts.
-UNBOUNDED_DRAIN_S = 86_400.0
+# A kind no step class declares (a plan saved by another version): counted at a step's
+# worst duration without a timeout of its own.
+UNKNOWN_STEP_S = REQUEST_BOUND_S
 
 
-def step_worst_s(kind: str, policy: Policy) -> float:
+def step_worst_s(traits: StepTraits, policy: Policy) -> float:
     """The longest a step may take before it fails: its timeout in the plan's policy."""
-    verify = policy.verify
-    timeouts: dict[str, float] = {
-        "drain": float(policy.drain.timeout_s or UNBOUNDED_DRAIN_S),
-        "systemd.restart": float(verify.containerd_restart_timeout_s),
-        "gpu.wait": float(verify.gpu_wait_timeout_s),
-        "gpu.smoke": float(verify.smoke_timeout_s),
-        "deviceplugin.restart": float(verify.gpu_wait_timeout_s),
-        "driver.install": 1800.0,
-        "driver.release": float(DEFAULT_OPERATOR_UPGRADE_TIMEOUT_S),
-    }
-    return max(timeouts.get(kind, DEFAULT_STEP_WORST_S), STEP_EXPECTED_S.get(kind, 0.0))
+    return max(traits.worst_s(policy), traits.expected_s)
 
 
 @dataclass(frozen=True)
@@ -174,7 +133,7 @@ class Forecast:
 
 def node_estimate(node: NodePlan, policy: Policy) -> tuple[float, float]:
     """(expected, worst) seconds for the node's acting steps; (0, 0) when nothing changes."""
-    return estimate_steps(acting_kinds(node), policy)
+    return estimate_steps(acting_kinds(node), policy, step_traits())
 
 
 def acting_kinds(node: NodePlan) -> tuple[str, ...]:
@@ -182,10 +141,15 @@ def acting_kinds(node: NodePlan) -> tuple[str, ...]:
     return tuple(step.kind for step in node.steps if step.changes)
 
 
-def estimate_steps(acting: tuple[str, ...], policy: Policy) -> tuple[float, float]:
-    """(expected, worst) seconds for steps of these kinds."""
-    expected = sum(STEP_EXPECTED_S.get(kind, DEFAULT_STEP_WORST_S) for kind in acting)
-    worst = sum(step_worst_s(kind, policy) for kind in acting)
+def estimate_steps(
+    acting: tuple[str, ...], policy: Policy, traits: Mapping[str, StepTraits]
+) -> tuple[float, float]:
+    """(expected, worst) seconds for steps of these kinds, by their `traits`."""
+    expected = worst = 0.0
+    for kind in acting:
+        declared = traits.get(kind)
+        expected += UNKNOWN_STEP_S if declared is None else declared.expected_s
+        worst += UNKNOWN_STEP_S if declared is None else step_worst_s(declared, policy)
     return expected, worst
 
 
@@ -202,13 +166,14 @@ def forecast_plan(
     parallel = max(1, plan.max_unavailable - len(plan.already_unavailable))
     waves: list[list[NodeForecast]] = []
     estimates: dict[tuple[str, ...], tuple[float, float]] = {}  # a fleet repeats its steps
+    traits = step_traits()
     for wave in plan.waves:
         nodes = []
         for node in wave.nodes:
             acting = acting_kinds(node)
             estimate = estimates.get(acting)
             if estimate is None:
-                estimate = estimates[acting] = estimate_steps(acting, policy)
+                estimate = estimates[acting] = estimate_steps(acting, policy, traits)
             expected, worst = estimate
             if typical is not None and worst > 0:
                 nodes.append(

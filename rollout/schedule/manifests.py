@@ -22,15 +22,16 @@ from rollout.inventory import Inventory
 from rollout.playbook import Playbook
 from rollout.schedule.forecast import step_worst_s
 from rollout.schedule.permissions import (
-    SSH_STEPS,
     needs_ssh,
     schedule_grants,
     split_by_namespace,
+    ssh_step_kinds,
     step_kinds_of,
     to_rules,
 )
 from rollout.schedule.window import nominal_length_s, to_cron
 from rollout.spec import Spec
+from rollout.steps import step_traits
 from rollout.transports.kube.objects import LABEL_INSTANCE, LABEL_NAME
 
 PLAN_DIR = "/etc/rollout/plan"
@@ -98,7 +99,7 @@ def build_schedule(
     check_image(options.image)
     ssh = needs_ssh(spec, playbooks)
     if ssh and inventory is None:
-        kinds = [k for k in step_kinds_of(spec, playbooks) if k in SSH_STEPS]
+        kinds = ssh_step_kinds(spec, playbooks)
         steps = f" and its steps ({', '.join(kinds)})" if kinds else ""
         raise BadInput(
             f"the run reaches the nodes over SSH (its facts{steps}): pass --inventory FILE;"
@@ -204,8 +205,9 @@ def check_cron(cron: str) -> str:
 
 def node_worst_s(spec: Spec, playbooks: Mapping[str, Playbook]) -> int:
     """The longest one node may take: every step of the plan acting, each to its timeout."""
+    traits = step_traits()
     kinds = step_kinds_of(spec, playbooks)
-    return round(sum(step_worst_s(kind, spec.policy) for kind in kinds))
+    return round(sum(step_worst_s(traits[kind], spec.policy) for kind in kinds))
 
 
 def active_deadline_s(
@@ -225,8 +227,9 @@ def termination_grace_s(spec: Spec, playbooks: Mapping[str, Playbook]) -> int:
     """How long a stopped pod (deleted, or past activeDeadlineSeconds) has before SIGKILL:
     on SIGTERM the run lets each node's step in flight finish, so the longest step, and 30 s
     to journal and release the Lease."""
+    traits = step_traits()
     kinds = step_kinds_of(spec, playbooks)
-    return round(max((step_worst_s(kind, spec.policy) for kind in kinds), default=0)) + 30
+    return round(max((step_worst_s(traits[k], spec.policy) for k in kinds), default=0)) + 30
 
 
 def starting_deadline_s(spec: Spec) -> int:

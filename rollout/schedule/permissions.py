@@ -1,137 +1,43 @@
 """The API permissions a plan's run needs, derived from its steps.
 
-docs/permissions.md lists every request rollout makes and the code that makes it; this table
-is that list, split by who needs it: every run (fact gathering, the Lease, node marks and
-halt checks) and each step kind. A plan's role is the union over the steps its playbooks
-give it, so a time-slicing plan cannot evict pods and a containerd plan cannot write
-ConfigMaps. tests/unit/test_schedule_permissions.py keeps the union within the audited
-manifest (rollout/lab/data/rbac.yaml) and the per-kind lists in docs equal to this table.
+docs/permissions.md lists every request rollout makes and the code that makes it; this module
+and the step classes are that list, split by who needs it: every run (fact gathering, the
+Lease, node marks and halt checks) here, and each step kind in its class's `traits`
+(rollout.steps.traits). A plan's role is the union over the steps its playbooks give it,
+so a time-slicing plan cannot evict pods and a containerd plan cannot write ConfigMaps.
+tests/unit/test_schedule.py keeps the union within the audited manifest
+(rollout/lab/data/rbac.yaml) and the per-kind lists in docs equal to the code.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 
 from rollout.lease import LEASE_NAME, LEASE_NAMESPACE
 from rollout.planner import change_kinds
 from rollout.playbook import Playbook, compose_steps
 from rollout.run.cluster import run_object_name
 from rollout.spec import Spec, TimeSlicingChange
-from rollout.steps.gpu_smoke import SMOKE_NAMESPACE
+from rollout.steps import step_traits
 from rollout.steps.nodemarks import EVENT_NAMESPACE
+from rollout.steps.traits import Grant, grants_of
 
-
-@dataclass(frozen=True, order=True)
-class Grant:
-    """One verb on one resource; namespace None is cluster scope or every namespace."""
-
-    group: str
-    resource: str
-    verb: str
-    namespace: str | None = None
-    name: str | None = None  # a resourceNames restriction
-
-    def describe(self) -> str:
-        group = f" ({self.group})" if self.group else ""
-        where = f" in {self.namespace}" if self.namespace else ""
-        named = f" named {self.name}" if self.name else ""
-        return f"{self.verb} {self.resource}{group}{named}{where}"
-
-
-def _grants(group: str, resource: str, verbs: str, namespace: str | None = None) -> list[Grant]:
-    return [Grant(group, resource, verb, namespace) for verb in verbs.split()]
+__all__ = ["Grant"]  # declared with the steps (rollout.steps.traits); the tests import it here
 
 
 # Every apply or resume: facts (facts/live.py: each node, its pods, the ClusterPolicy, the
 # budgets), the halt-label and budget checks before each node (executor.py), the run and
 # left-cordoned marks with their Events (steps/nodemarks.py), and the Lease (lease.py).
 RUN_GRANTS: tuple[Grant, ...] = (
-    *_grants("", "nodes", "get list patch"),
-    *_grants("", "pods", "list"),
-    *_grants("nvidia.com", "clusterpolicies", "list"),
-    *_grants("policy", "poddisruptionbudgets", "list"),
-    *_grants("", "events", "create", EVENT_NAMESPACE),
+    *grants_of("", "nodes", "get list patch"),
+    *grants_of("", "pods", "list"),
+    *grants_of("nvidia.com", "clusterpolicies", "list"),
+    *grants_of("policy", "poddisruptionbudgets", "list"),
+    *grants_of("", "events", "create", EVENT_NAMESPACE),
     Grant("coordination.k8s.io", "leases", "get", LEASE_NAMESPACE, LEASE_NAME),
     Grant("coordination.k8s.io", "leases", "update", LEASE_NAMESPACE, LEASE_NAME),
     # create cannot be limited to a name: the name is not known before the object exists
     Grant("coordination.k8s.io", "leases", "create", LEASE_NAMESPACE),
-)
-
-# Per step kind, beyond RUN_GRANTS. Steps that work over SSH only need nothing here.
-STEP_GRANTS: dict[str, tuple[Grant, ...]] = {
-    "preflight": tuple(_grants("", "nodes", "get")),
-    "cordon": tuple(_grants("", "nodes", "get patch")),
-    "uncordon": tuple(_grants("", "nodes", "get patch")),
-    "drain": (
-        *_grants("", "pods", "list get"),
-        *_grants("", "pods/eviction", "create"),
-    ),
-    "containerd.write": (),
-    "systemd.restart": (),
-    "containerd.verify": (),
-    "gpu.wait": tuple(_grants("", "nodes", "get")),
-    # the health gates (rollout/steps/gates.py): the kernel clock and log over SSH; the node's
-    # resources, its validator pods, and a cordon when a gate fails
-    "gates.baseline": (),
-    "gates": (*_grants("", "nodes", "get patch"), *_grants("", "pods", "list")),
-    "gpu.smoke": (
-        *_grants("", "pods", "create get delete", SMOKE_NAMESPACE),
-        *_grants("", "pods/log", "get", SMOKE_NAMESPACE),
-        # a failed smoke pod's Warning events, quoted in the failure
-        *_grants("", "events", "list", SMOKE_NAMESPACE),
-    ),
-    # the ConfigMap's own namespace is added per change (configmap_grants)
-    "configmap.update": (
-        *_grants("nvidia.com", "clusterpolicies", "list patch"),
-        *_grants("", "nodes", "get"),
-    ),
-    "node.label": tuple(_grants("", "nodes", "get patch")),
-    # the device-plugin pod lives in the operator's namespace, whichever that is
-    "deviceplugin.restart": tuple(_grants("", "pods", "list delete")),
-    # host-mode driver upgrades (rollout/steps/driver_*.py): the operands leave and come back
-    # through their nvidia.com/gpu.deploy.* node labels; the packages and modules change over
-    # SSH; a reboot is waited for through the node's Ready condition
-    "driver.pause": (*_grants("", "nodes", "get patch"), *_grants("", "pods", "list")),
-    "driver.unload": tuple(_grants("", "nodes", "get")),
-    "driver.install": tuple(_grants("", "nodes", "get")),
-    "driver.reload": tuple(_grants("", "nodes", "get")),
-    "driver.verify": (),
-    "driver.resume": (*_grants("", "nodes", "get patch"), *_grants("", "pods", "list")),
-    # operator-mode driver upgrades (rollout/steps/driver_operator.py): the skip label on
-    # every node the driver DaemonSet serves, the ClusterPolicy (its upgradePolicy), the driver
-    # pods (in the operator's namespace, whichever that is) and their logs on a failure; the
-    # version it patches is the plan's (driver_version_grants)
-    "driver.pin": (
-        *_grants("", "nodes", "get list patch"),
-        *_grants("", "pods", "list"),
-        *_grants("nvidia.com", "clusterpolicies", "list"),
-    ),
-    "driver.release": (
-        *_grants("", "nodes", "get list patch"),
-        *_grants("", "pods", "list"),
-        *_grants("", "pods/log", "get"),
-    ),
-    "driver.confirm": (
-        *_grants("", "nodes", "get"),
-        *_grants("", "pods", "list"),
-        *_grants("", "pods/log", "get"),
-        *_grants("nvidia.com", "clusterpolicies", "list"),
-    ),
-}
-
-# Steps that reach the node over SSH, and so need the inventory and the SSH Secret.
-SSH_STEPS = frozenset(
-    {
-        "preflight",
-        "containerd.write",
-        "systemd.restart",
-        "containerd.verify",
-        "driver.unload",
-        "driver.install",
-        "driver.reload",
-        "driver.verify",
-    }
 )
 
 
@@ -139,21 +45,21 @@ def configmap_grants(spec: Spec) -> list[Grant]:
     """The time-slicing ConfigMaps: read for facts, created or replaced by configmap.update."""
     grants: list[Grant] = []
     for change in spec.changes_of(TimeSlicingChange):
-        grants += _grants("", "configmaps", "get create update", change.configmap.namespace)
+        grants += grants_of("", "configmaps", "get create update", change.configmap.namespace)
         # configmap.update waits for the operator's DaemonSets to roll out after its write
-        grants += _grants("apps", "daemonsets", "list", change.configmap.namespace)
+        grants += grants_of("apps", "daemonsets", "list", change.configmap.namespace)
     return grants
 
 
-def driver_version_grants(spec: Spec, kinds: tuple[str, ...]) -> list[Grant]:
+def driver_version_grants(spec: Spec, kinds: tuple[str, ...]) -> tuple[Grant, ...]:
     """Where driver.pin (steps/driver_operator.py) writes the version: the ClusterPolicy, or
     the NVIDIADriver the change names (also listed for facts, facts/driver_operator_live.py)."""
     change = spec.driver_upgrade
     if "driver.pin" not in kinds or change is None:
-        return []
+        return ()
     if change.nvidiadriver is None:
-        return _grants("nvidia.com", "clusterpolicies", "patch")
-    return _grants("nvidia.com", "nvidiadrivers", "get list patch")
+        return grants_of("nvidia.com", "clusterpolicies", "patch")
+    return grants_of("nvidia.com", "nvidiadrivers", "get list patch")
 
 
 def step_kinds_of(spec: Spec, playbooks: Mapping[str, Playbook]) -> tuple[str, ...]:
@@ -165,15 +71,15 @@ def step_kinds_of(spec: Spec, playbooks: Mapping[str, Playbook]) -> tuple[str, .
 def grants_for(spec: Spec, playbooks: Mapping[str, Playbook]) -> tuple[Grant, ...]:
     """Exactly what a run of `spec` asks of the API, sorted, without repeats."""
     kinds = step_kinds_of(spec, playbooks)
-    unknown = [kind for kind in kinds if kind not in STEP_GRANTS]
+    traits = step_traits()
+    unknown = [kind for kind in kinds if kind not in traits]
     if unknown:
-        # a new step kind must say what it asks of the API before it can be scheduled
-        raise KeyError(f"no permissions listed for step kind(s) {', '.join(unknown)}")
+        raise KeyError(f"no step class declares what step kind(s) {', '.join(unknown)} ask")
     grants: set[Grant] = (
         set(RUN_GRANTS) | set(configmap_grants(spec)) | set(driver_version_grants(spec, kinds))
     )
     for kind in kinds:
-        grants |= set(STEP_GRANTS[kind])
+        grants |= set(traits[kind].grants)
     # a namespaced grant that a cluster-wide one already covers adds nothing
     wide = {(g.group, g.resource, g.verb) for g in grants if g.namespace is None and not g.name}
     grants = {g for g in grants if g.namespace is None or (g.group, g.resource, g.verb) not in wide}
@@ -217,7 +123,13 @@ FACTS_OVER_SSH = True
 
 def needs_ssh(spec: Spec, playbooks: Mapping[str, Playbook]) -> bool:
     """True when the run reaches nodes over SSH: for its facts, or in some step."""
-    return FACTS_OVER_SSH or any(kind in SSH_STEPS for kind in step_kinds_of(spec, playbooks))
+    return FACTS_OVER_SSH or bool(ssh_step_kinds(spec, playbooks))
+
+
+def ssh_step_kinds(spec: Spec, playbooks: Mapping[str, Playbook]) -> tuple[str, ...]:
+    """The plan's step kinds that reach the node over SSH, in playbook order."""
+    traits = step_traits()
+    return tuple(kind for kind in step_kinds_of(spec, playbooks) if traits[kind].uses_ssh)
 
 
 def to_rules(grants: Iterable[Grant]) -> list[dict[str, object]]:

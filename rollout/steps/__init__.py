@@ -2,7 +2,8 @@
 the GPU checks, drivers.
 
 The step classes are the one list of step kinds: playbooks are checked against it, the
-planner asks each step for its plan, the executor runs the ones that can be applied.
+planner asks each step for its plan, the executor runs the ones that can be applied, and
+what is true of each kind (rollout.steps.traits) is read from its class.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from types import ModuleType
 from typing import cast
 
 from rollout.steps.base import Step, StepPlanner
+from rollout.steps.traits import StepTraits
 
 
 def step_planners() -> dict[str, StepPlanner]:
@@ -45,6 +47,11 @@ def builtin_steps() -> dict[str, Step]:
         for kind, step in step_planners().items()
         if callable(getattr(step, "apply", None)) and callable(getattr(step, "undo", None))
     }
+
+
+def step_traits() -> dict[str, StepTraits]:
+    """What is true of each step kind rollout can apply (its class's `traits`), by kind."""
+    return {kind: step.traits for kind, step in builtin_steps().items()}
 
 
 def step_kinds() -> frozenset[str]:

@@ -22,6 +22,7 @@ from rollout.plan import NodePlan, StepPlan
 from rollout.run import Journal
 from rollout.spec import Spec
 from rollout.steps.deadline import Deadline, HaltLabelSeen, HaltWatch
+from rollout.steps.traits import StepTraits
 
 if TYPE_CHECKING:
     # typing only: `rollout plan --facts` plans with the steps and never talks to a cluster,
@@ -119,7 +120,10 @@ class StepPlanner(Protocol):
 
 
 class Step(StepPlanner, Protocol):
-    """A step kind rollout can run: `plan`, `apply` (idempotent, verified), `undo` (idempotent)."""
+    """A step kind rollout can run: `plan`, `apply` (idempotent, verified), `undo` (idempotent),
+    and what is true of it whatever the node (`traits`, read through the step registry)."""
+
+    traits: ClassVar[StepTraits]
 
     def apply(self, ctx: StepContext) -> StepResult: ...
 

@@ -65,6 +65,7 @@ from rollout.steps.systemd import (
     read_node_clock,
     written_at_of,
 )
+from rollout.steps.traits import StepTraits, bounded_by_requests
 
 DIFF_LINES = 12
 
@@ -188,6 +189,14 @@ class ContainerdWrite:
     """Write the planned containerd files, after a drift check, a prediction and backups."""
 
     kind: ClassVar[str] = WRITE_STEP
+    traits: ClassVar[StepTraits] = StepTraits(
+        cluster_wide=False,
+        takes_down=False,
+        uses_ssh=True,
+        grants=(),
+        expected_s=3.0,
+        worst_s=bounded_by_requests,
+    )
 
     def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
         changes = node_changes(facts, cluster, spec).containerd
@@ -338,6 +347,14 @@ class ContainerdVerify(ContainerdFileStep):
     """After the restart: the real dump is the predicted one and every handler is still there."""
 
     kind: ClassVar[str] = "containerd.verify"
+    traits: ClassVar[StepTraits] = StepTraits(
+        cluster_wide=False,
+        takes_down=False,
+        uses_ssh=True,
+        grants=(),
+        expected_s=2.0,
+        worst_s=bounded_by_requests,
+    )
     action: ClassVar[str] = "containerd config dump == predicted"
 
     def act(self, ctx: StepContext) -> StepResult:

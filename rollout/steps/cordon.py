@@ -17,6 +17,7 @@ from rollout.spec import Spec
 from rollout.steps.base import StepContext, StepFailed, StepResult
 from rollout.steps.nodechanges import Reach, ReachingStep, node_changes
 from rollout.steps.nodemarks import LEFT_CORDONED_ANNOTATION, MarkingStep, mark_released
+from rollout.steps.traits import StepTraits, bounded_by_requests, grants_of
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,14 @@ class CordonStep(ReachingStep, MarkingStep):
     """Mark the node unschedulable, journalled first, unless someone else already did."""
 
     kind: ClassVar[str] = "cordon"
+    traits: ClassVar[StepTraits] = StepTraits(
+        cluster_wide=False,
+        takes_down=True,
+        uses_ssh=False,
+        grants=grants_of("", "nodes", "get patch"),
+        expected_s=1.0,
+        worst_s=bounded_by_requests,
+    )
     reach: ClassVar[Reach] = Reach.WORKLOADS
 
     def plan_change(self, facts: NodeFacts, spec: Spec) -> StepPlan:
@@ -82,6 +91,14 @@ class UncordonStep(MarkingStep):
     """Make the node schedulable again, only where rollout cordoned it (invariant 4)."""
 
     kind: ClassVar[str] = "uncordon"
+    traits: ClassVar[StepTraits] = StepTraits(
+        cluster_wide=False,
+        takes_down=False,
+        uses_ssh=False,
+        grants=grants_of("", "nodes", "get patch"),
+        expected_s=1.0,
+        worst_s=bounded_by_requests,
+    )
 
     def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
         if node_changes(facts, cluster, spec).disruptive and not facts.unschedulable:

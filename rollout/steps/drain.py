@@ -19,8 +19,12 @@ from rollout.steps.deadline import POLL_INTERVAL_S, Deadline
 from rollout.steps.nodechanges import Reach, ReachingStep
 from rollout.steps.nodemarks import MarkingStep
 from rollout.steps.pods import describe_pod, is_pod_gone, read_pod
+from rollout.steps.traits import StepTraits, grants_of
 from rollout.transports.errors import EvictionBlocked, TooManyRequests
 from rollout.transports.kube import Pod
+
+# drain.timeout_s 0 waits without limit: count a day, the longest timeout a plan accepts.
+UNBOUNDED_DRAIN_S = 86_400.0
 
 
 @dataclass(frozen=True)
@@ -28,6 +32,15 @@ class DrainStep(ReachingStep, MarkingStep):
     """Evict the node's pods through the Eviction API, as `kubectl drain` would."""
 
     kind: ClassVar[str] = "drain"
+    # the node's pods leave within their grace period, 30 s by default
+    traits: ClassVar[StepTraits] = StepTraits(
+        cluster_wide=False,
+        takes_down=False,
+        uses_ssh=False,
+        grants=(*grants_of("", "pods", "list get"), *grants_of("", "pods/eviction", "create")),
+        expected_s=30.0,
+        worst_s=lambda policy: float(policy.drain.timeout_s or UNBOUNDED_DRAIN_S),
+    )
     reach: ClassVar[Reach] = Reach.WORKLOADS
 
     def plan_change(self, facts: NodeFacts, spec: Spec) -> StepPlan:

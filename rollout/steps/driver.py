@@ -21,6 +21,7 @@ from rollout.spec import DriverMode, DriverUpgradeChange, Spec
 from rollout.steps.base import StepContext, StepFailed, StepResult
 from rollout.steps.driver_host import plan_host_driver
 from rollout.steps.driver_host_steps import install_packages, plan_install, undo_install
+from rollout.steps.traits import StepTraits, fixed_s, grants_of
 
 
 def plan_operator(change: DriverUpgradeChange, facts: NodeFacts) -> StepPlan:
@@ -38,6 +39,14 @@ class DriverInstall:
     """Upgrade the node's GPU driver to the plan's version (host or operator mode)."""
 
     kind: ClassVar[str] = "driver.install"
+    traits: ClassVar[StepTraits] = StepTraits(
+        cluster_wide=False,
+        takes_down=False,
+        uses_ssh=True,
+        grants=grants_of("", "nodes", "get"),
+        expected_s=120.0,
+        worst_s=fixed_s(1800.0),
+    )
 
     def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
         change = spec.driver_upgrade

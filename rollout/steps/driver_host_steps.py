@@ -64,6 +64,7 @@ from rollout.steps.driver_node import (
 )
 from rollout.steps.driver_reboot import describe_until_reboot, reboot_node
 from rollout.steps.nodemarks import report_step
+from rollout.steps.traits import StepTraits, bounded_by_requests, grants_of
 
 UNLOAD_STEP = "driver.unload"
 INSTALL_STEP = "driver.install"
@@ -111,6 +112,14 @@ class DriverUnload(HostDriverStep):
     """Stop the GPU clients; unload the nvidia modules, or leave them for the reboot."""
 
     kind: ClassVar[str] = UNLOAD_STEP
+    traits: ClassVar[StepTraits] = StepTraits(
+        cluster_wide=False,
+        takes_down=False,
+        uses_ssh=True,
+        grants=grants_of("", "nodes", "get"),
+        expected_s=5.0,
+        worst_s=bounded_by_requests,
+    )
 
     def plan_change(self, planned: HostDriverPlan, facts: NodeFacts, spec: Spec) -> StepPlan:
         host = facts.driver_host
@@ -330,6 +339,15 @@ class DriverReloadStep(HostDriverStep):
     """Load the new driver: modprobe the unloaded modules, or reboot the node."""
 
     kind: ClassVar[str] = RELOAD_STEP
+    # a reboot is waited for through the node's Ready condition
+    traits: ClassVar[StepTraits] = StepTraits(
+        cluster_wide=False,
+        takes_down=False,
+        uses_ssh=True,
+        grants=grants_of("", "nodes", "get"),
+        expected_s=5.0,
+        worst_s=bounded_by_requests,
+    )
 
     def plan_change(self, planned: HostDriverPlan, facts: NodeFacts, spec: Spec) -> StepPlan:
         if planned.reboot == RebootDecision.YES:
@@ -379,6 +397,14 @@ class DriverVerify(HostDriverStep):
     """nvidia-smi on the node reports the plan's version, with no library mismatch."""
 
     kind: ClassVar[str] = "driver.verify"
+    traits: ClassVar[StepTraits] = StepTraits(
+        cluster_wide=False,
+        takes_down=False,
+        uses_ssh=True,
+        grants=(),
+        expected_s=2.0,
+        worst_s=bounded_by_requests,
+    )
 
     def plan_change(self, planned: HostDriverPlan, facts: NodeFacts, spec: Spec) -> StepPlan:
         return StepPlan.acting(

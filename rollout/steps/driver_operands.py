@@ -24,6 +24,7 @@ from rollout.steps.deadline import POLL_INTERVAL_S
 from rollout.steps.driver_host import plan_pending_host_driver, running_operands
 from rollout.steps.nodemarks import MarkingStep
 from rollout.steps.pods import describe_pod
+from rollout.steps.traits import StepTraits, bounded_by_requests, grants_of
 from rollout.transports.kube import Pod
 
 PAUSE_STEP = "driver.pause"
@@ -117,6 +118,15 @@ class DriverPause(MarkingStep):
     """Pause the GPU Operator's operands on the node and wait until their pods have left."""
 
     kind: ClassVar[str] = PAUSE_STEP
+    # the operands leave through their nvidia.com/gpu.deploy.* node labels
+    traits: ClassVar[StepTraits] = StepTraits(
+        cluster_wide=False,
+        takes_down=False,
+        uses_ssh=False,
+        grants=(*grants_of("", "nodes", "get patch"), *grants_of("", "pods", "list")),
+        expected_s=30.0,
+        worst_s=bounded_by_requests,
+    )
 
     def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
         return _plan_operands(
@@ -145,6 +155,15 @@ class DriverResume(MarkingStep):
     """The operands' original deploy labels back, after the new driver is verified."""
 
     kind: ClassVar[str] = "driver.resume"
+    # the operands come back through their nvidia.com/gpu.deploy.* node labels
+    traits: ClassVar[StepTraits] = StepTraits(
+        cluster_wide=False,
+        takes_down=False,
+        uses_ssh=False,
+        grants=(*grants_of("", "nodes", "get patch"), *grants_of("", "pods", "list")),
+        expected_s=30.0,
+        worst_s=bounded_by_requests,
+    )
 
     def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
         return _plan_operands(self.kind, facts, spec, "set {labels} back to true")

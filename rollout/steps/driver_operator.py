@@ -1,3 +1,4 @@
+# long module: one job, the operator-mode upgrade: its three steps share its reads of the cluster
 """`mode: operator` driver upgrades: pin, release wave by wave, confirm.
 
 - `driver.pin` is cluster-wide but runs in a node's context, like `configmap.update`: the
@@ -63,6 +64,7 @@ from rollout.steps.driver_operator_plan import (
     planned_driver,
 )
 from rollout.steps.nodemarks import RUN_ANNOTATION, report_step
+from rollout.steps.traits import StepTraits, bounded_by_requests, fixed_s, grants_of
 from rollout.transports.errors import NotFound
 from rollout.transports.kube import Node, Pod
 
@@ -139,6 +141,20 @@ class DriverPinStep(OperatorStep):
     """
 
     kind: ClassVar[str] = "driver.pin"
+    # the skip label on every node the driver DaemonSet serves; the version it patches is the
+    # plan's (schedule.permissions.driver_version_grants)
+    traits: ClassVar[StepTraits] = StepTraits(
+        cluster_wide=True,
+        takes_down=False,
+        uses_ssh=False,
+        grants=(
+            *grants_of("", "nodes", "get list patch"),
+            *grants_of("", "pods", "list"),
+            *grants_of("nvidia.com", "clusterpolicies", "list"),
+        ),
+        expected_s=2.0,
+        worst_s=bounded_by_requests,
+    )
 
     def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
         change = operator_change(spec)
@@ -233,6 +249,19 @@ class DriverReleaseStep(OperatorStep):
     """Take the skip label off the node; wait for the operator to reach upgrade-done."""
 
     kind: ClassVar[str] = "driver.release"
+    # the operator's own upgrade of the node: drain, driver pod restart, validation
+    traits: ClassVar[StepTraits] = StepTraits(
+        cluster_wide=False,
+        takes_down=False,
+        uses_ssh=False,
+        grants=(
+            *grants_of("", "nodes", "get list patch"),
+            *grants_of("", "pods", "list"),
+            *grants_of("", "pods/log", "get"),
+        ),
+        expected_s=300.0,
+        worst_s=fixed_s(float(DEFAULT_OPERATOR_UPGRADE_TIMEOUT_S)),
+    )
 
     def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
         planned = plan_node_work(
@@ -399,6 +428,19 @@ class DriverConfirmStep(OperatorStep):
     """The node runs the target driver: new driver pod Ready, nvidia-smi and GFD agree."""
 
     kind: ClassVar[str] = "driver.confirm"
+    traits: ClassVar[StepTraits] = StepTraits(
+        cluster_wide=False,
+        takes_down=False,
+        uses_ssh=False,
+        grants=(
+            *grants_of("", "nodes", "get"),
+            *grants_of("", "pods", "list"),
+            *grants_of("", "pods/log", "get"),
+            *grants_of("nvidia.com", "clusterpolicies", "list"),
+        ),
+        expected_s=5.0,
+        worst_s=bounded_by_requests,
+    )
 
     def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
         return plan_node_work(

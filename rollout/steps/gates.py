@@ -59,6 +59,7 @@ from rollout.steps.nodechanges import Reach, ReachingStep
 from rollout.steps.nodemarks import MarkingStep
 from rollout.steps.pods import describe_pod
 from rollout.steps.profile_changes import time_slicing_change
+from rollout.steps.traits import StepTraits, bounded_by_requests, grants_of
 from rollout.transports.kube import Node
 
 GPU_RESOURCE_PREFIX = "nvidia.com/"
@@ -103,6 +104,15 @@ class GatesBaselineStep(ReachingStep):
     """Record the node's kernel clock before its change: the Xid gate's "since"."""
 
     kind: ClassVar[str] = BASELINE_STEP
+    # a read of the kernel clock over SSH
+    traits: ClassVar[StepTraits] = StepTraits(
+        cluster_wide=False,
+        takes_down=False,
+        uses_ssh=False,
+        grants=(),
+        expected_s=1.0,
+        worst_s=bounded_by_requests,
+    )
     reach: ClassVar[Reach] = Reach.NODE
 
     def plan_change(self, facts: NodeFacts, spec: Spec) -> StepPlan:
@@ -131,6 +141,16 @@ class GatesStep(ReachingStep, MarkingStep):
     """Read every health gate once; fail the node, left cordoned, unless all pass."""
 
     kind: ClassVar[str] = "gates"
+    # the kernel log over SSH; the node's resources, its validator pods, and a cordon when a
+    # gate fails
+    traits: ClassVar[StepTraits] = StepTraits(
+        cluster_wide=False,
+        takes_down=False,
+        uses_ssh=False,
+        grants=(*grants_of("", "nodes", "get patch"), *grants_of("", "pods", "list")),
+        expected_s=2.0,
+        worst_s=bounded_by_requests,
+    )
     reach: ClassVar[Reach] = Reach.NODE
 
     def plan_change(self, facts: NodeFacts, spec: Spec) -> StepPlan:

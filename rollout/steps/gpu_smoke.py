@@ -22,6 +22,7 @@ from rollout.steps.gpu_wait import expect_gpus
 from rollout.steps.nodechanges import Reach, ReachingStep
 from rollout.steps.nodemarks import RUN_ANNOTATION, MarkingStep
 from rollout.steps.pods import describe_pod
+from rollout.steps.traits import StepTraits, grants_of
 from rollout.transports.errors import KubeError, NotFound
 from rollout.transports.kube import Event, Pod
 from rollout.transports.kube.objects import LABEL_MANAGED_BY
@@ -179,6 +180,20 @@ class GpuSmokeStep(ReachingStep, MarkingStep):
     """Run `nvidia-smi -L` in a one-GPU pod on the node; the node's GPUs must show up."""
 
     kind: ClassVar[str] = "gpu.smoke"
+    # the pod is scheduled, pulls its image and runs
+    traits: ClassVar[StepTraits] = StepTraits(
+        cluster_wide=False,
+        takes_down=False,
+        uses_ssh=False,
+        grants=(
+            *grants_of("", "pods", "create get delete", SMOKE_NAMESPACE),
+            *grants_of("", "pods/log", "get", SMOKE_NAMESPACE),
+            # a failed smoke pod's Warning events, quoted in the failure
+            *grants_of("", "events", "list", SMOKE_NAMESPACE),
+        ),
+        expected_s=20.0,
+        worst_s=lambda policy: float(policy.verify.smoke_timeout_s),
+    )
     reach: ClassVar[Reach] = Reach.NODE
 
     def plan_change(self, facts: NodeFacts, spec: Spec) -> StepPlan:

@@ -35,6 +35,7 @@ from rollout.steps.nodechanges import Reach, ReachingStep
 from rollout.steps.nodemarks import MarkingStep
 from rollout.steps.pods import describe_pod
 from rollout.steps.profile_changes import time_slicing_change
+from rollout.steps.traits import StepTraits, grants_of
 from rollout.transports.kube import Node, Pod
 
 VALIDATOR_SELECTOR = "app=nvidia-operator-validator"
@@ -96,6 +97,15 @@ class GpuWaitStep(ReachingStep, MarkingStep):
     """Wait until the node advertises its GPUs again: allocatable = GPUs x replicas."""
 
     kind: ClassVar[str] = "gpu.wait"
+    # the device plugin registers again and the kubelet advertises the GPUs
+    traits: ClassVar[StepTraits] = StepTraits(
+        cluster_wide=False,
+        takes_down=False,
+        uses_ssh=False,
+        grants=grants_of("", "nodes", "get"),
+        expected_s=15.0,
+        worst_s=lambda policy: float(policy.verify.gpu_wait_timeout_s),
+    )
     reach: ClassVar[Reach] = Reach.NODE
 
     def plan_change(self, facts: NodeFacts, spec: Spec) -> StepPlan:

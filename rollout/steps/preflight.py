@@ -26,12 +26,21 @@ from rollout.spec import Spec
 from rollout.steps.base import StepContext, StepFailed, StepResult
 from rollout.steps.nodechanges import node_changes
 from rollout.steps.systemd import probe_service
+from rollout.steps.traits import StepTraits, bounded_by_requests, grants_of
 
 
 class Preflight:
     """Check the node before the first change; report its GPU baseline."""
 
     kind: ClassVar[str] = "preflight"
+    traits: ClassVar[StepTraits] = StepTraits(
+        cluster_wide=False,
+        takes_down=False,
+        uses_ssh=True,
+        grants=grants_of("", "nodes", "get"),
+        expected_s=2.0,
+        worst_s=bounded_by_requests,
+    )
 
     def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
         changes = node_changes(facts, cluster, spec)

@@ -24,6 +24,7 @@ from rollout.facts import ProbeFailed, read_fact
 from rollout.facts.service import SERVICE, ServiceFact, ServiceState
 from rollout.steps.base import StepContext, StepResult
 from rollout.steps.nodechanges import WRITE_STEP, ContainerdFileStep
+from rollout.steps.traits import StepTraits
 
 POLL_INTERVAL_S = 1.0
 # ActiveStates of a unit that a job (or an automatic restart) is still moving
@@ -169,6 +170,15 @@ class SystemdRestart(ContainerdFileStep):
     restart gone and does not restart again; the restart is journalled as done, as its own."""
 
     kind: ClassVar[str] = "systemd.restart"
+    # systemd's RestartSec, then the new MainPID and ActiveState
+    traits: ClassVar[StepTraits] = StepTraits(
+        cluster_wide=False,
+        takes_down=False,
+        uses_ssh=True,
+        grants=(),
+        expected_s=5.0,
+        worst_s=lambda policy: float(policy.verify.containerd_restart_timeout_s),
+    )
     action: ClassVar[str] = "systemctl restart containerd"
 
     def act(self, ctx: StepContext) -> StepResult:

@@ -1,3 +1,4 @@
+# long module: one job, a time-slicing change: the profile, each node's label, the plugin reload
 """Time-slicing steps: publish a device-plugin profile, select it per node, reload the plugin.
 
 The device plugin's config-manager reacts to node *label* changes only (FACTS.md): a new
@@ -42,6 +43,7 @@ from rollout.steps.profile_changes import (
     plan_publication,
     time_slicing_change,
 )
+from rollout.steps.traits import StepTraits, bounded_by_requests, grants_of
 from rollout.transports.errors import Conflict, NotFound
 from rollout.transports.kube import ConfigMap
 
@@ -158,6 +160,18 @@ class ConfigMapUpdateStep:
     """
 
     kind: ClassVar[str] = "configmap.update"
+    # the ConfigMap's own namespace is added per change (schedule.permissions.configmap_grants)
+    traits: ClassVar[StepTraits] = StepTraits(
+        cluster_wide=True,
+        takes_down=False,
+        uses_ssh=False,
+        grants=(
+            *grants_of("nvidia.com", "clusterpolicies", "list patch"),
+            *grants_of("", "nodes", "get"),
+        ),
+        expected_s=1.0,
+        worst_s=bounded_by_requests,
+    )
 
     def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
         if node_changes(facts, cluster, spec).cluster_pending:
@@ -334,6 +348,14 @@ class NodeLabelStep:
     """
 
     kind: ClassVar[str] = "node.label"
+    traits: ClassVar[StepTraits] = StepTraits(
+        cluster_wide=False,
+        takes_down=False,
+        uses_ssh=False,
+        grants=grants_of("", "nodes", "get patch"),
+        expected_s=1.0,
+        worst_s=bounded_by_requests,
+    )
 
     def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
         profile = node_changes(facts, cluster, spec).profile
@@ -402,6 +424,15 @@ class DevicePluginRestartStep:
     """
 
     kind: ClassVar[str] = "deviceplugin.restart"
+    # the device-plugin pod lives in the operator's namespace, whichever that is
+    traits: ClassVar[StepTraits] = StepTraits(
+        cluster_wide=False,
+        takes_down=False,
+        uses_ssh=False,
+        grants=grants_of("", "pods", "list delete"),
+        expected_s=15.0,
+        worst_s=lambda policy: float(policy.verify.gpu_wait_timeout_s),
+    )
 
     def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
         if node_changes(facts, cluster, spec).profile.restart_device_plugin:

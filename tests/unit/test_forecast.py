@@ -13,18 +13,14 @@ from rollout.cli import main
 from rollout.plan import NodePlan, Plan, StepPlan, Wave
 from rollout.playbook import load_playbooks
 from rollout.run import Journal, NodeFinished, NodeOutcome, StepFinished, StepOutcome, StepStarted
-from rollout.schedule.forecast import (
-    STEP_EXPECTED_S,
-    forecast_lines,
-    forecast_plan,
-    measured_durations,
-)
+from rollout.schedule.forecast import forecast_lines, forecast_plan, measured_durations
 from rollout.spec import Policy
+from rollout.steps import step_traits
 from tests.examples import FACTS, REPO
 
 # A node of a containerd change runs the built-in containerd playbook's steps, in order.
 CONTAINERD_STEPS = tuple(step.kind for step in load_playbooks()["containerd"].steps)
-PER_NODE_S = sum(STEP_EXPECTED_S[k] for k in CONTAINERD_STEPS)  # 79 s
+PER_NODE_S = sum(step_traits()[k].expected_s for k in CONTAINERD_STEPS)  # 79 s
 NAMES = ("gpu-1", "gpu-2", "gpu-3", "gpu-4", "gpu-5", "gpu-6")
 
 

@@ -15,15 +15,9 @@ from rollout.errors import BadInput
 from rollout.inventory import load_inventory
 from rollout.playbook import load_playbooks
 from rollout.schedule.manifests import ScheduleOptions, build_schedule
-from rollout.schedule.permissions import (
-    RUN_GRANTS,
-    STEP_GRANTS,
-    Grant,
-    grants_for,
-    grants_table,
-)
+from rollout.schedule.permissions import RUN_GRANTS, Grant, grants_for, grants_table
 from rollout.spec import parse_spec
-from rollout.steps import step_kinds
+from rollout.steps import step_kinds, step_traits
 from tests.examples import REPO
 
 IMAGE = "registry.example/rollout@sha256:" + "ab" * 32
@@ -268,7 +262,7 @@ def test_each_kind_gets_only_what_its_steps_use() -> None:
 
 
 def test_every_step_kind_says_what_it_asks_of_the_api() -> None:
-    assert set(step_kinds()) <= set(STEP_GRANTS)
+    assert set(step_kinds()) <= set(step_traits())
 
 
 def rbac_manifest_grants() -> set[tuple[str, str, str, str | None]]:
