@@ -265,6 +265,7 @@ def _write_gpu_files(spec: NodeSpec, dirs: NodeDirs) -> None:
     gpus = {"gpus": [gpu.to_json() for gpu in spec.gpus]}
     _write(dirs.host_path(GPUS_FILE), json.dumps(gpus, indent=2) + "\n")
     _write(dirs.host_path("/usr/bin/nvidia-smi"), _data_text("nvidia-smi"), mode=0o755)
+    _write(dirs.host_path("/usr/bin/dcgmi"), _data_text("dcgmi"), mode=0o755)
     install_driver_stand_ins(dirs.root)
     # Before /usr/bin on PATH: the node's kernel messages are its kernel-log stand-in.
     _write(dirs.host_path("/usr/local/bin/dmesg"), _data_text("dmesg"), mode=0o755)

@@ -45,8 +45,12 @@ PAUSE_IMAGES = (
 SMOKE_IMAGE = "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
 # Served, never pulled by `lab up`: a smoke pod naming it proves a pull through the mirror.
 PULL_ONLY_SMOKE_IMAGE = "nvcr.io/nvidia/cuda:12.6.3-base-ubuntu22.04"
-# What `lab up` pulls into every node besides its containerd's sandbox image.
-PREPULLED = (SMOKE_IMAGE,)
+# rollout's default DCGM image (policy.verify.gates.dcgm.image): the smoke image's layers,
+# its dcgmi added by the node's `nvidia` runtime as nvidia-smi is (data/dcgmi).
+DCGM_IMAGE = "nvcr.io/nvidia/cloud-native/dcgm:4.2.3-1-ubuntu22.04"
+# What `lab up` pulls into every node besides its containerd's sandbox image (nodes reach
+# nvcr.io only through a plan's mirror: a DCGM gate's pod finds its image already there).
+PREPULLED = (SMOKE_IMAGE, DCGM_IMAGE)
 PAUSE_SCRIPT = "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"
 PUSH_TIMEOUT_S = 30.0
 DEB_TIMEOUT_S = 60.0
@@ -95,7 +99,7 @@ def build_images(apt_archives: Path) -> dict[str, BuiltImage]:
     )
     smoke = _build_image(shell, {"Cmd": ["/bin/sh"]}, links={"usr/bin/sh": "dash"})
     images = dict.fromkeys(PAUSE_IMAGES, pause)
-    images.update(dict.fromkeys((SMOKE_IMAGE, PULL_ONLY_SMOKE_IMAGE), smoke))
+    images.update(dict.fromkeys((SMOKE_IMAGE, PULL_ONLY_SMOKE_IMAGE, DCGM_IMAGE), smoke))
     return images
 
 

@@ -41,6 +41,8 @@ from rollout.lab.simulation.gpuoperator import (
     NOT_READY_ANNOTATION,
     OPERATOR_NAMESPACE,
     UPGRADE_STATE_LABEL,
+    VALIDATOR,
+    VALIDATOR_STUCK_ANNOTATION,
 )
 from rollout.lab.simulation.profiles import CONFIG_LABEL
 from rollout.transports.errors import Invalid
@@ -55,6 +57,8 @@ NAIVE_REGISTRY = (
 MISSING_IMPORT = "/etc/containerd/rollout-lab-missing.toml"
 KERNEL_LOG = "/var/log/rollout-lab/kern.log"
 MODULE_VERSION_FILE = "/var/lib/rollout-lab/nvidia-module-version"
+# GPU indices with row remaps pending: the stand-in dcgmi fails their `software` test
+ROW_REMAP_FILE = "/var/lib/rollout-lab/row-remap-pending"
 PROFILES_CONFIGMAP = "rollout-lab-device-plugin-configs"
 MISSING_PROFILE = "rollout-lab-missing-profile"
 POD_NAMESPACE = "default"
@@ -67,6 +71,7 @@ PLUGIN_CRASH_MESSAGE = (
     "plugin manager: unable to create plugin manager: nvml init failed: ERROR_UNKNOWN"
 )
 NVML_MISMATCH = "Failed to initialize NVML: Driver/library version mismatch"
+VALIDATOR_STUCK_MESSAGE = "cuda-validation: the CUDA workload never completes"
 SETTLE_TIMEOUT_S = 60.0
 POLL_S = 0.5
 # The device plugin's no-sharing profile, a ConfigMap key the operator accepts.
@@ -180,7 +185,12 @@ def _restart_device_plugin(access: LabAccess, node: NodeSpec) -> None:
     handler shows only when the plugin's pod starts again, so each scenario that loses one
     restarts it, as the incident it rehearses did.
     """
-    selector = f"app={DEVICE_PLUGIN.name}"
+    _restart_operand(access, node, DEVICE_PLUGIN.name)
+
+
+def _restart_operand(access: LabAccess, node: NodeSpec, app: str) -> None:
+    """Delete the node's pods of the operand `app`; wait for their replacement to exist."""
+    selector = f"app={app}"
     old = {
         p.name
         for p in access.kube.list_pods(OPERATOR_NAMESPACE, selector, f"spec.nodeName={node.name}")
@@ -188,7 +198,7 @@ def _restart_device_plugin(access: LabAccess, node: NodeSpec) -> None:
     for name in old:
         access.kube.delete_pod(OPERATOR_NAMESPACE, name, missing_ok=True)
     _wait(
-        f"{node.name}'s device-plugin pod to be replaced",
+        f"{node.name}'s {app} pod to be replaced",
         lambda: any(
             p.name not in old
             for p in access.kube.list_pods(
@@ -236,6 +246,13 @@ def inject_unhealthy_device(access: LabAccess, node: NodeSpec, undo: list[dict[s
     )
     current = access.ssh(node, ["cat", KERNEL_LOG]).stdout
     _write_node_file(access, node, KERNEL_LOG, (current + line).encode())
+
+
+def inject_row_remap_pending(access: LabAccess, node: NodeSpec, undo: list[dict[str, Any]]) -> None:
+    if len(node.gpus) <= UNHEALTHY_GPU:
+        raise BadInput(f"{node.name} has {len(node.gpus)} GPUs; this scenario needs 2")
+    _record_node_file(access, node, ROW_REMAP_FILE, undo)
+    _write_node_file(access, node, ROW_REMAP_FILE, f"{UNHEALTHY_GPU}\n".encode())
 
 
 def inject_driver_mismatch(access: LabAccess, node: NodeSpec, undo: list[dict[str, Any]]) -> None:
@@ -458,6 +475,11 @@ def inject_not_ready(access: LabAccess, node: NodeSpec, undo: list[dict[str, Any
     _annotate(access, node, NOT_READY_ANNOTATION, "true", undo)
 
 
+def inject_validator_stuck(access: LabAccess, node: NodeSpec, undo: list[dict[str, Any]]) -> None:
+    _annotate(access, node, VALIDATOR_STUCK_ANNOTATION, VALIDATOR_STUCK_MESSAGE, undo)
+    _restart_operand(access, node, VALIDATOR.name)
+
+
 def inject_plugin_crash_loop(access: LabAccess, node: NodeSpec, undo: list[dict[str, Any]]) -> None:
     _annotate(access, node, DEVICE_PLUGIN_CRASH_ANNOTATION, PLUGIN_CRASH_MESSAGE, undo)
 
@@ -504,6 +526,11 @@ SCENARIOS: tuple[Scenario, ...] = (
     ),
     Scenario("not-ready", "the node's kubelet reports NotReady", inject_not_ready),
     Scenario(
+        "validator-stuck",
+        "the GPU Operator's validator restarts and its validations never pass: never Ready",
+        inject_validator_stuck,
+    ),
+    Scenario(
         "plugin-crash-loop",
         "the device plugin pod crash-loops",
         inject_plugin_crash_loop,
@@ -512,6 +539,12 @@ SCENARIOS: tuple[Scenario, ...] = (
         "unhealthy-device",
         f"Xid {XID} on GPU {UNHEALTHY_GPU} in the kernel log: the plugin marks it unhealthy",
         inject_unhealthy_device,
+    ),
+    Scenario(
+        "row-remap-pending",
+        f"GPU {UNHEALTHY_GPU} has row remaps pending: DCGM's software test fails on it, the "
+        "device plugin still advertises it",
+        inject_row_remap_pending,
     ),
     Scenario(
         "driver-library-mismatch",

@@ -46,6 +46,8 @@ NODE_OS_VERSION = "debian12"
 UNHEALTHY_GPUS_ANNOTATION = "lab.rollout/unhealthy-gpus"
 FAIL_UPGRADE_ANNOTATION = "lab.rollout/fail-upgrade"
 NOT_READY_ANNOTATION = "lab.rollout/not-ready"
+# The validator's init containers never pass on the node while it is set (its value: why)
+VALIDATOR_STUCK_ANNOTATION = "lab.rollout/validator-stuck"
 # The device plugin pod crash-loops while set; the value is the line its log ends with.
 DEVICE_PLUGIN_CRASH_ANNOTATION = "lab.rollout/device-plugin-crash"
 

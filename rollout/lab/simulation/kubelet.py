@@ -50,6 +50,7 @@ from rollout.lab.simulation.gpuoperator import (
     TOOLKIT,
     UNHEALTHY_GPUS_ANNOTATION,
     VALIDATOR,
+    VALIDATOR_STUCK_ANNOTATION,
     driver_version_of,
     is_driver_pod,
     owner_daemonset,
@@ -268,9 +269,12 @@ class Kubelet:
             if waiting_reason(pod) is None:
                 self._write_pod(pod, lambda p: set_waiting(p, "PodInitializing", "", now))
             return False
-        if owner_daemonset(pod) == VALIDATOR.name and not driver_validates(self.node.root):
+        if owner_daemonset(pod) == VALIDATOR.name and (
+            not driver_validates(self.node.root) or self._validator_stuck()
+        ):
             # its driver-validation init container reruns at every start: after a driver
             # change or a reboot it passes only once nvidia-smi works with the new driver
+            # (and never while `lab break validator-stuck` holds it)
             if waiting_reason(pod) is None:
                 self._write_pod(pod, lambda p: set_waiting(p, "PodInitializing", "", now))
             return False
@@ -439,6 +443,11 @@ class Kubelet:
         node = self.registry.find(NODES, None, self.name) or {}
         annotations = node.get("metadata", {}).get("annotations") or {}
         return annotations.get(DEVICE_PLUGIN_CRASH_ANNOTATION) or None
+
+    def _validator_stuck(self) -> bool:
+        node = self.registry.find(NODES, None, self.name) or {}
+        annotations = node.get("metadata", {}).get("annotations") or {}
+        return bool(annotations.get(VALIDATOR_STUCK_ANNOTATION))
 
     def _write_plugin_log(self, pod: Mapping[str, Any], line: str) -> None:
         meta = pod["metadata"]

@@ -50,12 +50,12 @@ def gpu_request(pod: Mapping[str, Any]) -> int:
 
 
 def runs_nvidia_smi(pod: Mapping[str, Any]) -> tuple[str, list[str]] | None:
-    """The container whose command runs nvidia-smi (a smoke pod), if any: its name and its
-    command and arguments."""
+    """The container whose command runs nvidia-smi (a smoke pod) or dcgmi (a DCGM gate's
+    pod), if any: its name and its command and arguments."""
     for container in (pod.get("spec") or {}).get("containers") or []:
         given = [*(container.get("command") or []), *(container.get("args") or [])]
         words = [str(w) for w in given]
-        if any("nvidia-smi" in w for w in words):
+        if any("nvidia-smi" in w or w == "dcgmi" for w in words):
             return str(container["name"]), words
     return None
 
