@@ -139,11 +139,6 @@ def cut_by_the_window(tmp_path: Path) -> tuple[Any, ...]:
     return plan, spec, cluster, log, Journal.open(tmp_path, journal.run_id), steps
 
 
-def first_step_of_wave_2(log: Any, before: int) -> int:
-    nodes = [n for _, n, _ in log.calls[before:]]
-    return nodes.index("gpu-a-2")
-
-
 def first_cordon(steps: Any, clock: Clock) -> list[datetime]:
     """Fills with the clock's time when the first node is cordoned."""
     at: list[datetime] = []
@@ -157,11 +152,11 @@ def first_cordon(steps: Any, clock: Clock) -> list[datetime]:
     return at
 
 
-def test_the_next_window_soaks_only_the_rest_then_reads_the_gates_and_goes_on(
-    tmp_path: Path,
-) -> None:
+def resumed_at(tmp_path: Path, now: datetime) -> tuple[list[str], list[datetime], GateReads, str]:
+    """The run cut by the window, resumed at `now`: what it said, when its first node of wave
+    2 was cordoned, the node reads (its gate reads) and the first node it stepped."""
     plan, spec, cluster, log, journal, steps = cut_by_the_window(tmp_path)
-    clock = Clock(datetime(2026, 12, 1, 22, 0, tzinfo=UTC))  # the next window opens
+    clock = Clock(now)
     said: list[str] = []
     executor = executor_on(clock, plan, spec, cluster, journal, steps)
     executor.say = said.append
@@ -169,33 +164,33 @@ def test_the_next_window_soaks_only_the_rest_then_reads_the_gates_and_goes_on(
     cluster.reads.clear()
     before = len(log.calls)
     executor.run()
-    assert started == [datetime(2026, 12, 1, 22, 10, tzinfo=UTC)]  # 600 s later: the rest
+    assert soak_records(journal)[1] == SoakFinished(1)
+    return said, started, cluster, log.calls[before][1]
+
+
+def test_the_next_window_soaks_only_the_rest_then_reads_the_gates_and_goes_on(
+    tmp_path: Path,
+) -> None:
+    opens = datetime(2026, 12, 1, 22, 0, tzinfo=UTC)  # the next window
+    said, started, cluster, first = resumed_at(tmp_path, opens)
+    assert started == [opens + timedelta(seconds=600)]  # 600 s later: the rest
     assert said[0].startswith("wave 1: soaking the remaining 600s of its 86400s soak"), said
     assert cluster.reads[0] == "gpu-a-1"  # its gates read again before wave 2 started
-    assert first_step_of_wave_2(log, before) == 0
-    assert soak_records(journal)[1] == SoakFinished(1)
+    assert first == "gpu-a-2"
 
 
 def test_a_soak_whose_end_passed_while_the_run_was_stopped_goes_straight_to_the_gates(
     tmp_path: Path,
 ) -> None:
-    plan, spec, cluster, log, journal, steps = cut_by_the_window(tmp_path)
-    clock = Clock(datetime(2026, 12, 2, 22, 0, tzinfo=UTC))  # two windows later
-    said: list[str] = []
-    executor = executor_on(clock, plan, spec, cluster, journal, steps)
-    executor.say = said.append
-    started = first_cordon(steps, clock)
-    cluster.reads.clear()
-    before = len(log.calls)
-    executor.run()
-    assert started == [datetime(2026, 12, 2, 22, 0, tzinfo=UTC)]  # no wait at all
+    opens = datetime(2026, 12, 2, 22, 0, tzinfo=UTC)  # two windows later
+    said, started, cluster, first = resumed_at(tmp_path, opens)
+    assert started == [opens]  # no wait at all
     assert said[0] == (
         "wave 1: its 86400s soak ended while the run was stopped: reading the health gates "
         "of 1 node(s) again before the next wave"
     )
     assert cluster.reads[0] == "gpu-a-1"
-    assert log.calls[before][1] == "gpu-a-2"
-    assert soak_records(journal)[1] == SoakFinished(1)
+    assert first == "gpu-a-2"
 
 
 def test_the_fold_refuses_a_soak_finished_that_never_started(tmp_path: Path) -> None:
