@@ -1,14 +1,21 @@
 """The unattended-wave guards of issue 24 for every change kind a GPU node takes besides
-containerd's: a time-slicing profile, a host-installed driver (`mode: host`, module reload)
-and the GPU Operator's driver (`mode: operator`). For each kind, on one 2-node lab of this
-module's own, waves [1, 1]:
+containerd's: a time-slicing profile, a host-installed driver (`mode: host`) and the GPU
+Operator's driver (`mode: operator`). For each kind, on one 2-node lab of this module's own,
+waves [1, 1]:
 
-- gate: an Xid logged on the first node once its change began leaves it cordoned with the
-  Xid in rollout.dev/left-cordoned, and the run halts before the second node;
+- gate: an Xid logged on the first node once its change began leaves it cordoned with that
+  Xid, and only that one, in rollout.dev/left-cordoned (an Xid logged on every node just
+  before the run does not count), and the run halts before the second node. The host driver
+  reboots here: the Xid comes after the reboot, and the one from before must not count on
+  the new boot (the lab's dmesg, like the kernel's, shows the current boot only);
 - soak: the first node made unhealthy (`lab break unhealthy-device`) after its gates passed,
   during the soak, halts the run before wave 2 with the evidence;
 - pause: `rollout pause` while the first node is in flight lets it finish, starts no other,
   exits 5; `rollout resume` converges both nodes.
+The host driver's soak and pause reload its modules (quicker than a reboot).
+
+Time-slicing's soak and pause are tested already (tests/lab/test_gates.py,
+tests/lab/test_haltpause.py: both run time-slicing plans); its gate case is here.
 
 The cases run in order on the one lab; each picks a target neither node is on (a driver
 version, a profile), and the fixture puts back what a case broke (heals the lab, clears the
@@ -85,7 +92,15 @@ class Case:
 
 KINDS = ("driver-operator", "driver-host", "time-slicing")
 SCENARIOS = ("gate", "soak", "pause")
-CASES = [Case(kind, scenario) for kind in KINDS for scenario in SCENARIOS]
+CASES = [
+    Case(kind, scenario)
+    for kind in KINDS
+    for scenario in SCENARIOS
+    if kind != "time-slicing" or scenario == "gate"
+]
+# the step after which the first node's change has begun, for the Xid to come during it: the
+# host driver's gate case reboots, and its Xid comes after the reboot
+XID_AFTER = {"driver-operator": "gates.baseline", "driver-host": "driver.reload"}
 
 
 def pick(versions: tuple[str, ...], taken: set[str]) -> str:
@@ -117,7 +132,8 @@ def plan_text(case: Case, lab: Lab, target: str) -> str:
         extra = ""
     else:
         change = f'{{version: "{target}", mode: host, packages: [{image.DRIVER_PACKAGE}]}}'
-        extra = "  driver: {reload: modules, operands_timeout_s: 120}\n"
+        reload = "reboot, reboot_timeout_s: 180" if case.scenario == "gate" else "modules"
+        extra = f"  driver: {{reload: {reload}, operands_timeout_s: 120}}\n"
     return (
         f"{head}targets: {targets}\nchanges:\n  - driver-upgrade: {change}\n{policy(case)}{extra}"
     )
@@ -237,18 +253,20 @@ def test_unattended_guards_hold_for_every_change_kind(
     plan = tmp_path / "plan.yaml"
     plan.write_text(plan_text(case, lab, target))
     state = tmp_path / "state"
+    if case.scenario == "gate":
+        for spec in lab.nodes:  # before the change: not to count
+            log_xid(lab, spec)
     run = Apply.start([*apply_args(lab, plan, state), "--output", "json"], tmp_path)
     if case.scenario == "gate":
-        check_gate(lab, kube, state, run)
+        check_gate(lab, kube, state, run, XID_AFTER.get(case.kind, "gates.baseline"))
     elif case.scenario == "soak":
         check_soak(lab, kube, state, run)
     else:
         check_pause(case, lab, kube, state, run, target)
 
 
-def check_gate(lab: Lab, kube: KubeClient, state: Path, run: Apply) -> None:
-    # the first wave's node has begun its change once its baseline is recorded
-    (first,) = run.until(lambda: finished(state, "gates.baseline"), "a node's gates.baseline")
+def check_gate(lab: Lab, kube: KubeClient, state: Path, run: Apply, after: str) -> None:
+    (first,) = run.until(lambda: finished(state, after), f"a node's {after}")
     spec = next(n for n in lab.nodes if n.name == first)
     log_xid(lab, spec)
     code = run.wait()
@@ -262,6 +280,7 @@ def check_gate(lab: Lab, kube: KubeClient, state: Path, run: Apply) -> None:
     assert node.unschedulable
     evidence = node.annotations[LEFT_CORDONED_ANNOTATION]
     assert "health gate failed" in evidence and f"Xid 79 on PCI:{UNWATCHED_BUS}" in evidence
+    assert "xid: 1 Xid line(s) since the change began" in evidence  # not the one before
     assert not kube.get_node(second).unschedulable
 
 
