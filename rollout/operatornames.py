@@ -10,3 +10,7 @@ UPGRADE_STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
 UPGRADE_DONE = "upgrade-done"
 UPGRADE_FAILED = "upgrade-failed"
 UPGRADE_REQUIRED = "upgrade-required"
+# What the device plugin advertises a GPU as; with renameByDefault: true a time-sliced GPU
+# is advertised under the shared name instead (rollout.facts.pods names them for the facts)
+GPU_RESOURCE = "nvidia.com/gpu"
+SHARED_GPU_RESOURCE = f"{GPU_RESOURCE}.shared"

@@ -125,6 +125,25 @@ class DriverChange:
 
 
 @dataclass(frozen=True)
+class ResourceForecast:
+    """One GPU resource's allocatable before -> after the plan (rollout.capacity); None where
+    the facts do not say (recorded facts without the node's capacity)."""
+
+    resource: str
+    before: int | None
+    after: int | None
+
+
+@dataclass(frozen=True)
+class CapacityForecast:
+    """The GPU resources of a node (or the fleet's targets, summed) before -> after the plan,
+    and what a reviewer must know of the numbers."""
+
+    resources: tuple[ResourceForecast, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class NodePlan:
     """What happens on one node, and what the node looks like now."""
 
@@ -146,6 +165,7 @@ class NodePlan:
     driver: DriverChange | None = None
     # the node's physical GPUs: what it takes out of service while cordoned
     gpus: int = 0
+    capacity: CapacityForecast = CapacityForecast()
 
     @property
     def changes(self) -> bool:
@@ -207,6 +227,8 @@ class Plan:
     # --limit as given (rollout.limit), and the targets it left out: "" and () without one
     limit: str = ""
     limited_out: tuple[str, ...] = ()
+    # the targets' GPU resources summed (rollout.capacity); each node's on its NodePlan
+    capacity: CapacityForecast = CapacityForecast()
 
     @property
     def nodes(self) -> tuple[NodePlan, ...]:

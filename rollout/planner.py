@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from rollout.capacity import forecast_fleet, forecast_node
 from rollout.errors import BadInput
 from rollout.facts import ClusterFacts, FleetFacts, NodeFacts
 from rollout.facts.gpu_operator import physical_gpus
@@ -92,6 +93,7 @@ def build_plan(
         warnings=tuple(warnings),
         limit=limit.text if limit is not None else "",
         limited_out=tuple(limited_out),
+        capacity=forecast_fleet(node_plans),
     )
 
 
@@ -165,6 +167,7 @@ def plan_node(
         unavailable=not node.available,
         driver=driver_change(spec, node),
         gpus=physical_gpus(node),
+        capacity=forecast_node(spec, node),
     )
 
 

@@ -17,9 +17,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, TextIO
 
+from rollout.capacity import describe_count, describe_node, fleet_lines
 from rollout.cli.colors import color_wanted
 from rollout.memo import BoundedCache
 from rollout.plan import (
+    CapacityForecast,
     ClusterChange,
     DriverChange,
     NodePlan,
@@ -29,7 +31,7 @@ from rollout.plan import (
     redact_plan,
     to_data,
 )
-from rollout.plangroups import group_nodes, group_to_data
+from rollout.plangroups import NodeGroup, group_nodes, group_to_data, summarise
 
 # rich is imported where text is drawn: `-o json` never draws any (rich costs 45 ms to import)
 if TYPE_CHECKING:
@@ -110,6 +112,8 @@ def print_plan_text(plan: Plan, console: Console) -> None:
     )
     if plan.limit_note:
         out.print(f"  [bold]{safe(plan.limit_note)}[/bold]")
+    for line in fleet_lines(plan.capacity, total):
+        out.print(f"  {safe(line)}")
     for warning in plan.warnings:
         out.print(f"[yellow]warning:[/yellow] {safe(warning)}")
     print_cluster_changes(out, plan.cluster_changes)
@@ -199,6 +203,9 @@ def _print_node(out: _Lines, node: NodePlan, diffs: DiffIndex | None = None) -> 
         out.print(f"    [dim]{safe(node.status)}[/dim]")
     if node.driver is not None:
         out.print(f"    [bold]driver[/bold] {safe(describe_driver(node.driver))}")
+    capacity = describe_node(node.capacity)
+    if capacity is not None:
+        out.print(f"    [bold]capacity[/bold] {safe(capacity)}")
     for text in node.shadowing:
         out.print(f"    [red]shadowed:[/red] {safe(text)}")
     for text in node.repairs:
@@ -319,6 +326,7 @@ def plan_to_markdown(plan: Plan) -> str:
     )
     if plan.limit_note:
         out.append(f"**{md_text(plan.limit_note)}**\n")
+    out.extend(capacity_markdown(plan.capacity, len(plan.nodes)))
     for warning in plan.warnings:
         out.append(f"> **warning:** {md_text(warning)}\n")
     out.extend(cluster_changes_markdown(plan.cluster_changes))
@@ -347,6 +355,9 @@ def plan_to_markdown(plan: Plan) -> str:
         out.append("")
     for node in changing:
         out.append(f"<details><summary><b>{md_text(node.name)}</b></summary>\n")
+        capacity = describe_node(node.capacity)
+        if capacity is not None:
+            out.append(f"- capacity {md_text(capacity)}")
         for text in node.shadowing:
             out.append(f"- :warning: shadowed: {md_text(text)}")
         for text in node.repairs:
@@ -362,6 +373,22 @@ def plan_to_markdown(plan: Plan) -> str:
             out.append(md_fence(node.effective_diff, "diff"))
         out.append("\n</details>\n")
     return "\n".join(out) + "\n"
+
+
+def capacity_markdown(forecast: CapacityForecast, nodes: int) -> list[str]:
+    """The fleet's capacity forecast (rollout.capacity) as a markdown table and its notes."""
+    heading = f"GPU capacity of the {nodes} target node(s), allocatable"
+    out = [f"{heading}: {describe_count(None)}\n" if not forecast.resources else f"{heading}:\n"]
+    if forecast.resources:
+        out += ["| resource | before | after |", "|---|---|---|"]
+    for resource in forecast.resources:
+        out.append(
+            f"| {md_code(resource.resource)} | {describe_count(resource.before)} "
+            f"| {describe_count(resource.after)} |"
+        )
+    out.append("")
+    out.extend(f"> note: {md_text(note)}\n" for note in forecast.notes)
+    return out
 
 
 def cluster_changes_markdown(changes: Sequence[ClusterChange]) -> list[str]:
@@ -438,7 +465,9 @@ def write_plan_json(
     }
     top["schema_version"] = SCHEMA_VERSION
     top["has_changes"] = plan.has_changes
-    top["groups"] = [group_to_data(g) for g in group_nodes(plan)]
+    groups = group_nodes(plan)
+    top["groups"] = [group_to_data(g) for g in groups]
+    top["out_of_service"] = out_of_service_data(plan, groups)
     if forecast is not None:
         top["forecast"] = dict(forecast)
     nodes = _NodeJson()
@@ -618,7 +647,9 @@ def _plan_json_data(plan: Plan, forecast: Mapping[str, object] | None) -> dict[s
     data = plan_to_data(plan)
     data["schema_version"] = SCHEMA_VERSION
     data["has_changes"] = plan.has_changes
-    data["groups"] = [group_to_data(g) for g in group_nodes(plan)]
+    groups = group_nodes(plan)
+    data["groups"] = [group_to_data(g) for g in groups]
+    data["out_of_service"] = out_of_service_data(plan, groups)
     for node_data, node in zip(
         (n for w in data["waves"] for n in w["nodes"]), plan.nodes, strict=True
     ):
@@ -629,6 +660,19 @@ def _plan_json_data(plan: Plan, forecast: Mapping[str, object] | None) -> dict[s
     if forecast is not None:
         data["forecast"] = dict(forecast)
     return data
+
+
+def out_of_service_data(plan: Plan, groups: Sequence[NodeGroup]) -> list[dict[str, int]]:
+    """What each wave takes out of service (the summary's wave lines), as JSON lists it."""
+    return [
+        {
+            "wave": load.index,
+            "nodes": load.taken_down,
+            "gpus": load.gpus,
+            "gpus_at_once": load.gpus_at_once,
+        }
+        for load in summarise(plan, groups).waves
+    ]
 
 
 def print_forecast(lines: list[str], console: Console) -> None:

@@ -11,10 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from rollout.capacity import describe_node, fleet_lines
 from rollout.cli.render import (
     DiffIndex,
     _Lines,
     _print_node,
+    capacity_markdown,
     cluster_changes_markdown,
     describe_driver,
     md_code,
@@ -69,7 +71,7 @@ def print_plan(plan: Plan, console: Console, full: bool = False) -> None:
     )
     if plan.limit_note:
         out.print(f"  [bold]{safe(plan.limit_note)}[/bold]")
-    for line in summary_lines(plan, summary):
+    for line in [*summary_lines(plan, summary), *fleet_lines(plan.capacity, summary.nodes)]:
         out.print(f"  {safe(line)}")
     for warning in plan.warnings:
         out.print(f"[yellow]warning:[/yellow] {safe(warning)}")
@@ -180,6 +182,7 @@ def plan_markdown(plan: Plan, full: bool = False) -> str:
         out.append(f"**{md_text(plan.limit_note)}**\n")
     out.extend(f"- {md_text(line)}" for line in summary_lines(plan, summary))
     out.append("")
+    out.extend(capacity_markdown(plan.capacity, summary.nodes))
     for warning in plan.warnings:
         out.append(f"> **warning:** {md_text(warning)}\n")
     out.extend(cluster_changes_markdown(plan.cluster_changes))
@@ -202,6 +205,9 @@ def _group_markdown(group: NodeGroup, diffs: DiffIndex) -> list[str]:
     out.append(f"Nodes: {md_text(_names(group))}\n")
     if node.driver is not None:
         out.append(f"- driver {md_text(describe_driver(node.driver))}")
+    capacity = describe_node(node.capacity)
+    if capacity is not None:
+        out.append(f"- capacity {md_text(capacity)}")
     for text in node.shadowing:
         out.append(f"- :warning: shadowed: {md_text(text)}")
     for text in node.repairs:

@@ -12,13 +12,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from rollout.operatornames import GPU_RESOURCE as GPU_RESOURCE
+from rollout.operatornames import SHARED_GPU_RESOURCE as SHARED_GPU_RESOURCE
 from rollout.transports.kube import Pod
 from rollout.transports.kube import Toleration as ApiToleration
 
-# What the device plugin advertises a GPU as; with renameByDefault: true a time-sliced GPU
-# is advertised under the shared name instead. MIG devices have resources of their own.
-GPU_RESOURCE = "nvidia.com/gpu"
-SHARED_GPU_RESOURCE = f"{GPU_RESOURCE}.shared"
+# The GPU's resource names are the operator's (rollout.operatornames); with renameByDefault
+# a time-sliced GPU is advertised under the shared one. MIG devices have resources of their own.
 GPU_PREFIXES = (GPU_RESOURCE, "nvidia.com/mig-")
 
 

@@ -24,7 +24,7 @@ from typing import ClassVar
 from rollout.facts import NodeFacts
 from rollout.facts.driver_operator import DEPLOY_LABEL_PREFIX
 from rollout.facts.gpu_operator import current_replicas, physical_gpus
-from rollout.facts.pods import GPU_RESOURCE, SHARED_GPU_RESOURCE
+from rollout.facts.pods import GPU_RESOURCE
 from rollout.inputs.wholenumber import whole_number
 from rollout.plan import StepPlan
 from rollout.spec import Spec
@@ -61,18 +61,18 @@ def expect_gpus(spec: Spec, facts: NodeFacts) -> GpuExpectation:
     """Physical GPUs (facts) x replicas: the spec's time-slicing change, else the node's label.
 
     The resource name follows renameByDefault, which moves shared GPUs to
-    nvidia.com/gpu.shared. Both gpu.wait's plan and its apply read this one rule.
+    nvidia.com/gpu.shared: the profile's one rule (TimeSlicingChange.shared_gpus), which
+    gpu.wait's plan and apply and the plan's capacity forecast read.
     """
     change = time_slicing_change(spec)
     if change is not None:
-        replicas = change.replicas_for(GPU_RESOURCE)
-        renamed = change.rename_by_default and replicas > 1
+        resource, replicas = change.shared_gpus()
     else:
-        replicas, renamed = current_replicas(facts), False
+        resource, replicas = GPU_RESOURCE, current_replicas(facts)
     # a resumed run's facts may come from a node whose driver upgrade is half done
     physical = physical_gpus(facts)
     return GpuExpectation(
-        resource=SHARED_GPU_RESOURCE if renamed else GPU_RESOURCE,
+        resource=resource,
         count=physical * replicas,
         physical=physical,
         replicas=replicas,

@@ -18,7 +18,7 @@ from rollout.transports.errors import NotFound
 from rollout.transports.kube import ConfigMap, KubeClient
 from tests.examples import PLAN
 from tests.lab.converged import HANDLERS, assert_converged, dump_of, handlers_and_config_path
-from tests.lab.labapi import apply_args, apply_killed_when, wait_for, watching
+from tests.lab.labapi import apply_args, apply_killed_when, fleet_args, wait_for, watching
 from tests.lab.test_cluster_shared import own_lab, ssh_check
 from tests.planning import time_slicing_plan
 from tests.podbudgets import create_pod_budget
@@ -176,7 +176,7 @@ TIME_SLICING = time_slicing_plan(
 
 
 def test_time_slicing_replicas_multiply_allocatable(
-    lab: Lab, kube: KubeClient, tmp_path: Path
+    lab: Lab, kube: KubeClient, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     plan = tmp_path / "plan.yaml"
     plan.write_text(TIME_SLICING)
@@ -186,7 +186,19 @@ def test_time_slicing_replicas_multiply_allocatable(
         kube.replace_configmap(current.with_data({**current.data, **other}))
     except NotFound:
         kube.create_configmap(ConfigMap("gpu-operator", "time-slicing-config", other))
+    capsys.readouterr()
+    assert main(["plan", str(plan), *fleet_args(lab), "--output", "json"]) == 0
+    planned = json.loads(capsys.readouterr().out)
     assert main(apply_args(lab, plan, tmp_path / "state")) == 0
+    # the plan's capacity forecast is what the nodes advertise once the plan is applied
+    for node_plan in (n for wave in planned["waves"] for n in wave["nodes"]):
+        advertised = kube.get_node(node_plan["name"]).allocatable
+        forecast = node_plan["capacity"]["resources"]
+        assert {r["resource"]: str(r["after"]) for r in forecast} == {
+            r["resource"]: advertised.get(r["resource"], "0") for r in forecast
+        }, node_plan["name"]
+    fleet = {r["resource"]: r["after"] for r in planned["capacity"]["resources"]}
+    assert fleet["nvidia.com/gpu"] == sum(len(s.gpus) * 4 for s in lab.nodes)
     for spec in lab.nodes:
         node = kube.get_node(spec.name)
         assert node.allocatable.get("nvidia.com/gpu") == str(len(spec.gpus) * 4), spec.name

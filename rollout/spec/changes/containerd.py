@@ -9,7 +9,7 @@ from typing import Annotated, Any, ClassVar
 from pydantic import AfterValidator, Field, model_validator
 
 from rollout.inputs.fieldproblems import FieldProblem, describe_value
-from rollout.spec.changes.kind import ChangeKind
+from rollout.spec.changes.kind import Advertised, ChangeKind
 from rollout.spec.fieldtypes import SpecModel, Str
 
 # containerd's own table names: letters, digits, '_' and '-' (runtime names like nvidia-cdi)
@@ -119,6 +119,10 @@ class ContainerdChange(SpecModel):
         if self.default_runtime is not None:
             merged[DEFAULT_RUNTIME_KEY] = self.default_runtime
         return merged
+
+    def advertises(self, now: Mapping[str, int], physical: int) -> Advertised:
+        """Runtime settings change no GPU resource: the node advertises what it does `now`."""
+        return Advertised(now)
 
     @staticmethod
     def split_key(key: str) -> tuple[str, ...]:

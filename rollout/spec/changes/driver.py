@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from enum import Enum
 from typing import Annotated, Any, ClassVar
 
 from pydantic import AfterValidator, Field, PlainValidator, model_validator
 
 from rollout.inputs.fieldproblems import FieldProblem, describe_value
-from rollout.spec.changes.kind import ChangeKind
+from rollout.spec.changes.kind import Advertised, ChangeKind
 from rollout.spec.fieldtypes import Bool, Int, KubeName, SpecModel, Str
 
 _DRIVER_VERSION = re.compile(r"^[0-9]{3}\.[0-9]{1,3}\.[0-9]{1,3}$")
@@ -100,6 +101,10 @@ class DriverUpgradeChange(SpecModel):
         if self.mode is DriverMode.HOST and self.packages == ():
             raise FieldProblem("mode: host needs at least one package in `packages`")
         return self
+
+    def advertises(self, now: Mapping[str, int], physical: int) -> Advertised:
+        """Either mode: the same GPUs come back under the new driver, as they are `now`."""
+        return Advertised(now)
 
     @property
     def apt_packages(self) -> tuple[str, ...]:

@@ -1,7 +1,10 @@
-"""The kinds of change, by the key that names each in `changes:`."""
+"""The kinds of change, by the key that names each in `changes:`, and what every kind says of
+the GPU resources a node advertises once it is made (rollout.capacity reads it)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from enum import Enum
 
 
@@ -12,3 +15,12 @@ class ChangeKind(Enum):
     CONTAINERD = "containerd"
     TIME_SLICING = "time-slicing"
     DRIVER_UPGRADE = "driver-upgrade"
+
+
+@dataclass(frozen=True)
+class Advertised:
+    """What a node advertises once a change is made, each kind's `advertises(now, physical)`:
+    GPU resource -> allocatable count, and what a reviewer must know of those counts."""
+
+    counts: Mapping[str, int]
+    caveats: tuple[str, ...] = ()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import posixpath
 import re
+from collections.abc import Mapping
 from enum import Enum
 from typing import Annotated, ClassVar
 from urllib.parse import urlsplit
@@ -15,7 +16,7 @@ from rollout.containerd.files import CONTAINERD_DIR
 from rollout.containerd.hosts import DEFAULT_NAMESPACE
 from rollout.inputs.fieldproblems import FieldProblem, describe_value
 from rollout.inputs.wholenumber import whole_number
-from rollout.spec.changes.kind import ChangeKind
+from rollout.spec.changes.kind import Advertised, ChangeKind
 from rollout.spec.fieldtypes import AbsolutePath, Bool, SpecModel, Str
 
 DEFAULT_CERTS_DIR = f"{CONTAINERD_DIR}/certs.d"
@@ -179,3 +180,7 @@ class RegistryChange(SpecModel):
     def hosts_toml_path(self) -> str:
         """Where containerd reads this host's mirrors from on the node."""
         return f"{self.config_path.rstrip('/')}/{self.host}/hosts.toml"
+
+    def advertises(self, now: Mapping[str, int], physical: int) -> Advertised:
+        """Registry mirrors change no GPU resource: the node advertises what it does `now`."""
+        return Advertised(now)

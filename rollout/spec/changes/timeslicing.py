@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, Field
 
 from rollout.inputs.fieldproblems import FieldProblem, describe_value
-from rollout.operatornames import OPERATOR_NAMESPACE
-from rollout.spec.changes.kind import ChangeKind
+from rollout.operatornames import GPU_RESOURCE, OPERATOR_NAMESPACE, SHARED_GPU_RESOURCE
+from rollout.spec.changes.kind import Advertised, ChangeKind
 from rollout.spec.fieldtypes import Bool, DnsLabel, Int, KubeName, SpecModel, Str
 from rollout.spec.selector import check_label_value
 
@@ -122,6 +123,24 @@ class TimeSlicingChange(SpecModel):
         """Whether shared GPUs move to nvidia.com/gpu.shared (never without sharing)."""
         sharing = self.config.sharing
         return sharing is not None and sharing.time_slicing.rename_by_default
+
+    def shared_gpus(self) -> tuple[str, int]:
+        """The resource a GPU is advertised under with this profile (nvidia.com/gpu.shared with
+        renameByDefault, when shared; else nvidia.com/gpu) and the slices each GPU becomes."""
+        replicas = self.replicas_for(GPU_RESOURCE)
+        renamed = self.rename_by_default and replicas > 1
+        return (SHARED_GPU_RESOURCE if renamed else GPU_RESOURCE), replicas
+
+    def advertises(self, now: Mapping[str, int], physical: int) -> Advertised:
+        """The node's `physical` GPUs x replicas under shared_gpus' name, the other GPU name
+        at 0 (the device plugin stops advertising it); MIG resources as they are `now`."""
+        resource, replicas = self.shared_gpus()
+        counts = {**now, GPU_RESOURCE: 0, SHARED_GPU_RESOURCE: 0, resource: physical * replicas}
+        caveats = (
+            f"{resource}: {replicas} time-slices per GPU share its memory and its faults "
+            "(no isolation between the pods on one GPU)",
+        )
+        return Advertised(counts, caveats if replicas > 1 else ())
 
     def config_document(self) -> dict[str, Any]:
         """The config as the device plugin reads it (camelCase keys), for the ConfigMap."""
