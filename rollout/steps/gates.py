@@ -36,10 +36,11 @@ from rollout.gates.kernel import (
 )
 from rollout.plan import StepPlan
 from rollout.run import CordonedByRollout
-from rollout.spec import Spec
+from rollout.spec import Policy, Spec
 from rollout.spec.gates import DcgmGate
 from rollout.steps.base import StepContext, StepFailed, StepResult, translate_step_errors
 from rollout.steps.gpu_smoke import (
+    SMOKE_NAMESPACE,
     read_pod_warnings,
     run_pod_once,
     smoke_pod_manifest,
@@ -73,6 +74,12 @@ class GateFailed(StepFailed):
     """A health gate did not pass: the node stays cordoned with this evidence."""
 
     leaves_node_cordoned: ClassVar[bool] = True
+
+
+def gates_worst_s(policy: Policy) -> float:
+    """The gates' worst duration: the requests' bound, and the DCGM level's timeout when on."""
+    dcgm = policy.verify.gates.dcgm
+    return bounded_by_requests(policy) + (dcgm.timeout_s if dcgm is not None else 0.0)
 
 
 def gate_names(spec: Spec, facts: NodeFacts) -> list[str]:
@@ -142,14 +149,20 @@ class GatesStep(ReachingStep, MarkingStep):
 
     kind: ClassVar[str] = "gates"
     # the kernel log over SSH; the node's resources, its validator pods, and a cordon when a
-    # gate fails
+    # gate fails; the DCGM gate's pod, where the plan asks for it (as gpu.smoke's)
     traits: ClassVar[StepTraits] = StepTraits(
         cluster_wide=False,
         takes_down=False,
         uses_ssh=False,
-        grants=(*grants_of("", "nodes", "get patch"), *grants_of("", "pods", "list")),
+        grants=(
+            *grants_of("", "nodes", "get patch"),
+            *grants_of("", "pods", "list"),
+            *grants_of("", "pods", "create get delete", SMOKE_NAMESPACE),
+            *grants_of("", "pods/log", "get", SMOKE_NAMESPACE),
+            *grants_of("", "events", "list", SMOKE_NAMESPACE),
+        ),
         expected_s=2.0,
-        worst_s=bounded_by_requests,
+        worst_s=gates_worst_s,
     )
     reach: ClassVar[Reach] = Reach.NODE
 

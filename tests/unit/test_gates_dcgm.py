@@ -18,8 +18,10 @@ from rollout.gates.dcgm import DcgmReadingError, DcgmResult, DcgmStatus, parse_d
 from rollout.run import Journal
 from rollout.spec import Spec, parse_spec
 from rollout.spec.gates import DcgmGate
+from rollout.steps import step_traits
 from rollout.steps.base import StepContext
 from rollout.steps.gates import check_dcgm, gate_names, read_gates
+from rollout.steps.traits import REQUEST_BOUND_S
 from rollout.transports.kube import Pod
 from tests.examples import FACTS
 from tests.unit.test_steps_kube import FakeKube, make_context, make_facts, make_spec
@@ -198,3 +200,11 @@ def test_a_level_outside_1_to_4_is_refused(level: int) -> None:
             f"policy:\n  verify:\n    gates:\n      dcgm: {{level: {level}}}\n",
             "u.yaml",
         )
+
+
+def test_the_gates_steps_worst_duration_follows_the_dcgm_level() -> None:
+    traits = step_traits()["gates"]
+    assert traits.worst_s(make_spec().policy) == REQUEST_BOUND_S
+    assert traits.worst_s(dcgm_spec(level=3).policy) == REQUEST_BOUND_S + 2700
+    grants = {(g.resource, g.verb) for g in traits.grants}
+    assert {("pods", "create"), ("pods", "delete"), ("pods/log", "get")} <= grants
