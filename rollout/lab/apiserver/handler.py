@@ -10,13 +10,14 @@ import struct
 import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, cast
 from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
+from rollout.lab.apiserver.authentication import Authenticator
 from rollout.lab.apiserver.errors import ApiError, StatusReason
-from rollout.lab.apiserver.faults import ChosenFault
+from rollout.lab.apiserver.faults import ApiFaultInjector, ChosenFault
 from rollout.lab.apiserver.impersonation import impersonate
 from rollout.lab.apiserver.openapi import to_openapi_document, to_openapi_root
 from rollout.lab.apiserver.patches import PatchType
@@ -28,7 +29,7 @@ from rollout.lab.apiserver.rbac import (
     is_allowed,
     list_rules,
 )
-from rollout.lab.apiserver.registry import DeleteOptions
+from rollout.lab.apiserver.registry import DeleteOptions, Registry
 from rollout.lab.apiserver.resources import (
     PODS,
     SELFSUBJECTACCESSREVIEWS,
@@ -43,9 +44,6 @@ from rollout.lab.apiserver.store import ObjectKey, RevisionExpired, WatchEventTy
 from rollout.lab.apiserver.tables import to_table, wants_table
 from rollout.lab.apiserver.watch import ListOptions, to_bookmark
 from rollout.lab.faults import ApiFault
-
-if TYPE_CHECKING:
-    from rollout.lab.apiserver.server import ApiHttpServer
 
 log = logging.getLogger("rollout.lab.apiserver")
 
@@ -80,10 +78,23 @@ class Reply:
         return json.dumps(self.body).encode(), "application/json"
 
 
+class ApiServing(Protocol):
+    """What a handler reads of the server that accepted its connection (server.ApiHttpServer,
+    which imports this module: the handler knows it only by this, so no import circle)."""
+
+    registry: Registry
+    authenticator: Authenticator
+    faults: ApiFaultInjector | None
+    bookmark_interval_s: float
+    stopping: bool
+
+    @property
+    def server_address(self) -> Any: ...
+
+
 class ApiRequestHandler(BaseHTTPRequestHandler):
     """Serves the Kubernetes REST API from the server's registry."""
 
-    server: ApiHttpServer
     protocol_version = "HTTP/1.1"
     # The caller of the request being served.
     _user: UserInfo = ANONYMOUS
@@ -91,6 +102,11 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
     _watch_table: dict[str, str] | None = None
     # A watch the lab's faults cut after its first events.
     _cut_watch: bool = False
+
+    @property
+    def api(self) -> ApiServing:
+        """The server that accepted this connection, as the handler uses it."""
+        return cast(ApiServing, self.server)
 
     def setup(self) -> None:
         super().setup()
@@ -124,7 +140,7 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
         query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
         try:
             body = self._read_body()
-            route = parse_route(url.path, self.server.registry.catalog)
+            route = parse_route(url.path, self.api.registry.catalog)
             self._user = self._authorize(method, url.path, route, query)
             if body and is_protobuf(self.headers.get("Content-Type") or ""):
                 _check_protobuf_readable(route)
@@ -161,7 +177,7 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
 
     def _choose_fault(self, method: str, route: Route, watch: bool) -> ChosenFault | None:
         """The lab's fault for this request, if any; only resource requests are faulted."""
-        injector = self.server.faults
+        injector = self.api.faults
         if injector is None or route.endpoint is not Endpoint.RESOURCE:
             return None
         return injector.choose(method, self.path, watch=watch)
@@ -199,8 +215,8 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
 
     def _authorize(self, method: str, path: str, route: Route, query: dict[str, str]) -> UserInfo:
         """Authenticate, then authorize the request (401 or 403 Status as the real server)."""
-        store = self.server.registry.store
-        caller = self.server.authenticator.authenticate(self.headers.get("Authorization"), store)
+        store = self.api.registry.store
+        caller = self.api.authenticator.authenticate(self.headers.get("Authorization"), store)
         user = impersonate(
             self.headers,
             caller,
@@ -227,14 +243,14 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
         return self.rfile.read(length) if length > 0 else b""
 
     def _dispatch(self, method: str, route: Route, query: dict[str, str], raw: bytes) -> Reply:
-        catalog = self.server.registry.catalog
+        catalog = self.api.registry.catalog
         match route.endpoint:
             case Endpoint.HEALTH:
                 return Reply(200, "ok")
             case Endpoint.VERSION:
                 return Reply(200, dict(SERVER_VERSION))
             case Endpoint.API_VERSIONS:
-                host, port = self.server.server_address[:2]
+                host, port = self.api.server_address[:2]
                 address = f"{host!s}:{port}"
                 return Reply(200, catalog.to_api_versions(address))
             case Endpoint.GROUP_LIST:
@@ -260,7 +276,7 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
     def _dispatch_resource(
         self, method: str, route: Route, query: dict[str, str], raw: bytes
     ) -> Reply:
-        registry = self.server.registry
+        registry = self.api.registry
         kind = route.require_kind()
         namespace, name = route.namespace, route.name
         if kind.namespaced and namespace is None and name is not None:
@@ -303,7 +319,7 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
                 raise ApiError.method_not_allowed()
             account = registry.get(kind, namespace, name)
             request = self._decode_body(raw) if raw.strip() else None
-            return Reply(201, self.server.authenticator.request_token(account, request))
+            return Reply(201, self.api.authenticator.request_token(account, request))
         if sub == "log":
             if method != "GET":
                 raise ApiError.method_not_allowed()
@@ -353,7 +369,7 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
     # ------------------------------------------------------------------ watch
 
     def _serve_watch(self, route: Route, query: dict[str, str]) -> None:
-        registry = self.server.registry
+        registry = self.api.registry
         kind = route.require_kind()
         labels, fields = _selectors(query)
         registry.check_field_selector(kind, fields)
@@ -382,8 +398,8 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
                     self._write_event("ADDED", kind, obj)
             if start.end_bookmark:
                 self._write_bookmark(kind, since, initial_events_end=True)
-            bookmark_due = time.monotonic() + self.server.bookmark_interval_s
-            while not self.server.stopping and time.monotonic() < deadline:
+            bookmark_due = time.monotonic() + self.api.bookmark_interval_s
+            while not self.api.stopping and time.monotonic() < deadline:
                 wait_s = min(_WATCH_POLL_S, max(0.0, deadline - time.monotonic()))
                 try:
                     events, since = registry.store.wait_events(kind, route.namespace, since, wait_s)
@@ -415,7 +431,7 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
                 ending = time.monotonic() >= deadline
                 if options.allow_bookmarks and (ending or time.monotonic() >= bookmark_due):
                     self._write_bookmark(kind, since, initial_events_end=False)
-                    bookmark_due = time.monotonic() + self.server.bookmark_interval_s
+                    bookmark_due = time.monotonic() + self.api.bookmark_interval_s
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
@@ -439,7 +455,7 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
     def _follow_log(self, route: Route, query: dict[str, str]) -> None:
         """pods/log?follow=true: the log so far, then what is written, until the container
         ends, the pod goes, or the client leaves."""
-        registry = self.server.registry
+        registry = self.api.registry
         namespace, name = str(route.namespace), str(route.name)
         container = query.get("container")
         tail = query.get("tailLines")
@@ -451,7 +467,7 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
         self.end_headers()
         try:
             self._write_text_chunk(text)
-            while not self.server.stopping:
+            while not self.api.stopping:
                 pod = registry.find(PODS, namespace, name)
                 if pod is None:
                     break

@@ -11,7 +11,7 @@ from typing import Any
 
 from rollout.lab.apiserver.authentication import Authenticator
 from rollout.lab.apiserver.faults import ApiFaultInjector
-from rollout.lab.apiserver.handler import ApiRequestHandler
+from rollout.lab.apiserver.handler import ApiRequestHandler, ApiServing
 from rollout.lab.apiserver.registry import Registry
 
 # How often a watch that allows bookmarks is sent one: the watch cache's bookmark frequency.
@@ -138,3 +138,7 @@ class ApiServer:
         self._http.close_connections()
         self._http.server_close()
         self._thread.join(timeout=5)
+
+
+# the handler reads the server through ApiServing: checked here, where both are known
+_SERVES: type[ApiServing] = ApiHttpServer
