@@ -85,7 +85,8 @@ COMMANDS = (
     Command(
         "lab",
         "a local lab cluster (systemd-nspawn nodes, emulated Kubernetes API)",
-        "rollout.cli.lab",
+        # the lab is apart from the product: named here, imported only when `lab` runs
+        "rollout.lab.cli",
     ),
     Command(
         "diagnose", "find why GPU pods or nodes do not work (read-only)", "rollout.cli.diagnose"

@@ -23,14 +23,13 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import fabric
 import paramiko
 
 from rollout.closeable import Closeable
 from rollout.commands import CommandResult, CommandTimeout
-from rollout.inventory import Host
 from rollout.retry import REQUEST_POLICY, call_with_policy, is_transient
 from rollout.transports.errors import (
     HostKeyMismatch,
@@ -51,6 +50,10 @@ from rollout.transports.hostkeys import (
 from rollout.transports.idempotence import Idempotence, classify_command
 from rollout.transports.runner import ArgvRunner
 from rollout.transports.sshchannel import exchange
+
+if TYPE_CHECKING:
+    # typing only: the inventory (an input model, above the transports) is not loaded by them
+    from rollout.inventory import Host
 
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 # ssh's GlobalKnownHostsFile when ssh_config names none

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from rollout.cli.lab import add_parser, format_status
 from rollout.errors import BadInput
 from rollout.inventory import load_inventory
 from rollout.lab import prerequisites
+from rollout.lab.cli import add_parser, format_status
 from rollout.lab.cluster import (
     Lab,
     LabFailed,

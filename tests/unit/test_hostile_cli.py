@@ -156,7 +156,7 @@ STATE_DIRS = [
 ]
 
 LAB = [
-    # `lab up --nodes 0` checks the machine before its arguments (exit 1): rollout/cli/lab.py
+    # `lab up --nodes 0` checks the machine before its arguments (exit 1): rollout/lab/cli.py
     cli_case("lab-up-word-nodes", "lab", "up", "--nodes", "four", says=("--nodes",)),
     cli_case(
         "lab-up-unknown-containerd", "lab", "up", "--containerd", "9.9", says=("--containerd",)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from rollout.cli.lab import format_status
 from rollout.lab.apiserver.registry import Registry
+from rollout.lab.cli import format_status
 from rollout.lab.cluster import LabStatus
 from rollout.lab.controlplane_process import LOG_FILE, read_controlplane_warnings
 from rollout.lab.simulation.events import EventRecorder

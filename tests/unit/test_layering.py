@@ -9,15 +9,18 @@ of these libraries belongs in that layer.
 from __future__ import annotations
 
 import ast
+import json
 import pkgutil
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
 
 import rollout
+from rollout.cli import COMMANDS
+from tests.examples import FACTS, PLAN
 
 PACKAGE = Path(rollout.__file__).resolve().parent
 
@@ -352,3 +355,166 @@ def test_the_graph_sees_imports_in_functions_but_not_for_typing_only() -> None:
         "rollout.pkg",
         "rollout.pkg.d",
     }
+
+
+# ------------------------------------------------------------------ the lab, apart from it
+
+
+def outside_the_lab(module: str) -> bool:
+    return module != "rollout.lab" and not module.startswith("rollout.lab.")
+
+
+def lab_imports(graph: Mapping[str, set[str]]) -> list[str]:
+    """Every import of a lab module by a module outside the lab."""
+    return sorted(
+        f"{module} imports {target}"
+        for module, targets in graph.items()
+        if outside_the_lab(module)
+        for target in targets
+        if not outside_the_lab(target)
+    )
+
+
+def test_the_product_never_imports_the_lab() -> None:
+    """Not even for typing: `rollout lab` is found through the CLI's command table (a module
+    path imported only when the command runs), and the lab drives the product through seams."""
+    assert lab_imports(import_graph(typing=True)) == []
+
+
+def test_the_lab_check_sees_a_product_module_importing_the_lab() -> None:
+    graph = {
+        "rollout.cli.plan": {"rollout.lab.cluster", "rollout.planner"},
+        "rollout.lab.cli": {"rollout.cli", "rollout.lab.cluster"},
+        "rollout.laboratory": {"rollout.lab"},
+    }
+    assert lab_imports(graph) == [
+        "rollout.cli.plan imports rollout.lab.cluster",
+        "rollout.laboratory imports rollout.lab",
+    ]
+
+
+def test_the_lab_command_is_listed_by_module_path_only() -> None:
+    (lab,) = (command for command in COMMANDS if command.name == "lab")
+    assert lab.module == "rollout.lab.cli"
+
+
+def modules_loaded_by(argv: list[str]) -> set[str]:
+    """The rollout modules a fresh interpreter has loaded after `python -m rollout ARGV`."""
+    script = (
+        "import contextlib, io, json, runpy, sys\n"
+        f"sys.argv = ['rollout', *{argv!r}]\n"
+        "with contextlib.redirect_stdout(io.StringIO()), "
+        "contextlib.redirect_stderr(io.StringIO()):\n"
+        "    try:\n"
+        "        runpy.run_module('rollout', run_name='__main__')\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('rollout'))))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=300
+    )
+    return set(json.loads(result.stdout))
+
+
+@pytest.mark.parametrize(
+    ("argv", "ran"),
+    [
+        (["plan", str(PLAN), "--facts", str(FACTS)], "rollout.planner"),
+        (["apply", "--help"], "rollout.cli.apply"),
+        (["--help"], "rollout.cli"),
+    ],
+    ids=["plan", "apply-help", "help"],
+)
+def test_the_product_commands_load_no_lab_module(argv: list[str], ran: str) -> None:
+    loaded = modules_loaded_by(argv)
+    assert ran in loaded  # the command did run
+    assert sorted(m for m in loaded if not outside_the_lab(m)) == []
+
+
+def test_the_lab_command_loads_the_lab_when_it_runs() -> None:
+    """The other direction: the registration does find the lab's command."""
+    assert "rollout.lab.cli" in modules_loaded_by(["lab", "--help"])
+
+
+# --------------------------------------------------------------------- the product's layers
+
+# The product's layers, lowest first: a module imports, at run time, only from its own layer
+# and those below it (within a layer, anything). Each entry is a module or package directly
+# under rollout/; a new one goes into the lowest layer its imports allow. The lab is in no
+# layer: apart from the product, above all of it.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "foundation",
+        (
+            "__init__",
+            "errors",
+            "inputs",
+            "memo",
+            "closeable",
+            "commands",
+            "secrets",
+            "version",
+            "retry",
+            "testclock",
+        ),
+    ),
+    ("transports", ("transports",)),
+    ("engines and stores", ("containerd", "run", "lease")),
+    ("models", ("spec", "inventory", "limit", "plan", "budget", "operatornames", "operatorrolls")),
+    ("facts", ("facts", "drain", "connection")),
+    ("steps", ("steps", "gates")),
+    ("planning", ("planner", "playbook", "plangroups", "topology", "capacity", "diagnose")),
+    ("running", ("executor", "schedule", "notify", "savedplan")),
+    ("command line", ("cli", "__main__")),
+)
+
+
+def top_of(module: str) -> str:
+    """The entry of LAYERS a module belongs to: `steps` for rollout.steps.base."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def layer_of(module: str) -> int | None:
+    top = top_of(module)
+    return next((n for n, (_, tops) in enumerate(LAYERS) if top in tops), None)
+
+
+def upward_imports(
+    graph: Mapping[str, set[str]], layers: Callable[[str], int | None] = layer_of
+) -> list[str]:
+    """Every import of a module from a layer above its own, and every module in no layer."""
+    problems: list[str] = []
+    for module, targets in sorted(graph.items()):
+        if not outside_the_lab(module):
+            continue
+        own = layers(module)
+        if own is None:
+            problems.append(f"{module}: rollout.{top_of(module)} is in no layer of LAYERS")
+            continue
+        for target in sorted(targets):
+            theirs = layers(target)
+            if outside_the_lab(target) and theirs is not None and theirs > own:
+                problems.append(
+                    f"{module} ({LAYERS[own][0]}) imports {target} ({LAYERS[theirs][0]}), "
+                    "a layer above it"
+                )
+    return problems
+
+
+def test_no_module_imports_from_a_layer_above_its_own() -> None:
+    assert upward_imports(import_graph()) == []
+
+
+def test_the_layer_check_catches_an_upward_import_and_an_unplaced_module() -> None:
+    graph = {
+        "rollout.errors": {"rollout.transports.ssh"},
+        "rollout.cli.plan": {"rollout.planner", "rollout.errors"},
+        "rollout.steps.cordon": {"rollout.lab.cluster"},
+        "rollout.newthing": set(),
+    }
+    assert upward_imports(graph) == [
+        "rollout.errors (foundation) imports rollout.transports.ssh (transports), a layer above it",
+        "rollout.newthing: rollout.newthing is in no layer of LAYERS",
+    ]
