@@ -5,15 +5,16 @@ API emulator as the pod's service account."""
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from rollout.cli import main
 from rollout.errors import ExitCode
 from rollout.lab.apiserver import ApiServer
+from rollout.lease import LEASE_NAME, LEASE_NAMESPACE
 from rollout.run import Journal, RunId, utc_now
-from rollout.run.cluster import SecretStore
+from rollout.run.cluster import SecretStore, find_run
 from rollout.run.pause import (
     PAUSE_ANNOTATION,
     PauseMark,
@@ -22,7 +23,7 @@ from rollout.run.pause import (
     read_schedule_pause,
 )
 from rollout.transports.errors import Conflict, NotFound
-from rollout.transports.kube import ConfigMap, KubeClient, Secret
+from rollout.transports.kube import ConfigMap, KubeClient, Lease, Secret
 from tests.examples import PLAN, REPO
 from tests.unit.test_schedule_incluster import pod, server
 
@@ -117,3 +118,42 @@ def test_a_plan_without_its_configmap_is_not_paused() -> None:
             raise NotFound("get", f"configmap {namespace}/{name}", status=404)
 
     assert read_schedule_pause(NoConfigMaps(), NAMESPACE, PLAN_NAME) is None
+
+
+@pytest.mark.usefixtures("pod")
+def test_a_paused_schedule_stops_runs_whether_the_dead_runs_lease_is_held_or_expired(
+    server: tuple[ApiServer, bytes], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run killed with SIGKILL leaves its Lease held; the plan paused then: each scheduled
+    run exits 5 at once, before the Lease (held, then expired) is read or taken, and writes
+    no run of its own; unpaused, nothing of the pause is left."""
+    server[0].registry.ensure_namespace(NAMESPACE)
+    server[0].registry.ensure_namespace(LEASE_NAMESPACE)
+    with KubeClient.from_kubeconfig() as kube:
+        kube.create_configmap(ConfigMap(NAMESPACE, f"rollout-{PLAN_NAME}", {"plan.yaml": "x"}))
+        now = utc_now()
+        dead = Lease(
+            LEASE_NAMESPACE,
+            LEASE_NAME,
+            holder_identity="rollout/r1/rollout-registry-mirror-29400000-dead",
+            lease_duration_s=60,
+            acquire_time=now,
+            renew_time=now,
+        )
+        kube.create_lease(dead)
+        assert main(["pause", "--schedule", PLAN_NAME, "--reason", "vendor ticket"]) == 0
+        capsys.readouterr()
+        apply = ["apply", str(PLAN), "-i", str(INVENTORY), "--yes"]
+        for held in (True, False):
+            before = kube.get_lease(LEASE_NAMESPACE, LEASE_NAME)
+            assert main(apply) == ExitCode.PAUSED
+            err = capsys.readouterr().err
+            assert f"plan {PLAN_NAME} paused by " in err and "vendor ticket" in err, err
+            assert "another rollout run" not in err and "continuing run" not in err, err
+            assert kube.get_lease(LEASE_NAMESPACE, LEASE_NAME) == before  # not read to take
+            assert find_run(kube, NAMESPACE, PLAN_NAME) is None  # no run of its own
+            if held:  # the dead run's Lease expires while the plan is paused
+                expired = now - timedelta(seconds=300)
+                kube.replace_lease(replace(before, renew_time=expired, acquire_time=expired))
+        assert main(["unpause", "--schedule", PLAN_NAME]) == 0
+        assert read_schedule_pause(kube, NAMESPACE, PLAN_NAME) is None
