@@ -13,13 +13,20 @@ node about to start costs:
   moment it went NotReady, before it counts: only a node still NotReady after that halts;
 - everything else unavailable counts at once: a node cordoned by someone else, NotReady
   since before the change, or NotReady with no change of this run to explain it.
+
+One RunBudget per run owns the number: the executor builds it from the plan, asks it before
+taking a node down, and hands it to every step (StepContext.budget); a step that hands its
+node to another controller's upgrade (driver.release: the GPU Operator cordons and upgrades
+it) takes the node's slot through it too.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
-from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+import threading
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 
 # How long a node NotReady since this run's own cluster-wide change is waited for before it
@@ -88,6 +95,10 @@ class UnavailabilityBudget:
     change: ClusterChange | None = None
     settle_wait_s: float = SETTLE_WAIT_S
     groups: tuple[GroupLimit, ...] = ()
+
+    def counting(self, names: Collection[str]) -> UnavailabilityBudget:
+        """This budget over `names` as well as its targets."""
+        return dataclasses.replace(self, targets=self.targets | frozenset(names))
 
     def unavailable(self, nodes: Sequence[NodeAvailability]) -> set[str]:
         """The targets the API shows cordoned or NotReady."""
@@ -178,3 +189,72 @@ class UnavailabilityBudget:
     def _settling(self, node: NodeAvailability, now: datetime) -> bool:
         since = self._since_change(node)
         return since is not None and (now - since).total_seconds() < self.settle_wait_s
+
+
+def no_change() -> ClusterChange | None:
+    """A run that has changed no cluster-wide object."""
+    return None
+
+
+@dataclass(eq=False)
+class RunBudget:
+    """The run's one unavailability budget: max_unavailable (and per group) over the plan's
+    targets, with this run's first cluster-wide change as the journal tells it at each
+    decision; and the nodes this run has handed to another controller's upgrade, each of
+    which holds its slot, for the executor and for every such step, until it is settled."""
+
+    limit: int
+    targets: frozenset[str]
+    groups: tuple[GroupLimit, ...] = ()
+    first_change: Callable[[], ClusterChange | None] = no_change
+    # the nodes of a wave run in threads: deciding and handing over are one act
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+    _released: set[str] = field(default_factory=set, init=False)
+
+    def current(self) -> UnavailabilityBudget:
+        """The budget as it stands: with this run's cluster-wide change, once it made one."""
+        return UnavailabilityBudget(
+            self.limit, self.targets, self.first_change(), groups=self.groups
+        )
+
+    @property
+    def released(self) -> frozenset[str]:
+        """The nodes handed over and not settled yet: each holds its slot."""
+        with self._lock:
+            return frozenset(self._released)
+
+    def release(
+        self,
+        node: str,
+        nodes: Sequence[NodeAvailability],
+        now: datetime,
+        hand_over: Callable[[], object],
+    ) -> Decision:
+        """Hand `node` over (`hand_over`) if one more unavailable node fits: decided and done
+        under one lock, so two nodes' threads never both take the last slot. `nodes`: every
+        node the other controller serves, each of which counts as the targets do (its
+        upgrades reach them whatever rollout targets). The node then holds its slot until
+        `settled`."""
+        with self._lock:
+            budget = self.current().counting([n.name for n in nodes])
+            decision = budget.decide(node, nodes, self._released, now)
+            if decision.verdict is Verdict.START:
+                hand_over()
+                self._released.add(node)
+            return decision
+
+    def taken(self, node: str, nodes: Sequence[NodeAvailability]) -> list[str]:
+        """What holds the slots `release` would give `node`: the unavailable nodes among
+        `nodes` and the targets, and the nodes handed over."""
+        unavailable = self.current().counting([n.name for n in nodes]).unavailable(nodes)
+        return sorted((unavailable | self.released) - {node})
+
+    def hold(self, node: str) -> None:
+        """Count a node handed over before this process (a resumed run) as released."""
+        with self._lock:
+            self._released.add(node)
+
+    def settled(self, node: str) -> None:
+        """The node's handed-over upgrade ended: its slot is the executor's to count again."""
+        with self._lock:
+            self._released.discard(node)

@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
-from rollout.budget import ClusterChange, NodeAvailability, UnavailabilityBudget, Verdict
+from rollout.budget import ClusterChange, NodeAvailability, RunBudget, Verdict
 from rollout.errors import RolloutError
 from rollout.plan import NodePlan, Plan, StepPlan
 from rollout.retry import DEFAULT_POLICY, RetryPolicy, call_with_policy
@@ -58,7 +58,6 @@ from rollout.run import (
     RunFinished,
     RunHalted,
     RunOutcome,
-    RunState,
     SoakFinished,
     SoakStarted,
     StepFinished,
@@ -243,6 +242,14 @@ class Executor:
         self._traits = step_traits()
         # one node at a time in these, so concurrent nodes do not race on the shared object
         self._cluster_wide_kinds = cluster_wide_kinds(self._traits)
+        # the run's one unavailability budget: here before each node taken down, and in every
+        # step that hands its node to another controller's upgrade (StepContext.budget)
+        self.budget = RunBudget(
+            self.plan.max_unavailable,
+            frozenset(self._targets),
+            group_limits(self.plan),
+            self._first_change,
+        )
         self._serial = _SerialProgress(self.progress)
 
     def run(self) -> RunReport:
@@ -365,12 +372,16 @@ class Executor:
         and what that one waits for ("" when none waits). Halt when none may ever start."""
         state = self.journal.replay()
         # this run's nodes down: running here, or cordoned by it and not finished (resumed)
-        held = {name for name, n in running.items() if takes_down(n, self._traits)} | {
-            n.name
-            for n in self.plan.nodes
-            if state.node(n.name).cordoned_by_rollout and state.node(n.name).outcome is None
-        }
-        budget = self.budget(state)
+        held = (
+            {name for name, n in running.items() if takes_down(n, self._traits)}
+            | {
+                n.name
+                for n in self.plan.nodes
+                if state.node(n.name).cordoned_by_rollout and state.node(n.name).outcome is None
+            }
+            | self.budget.released
+        )
+        budget = self.budget.current()
         nodes = [
             NodeAvailability(n.name, n.unschedulable, n.ready, n.ready_changed_at)
             for n in self.cluster.list_nodes()
@@ -389,17 +400,11 @@ class Executor:
             chosen.append(node)
         return chosen, ""
 
-    def budget(self, state: RunState) -> UnavailabilityBudget:
-        """The run's unavailability budget: max_unavailable over its targets, and its first
-        change of a cluster-wide object, if any (nodes settling after it are waited for)."""
-        first = state.first_acted(self._cluster_wide_kinds)
-        change = None if first is None else ClusterChange(first[1], first[0], first[2])
-        return UnavailabilityBudget(
-            self.plan.max_unavailable,
-            frozenset(self._targets),
-            change,
-            groups=group_limits(self.plan),
-        )
+    def _first_change(self) -> ClusterChange | None:
+        """This run's first change of a cluster-wide object, if any (nodes settling after it
+        are waited for)."""
+        first = self.journal.replay().first_acted(self._cluster_wide_kinds)
+        return None if first is None else ClusterChange(first[1], first[0], first[2])
 
     def _check_run(self) -> None:
         if self._stop.is_set():
@@ -521,7 +526,9 @@ class Executor:
             self._stopping(str(exc))
             return None
         self._contexts[node.name] = ctx
-        ctx = dataclasses.replace(ctx, halt_watch=HaltWatch(self._find_halt_labels))
+        ctx = dataclasses.replace(
+            ctx, halt_watch=HaltWatch(self._find_halt_labels), budget=self.budget
+        )
         for index, planned in enumerate(node.steps):
             ref = StepRef(index, planned.kind)
             state = self.journal.replay()

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+from rollout.budget import RunBudget
 from rollout.commands import CommandRunner
 from rollout.errors import RolloutError, TransientError
 from rollout.facts import ClusterFacts, NodeFacts
@@ -87,6 +88,9 @@ class StepContext:
     sleep: Callable[[float], None] = time.sleep
     # set by the executor while a step applies (not while it is undone): waits end on a halt
     halt_watch: HaltWatch | None = None
+    # set by the executor: the run's one unavailability budget, which a step that hands its
+    # node to another controller's upgrade takes the node's slot from (driver.release)
+    budget: RunBudget | None = None
 
     @property
     def run_id(self) -> str:

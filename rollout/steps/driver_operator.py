@@ -22,13 +22,12 @@ back (rollout.steps.driver_operator_plan.operator_run_notes).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import ClassVar
 
-from rollout.budget import NodeAvailability, UnavailabilityBudget, Verdict
+from rollout.budget import NodeAvailability, RunBudget, Verdict
 from rollout.errors import RolloutError
 from rollout.facts import ClusterFacts, NodeFacts
 from rollout.facts.driver_operator import (
@@ -71,10 +70,6 @@ from rollout.transports.kube import Node, Pod
 REVISION_LABEL = "controller-revision-hash"
 GFD_DRIVER_LABEL = "nvidia.com/cuda.driver-version.full"
 LOG_LINES = 5
-# The nodes of a wave run in threads: the budget check and the release are one act, and a
-# node released by this process counts against the budget until its watch ends.
-_release_lock = threading.Lock()
-_released: set[str] = set()
 
 
 def driver_pod(ctx: StepContext, change: DriverUpgradeChange, node: str) -> Pod | None:
@@ -300,17 +295,18 @@ class DriverReleaseStep(OperatorStep):
                 # the failed upgrade's own cordon: the operator would take the node as
                 # cordoned before the retry and leave it so at upgrade-done
                 ctx.save_data(self.kind, {"uncordon": True})
+        budget = ctx.budget
+        if budget is None:
+            raise StepFailed(ctx.node, self.kind, "no unavailability budget: run it by apply")
         if release:
-            self._release(ctx, deadline, release)
+            self._release(ctx, budget, deadline, release)
         else:  # released already (a resumed run): watched, and counted against the budget
-            with _release_lock:
-                _released.add(ctx.node)
+            budget.hold(ctx.node)
         try:
             before = node.annotations.get(REVISION_BEFORE_ANNOTATION)
             done = self._watch(ctx, change, before, deadline)
         finally:
-            with _release_lock:
-                _released.discard(ctx.node)
+            budget.settled(ctx.node)
         if not ctx.load_data(self.kind).get("uncordon"):
             return done
         ctx.kube.set_unschedulable(ctx.node, False)
@@ -319,26 +315,43 @@ class DriverReleaseStep(OperatorStep):
         )
 
     def _release(
-        self, ctx: StepContext, deadline: Deadline, labels: Mapping[str, str | None]
+        self,
+        ctx: StepContext,
+        budget: RunBudget,
+        deadline: Deadline,
+        labels: Mapping[str, str | None],
     ) -> None:
         """Remove the skip label (and relabel a retried upgrade-failed node upgrade-required)
-        once one more node upgrading stays within rollout's max_unavailable; never while
-        another served node is upgrade-failed (it halts the run)."""
+        once the run's budget takes one more node upgrading; never while another served node
+        is upgrade-failed (it halts the run)."""
         while True:
-            with _release_lock:
-                if self._budget_free(ctx, deadline):
-                    _released.add(ctx.node)
-                    ctx.kube.patch_node_labels(ctx.node, labels)
-                    done = ["skip label removed"] if UPGRADE_SKIP_LABEL in labels else []
-                    if UPGRADE_STATE_LABEL in labels:
-                        done.append(f"relabelled {UPGRADE_FAILED} -> {UPGRADE_REQUIRED}")
-                    ctx.progress(f"{ctx.node}: driver.release: {'; '.join(done)}")
-                    return
+            served = self._served(ctx)
+            seen = [NodeAvailability(n.name, _taken_down(n), n.ready) for n in served]
+            decision = budget.release(
+                ctx.node,
+                seen,
+                datetime.now(UTC),
+                lambda: ctx.kube.patch_node_labels(ctx.node, labels),
+            )
+            if decision.verdict is Verdict.START:
+                done = ["skip label removed"] if UPGRADE_SKIP_LABEL in labels else []
+                if UPGRADE_STATE_LABEL in labels:
+                    done.append(f"relabelled {UPGRADE_FAILED} -> {UPGRADE_REQUIRED}")
+                ctx.progress(f"{ctx.node}: driver.release: {'; '.join(done)}")
+                return
+            if deadline.expired:
+                busy = budget.taken(ctx.node, seen)
+                raise StepFailed(
+                    ctx.node,
+                    self.kind,
+                    f"max_unavailable {budget.limit} still taken by {', '.join(busy)} after "
+                    f"{round(deadline.elapsed_s)}s",
+                )
             deadline.sleep(POLL_INTERVAL_S)
 
-    def _budget_free(self, ctx: StepContext, deadline: Deadline) -> bool:
-        nodes = ctx.kube.list_nodes()
-        served = [n for n in nodes if served_by_driver_daemonset(n.labels)]
+    def _served(self, ctx: StepContext) -> list[Node]:
+        """The nodes the driver DaemonSet serves; StepFailed while one is upgrade-failed."""
+        served = [n for n in ctx.kube.list_nodes() if served_by_driver_daemonset(n.labels)]
         failed = [
             n.name
             for n in served
@@ -352,20 +365,7 @@ class DriverReleaseStep(OperatorStep):
                 f"{', '.join(failed)} {UPGRADE_STATE_LABEL}={UPGRADE_FAILED}: not releasing "
                 "another node",
             )
-        limit = ctx.spec.policy.max_unavailable_count(len(nodes))  # counted as the executor does
-        budget = UnavailabilityBudget(limit, frozenset(n.name for n in served))
-        seen = [NodeAvailability(n.name, _taken_down(n), n.ready) for n in served]
-        if budget.decide(ctx.node, seen, _released, datetime.now(UTC)).verdict is Verdict.START:
-            return True
-        if deadline.expired:
-            busy = sorted((budget.unavailable(seen) | _released) - {ctx.node})
-            raise StepFailed(
-                ctx.node,
-                self.kind,
-                f"max_unavailable {limit} still taken by {', '.join(busy)} after "
-                f"{round(deadline.elapsed_s)}s",
-            )
-        return False
+        return served
 
     def _watch(
         self,

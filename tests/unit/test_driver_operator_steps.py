@@ -10,10 +10,11 @@ from typing import Any, cast
 
 import pytest
 
+from rollout.budget import RunBudget
 from rollout.facts import ClusterFacts, GpuFacts
 from rollout.plan import NodePlan
 from rollout.run import Journal
-from rollout.spec import parse_spec
+from rollout.spec import Spec, parse_spec
 from rollout.steps.base import StepContext, StepFailed, StepResultKind
 from rollout.steps.driver_operator import DriverConfirmStep, DriverPinStep, DriverReleaseStep
 from rollout.steps.driver_operator_plan import PINNED_BY_ANNOTATION, REVISION_BEFORE_ANNOTATION
@@ -108,19 +109,24 @@ def cluster() -> FakeCluster:
     return FakeCluster()
 
 
-def context(cluster: FakeCluster, journal: Journal, node: str, smi: str = NEW) -> StepContext:
+def context(
+    cluster: FakeCluster, journal: Journal, node: str, smi: str = NEW, spec: Spec = SPEC
+) -> StepContext:
     runner = ScriptedRunner(name=node).on(["nvidia-smi"], f"GPU-1, NVIDIA A100, {smi}\n")
     facts = replace(containerd_node(node), gpus=GpuFacts(count=1, driver_version=OLD))
+    # the run's budget as the executor builds it: max_unavailable of the 3 nodes, the targets
+    budget = RunBudget(spec.policy.max_unavailable_count(3), frozenset({"n1", "n2"}))
     return StepContext(
         node=node,
         node_plan=NodePlan(name=node, containerd_version="1.7.24", steps=()),
         facts=facts,
-        spec=SPEC,
+        spec=spec,
         runner=runner,
         kube=cast(KubeClient, cluster),
         journal=journal,
         progress=lambda _: None,
         sleep=lambda _: None,
+        budget=budget,
     )
 
 
@@ -208,7 +214,7 @@ def test_retry_relabels_a_failed_target_and_watches_it_to_done(
     cluster.patch_node_labels("n1", {STATE: "upgrade-failed"})
     cluster.patch_node_labels("n2", {STATE: "upgrade-failed"})
     cluster.nodes["n1"] = replace(cluster.nodes["n1"], unschedulable=True)  # the failure's
-    ctx = replace(context(cluster, journal, "n1"), spec=RETRY)
+    ctx = context(cluster, journal, "n1", spec=RETRY)
     facts = replace(ctx.facts, labels=dict(cluster.nodes["n1"].labels))
     planned = DriverReleaseStep().plan(facts, ClusterFacts(), RETRY)
     assert (planned.action or "").startswith(f"relabel {STATE} upgrade-failed -> upgrade-required")
@@ -226,7 +232,7 @@ def test_retry_relabels_a_failed_target_and_watches_it_to_done(
     assert not cluster.nodes["n1"].unschedulable and "uncordoned" in result.detail
     cluster.patch_node_labels("n3", {STATE: "upgrade-failed"})
     with pytest.raises(StepFailed, match=r"n3 nvidia\.com/gpu-driver-upgrade-state=upgrade-failed"):
-        DriverReleaseStep().apply(replace(context(cluster, journal, "n2"), spec=RETRY))
+        DriverReleaseStep().apply(context(cluster, journal, "n2", spec=RETRY))
 
 
 def test_release_waits_for_max_unavailable(cluster: FakeCluster, journal: Journal) -> None:
