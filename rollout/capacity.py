@@ -12,14 +12,17 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
-from rollout.facts import NodeFacts
-from rollout.facts.gpu_operator import physical_gpus
-from rollout.facts.pods import is_gpu_resource
 from rollout.inputs.wholenumber import whole_number
 from rollout.memo import ValueTable
 from rollout.plan import CapacityForecast, NodePlan, ResourceForecast
-from rollout.spec import Spec
+
+# the renderers read this module's text: the facts and the spec (pydantic) load only with the
+# planner, so that `rollout --help` or a mistyped command loads neither
+if TYPE_CHECKING:
+    from rollout.facts import NodeFacts
+    from rollout.spec import Spec
 
 UNKNOWN_NOTE = (
     "the facts hold no node capacity (recorded facts without the node's capacity and "
@@ -33,6 +36,8 @@ _FORECASTS: ValueTable[CapacityForecast] = ValueTable(CapacityForecast, 4096)
 def gpu_counts(values: Mapping[str, str]) -> dict[str, int]:
     """The GPU resources (nvidia.com/gpu, .shared, mig-*) of a node's capacity or
     allocatable, as numbers (a quantity that is not a whole number counts 0)."""
+    from rollout.facts.pods import is_gpu_resource
+
     return {name: whole_number(text) or 0 for name, text in values.items() if is_gpu_resource(name)}
 
 
@@ -46,6 +51,8 @@ def unhealthy_note(resource: str) -> str:
 
 def forecast_node(spec: Spec, node: NodeFacts) -> CapacityForecast:
     """One node's GPU resources before -> after the spec's changes, with their caveats."""
+    from rollout.facts.gpu_operator import physical_gpus
+
     known = bool(node.capacity)
     healthy = gpu_counts(node.capacity)
     before = gpu_counts(node.allocatable) if known else {}

@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from enum import Enum
 
 from rollout.plan import NodePlan, Plan, StepPlan
-from rollout.steps import step_traits
-from rollout.steps.traits import takes_down
 
 # what a node's own name reads as in the text its group shows
 NODE_PLACEHOLDER = "<node>"
@@ -285,6 +283,11 @@ class PlanSummary:
 
 def summarise(plan: Plan, groups: Sequence[NodeGroup]) -> PlanSummary:
     """The summary of a plan whose nodes are in `groups` (group_nodes)."""
+    # the steps (and the spec's pydantic) load with a plan, not with the renderers that import
+    # this module: `rollout --help` or a mistyped command loads neither
+    from rollout.steps import step_traits
+    from rollout.steps.traits import takes_down
+
     number_of = {name: g.number for g in groups for name in g.names}
     traits = step_traits()
     waves = []
