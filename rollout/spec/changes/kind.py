@@ -20,7 +20,8 @@ class ChangeKind(Enum):
 @dataclass(frozen=True)
 class Advertised:
     """What a node advertises once a change is made, each kind's `advertises(now, physical)`:
-    GPU resource -> allocatable count, and what a reviewer must know of those counts."""
+    GPU resource -> allocatable count, and what a reviewer must know of those counts (a new
+    kind says its own here: a MIG layout, that it can advertise less than the card)."""
 
     counts: Mapping[str, int]
     caveats: tuple[str, ...] = ()
