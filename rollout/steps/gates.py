@@ -40,7 +40,7 @@ from rollout.spec import Policy, Spec
 from rollout.spec.gates import DcgmGate
 from rollout.steps.base import StepContext, StepFailed, StepResult, translate_step_errors
 from rollout.steps.gpu_smoke import (
-    SMOKE_NAMESPACE,
+    POD_RUN_GRANTS,
     read_pod_warnings,
     run_pod_once,
     smoke_pod_manifest,
@@ -157,9 +157,7 @@ class GatesStep(ReachingStep, MarkingStep):
         grants=(
             *grants_of("", "nodes", "get patch"),
             *grants_of("", "pods", "list"),
-            *grants_of("", "pods", "create get delete", SMOKE_NAMESPACE),
-            *grants_of("", "pods/log", "get", SMOKE_NAMESPACE),
-            *grants_of("", "events", "list", SMOKE_NAMESPACE),
+            *POD_RUN_GRANTS,
         ),
         expected_s=2.0,
         worst_s=gates_worst_s,

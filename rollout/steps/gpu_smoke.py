@@ -104,6 +104,15 @@ def judge_smoke_log(
     return SmokeVerdict(uuids, tuple(problems), drivers)
 
 
+# What run_pod_once asks of the API: the pod, its log, and its Warning events (quoted when
+# it fails). The smoke pod's step and the DCGM gate's both ask for them.
+POD_RUN_GRANTS = (
+    *grants_of("", "pods", "create get delete", SMOKE_NAMESPACE),
+    *grants_of("", "pods/log", "get", SMOKE_NAMESPACE),
+    *grants_of("", "events", "list", SMOKE_NAMESPACE),
+)
+
+
 def smoke_pod_name(node: str, run_id: str, prefix: str = "rollout-smoke") -> str:
     """<prefix>-<node>-<6 hex of the run id>: the same on every attempt of one run."""
     short = hashlib.sha256(run_id.encode()).hexdigest()[:6]
@@ -185,12 +194,7 @@ class GpuSmokeStep(ReachingStep, MarkingStep):
         cluster_wide=False,
         takes_down=False,
         uses_ssh=False,
-        grants=(
-            *grants_of("", "pods", "create get delete", SMOKE_NAMESPACE),
-            *grants_of("", "pods/log", "get", SMOKE_NAMESPACE),
-            # a failed smoke pod's Warning events, quoted in the failure
-            *grants_of("", "events", "list", SMOKE_NAMESPACE),
-        ),
+        grants=POD_RUN_GRANTS,
         expected_s=20.0,
         worst_s=lambda policy: float(policy.verify.smoke_timeout_s),
     )
