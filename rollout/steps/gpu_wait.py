@@ -24,7 +24,7 @@ from typing import ClassVar
 from rollout.facts import NodeFacts
 from rollout.facts.driver_operator import DEPLOY_LABEL_PREFIX
 from rollout.facts.gpu_operator import current_replicas, physical_gpus
-from rollout.facts.pods import GPU_RESOURCE
+from rollout.facts.pods import GPU_RESOURCE, SHARED_GPU_RESOURCE
 from rollout.inputs.wholenumber import whole_number
 from rollout.plan import StepPlan
 from rollout.spec import Spec
@@ -68,7 +68,7 @@ def expect_gpus(spec: Spec, facts: NodeFacts) -> GpuExpectation:
     if change is not None:
         resource, replicas = change.shared_gpus()
     else:
-        resource, replicas = GPU_RESOURCE, current_replicas(facts)
+        resource, replicas = advertised_gpu_resource(facts), current_replicas(facts)
     # a resumed run's facts may come from a node whose driver upgrade is half done
     physical = physical_gpus(facts)
     return GpuExpectation(
@@ -77,6 +77,14 @@ def expect_gpus(spec: Spec, facts: NodeFacts) -> GpuExpectation:
         physical=physical,
         replicas=replicas,
     )
+
+
+def advertised_gpu_resource(facts: NodeFacts) -> str:
+    """The name the node advertises its GPUs under now: nvidia.com/gpu.shared where the
+    profile it runs renames shared GPUs (renameByDefault), else nvidia.com/gpu. A plan without
+    a profile of its own keeps the node's, name included."""
+    shared = advertised_count(facts.capacity, SHARED_GPU_RESOURCE) or 0
+    return SHARED_GPU_RESOURCE if shared else GPU_RESOURCE
 
 
 def advertised_count(values: Mapping[str, str], resource: str) -> int | None:
@@ -127,7 +135,8 @@ class GpuWaitStep(ReachingStep, MarkingStep):
                 # Without a profile of its own the plan keeps the one the node loads, which
                 # GFD's gpu.replicas label tells once the plugin runs: a plugin that could not
                 # start before (a lost handler) loads its profile only now.
-                expected = expect_gpus(ctx.spec, replace(ctx.facts, labels=node.labels))
+                live = replace(ctx.facts, labels=node.labels, capacity=node.capacity)
+                expected = expect_gpus(ctx.spec, live)
             # Allocatable alone can still show the old count for a moment after a restart,
             # before the kubelet notices the plugin went away; a plugin pod that is not
             # ready means it has not (re)registered yet.

@@ -437,6 +437,25 @@ def test_expected_gpus(
     assert expect_gpus(make_spec(slicing=slicing, rename=rename), make_facts(labels)) == expected
 
 
+def test_a_plan_without_a_profile_keeps_the_renamed_resource_the_node_advertises(
+    kube: FakeKube, journal: Journal
+) -> None:
+    """A registry change on a node whose profile renames shared GPUs (renameByDefault): the
+    node advertises nvidia.com/gpu.shared, none as nvidia.com/gpu, and gpu.wait, gpu.smoke and
+    the gates must expect that name (they waited for nvidia.com/gpu = 8 until the timeout)."""
+    shared = {"nvidia.com/gpu.shared": "8", "nvidia.com/gpu": "0"}
+    facts = replace(make_facts({"nvidia.com/gpu.replicas": "4"}), capacity=shared)
+    assert expect_gpus(make_spec(), facts) == GpuExpectation("nvidia.com/gpu.shared", 8, 2, 4)
+    kube.node = replace(
+        kube.node,
+        labels={**kube.node.labels, "nvidia.com/gpu.replicas": "4"},
+        capacity=shared,
+        allocatable=shared,
+    )
+    result = GpuWaitStep().apply(make_context(kube, journal))
+    assert_done(result, "allocatable nvidia.com/gpu.shared = 8")
+
+
 def test_gpu_wait_returns_when_allocatable_matches(kube: FakeKube, journal: Journal) -> None:
     kube.node = replace(
         kube.node, capacity={"nvidia.com/gpu": "2"}, allocatable={"nvidia.com/gpu": "2"}
