@@ -60,6 +60,7 @@ from rollout.steps import builtin_steps
 from rollout.steps.base import StepContext
 from rollout.steps.containerd import remove_run_stages
 from rollout.steps.driver_operator_plan import operator_run_notes
+from rollout.testclock import run_clock
 
 APPLY_HELP = (
     "Plan as `rollout plan` does, show it, ask, then apply it node by node, wave by "
@@ -387,6 +388,7 @@ def execute(
         context,
         notifying or progress,
         lease,
+        clock=run_clock(),
         say=lambda text: progress_console.print(safe(text)),
         paused=lambda: describe_pause_of(journal, fleet.kube, plan.name),
     )

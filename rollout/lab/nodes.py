@@ -301,15 +301,18 @@ def write_lab_mirror(dirs: NodeDirs, registry: str, namespaces: Sequence[str]) -
         _write(dirs.host_path(hosts_toml_path(LAB_CERTS_DIR, namespace)), text)
 
 
-def prepull_images(spec: NodeSpec, dirs: NodeDirs, images: Sequence[str]) -> None:
+def prepull_images(
+    spec: NodeSpec, dirs: NodeDirs, images: Sequence[str], timeout_s: float = PULL_TIMEOUT_S
+) -> None:
     """Pull the images every node already has (the sandbox image of its containerd, the
-    smoke image) into the CRI's namespace, through the lab's mirror (write_lab_mirror)."""
+    smoke image) into the CRI's namespace, through the lab's mirror (write_lab_mirror);
+    `timeout_s` for each (rollout's own image is larger)."""
     pid = read_node_pid(spec, dirs)
     if pid is None:
         raise NodeFailed(f"{spec.name}: not running; cannot pull its images")
     for image in (sandbox_image(dirs), *images):
         argv = ["ctr", "--namespace=k8s.io", "images", "pull", f"--hosts-dir={LAB_CERTS_DIR}"]
-        result = run_in_node(dirs, [*argv, image], pid, timeout_s=PULL_TIMEOUT_S)
+        result = run_in_node(dirs, [*argv, image], pid, timeout_s=timeout_s)
         if not result.ok:
             raise NodeFailed(f"{spec.name}: pulling {image} failed: {result.tail()}")
 

@@ -63,6 +63,9 @@ def test_the_image_runs_rollout_as_its_non_root_user_and_names_the_commit(
     config = image_config(image)
     assert config["User"] == "65532:65532"
     assert config["Entrypoint"] == ["rollout"]
+    # a state directory named in the image would keep a pod's run off the cluster, in a
+    # directory of its read-only root (docs/schedule.md)
+    assert not any(e.startswith("ROLLOUT_STATE_DIR=") for e in config["Env"]), config["Env"]
     version = run_in_image(image, ["version", "--output", "json"])
     assert version.ok, version.stderr
     reported = json.loads(version.stdout)
@@ -74,6 +77,11 @@ def test_the_image_runs_rollout_as_its_non_root_user_and_names_the_commit(
     assert reported["commit_source"] == "build"
     who = run_in_image(image, [], entrypoint=["id", "-u"])
     assert who.stdout.strip() == "65532"
+    # a name for it: paramiko's SSH config asks getpass for the local user at each connection
+    named = run_in_image(
+        image, [], entrypoint=["python3", "-c", "import getpass; print(getpass.getuser())"]
+    )
+    assert named.stdout.strip() == "rollout", named.stderr
 
 
 def test_an_unchanged_checkout_reuses_the_image(image: RolloutImage) -> None:

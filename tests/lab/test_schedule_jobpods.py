@@ -1,13 +1,16 @@
-"""The lab runs the rollout image's Job pods for real (rollout/lab/simulation/jobpods.py): a
-local process with the pod's command, args, env and volumes, the ServiceAccount's token, CA
-and namespace at the standard path, the API over HTTPS as the account (RBAC applied); the
-phase follows the process, its output is the pod's log, a deleted pod's process is stopped.
-No nodes: the schedule's objects on an in-process simulation."""
+"""The lab's Job controller and the rollout image's Job pods (rollout/lab/simulation/jobpods.py),
+fast: no nodes, so each pod runs as a process of the lab host (processruns.py; a lab with
+nodes runs it as the image's container: test_schedule_runs.py, test_schedule_windows.py),
+with the pod's command, args, env and volumes, the ServiceAccount's token, CA and namespace
+at the standard path, the API over HTTPS as the account (RBAC applied); the phase follows the
+process, its output is the pod's log, a deleted pod's process is stopped. The schedule's
+objects on an in-process simulation."""
 
 from __future__ import annotations
 
 import base64
 import copy
+import os
 import signal
 import subprocess
 import time
@@ -22,9 +25,17 @@ from rollout.lab.apiserver import Registry
 from rollout.lab.apiserver.resources import CRONJOBS, JOBS, PODS, ROLES, SECRETS
 from rollout.lab.description import LabDescription
 from rollout.lab.simulation import jobpods
+from rollout.lab.simulation.cronjobs import ScaledClock
 from rollout.lab.simulation.engine import Simulation
-from rollout.lab.simulation.jobpods import LAB_HOST_NODE, image_name, is_rollout_job_pod
+from rollout.lab.simulation.jobpods import (
+    CLOCK_DIR,
+    LAB_HOST_NODE,
+    image_name,
+    is_rollout_job_pod,
+)
+from rollout.lab.simulation.processruns import ProcessRun
 from rollout.lab.simulation.timing import SimulationTimings
+from rollout.testclock import CLOCK_FILE_ENV, ScaledTime
 from tests.lab.test_schedule import FakeClock, cluster_at
 
 pytestmark = pytest.mark.lab
@@ -206,13 +217,15 @@ def test_the_scheduled_pod_waits_for_its_secret_and_stops_when_deleted(
     create_ssh_secret(api)
     step_until(simulation, lambda: phase(api, name) == "Running", "the pod runs")
     running = simulation._jobpods._running  # the process behind the pod
-    (process,) = running.values()
+    (tracked,) = running.values()
+    process = tracked.run
+    assert isinstance(process, ProcessRun)
     pod = pod_of(api, name)
     assert pod is not None
     api.delete(PODS, NAMESPACE, pod["metadata"]["name"])
     step_until(simulation, lambda: not running, "the deleted pod's process is stopped", 30.0)
     assert process.popen.returncode == -signal.SIGTERM  # stopped, not ended on its own
-    assert not process.staging.exists()
+    assert not tracked.staging.exists()
 
 
 def test_a_process_that_ignores_sigterm_is_killed_after_the_grace_period(
@@ -224,7 +237,9 @@ def test_a_process_that_ignores_sigterm_is_killed_after_the_grace_period(
     simulation.step()  # the Job's pod
     simulation.step()  # claimed and started
     jobpods = simulation._jobpods  # the processes behind the pods
-    (process,) = jobpods._running.values()
+    (tracked,) = jobpods._running.values()
+    process = tracked.run
+    assert isinstance(process, ProcessRun)
     process.popen.kill()  # the pod's process, swapped for one that ignores SIGTERM
     process.popen.wait()
     ready = tmp_path / "trapped"
@@ -238,3 +253,41 @@ def test_a_process_that_ignores_sigterm_is_killed_after_the_grace_period(
     step_until(simulation, lambda: not jobpods._running, "the process killed", 30.0)
     assert process.popen.returncode == -signal.SIGKILL
     assert time.monotonic() - deleted >= 1.0  # not before the grace period
+
+
+def test_a_pod_under_a_scaled_clock_is_given_it_as_it_moves() -> None:
+    """The pod's window checks read the lab's scaled clock: a file mounted into the pod and
+    named by $ROLLOUT_TEST_CLOCK_FILE (the product reads it: tests/unit/test_testclock.py),
+    written again when the clock moves."""
+    api, clock, _, _ = cluster_at(START, "cron=*/10 * * * *")
+    scaled = ScaledClock()
+    scaled.set(START.timestamp(), scale=0)
+    simulation = Simulation(
+        api,
+        LabDescription(nodes=()),
+        probe=None,  # type: ignore[arg-type]
+        timings=SimulationTimings(),
+        clock=clock,
+        schedule_clock=scaled,
+    )
+    try:
+        run_job(api, "clocked", ["status", "--schedule", "mirror", "-n", NAMESPACE])
+        simulation.step()  # the Job's pod
+        simulation.step()  # claimed and started
+        (tracked,) = simulation._jobpods._running.values()
+        process = tracked.run
+        assert isinstance(process, ProcessRun)
+        os.killpg(process.popen.pid, signal.SIGSTOP)  # held while the test looks
+        environ = Path(f"/proc/{process.popen.pid}/environ").read_bytes().split(b"\0")
+        assert f"{CLOCK_FILE_ENV}={CLOCK_DIR}/now".encode() in environ
+        clock_file = tracked.staging / "clock" / "now"
+        given = ScaledTime.from_text(clock_file.read_text())
+        assert given.at(time.time()) == pytest.approx(START.timestamp())  # stopped there
+        scaled.advance(3600)
+        simulation.step()
+        moved = ScaledTime.from_text(clock_file.read_text())
+        assert moved.at(time.time()) == pytest.approx(START.timestamp() + 3600)
+        os.killpg(process.popen.pid, signal.SIGCONT)
+        step_until(simulation, finished(api, "clocked"), "the clocked pod finished")
+    finally:
+        simulation.stop()

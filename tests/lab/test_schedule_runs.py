@@ -1,6 +1,9 @@
 """Scheduled runs on a lab of their own, end to end: `rollout schedule`'s objects applied with
-kubectl, the Job pods run by the lab as processes of the rollout image's entrypoint
-(simulation/jobpods.py), their run kept in the cluster (rollout/run/cluster.py).
+kubectl, the Job pods run by the lab as containers of rollout's image (built from the
+Containerfile, pushed to the lab's registry, pulled by digest) in a node's containerd, as
+the manifests ask: non-root, read-only root, the ServiceAccount's token and the SSH Secret
+mounted (simulation/jobpods.py, containerruns.py); their run kept in the cluster
+(rollout/run/cluster.py).
 
 Two runs started at once (the CronJob's Forbid taken off on purpose): the Lease lets one
 proceed and refuses the other, saying who holds it. The one that proceeds is deleted in the
@@ -25,10 +28,15 @@ import yaml
 
 from rollout.inventory import load_inventory
 from rollout.lab.cluster import Lab
+from rollout.lab.nodes import prepull_images, write_lab_mirror
+from rollout.lab.registry import registry_host
+from rollout.lab.rolloutimage import build_rollout_image, builder_available, push_rollout_image
+from rollout.lab.simulation.containerruns import ENV_HOSTNAME
 from rollout.playbook import load_playbooks
 from rollout.run.cluster import find_run, journal_text
 from rollout.schedule.manifests import (
     KNOWN_HOSTS_KEY,
+    NONROOT_UID,
     SSH_KEY,
     Schedule,
     ScheduleOptions,
@@ -36,18 +44,20 @@ from rollout.schedule.manifests import (
 )
 from rollout.spec import parse_spec
 from rollout.transports.kube import KubeClient, Pod
-from tests.examples import edited_plan
+from tests.conftest import require
+from tests.examples import REPO, edited_plan
 from tests.lab.labapi import lab_kube_client, wait_for
 from tests.lab.test_cluster_shared import own_lab
 from tests.lab.test_kubectl_create import header_commands
 from tests.lab.test_schedule import lab_kubectl
-from tests.unit.test_schedule import IMAGE
 
 pytestmark = [pytest.mark.lab, pytest.mark.own_lab]
 
 NAMESPACE = "rollout-runs-test"
 PLAN_NAME = "registry-mirror"
 CRONJOB = f"rollout-{PLAN_NAME}"
+# rollout's image is about 500 MB: pulled into a node under load it takes minutes
+IMAGE_PULL_TIMEOUT_S = 600.0
 T = TypeVar("T")
 
 
@@ -105,20 +115,51 @@ def ended(kube: KubeClient, job: str) -> Pod | None:
     return pod if pod is not None and pod.phase in ("Succeeded", "Failed") else None
 
 
-def kill_pod_process(pod: str) -> None:
-    """SIGKILL the session of the process the lab runs for `pod` (its environment names it)."""
-    wanted = f"HOSTNAME={pod}".encode()
+def rollout_image_in(lab: Lab) -> str:
+    """rollout's image built from this checkout (once per change of its inputs: the build is
+    cached by their digest), pushed to the lab's registry and pulled by digest, through it,
+    into the node whose containerd runs the lab's Job pods (the last); its pinned reference,
+    as `rollout schedule --image` takes it."""
+    if not builder_available():
+        require("buildah is missing: scripts/setup --lab installs it")
+    image = build_rollout_image(REPO, progress=lambda line: None)
+    registry = registry_host(lab.nodes[0].address)
+    reference = push_rollout_image(image, registry)
+    node = lab.nodes[-1]
+    dirs = lab.node_dirs(node)
+    write_lab_mirror(dirs, registry, [registry])
+    prepull_images(node, dirs, [reference], timeout_s=IMAGE_PULL_TIMEOUT_S)
+    return reference
+
+
+def kill_pod_process(pod: str) -> tuple[str, str] | None:
+    """SIGKILL the container of `pod` (its environment names the pod), as the OOM killer
+    or a lost machine ends it: its first process (whose parent is none of the container's),
+    which takes the rest of its PID namespace with it. What it ran as: its user ids (`Uid:`
+    of its status) and the options of its root mount; None when no container runs it."""
+    wanted = f"{ENV_HOSTNAME}={pod}".encode()
+    parents: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             environ = (entry / "environ").read_bytes().split(b"\0")
+            status = (entry / "status").read_text()
         except OSError:
             continue
-        if wanted in environ and any(v.startswith(b"KUBERNETES_SERVICE_HOST=") for v in environ):
-            os.killpg(os.getpgid(int(entry.name)), signal.SIGKILL)
-            return
-    raise AssertionError(f"no process runs pod {pod}")
+        if wanted in environ:
+            ppid = next(line for line in status.splitlines() if line.startswith("PPid:"))
+            parents[int(entry.name)] = int(ppid.split()[1])
+    first = [pid for pid, parent in parents.items() if parent not in parents]
+    if not first:
+        return None
+    (pid,) = first
+    status = Path(f"/proc/{pid}/status").read_text()
+    uids = next(line for line in status.splitlines() if line.startswith("Uid:"))
+    mounts = Path(f"/proc/{pid}/mountinfo").read_text().splitlines()
+    root = next(line.split()[5] for line in mounts if line.split()[4] == "/")
+    os.kill(pid, signal.SIGKILL)
+    return " ".join(uids.split()[1:]), root
 
 
 def journal_kinds(kube: KubeClient) -> list[dict[str, Any]]:
@@ -132,7 +173,8 @@ def test_overlapping_runs_one_refused_a_killed_run_continued(shared: Lab, tmp_pa
     plan = edited_plan(
         tmp_path, "mirror.registry.internal:5000", "scheduled-runs.registry.internal:5000"
     )
-    options = ScheduleOptions(image=IMAGE, namespace=NAMESPACE, cron="0 3 * * *", suspend=True)
+    image = rollout_image_in(shared)
+    options = ScheduleOptions(image=image, namespace=NAMESPACE, cron="0 3 * * *", suspend=True)
     printed = schedule_of(shared, plan, options)
     objects = [json.loads(json.dumps(o)) for o in printed.objects]
     cronjob = next(o for o in objects if o["kind"] == "CronJob")
@@ -211,7 +253,12 @@ def run_scheduled(lab: Lab, home: Path, kube: KubeClient) -> None:
     eventually(lambda: len(journal_kinds(kube)) > len(stopped) + 2 or None, "the third run at work")
     killed = pod_of(kube, "third")
     assert killed is not None
-    kill_pod_process(killed.name)
+    ran_as = kill_pod_process(killed.name)
+    assert ran_as is not None, (killed.phase, kube.read_pod_log(NAMESPACE, killed.name))
+    uids, root = ran_as
+    # the image's container as the manifests ask: non-root, on a read-only root
+    assert uids == " ".join([str(NONROOT_UID)] * 4), uids
+    assert "ro" in root.split(","), root
     assert eventually(lambda: ended(kube, "third"), "the killed run's pod ended").phase == "Failed"
     lease = kube.get_lease("kube-system", "rollout")
     assert (lease.holder_identity or "").endswith(f"/{killed.name}"), lease

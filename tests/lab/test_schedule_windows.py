@@ -1,14 +1,16 @@
 """A scheduled rollout of 6 nodes, a few nodes per maintenance window, on a lab of its own:
 the CronJob fires when the plan's window opens on the lab's scaled clock, the lab runs each
-Job's pod as the rollout image's entrypoint, and each run continues the last one's (kept
-in the cluster) until every node is done. The window fits about two nodes: the first run
+Job's pod as a container of rollout's image (built from the Containerfile, pulled through the
+lab's registry) in a node's containerd, and each run continues the last one's (kept in the
+cluster) until every node is done. The window fits about two nodes: the first run
 does two and stops with the window closing, the second continues, the third finishes. The
 forecast of `rollout plan` (windows needed, nodes per window) is checked against the runs.
 
 Days pass in seconds: the schedule clock (cronjobs.ScaledClock, the CronJobs' and the
-pods' window checks; tests only) jumps to each window's opening and stops there; it moves
-by the forecast's expected duration of a node as each node starts, so that on it every node
-takes what the forecast says, whatever the speed of the machine running the lab."""
+pods' window checks, which read it from the file $ROLLOUT_TEST_CLOCK_FILE names in the
+container: rollout/testclock.py; tests only) jumps to each window's opening and stops there;
+it moves by the forecast's expected duration of a node as each node starts, so that on it
+every node takes what the forecast says, whatever the speed of the machine running the lab."""
 
 from __future__ import annotations
 
@@ -47,9 +49,9 @@ from tests.lab.test_schedule_runs import (
     PLAN_NAME,
     apply_ssh_secret,
     eventually,
+    rollout_image_in,
     schedule_objects,
 )
-from tests.unit.test_schedule import IMAGE
 
 pytestmark = [pytest.mark.lab, pytest.mark.own_lab]
 
@@ -61,6 +63,7 @@ NODES = 6
 class ScheduledLab:
     lab: Lab
     clock: ScaledClock
+    image: str
 
 
 @pytest.fixture(scope="module")
@@ -70,9 +73,7 @@ def scheduled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ScheduledLab
     lab_dir = tmp_path_factory.mktemp("windows") / "lab"
     options = lab_options(lab_dir, ("1.7",) * NODES, 1, OWN_ADDRESS_PREFIX)
     built = bring_up_lab(dataclasses.replace(options, controlplane=False), progress=quiet)
-    clock_dir = lab_dir.parent / "clock"
-    clock_dir.mkdir()
-    clock = ScaledClock(mirror=clock_dir / "now")
+    clock = ScaledClock()
     server: ApiServer | None = None
     simulation: Simulation | None = None
     try:
@@ -87,7 +88,7 @@ def scheduled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ScheduledLab
             schedule_clock=clock,
         ).start()
         server = ApiServer.start(registry, built.api_host, built.api_port)
-        yield ScheduledLab(built, clock)
+        yield ScheduledLab(built, clock, rollout_image_in(built))
     finally:
         if simulation is not None:
             simulation.stop()
@@ -143,7 +144,8 @@ def test_six_nodes_two_per_window_as_forecast(
     predicted = [w["nodes"] for w in forecast["windows"]]
     assert [len(w) for w in predicted] == [2, 2, 2], forecast
 
-    objects = schedule_objects(lab, plan, ScheduleOptions(image=IMAGE, namespace=NAMESPACE))
+    options = ScheduleOptions(image=scheduled.image, namespace=NAMESPACE)
+    objects = schedule_objects(lab, plan, options)
     lab_kubectl(lab, tmp_path, "apply", "-f", "-", stdin=yaml.safe_dump_all(objects))
     apply_ssh_secret(lab, tmp_path, NAMESPACE, f"{CRONJOB}-ssh")
 

@@ -123,3 +123,27 @@ def test_runtime_raises_the_oom_score_adj_only_without_cap_sys_resource(tmp_path
     kept: dict[str, Any] = {"process": {"oomScoreAdj": -998}}
     module.restrict_oom_score_adj(kept)
     assert kept["process"]["oomScoreAdj"] == -998
+
+
+def test_runtime_gives_a_job_pod_its_own_host_name_in_the_node_s_network() -> None:
+    module = runtime()
+    node_network: dict[str, Any] = {
+        "process": {"env": ["PATH=/bin", "ROLLOUT_LAB_POD_HOSTNAME=rollout-x-1-abcde"]},
+        "linux": {"namespaces": [{"type": "pid"}, {"type": "mount"}]},
+    }
+    module.give_own_hostname(node_network)
+    assert {"type": "uts"} in node_network["linux"]["namespaces"]
+    assert node_network["hostname"] == "rollout-x-1-abcde"
+    plain: dict[str, Any] = {"process": {"env": ["PATH=/bin"]}, "linux": {"namespaces": []}}
+    module.give_own_hostname(plain)
+    assert plain == {"process": {"env": ["PATH=/bin"]}, "linux": {"namespaces": []}}
+    # containerd joins a container to its sandbox's UTS namespace (in the node's network,
+    # the node's): it gets one of its own instead
+    sandbox_s = {"type": "uts", "path": "/proc/1/ns/uts"}
+    joined: dict[str, Any] = {
+        "process": {"env": ["ROLLOUT_LAB_POD_HOSTNAME=p"]},
+        "linux": {"namespaces": [{"type": "pid"}, sandbox_s]},
+    }
+    module.give_own_hostname(joined)
+    assert joined["linux"]["namespaces"] == [{"type": "pid"}, {"type": "uts"}]
+    assert joined["hostname"] == "p"

@@ -87,6 +87,8 @@ class PodOutcome:
     output: str = ""
     reason: str = ""
     message: str = ""
+    # the started container, when it was only started (CriPodRunner.start)
+    container_id: str | None = None
 
     @property
     def started(self) -> bool:
@@ -102,6 +104,26 @@ class CriPodRunner:
 
     def run(self, request: ContainerRequest) -> PodOutcome:
         """Sandbox, image, container, start; then wait for it to exit and read its log."""
+        started = self.start(request)
+        if not started.started or started.container_id is None:
+            return started
+        p = self._protocol
+        sandbox = started.sandbox_id
+        with p.grpc.insecure_channel(f"unix://{self._root / SOCKET}") as channel:
+            runtime = p.services.RuntimeServiceStub(channel)
+            try:
+                exit_code = self._wait_exit(runtime, started.container_id, request.wait_s)
+            except p.grpc.RpcError as error:
+                return PodOutcome(sandbox, reason="RunContainerError", message=_rpc(error))
+        output = self._read_log(request)
+        if exit_code is None:
+            late = f"(did not exit within {request.wait_s:g}s: stopped)\n"
+            return PodOutcome(sandbox, HUNG_EXIT, output + late)
+        return PodOutcome(sandbox, exit_code, output)
+
+    def start(self, request: ContainerRequest) -> PodOutcome:
+        """Sandbox, image, container, start: the outcome names the started container
+        (container_id), or says why it did not start."""
         p = self._protocol
         api = p.api
         with p.grpc.insecure_channel(f"unix://{self._root / SOCKET}") as channel:
@@ -143,15 +165,43 @@ class CriPodRunner:
                 )
             except p.grpc.RpcError as error:
                 return PodOutcome(sandbox, reason="RunContainerError", message=_rpc(error))
+        return PodOutcome(sandbox, container_id=container)
+
+    def container_exit(self, container_id: str) -> int | None:
+        """The container's exit status once it has exited, None while it runs; CriCallFailed
+        when containerd does not answer (restarting: the container itself runs on)."""
+        p = self._protocol
+        api = p.api
+        with p.grpc.insecure_channel(f"unix://{self._root / SOCKET}") as channel:
+            runtime = p.services.RuntimeServiceStub(channel)
             try:
-                exit_code = self._wait_exit(runtime, container, request.wait_s)
+                status = runtime.ContainerStatus(
+                    api.ContainerStatusRequest(container_id=container_id), timeout=RPC_TIMEOUT_S
+                ).status
             except p.grpc.RpcError as error:
-                return PodOutcome(sandbox, reason="RunContainerError", message=_rpc(error))
-        output = self._read_log(request)
-        if exit_code is None:
-            late = f"(did not exit within {request.wait_s:g}s: stopped)\n"
-            return PodOutcome(sandbox, HUNG_EXIT, output + late)
-        return PodOutcome(sandbox, exit_code, output)
+                raise CriCallFailed(f"container {container_id[:12]}: {_rpc(error)}") from error
+        return int(status.exit_code) if status.state == api.CONTAINER_EXITED else None
+
+    def stop_container(self, container_id: str, timeout_s: int) -> None:
+        """StopContainer, as the kubelet stops a deleted pod's container: SIGTERM, then
+        SIGKILL once `timeout_s` (its grace period) has passed; returns once it has exited."""
+        p = self._protocol
+        with p.grpc.insecure_channel(f"unix://{self._root / SOCKET}") as channel:
+            runtime = p.services.RuntimeServiceStub(channel)
+            try:
+                runtime.StopContainer(
+                    p.api.StopContainerRequest(container_id=container_id, timeout=timeout_s),
+                    timeout=timeout_s + RPC_TIMEOUT_S,
+                )
+            except p.grpc.RpcError as error:
+                raise CriCallFailed(f"stopping {container_id[:12]}: {_rpc(error)}") from error
+
+    def read_log(self, request: ContainerRequest) -> str:
+        """The container's log file as written so far (the raw CRI lines); '' when absent."""
+        try:
+            return (self._root / request.log_path.lstrip("/")).read_text(errors="replace")
+        except OSError:
+            return ""
 
     def remove_sandbox(self, sandbox_id: str) -> None:
         """Stop and remove a pod's sandbox and its containers (the pod was deleted)."""

@@ -35,6 +35,7 @@ from rollout.lab.apiserver.metadata import format_timestamp, new_name_suffix
 from rollout.lab.apiserver.registry import Registry
 from rollout.lab.apiserver.resources import CRONJOBS, JOBS, PODS, ResourceKind
 from rollout.lab.simulation.events import EventRecorder
+from rollout.testclock import ScaledTime
 
 SCHEDULED_ANNOTATION = "batch.kubernetes.io/cronjob-scheduled-timestamp"
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
@@ -49,7 +50,7 @@ _LOOKBACK = timedelta(days=62)
 class ScaledClock:
     """Tests only: a clock `offset_s` ahead of real time and running `scale` times faster
     (0: stopped until the test moves it). `mirror`: a file kept holding the clock, for the
-    scheduled pods to read as it moves (jobpods.py, podclock.py)."""
+    scheduled pods to read as it moves (jobpods.py keeps its own copy in each pod)."""
 
     offset_s: float = 0.0
     scale: float = 1.0
@@ -83,14 +84,15 @@ class ScaledClock:
         staged.replace(self.mirror)
 
     def to_text(self) -> str:
-        """The clock as the lab hands it to a Job pod (jobpods.py, podclock.py)."""
-        return f"{self._start!r},{self.offset_s!r},{self.scale!r}"
+        """The clock as the lab hands it to a Job pod: the file format of the product's
+        test-only clock seam (rollout/testclock.py, $ROLLOUT_TEST_CLOCK_FILE)."""
+        return ScaledTime(self._start, self.offset_s, self.scale).to_text()
 
     @classmethod
     def from_text(cls, text: str) -> ScaledClock:
-        start, offset_s, scale = (float(part) for part in text.split(","))
-        clock = cls(offset_s, scale)
-        clock._start = start
+        scaled = ScaledTime.from_text(text)
+        clock = cls(scaled.offset_s, scaled.scale)
+        clock._start = scaled.start
         return clock
 
 

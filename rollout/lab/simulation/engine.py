@@ -23,7 +23,7 @@ from rollout.lab.simulation.driverpods import DriverContainers
 from rollout.lab.simulation.endpointnodes import EndpointNodes, seed_endpoint_nodes
 from rollout.lab.simulation.events import EventRecorder
 from rollout.lab.simulation.gpuoperator import CLUSTER_POLICY_NAME
-from rollout.lab.simulation.jobpods import JobPods
+from rollout.lab.simulation.jobpods import JobPods, job_runner
 from rollout.lab.simulation.kubelet import Kubelet
 from rollout.lab.simulation.nodelifecycle import NodeLifecycleController
 from rollout.lab.simulation.nvidiadrivers import NVIDIADriverController
@@ -87,8 +87,8 @@ class Simulation:
             CronJobController(registry, batch_clock),
             JobController(registry, batch_clock),
         )
-        # ... and the rollout image's Job pods run as processes on the lab host (jobpods.py)
-        self._jobpods = JobPods(registry, lab.api_host, batch_clock)
+        # ... and the rollout image's Job pods run as its containers in a node (jobpods.py)
+        self._jobpods = JobPods(registry, lab.api_host, batch_clock, job_runner(lab, probe))
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._step_lock = threading.Lock()

@@ -193,17 +193,17 @@ class RunningConfigProbe:
         return node in self._roots
 
     def run_pod(self, node: str, request: ContainerRequest) -> PodOutcome:
-        root = self._proc_root(node)
+        root = self.proc_root(node)
         if root is None:
             return PodOutcome(None, reason="FailedCreatePodSandBox", message=f"{node} is down")
         return CriPodRunner(root).run(request)
 
     def remove_pod_sandbox(self, node: str, sandbox_id: str) -> None:
-        root = self._proc_root(node)
+        root = self.proc_root(node)
         if root is not None:
             CriPodRunner(root).remove_sandbox(sandbox_id)
 
-    def _proc_root(self, node: str) -> Path | None:
+    def proc_root(self, node: str) -> Path | None:
         """The node's root as its own processes see it (its /run is the node's tmpfs)."""
         init = self._container_init(node)
         return Path(f"/proc/{init}/root") if init else None
