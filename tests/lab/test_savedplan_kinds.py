@@ -47,8 +47,8 @@ from tests.lab.test_schedule_runs import (
     journal_kinds,
     kill_pod_process,
     pod_of,
+    rollout_image_in,
 )
-from tests.unit.test_schedule import IMAGE
 
 pytestmark = [pytest.mark.lab, pytest.mark.own_lab]
 
@@ -206,8 +206,9 @@ def test_a_scheduled_saved_plan_killed_in_its_pod_continues_and_converges(
 ) -> None:
     plan = edited_plan(tmp_path, "mirror.registry.internal:5000", MIRROR)
     saved = save(lab, plan, tmp_path / "mirror.saved")
+    image = rollout_image_in(lab)  # the lab runs the Job's pod as the image's container
     printed = rollout(
-        *("schedule", str(saved), "--inventory", str(lab.inventory), "--image", IMAGE),
+        *("schedule", str(saved), "--inventory", str(lab.inventory), "--image", image),
         *("--namespace", NAMESPACE, "--cron", "0 3 * * *", "--suspend"),
     )
     assert printed.returncode == 0, printed.stderr
@@ -243,7 +244,7 @@ def run_killed_then_continued(lab: Lab, home: Path, kube: KubeClient) -> None:
     )
     killed = pod_of(kube, "first")
     assert killed is not None
-    kill_pod_process(killed.name)
+    assert kill_pod_process(killed.name) is not None, "no container runs the pod"
     assert eventually(lambda: ended(kube, "first"), "the killed run's pod ended").phase == "Failed"
     assert not any(r["kind"] == "run-finished" for r in journal_kinds(kube))
     found = find_run(kube, NAMESPACE, "registry-mirror")
