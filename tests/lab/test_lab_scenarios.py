@@ -8,6 +8,7 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -297,8 +298,18 @@ OBSERVE: dict[str, Callable[[Lab, KubeClient, NodeSpec], None]] = {
 }
 
 
+# Scenarios only the health gates read (a validator that never becomes Ready, row remaps
+# DCGM's diagnostics fail on): broken, read and healed by tests/lab/test_gates_health.py on a
+# lab of its own; not observed here, and `rollout diagnose` has no check for them yet.
+GATE_SCENARIOS = frozenset({"validator-stuck", "row-remap-pending"})
+OBSERVED = [s.name for s in SCENARIOS if s.name not in GATE_SCENARIOS]
+
+
 def test_every_scenario_is_covered() -> None:
-    assert set(OBSERVE) == {s.name for s in SCENARIOS} == set(NODE_OF)
+    assert set(OBSERVE) == set(OBSERVED) == set(NODE_OF)
+    assert {s.name for s in SCENARIOS} >= GATE_SCENARIOS
+    gate_tests = Path(__file__).with_name("test_gates_health.py").read_text()
+    assert all(f'"{name}"' in gate_tests for name in GATE_SCENARIOS)
 
 
 def test_critical_xids_are_read_by_bus_and_ignored_ones_skipped() -> None:
@@ -311,7 +322,7 @@ def test_critical_xids_are_read_by_bus_and_ignored_ones_skipped() -> None:
 
 
 @pytest.mark.lab
-@pytest.mark.parametrize("scenario", [s.name for s in SCENARIOS])
+@pytest.mark.parametrize("scenario", OBSERVED)
 def test_break_is_observable_and_heal_restores_the_lab(
     lab: Lab, kube: KubeClient, scenario: str
 ) -> None:
