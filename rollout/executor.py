@@ -596,7 +596,10 @@ class Executor:
                 # (importing this module through the renderer) must not pay for
                 from rollout.steps.nodemarks import mark_left_cordoned
 
-                left = f"{reason}; rollback failed at {completed.kind}: {exc}"
+                if getattr(exc, "leaves_node_cordoned", False):  # its gates after the undo
+                    left = f"{reason}; {exc}"
+                else:
+                    left = f"{reason}; rollback failed at {completed.kind}: {exc}"
                 mark_left_cordoned(ctx, left)
                 return self._finish(node.name, NodeOutcome.LEFT_CORDONED, left)
             self.journal.append(StepUndone(node.name, completed.index, completed.kind))

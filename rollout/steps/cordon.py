@@ -15,6 +15,7 @@ from rollout.plan import StepPlan
 from rollout.run import CordonedByRollout, Uncordoned
 from rollout.spec import Spec
 from rollout.steps.base import StepContext, StepFailed, StepResult
+from rollout.steps.gates import gates_after_rollback
 from rollout.steps.nodechanges import Reach, ReachingStep, node_changes
 from rollout.steps.nodemarks import LEFT_CORDONED_ANNOTATION, MarkingStep, mark_released
 from rollout.steps.traits import StepTraits, bounded_by_requests, grants_of
@@ -68,6 +69,8 @@ class CordonStep(ReachingStep, MarkingStep):
 
     def undo(self, ctx: StepContext) -> None:
         if ctx.journal.replay().node(ctx.node).cordoned_by_rollout:
+            # invariant 10: back in service only with its health gates passing
+            gates_after_rollback(ctx, self.kind)
             uncordon_node(ctx, self.kind)
 
 

@@ -82,6 +82,10 @@ def gates_worst_s(policy: Policy) -> float:
     return bounded_by_requests(policy) + (dcgm.timeout_s if dcgm is not None else 0.0)
 
 
+# How often a rolled-back node's gates are read again while it settles.
+ROLLBACK_GATE_POLL_S = 5.0
+
+
 def gate_names(spec: Spec, facts: NodeFacts) -> list[str]:
     """What `rollout plan` lists: each gate the node will pass, in the order they are read."""
     gates = spec.policy.verify.gates
@@ -209,6 +213,29 @@ def read_gates(ctx: StepContext, *, diagnostics: bool = False) -> tuple[str, lis
         return "", passed
     cordon_for_evidence(ctx, node)
     return "health gate failed: " + "; ".join(failed), passed
+
+
+class GatesFailAfterRollback(StepFailed):
+    """A rolled-back node whose health gates still fail: it is not given back to service."""
+
+    leaves_node_cordoned: ClassVar[bool] = True
+
+
+def gates_after_rollback(ctx: StepContext, kind: str) -> None:
+    """Before a rolled-back node is given back to service (DESIGN invariant 10): its gates,
+    read until they pass or policy.verify.gpu_wait_timeout_s runs out (the device plugin
+    registers again after the rollback's restart, as after the change's). DCGM's diagnostics
+    do not run again. GatesFailAfterRollback, with the last evidence, when they never pass."""
+    deadline = ctx.deadline(ctx.spec.policy.verify.gpu_wait_timeout_s)
+    while True:
+        evidence, _ = read_gates(ctx)
+        if not evidence:
+            return
+        if deadline.expired:
+            raise GatesFailAfterRollback(
+                ctx.node, kind, f"rolled back, but left cordoned: {evidence}"
+            )
+        deadline.sleep(ROLLBACK_GATE_POLL_S)
 
 
 def check_xids(ctx: StepContext) -> str | None:

@@ -17,6 +17,7 @@ from rollout.executor import Executor
 from rollout.facts import ClusterFacts, FleetFacts, GpuFacts, NodeFacts
 from rollout.facts.driver_host import read_driver_host
 from rollout.facts.driver_operator import OPERAND_PAUSED as PAUSED
+from rollout.gates.kernel import XID_SCRIPT
 from rollout.plan import NodePlan, Wave
 from rollout.planner import build_plan
 from rollout.playbook import load_playbooks
@@ -155,6 +156,8 @@ class FakeHost(ScriptedRunner):
             return 0, f"Setting up {PACKAGE} ({version}-1) ...\n"
         if argv == ("cat", "/proc/sys/kernel/random/boot_id"):
             return 0, self.boot_id + "\n"
+        if argv == ("sh", "-c", XID_SCRIPT):  # the gates, read before a rollback uncordons
+            return 0, f"{self.boot_id}\n1000.00\n"
         raise AssertionError(f"unscripted command: {argv}")
 
 

@@ -21,6 +21,7 @@ from rollout.steps.base import StepContext, StepFailed, StepResult, StepResultKi
 from rollout.steps.cordon import CordonStep, UncordonStep
 from rollout.steps.deadline import Deadline
 from rollout.steps.drain import DrainStep
+from rollout.steps.gates import GatesFailAfterRollback
 from rollout.steps.gpu_smoke import (
     SMOKE_SCRIPT,
     GpuSmokeStep,
@@ -98,7 +99,15 @@ class FakeKube(InMemoryKube):
 
     def __init__(self) -> None:
         super().__init__(
-            Node(name=NODE, uid="n1", resource_version="1", conditions={"Ready": "True"})
+            Node(
+                name=NODE,
+                uid="n1",
+                resource_version="1",
+                conditions={"Ready": "True"},
+                # its two GPUs advertised whole: the health gates a rollback reads pass
+                capacity={"nvidia.com/gpu": "2"},
+                allocatable={"nvidia.com/gpu": "2"},
+            )
         )
         self.configmaps: dict[tuple[str, str], ConfigMap] = {}
         self.policy: dict[str, Any] = {
@@ -304,6 +313,30 @@ def test_undo_of_uncordon_cordons_again(kube: FakeKube, journal: Journal) -> Non
     UncordonStep().apply(ctx)
     UncordonStep().undo(ctx)
     assert kube.node.unschedulable and journal.replay().node(NODE).cordoned_by_rollout
+    CordonStep().undo(ctx)
+    assert not kube.node.unschedulable
+
+
+def test_a_rolled_back_node_whose_gates_fail_is_not_given_back(
+    kube: FakeKube, journal: Journal
+) -> None:
+    """Invariant 10 on the way back: the cordon's undo reads the node's health gates first
+    (until gpu_wait_timeout_s), and a node whose plugin marked a device unhealthy during the
+    change stays cordoned with the evidence; once whole, the undo uncordons it."""
+    spec = make_spec(
+        policy="policy: {verify: {gpu_wait_timeout_s: 20, gates: {xid: false, validator: false}}}\n"
+    )
+    facts = replace(make_facts(), capacity={"nvidia.com/gpu": "2"})
+    ctx = make_context(kube, journal, spec=spec, facts=facts)
+    CordonStep().apply(ctx)
+    kube.node = replace(
+        kube.node, capacity={"nvidia.com/gpu": "2"}, allocatable={"nvidia.com/gpu": "1"}
+    )
+    with pytest.raises(GatesFailAfterRollback, match="capacity 2, allocatable 1") as failed:
+        CordonStep().undo(ctx)
+    assert failed.value.leaves_node_cordoned
+    assert kube.node.unschedulable and journal.replay().node(NODE).cordoned_by_rollout
+    kube.node = replace(kube.node, allocatable={"nvidia.com/gpu": "2"})
     CordonStep().undo(ctx)
     assert not kube.node.unschedulable
 
