@@ -25,7 +25,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any, ClassVar
 from zoneinfo import ZoneInfo
 
@@ -49,16 +48,12 @@ _LOOKBACK = timedelta(days=62)
 @dataclass
 class ScaledClock:
     """Tests only: a clock `offset_s` ahead of real time and running `scale` times faster
-    (0: stopped until the test moves it). `mirror`: a file kept holding the clock, for the
-    scheduled pods to read as it moves (jobpods.py keeps its own copy in each pod)."""
+    (0: stopped until the test moves it). jobpods.py writes it into each scheduled pod's
+    clock file (to_text) as it moves."""
 
     offset_s: float = 0.0
     scale: float = 1.0
-    mirror: Path | None = None
     _start: float = field(default_factory=time.time, init=False)
-
-    def __post_init__(self) -> None:
-        self._write_mirror()
 
     def __call__(self) -> float:
         real = time.time()
@@ -70,18 +65,10 @@ class ScaledClock:
             self.offset_s += (time.time() - self._start) * (self.scale - scale)
             self.scale = scale
         self.offset_s += moment - self()
-        self._write_mirror()
 
     def advance(self, seconds: float) -> None:
         """Move the clock `seconds` ahead at once."""
         self.set(self() + seconds)
-
-    def _write_mirror(self) -> None:
-        if self.mirror is None:
-            return
-        staged = self.mirror.with_name(f".{self.mirror.name}.new")
-        staged.write_text(self.to_text())
-        staged.replace(self.mirror)
 
     def to_text(self) -> str:
         """The clock as the lab hands it to a Job pod: the file format of the product's
