@@ -19,6 +19,8 @@ class ExitCode:
     WINDOW_CLOSED = 4
     # apply/resume stopped by `rollout pause`: the nodes in flight finished, none started
     PAUSED = 5
+    # the output's reader went away (`| head`): a SIGPIPE death's status, said quietly
+    READER_GONE = 141
 
 
 class RolloutError(Exception):

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import os
 import sys
 import traceback
 from collections.abc import Collection, Sequence
@@ -38,6 +40,7 @@ exit statuses:
   3  aborted: the confirmation declined, or Ctrl-C
   4  apply/resume stopped at the end of the plan's maintenance window; resume continues
   5  apply/resume stopped by `rollout pause`: nodes in flight finished; resume continues
+  141  the output's reader went away (`rollout plan | head`), said quietly as SIGPIPE's
 Bad input is reported one problem a line, at file:line; see docs/input-contract.md.
 """
 
@@ -187,6 +190,32 @@ def command_of(words: Sequence[str]) -> str | None:
     return next((word for word in words if not word.startswith("-")), None)
 
 
+def output_closed() -> bool:
+    """Whether standard output is a pipe whose reader closed it (Linux reports POLLERR on
+    the write end), rather than some other broken pipe (a socket) failing."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError):
+        return False
+
+
+def reader_gone() -> int:
+    """The process's output pipe closed under it (`rollout plan | head -1`): nothing failed,
+    the reader stopped reading. Later writes (and the interpreter's flush at exit) go nowhere
+    and the status is a SIGPIPE death's, 128 + 13, as git's or grep's."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        # a stream without a descriptor (a test's capture) has nothing to redirect
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(devnull, stream.fileno())
+    os.close(devnull)
+    return ExitCode.READER_GONE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
     from rollout.cli.mistyped import mistyped_command, option_elsewhere
@@ -222,6 +251,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("aborted", file=sys.stderr)
         return ExitCode.ABORTED
     except Exception as exc:
+        if isinstance(exc, BrokenPipeError) and output_closed():
+            return reader_gone()
         from rollout.cli.render import show_controls
         from rollout.inputs.fieldproblems import shorten
 

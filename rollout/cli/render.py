@@ -77,8 +77,14 @@ def make_console(stream: IO[str] | None = None, color: bool | None = None) -> Co
     """A console that colours only a terminal (and not with NO_COLOR), unless told otherwise."""
     from rich.console import Console
 
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            # the reader went away (`rollout plan | head`): main() ends quietly, as a Unix
+            # tool killed by SIGPIPE does, instead of rich's exit 1 (a failure to a script)
+            raise BrokenPipeError("the reader of rollout's output went away")
+
     color = color_wanted(color)
-    return Console(
+    return _Console(
         file=stream,
         no_color=color is False,
         # no_color drops colours only: bold and underline stay, so "never" sets no style at all

@@ -234,7 +234,7 @@ def test_help_lists_every_exit_status(capsys: pytest.CaptureFixture[str]) -> Non
     assert code == 0
     statuses = out.split("exit statuses:\n", 1)[1]
     listed = [line.split()[0] for line in statuses.splitlines() if line[:4].strip().isdigit()]
-    assert listed == ["0", "1", "2", "3", "4", "5"]
+    assert listed == ["0", "1", "2", "3", "4", "5", "141"]
     assert "maintenance window" in statuses and "rollout pause" in statuses
 
 
@@ -244,3 +244,39 @@ def test_diagnose_json_carries_its_schema_version(capsys: pytest.CaptureFixture[
     assert json.loads(out)["schema_version"] == 1
     documented = (REPO / "docs" / "diagnose.md").read_text(encoding="utf-8")
     assert '"schema_version": 1' in documented and "| `schema_version` | int |" in documented
+
+
+@pytest.mark.parametrize("output", ["text", "json", "markdown"])
+def test_a_closed_output_pipe_ends_quietly_with_sigpipes_status(output: str) -> None:
+    """`rollout plan | head -1`: the reader is gone before rollout writes; the run says
+    nothing on stderr and exits 141 (a SIGPIPE death's status), not 1 (a failure) as rich's
+    own handler made it, nor an internal error."""
+    import os
+    import sys
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "rollout", "plan", str(PLAN), "--facts", str(FACTS),
+             "-o", output],
+            stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120, check=False,
+        )  # fmt: skip
+    finally:
+        os.close(write_end)
+    assert (done.returncode, done.stderr) == (141, "")
+
+
+def test_a_broken_pipe_elsewhere_is_still_an_internal_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A broken socket (not the output) is no reader gone: it is reported as the bug it is."""
+    import rollout.cli.plan as plan_cli
+
+    def broken(*_: object) -> int:
+        raise BrokenPipeError("a socket's peer went away")
+
+    monkeypatch.setattr(plan_cli, "run_plan", broken)
+    code, _, err = run(capsys, "plan", str(PLAN), "--facts", str(FACTS))
+    assert code == 1
+    assert "internal error: BrokenPipeError" in err
