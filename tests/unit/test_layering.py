@@ -9,6 +9,7 @@ of these libraries belongs in that layer.
 from __future__ import annotations
 
 import ast
+import fnmatch
 import json
 import pkgutil
 import subprocess
@@ -441,7 +442,9 @@ def test_the_lab_command_loads_the_lab_when_it_runs() -> None:
 
 # The product's layers, lowest first: a module imports, at run time, only from its own layer
 # and those below it (within a layer, anything). Each entry is a module or package directly
-# under rollout/; a new one goes into the lowest layer its imports allow. The lab is in no
+# under rollout/ (with everything below it), or a pattern below one (`changes.*.model`); the
+# most specific entry naming a module wins. A new one goes into the lowest layer its imports
+# allow. The lab is in no
 # layer: apart from the product, above all of it.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
@@ -457,13 +460,29 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "version",
             "retry",
             "testclock",
+            # the change kinds' table: names only, each kind loaded when asked for
+            "changes",
         ),
     ),
     ("transports", ("transports",)),
     ("engines and stores", ("containerd", "run", "lease")),
-    ("models", ("spec", "inventory", "limit", "plan", "budget", "operatornames", "operatorrolls")),
+    (
+        "models",
+        (
+            "spec",
+            "changes.*.model",
+            "inventory",
+            "limit",
+            "plan",
+            "budget",
+            "operatornames",
+            "operatorrolls",
+        ),
+    ),
     ("facts", ("facts", "drain", "connection")),
     ("steps", ("steps", "gates")),
+    # each change kind's package (rollout.changes.base: what a kind is to the planner)
+    ("change kinds", ("changes.*",)),
     ("planning", ("planner", "playbook", "plangroups", "topology", "capacity", "diagnose")),
     ("running", ("executor", "schedule", "notify", "savedplan")),
     ("command line", ("cli", "__main__")),
@@ -477,8 +496,18 @@ def top_of(module: str) -> str:
 
 
 def layer_of(module: str) -> int | None:
-    top = top_of(module)
-    return next((n for n, (_, tops) in enumerate(LAYERS) if top in tops), None)
+    """The layer of the most specific LAYERS entry naming the module (`changes.*.model` before
+    `changes.*`, and that before `changes`, the package itself)."""
+    below = module.split(".", 1)[1] if "." in module else "__init__"
+    found = [
+        (len(entry), n)
+        for n, (_, entries) in enumerate(LAYERS)
+        for entry in entries
+        if below == entry
+        or ("*" not in entry and below.startswith(entry + "."))
+        or ("*" in entry and fnmatch.fnmatchcase(below, entry))
+    ]
+    return max(found)[1] if found else None
 
 
 def upward_imports(

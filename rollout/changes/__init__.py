@@ -1,0 +1,65 @@
+"""The change kinds, one entry each: adding a kind is one line of KINDS.
+
+An entry is the kind's key under `changes:` and where its parts live, below rollout/: the
+object saying what the kind is to the planner (a `rollout.changes.base.ChangeKindPlanner`,
+`module:NAME`, KIND when no name is given) and its plan model (`module:Class`). Both are
+loaded when first asked for, so reading a plan file loads the models alone and
+`rollout plan --facts` loads no more than the kinds the plan names.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rollout.changes.base import ChangeKindPlanner
+
+
+@dataclass(frozen=True)
+class Kind:
+    """Where a change kind's planner and plan model are, as `module:NAME` below rollout/
+    (the planner's NAME defaults to KIND)."""
+
+    planner: str
+    model: str
+
+
+KINDS: Mapping[str, Kind] = {
+    "registry": Kind("changes.containerd:REGISTRY", "spec.changes.registry:RegistryChange"),
+    "containerd": Kind("changes.containerd", "spec.changes.containerd:ContainerdChange"),
+    "time-slicing": Kind("changes.timeslicing", "spec.changes.timeslicing:TimeSlicingChange"),
+    "driver-upgrade": Kind("changes.driver", "spec.changes.driver:DriverUpgradeChange"),
+}  # fmt: skip
+
+
+def load_object(where: str, default_name: str) -> Any:
+    """The object `module:NAME` names (`module` alone: its `default_name`)."""
+    module, _, name = where.partition(":")
+    return getattr(importlib.import_module(f"rollout.{module}"), name or default_name)
+
+
+def change_models(kinds: Mapping[str, Kind] = KINDS) -> dict[str, type]:
+    """Each kind's plan model, by key, in the table's order."""
+    return {key: load_object(kind.model, "") for key, kind in kinds.items()}
+
+
+@cache
+def _planner(where: str) -> ChangeKindPlanner:
+    found = load_object(where, "KIND")
+    return found() if isinstance(found, type) else found  # type: ignore[no-any-return]
+
+
+def kind_planners(
+    keys: list[str] | None = None, kinds: Mapping[str, Kind] = KINDS
+) -> dict[str, ChangeKindPlanner]:
+    """The planners of the kinds with these keys (all kinds: None), by key; an unknown key
+    raises KeyError naming the known ones."""
+    chosen = list(kinds) if keys is None else keys
+    unknown = [key for key in chosen if key not in kinds]
+    if unknown:
+        raise KeyError(f"no change kind {', '.join(unknown)}; the kinds are {', '.join(kinds)}")
+    return {key: _planner(kinds[key].planner) for key in chosen}

@@ -1,0 +1,189 @@
+"""What a change kind is to the planner, and the one planning context every `plan` is given.
+
+A change kind (registry, containerd, time-slicing, driver, MIG) answers the planner through
+`ChangeKindPlanner`: the playbook its change runs, the step modules it brings, the cluster
+objects its planning reads, its cluster-wide changes (`ClusterWork`) and what it does on each
+node (`NodeWork`). The planner builds one `PlanningContext` per plan and passes it to every
+kind and every step's `plan`: whatever planning computes once and reads many times is kept
+there, so two plans in one process share nothing.
+"""
+
+from __future__ import annotations
+
+import abc
+import threading
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, ClassVar, TypeVar
+
+from rollout.facts import ClusterFacts, FleetFacts, NodeFacts
+from rollout.plan import ClusterChange
+
+V = TypeVar("V")
+W = TypeVar("W", bound="NodeWork")
+
+
+@dataclass(frozen=True)
+class NodeWork:
+    """What one change kind does on one node; a kind subclasses it to carry its own data."""
+
+    # anything on the node itself changes (files, a label, the device plugin)
+    touches_node: bool = False
+    # workloads must leave the node first (cordon and drain)
+    disruptive: bool = False
+    restarts_containerd: bool = False
+    labels: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ClusterWork:
+    """What one change kind changes cluster-wide (before wave 1), and what a reviewer must know."""
+
+    changes: tuple[ClusterChange, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+
+class ChangeKindPlanner(abc.ABC):
+    """One change kind, as the planner asks it: registered once in rollout.changes.KINDS."""
+
+    # its key under `changes:` (`registry`, `time-slicing`, ...)
+    key: ClassVar[str]
+    # its pydantic plan model: what the key's mapping is read into
+    model: ClassVar[type]
+    # kinds that plan their nodes together share one key here (registry and containerd run
+    # one engine over both): the context computes that work once per node
+    work_key: ClassVar[str] = ""
+
+    @classmethod
+    def shared_work_key(cls) -> str:
+        return cls.work_key or cls.key
+
+    @abc.abstractmethod
+    def playbook(self, change: Any) -> str:
+        """The playbook (rollout/playbooks/<name>.yaml) that applies this change."""
+
+    @abc.abstractmethod
+    def step_modules(self) -> tuple[ModuleType, ...]:
+        """The modules defining the kind's own steps (the shared steps are not listed)."""
+
+    def cluster_reads(
+        self, change: Any, cluster_policy: Mapping[str, Any]
+    ) -> tuple[tuple[str, str], ...]:
+        """The ConfigMaps (namespace, name) the kind's planning reads from the cluster."""
+        return ()
+
+    def prepare(self, ctx: PlanningContext, change: Any) -> None:
+        """Work done once before the nodes are planned (the engine runs of distinct nodes)."""
+        return None
+
+    def plan_cluster(self, ctx: PlanningContext, change: Any) -> ClusterWork:
+        """The kind's cluster-wide changes and warnings for the plan."""
+        return ClusterWork()
+
+    @abc.abstractmethod
+    def plan_node(self, ctx: PlanningContext, change: Any, node: NodeFacts) -> NodeWork:
+        """What the change does on the node (raises the node's planning error, located)."""
+
+
+class _Same:
+    """A memo key part that is one object by identity (facts are not hashable), kept alive
+    with the entry so its id cannot be reused meanwhile."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+    def __hash__(self) -> int:
+        return id(self.value)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Same) and other.value is self.value
+
+
+def same(value: object) -> Hashable:
+    """A key part standing for `value` itself (by identity), for PlanningContext.memo."""
+    return _Same(value)
+
+
+class PlanningContext:
+    """One plan's inputs and everything planning keeps while it runs.
+
+    `memo` is the only cache planning has: a value is computed once per context (errors are
+    not kept, so a failing node reports itself each time it is asked).
+    """
+
+    def __init__(
+        self,
+        spec: Any,
+        fleet: FleetFacts,
+        kinds: Mapping[str, ChangeKindPlanner],
+        targets: Sequence[NodeFacts] = (),
+        budget: int = 0,
+    ) -> None:
+        self.spec = spec
+        self.fleet = fleet
+        self.kinds = kinds
+        self.targets = tuple(targets)
+        self.budget = budget
+        self._values: dict[Hashable, Any] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def cluster(self) -> ClusterFacts:
+        return self.fleet.cluster
+
+    def memo(self, key: Hashable, compute: Callable[[], V]) -> V:
+        """The value kept under `key`, else `compute()` kept (computed outside the lock)."""
+        with self._lock:
+            if key in self._values:
+                return self._values[key]  # type: ignore[no-any-return]
+        value = compute()
+        with self._lock:
+            return self._values.setdefault(key, value)  # type: ignore[no-any-return]
+
+    def changes_of(self, work_key: str) -> list[tuple[ChangeKindPlanner, Any]]:
+        """The spec's changes whose kind plans under `work_key`, each with its kind."""
+        return [
+            (kind, change)
+            for change in self.spec.changes
+            if (kind := self.kind_of(change)).shared_work_key() == work_key
+        ]
+
+    def kind_of(self, change: Any) -> ChangeKindPlanner:
+        """The registered kind whose model the change is."""
+        for kind in self.kinds.values():
+            if isinstance(change, kind.model):
+                return kind
+        raise LookupError(f"no change kind registered for {type(change).__name__}")
+
+    def work(self, node: NodeFacts, key: str) -> NodeWork:
+        """That kind's work on the node, computed once per context (none: NodeWork())."""
+        return self.memo(("work", key, same(node)), lambda: self._plan_work(node, key))
+
+    def work_as(self, node: NodeFacts, key: str, shape: type[W], empty: W) -> W:
+        """The kind's work on the node as the kind's own NodeWork class (`empty` when the
+        plan has no change of that kind)."""
+        found = self.work(node, key)
+        return found if isinstance(found, shape) else empty
+
+    def all_work(self, node: NodeFacts) -> tuple[NodeWork, ...]:
+        """The work of every kind the plan has on the node, once per work key, in plan order."""
+        keys = list(dict.fromkeys(self.kind_of(c).shared_work_key() for c in self.spec.changes))
+        return tuple(self.work(node, key) for key in keys)
+
+    def cluster_work(self) -> tuple[ClusterWork, ...]:
+        """Every change's cluster-wide work, in plan order, computed once per context."""
+        return self.memo(
+            ("cluster work",),
+            lambda: tuple(self.kind_of(c).plan_cluster(self, c) for c in self.spec.changes),
+        )
+
+    def _plan_work(self, node: NodeFacts, key: str) -> NodeWork:
+        found = self.changes_of(key)
+        if not found:
+            return NodeWork()
+        kind, change = found[0]
+        return kind.plan_node(self, change, node)
