@@ -312,9 +312,15 @@ def summarise(plan: Plan, groups: Sequence[NodeGroup]) -> PlanSummary:
             )
         )
     untouched: list[tuple[str, int]] = []
-    no_ops = sum(g.size for g in groups if g.kind is GroupKind.NOOP)
-    if no_ops:
-        untouched.append(("already match the plan", no_ops))
+    # a node with nothing to change is untouched whatever its group: one matching the plan
+    # but carrying a warning is shown among the warnings, and counted here too
+    matching = [g for g in groups if not g.node.changes]
+    if matching:
+        flagged = sum(g.size for g in matching if g.kind is not GroupKind.NOOP)
+        why = "already match the plan"
+        if flagged:
+            why += f", {flagged} of them with warnings shown above"
+        untouched.append((why, sum(g.size for g in matching)))
     if plan.not_targeted:
         untouched.append(("not targeted by the plan", len(plan.not_targeted)))
     return PlanSummary(

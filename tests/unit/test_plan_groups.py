@@ -198,3 +198,20 @@ def test_a_wave_says_how_many_gpus_are_down_at_once(fleet: Plan) -> None:
     assert "400 GPU(s) on 100 node(s) out of service in turn, at most 4 at once" in wave_two
     wave_one = next(line for line in text.splitlines() if line.strip().startswith("wave 1:"))
     assert wave_one.endswith("4 GPU(s) on 1 node(s) out of service")
+
+
+def test_a_matching_node_with_a_warning_counts_as_untouched(fleet: Plan) -> None:
+    """A converged fleet where one node carries a warning (the lab's 2.1 node's ignored
+    version-2 key): the headline's counts add up to every node, the warned one said."""
+    skip = StepPlan.skipping("containerd.write", "every file already as planned")
+    plan = fleet
+    for node in fleet.nodes:
+        plan = with_node(plan, node.name, {"steps": (skip,), "files": ()})
+    plan = warned(plan, "gpu-b-1-003")
+    groups = group_nodes(plan)
+    flagged = sum(g.size for g in groups if g.kind is not GroupKind.NOOP)
+    assert GroupKind.WARNING in {g.kind for g in groups} and 1 <= flagged < 200
+    assert (
+        "0 of 200 node(s) change; 200 node(s) untouched "
+        f"(200 already match the plan, {flagged} of them with warnings shown above)"
+    ) in text_of(plan)
