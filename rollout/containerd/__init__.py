@@ -3,7 +3,8 @@
 Public API (details in each module's docstring):
 
 - version: `ContainerdVersion.from_output(text)` / `parse_version(text)` (`.series`,
-  `.merge_mode`), `MergeMode`, `read_config_version(doc)`, `cri_plugin_ids(config_version)`.
+  `.merge_mode`), `MergeMode`, `read_config_version(doc)`, `cri_plugin_ids(config_version)`;
+  the CRI plugin ids (`CRI_V2`, `CRI_RUNTIME`, `CRI_IMAGES`, `RUNTIME_PLUGIN`), defined only here.
 - files: `ConfigFiles(main_path, files)`, the node's config files as recorded.
 - merge: `load_effective(files, version, defaults=None) -> EffectiveConfig` (tree: what
   containerd loads; configured: what the files set; defaults_source; load_order, provenance,
@@ -33,6 +34,8 @@ Public API (details in each module's docstring):
 - runtimeoptions: `check_runtime_options(setting, version, runtime_type)` (a runc handler's
   options key runc does not know: UnknownRuntimeOption, with the nearest real key),
   `runtime_type_in(handler, settings, tree)`.
+- runtimehandlers: `list_runtime_handlers(tree)` (the one reading of the handlers a dump, the
+  merge model's tree or a file defines, either CRI layout), `find_runtime_handler(tree, name)`.
 - errors: `ContainerdConfigError` and its subclasses in rollout.containerd.errors.
 """
 

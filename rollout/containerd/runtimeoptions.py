@@ -22,6 +22,7 @@ from typing import Any
 from rollout.containerd.defaults import nearest_recorded_series, recorded_defaults
 from rollout.containerd.errors import UnknownCriSetting
 from rollout.containerd.intent import CriSetting
+from rollout.containerd.runtimehandlers import find_runtime_handler
 from rollout.containerd.version import CRI_RUNTIME, CRI_V2, ContainerdVersion
 
 RUNC_SHIMS = frozenset({"io.containerd.runc.v2", "io.containerd.runc.v1"})
@@ -95,12 +96,7 @@ def runtime_type_in(
             stated = handler[1].get("runtime_type")
             if isinstance(stated, str):
                 return stated
-    plugins = tree.get("plugins")
-    for cri in (CRI_RUNTIME, CRI_V2):
-        table = plugins.get(cri) if isinstance(plugins, Mapping) else None
-        containerd = table.get("containerd") if isinstance(table, Mapping) else None
-        runtimes = containerd.get("runtimes") if isinstance(containerd, Mapping) else None
-        entry = runtimes.get(name) if isinstance(runtimes, Mapping) else None
-        if isinstance(entry, Mapping) and isinstance(entry.get("runtime_type"), str):
-            return str(entry["runtime_type"])
+    entry = find_runtime_handler(tree, name)
+    if entry is not None and isinstance(entry.get("runtime_type"), str):
+        return str(entry["runtime_type"])
     return None

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rollout.containerd.errors import UnsupportedVersion
+from rollout.containerd.version import RUNTIME_PLUGIN
 
 TOOLKIT_DIR = "/usr/local/nvidia/toolkit"
 # runtime handler -> the BinaryName the toolkit gives it
@@ -24,8 +25,6 @@ NVIDIA_RUNTIMES = {
     "nvidia-cdi": f"{TOOLKIT_DIR}/nvidia-container-runtime.cdi",
     "nvidia-legacy": f"{TOOLKIT_DIR}/nvidia-container-runtime.legacy",
 }
-# config version -> the plugin that holds the runtimes (version 3 splits CRI in two)
-RUNTIME_PLUGIN = {2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
 
 
 def render_toolkit_dropin(dump: Mapping[str, Any]) -> dict[str, Any]:

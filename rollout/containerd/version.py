@@ -18,6 +18,9 @@ from rollout.inputs.wholenumber import whole_number
 CRI_V2 = "io.containerd.grpc.v1.cri"
 CRI_RUNTIME = "io.containerd.cri.v1.runtime"
 CRI_IMAGES = "io.containerd.cri.v1.images"
+# config version -> the CRI plugin that holds the runtime handlers (version 3 splits CRI)
+RUNTIME_PLUGIN = {2: CRI_V2, 3: CRI_RUNTIME}
+RUNTIME_PLUGIN_IDS = tuple(RUNTIME_PLUGIN.values())
 
 # "containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u3" (Debian),
 # "containerd github.com/containerd/containerd/v2 2.1.9+unknown " (Debian sid),

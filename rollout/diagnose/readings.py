@@ -13,6 +13,7 @@ from typing import Any
 
 from rollout.containerd import ContainerdConfigError, merge_files
 from rollout.containerd.files import parse_toml
+from rollout.containerd.runtimehandlers import list_runtime_handlers
 from rollout.facts import ClusterFacts, NodeFacts
 from rollout.facts.gpu_operator import (
     GPU_PRESENT_LABEL,
@@ -22,7 +23,6 @@ from rollout.facts.gpu_operator import (
 from rollout.facts.pods import GPU_RESOURCE, PodFacts, is_gpu_resource, quantity_value
 from rollout.steps.profile_changes import DEVICE_PLUGIN_CONFIG_LABEL, fallback_key, load_profile
 
-CRI_RUNTIME_TABLES = ("io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime")
 FINISHED_PHASES = ("Succeeded", "Failed")
 
 
@@ -114,22 +114,10 @@ def _sharing(document: Any) -> tuple[int, bool]:
     return 1, False
 
 
-def handlers_in(tree: Mapping[str, Any]) -> set[str]:
-    """The runtime handlers a config tree (a dump or the merge model's) defines."""
-    plugins = tree.get("plugins") or {}
-    found: set[str] = set()
-    for plugin_id in CRI_RUNTIME_TABLES:
-        table = plugins.get(plugin_id) if isinstance(plugins, Mapping) else None
-        runtimes = ((table or {}).get("containerd") or {}).get("runtimes") or {}
-        if isinstance(runtimes, Mapping):
-            found.update(str(k) for k in runtimes)
-    return found
-
-
 def file_handlers(node: NodeFacts, path: str) -> set[str]:
     """The handlers one of the node's files defines (empty when it does not parse)."""
     try:
-        return handlers_in(parse_toml(path, node.config_files.files[path]))
+        return set(list_runtime_handlers(parse_toml(path, node.config_files.files[path])))
     except (ContainerdConfigError, KeyError):
         return set()
 
@@ -137,6 +125,6 @@ def file_handlers(node: NodeFacts, path: str) -> set[str]:
 def modelled_handlers(node: NodeFacts) -> set[str] | None:
     """The handlers the node's files give on its containerd version; None: they do not load."""
     try:
-        return handlers_in(merge_files(node.config_files, node.containerd).tree)
+        return set(list_runtime_handlers(merge_files(node.config_files, node.containerd).tree))
     except ContainerdConfigError:
         return None

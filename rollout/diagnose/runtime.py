@@ -16,9 +16,10 @@ from rollout.containerd import (
     merge_files,
 )
 from rollout.containerd.files import CONTAINERD_DIR
+from rollout.containerd.runtimehandlers import list_runtime_handlers
 from rollout.containerd.version import CRI_V2
 from rollout.diagnose.finding import Branch, Finding, Severity
-from rollout.diagnose.readings import file_handlers, handlers_in, is_gpu_node, modelled_handlers, q
+from rollout.diagnose.readings import file_handlers, is_gpu_node, modelled_handlers, q
 from rollout.facts import ClusterFacts, NodeFacts
 
 # the GPU Operator's RuntimeClass, assumed when the facts hold no RuntimeClasses
@@ -175,7 +176,8 @@ def _shadowing(node: NodeFacts, u: Unloaded, lost: list[str]) -> Finding:
 def _loaded_handlers(node: NodeFacts) -> tuple[set[str], str]:
     """The handlers containerd loads, and where that is read from."""
     if node.effective_config:
-        return handlers_in(node.effective_config), "the node's containerd config dump"
+        loaded = set(list_runtime_handlers(node.effective_config))
+        return loaded, "the node's containerd config dump"
     return modelled_handlers(node) or set(), "the merge model of its files"
 
 

@@ -37,6 +37,7 @@ import tomli_w
 
 from rollout.commands import CommandResult, check
 from rollout.containerd import HostEndpoint, hosts_toml_path, render_hosts_toml
+from rollout.containerd.version import CRI_IMAGES, CRI_V2
 from rollout.errors import RolloutError
 from rollout.lab.description import LabNode
 from rollout.lab.image import DRIVER_VERSION_FILE, NodeImage, overlay_mount_argv
@@ -324,10 +325,8 @@ def sandbox_image(dirs: NodeDirs) -> str:
         plugins = tomllib.loads(record.read_text()).get("plugins") or {}
     except (OSError, tomllib.TOMLDecodeError) as error:
         raise NodeFailed(f"cannot read the sandbox image from {record}: {error}") from error
-    v1 = (plugins.get("io.containerd.grpc.v1.cri") or {}).get("sandbox_image")
-    v2 = ((plugins.get("io.containerd.cri.v1.images") or {}).get("pinned_images") or {}).get(
-        "sandbox"
-    )
+    v1 = (plugins.get(CRI_V2) or {}).get("sandbox_image")
+    v2 = ((plugins.get(CRI_IMAGES) or {}).get("pinned_images") or {}).get("sandbox")
     image = v1 or v2
     if not image:
         raise NodeFailed(f"{record} names no sandbox image")

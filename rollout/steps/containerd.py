@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 
 from rollout import containerd as engine
 from rollout.commands import CommandRunner
+from rollout.containerd.runtimehandlers import list_runtime_handlers
 from rollout.containerd.staging import remove_stages
 from rollout.errors import RolloutError
 from rollout.facts import (
@@ -53,12 +54,7 @@ from rollout.steps.backup import (
 )
 from rollout.steps.base import StepContext, StepFailed, StepResult, translate_step_errors
 from rollout.steps.containerd_changes import build_intent, parent_directories
-from rollout.steps.containerd_undo import (
-    judge_undo,
-    list_runtime_handlers,
-    toolkit_drop_in_absent,
-    undo_files,
-)
+from rollout.steps.containerd_undo import judge_undo, toolkit_drop_in_absent, undo_files
 from rollout.steps.nodechanges import WRITE_STEP, ContainerdFileStep, node_changes
 from rollout.steps.systemd import (
     probe_service,

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rollout import containerd as engine
+from rollout.containerd.runtimehandlers import list_runtime_handlers
 from rollout.containerd.staging import remove_stages
 from rollout.containerd.synthesis import TOOLKIT_RUNTIMES
 from rollout.plan import FileChange
@@ -64,19 +65,6 @@ def judge_undo(
     if missing:
         problems.append(f"runtime handler(s) present before are gone: {', '.join(missing)}")
     return problems
-
-
-def list_runtime_handlers(dump: Mapping[str, Any]) -> tuple[str, ...]:
-    """The runtime handler names of an effective config, over every CRI plugin table."""
-    names: set[str] = set()
-    plugins = dump.get("plugins")
-    if isinstance(plugins, Mapping):
-        for table in plugins.values():
-            containerd = table.get("containerd") if isinstance(table, Mapping) else None
-            runtimes = containerd.get("runtimes") if isinstance(containerd, Mapping) else None
-            if isinstance(runtimes, Mapping):
-                names.update(str(name) for name in runtimes)
-    return tuple(sorted(names))
 
 
 def restore_files(

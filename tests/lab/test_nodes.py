@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from rollout.containerd.toolkit import NVIDIA_RUNTIMES, render_toolkit_dropin
+from rollout.containerd.version import RUNTIME_PLUGIN
 from rollout.lab.cluster import Lab
 from rollout.lab.nodes import RUNNING_RECORD
 from rollout.transports.local import LocalRunner
@@ -24,7 +25,6 @@ from tests.lab.test_cluster_shared import (
 
 SERIES = ("1.6", "1.7", "2.1")
 VERSION_PREFIX = {"1.6": "1.6.20", "1.7": "1.7.24", "2.1": "2.1.9"}
-CRI_RUNTIME_PLUGIN = {2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
 RESTART_TIMEOUT_S = 30.0
 
 
@@ -34,7 +34,7 @@ def lab(request: pytest.FixtureRequest) -> Lab:
 
 
 def runtimes_of(config: dict[str, Any]) -> dict[str, Any]:
-    plugin = CRI_RUNTIME_PLUGIN[int(config["version"])]
+    plugin = RUNTIME_PLUGIN[int(config["version"])]
     runtimes: dict[str, Any] = config["plugins"][plugin]["containerd"]["runtimes"]
     return runtimes
 

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from rollout.commands import CommandRunner
+from rollout.containerd.runtimehandlers import list_runtime_handlers
 from rollout.containerd.staging import normalise_dump
 from rollout.errors import RolloutError
 from rollout.facts import ClusterFacts, FleetFacts
@@ -37,7 +38,6 @@ from rollout.steps.containerd import (
     ContainerdVerify,
     ContainerdWrite,
     describe_dump_difference,
-    list_runtime_handlers,
 )
 from rollout.steps.operandsettle import unsettled_operands
 from rollout.steps.systemd import SystemdRestart, probe_service

@@ -16,6 +16,7 @@ import pytest
 
 from rollout.commands import CommandFailed, CommandResult
 from rollout.containerd import ConfigFiles, StagingFailed, parse_version
+from rollout.containerd.runtimehandlers import list_runtime_handlers
 from rollout.containerd.staging import remove_stages, stage_template
 from rollout.facts import (
     NodeFacts,
@@ -46,7 +47,6 @@ from rollout.steps.containerd import (
     ContainerdWrite,
     classify_files,
     describe_drift,
-    list_runtime_handlers,
     remove_run_stages,
     with_planned_before,
 )

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from rollout.containerd.runtimehandlers import list_runtime_handlers
 from rollout.lab.cri import ContainerRequest, CriPodRunner, PodOutcome
 from rollout.lab.description import LabDescription
 from rollout.lab.toolkit import TOOLKIT_UNIT
@@ -29,8 +30,6 @@ log = logging.getLogger("rollout.lab.simulation")
 # Written by the lab's containerd unit drop-in at each start, removed at stop: the
 # `containerd config dump` of the configuration the running daemon loaded.
 RUNNING_CONFIG_PATH = Path("var/lib/rollout-lab/containerd-running.toml")
-# Where runtime handlers live in a dump: containerd 1.x (config v2), then 2.x (config v3).
-_CRI_RUNTIME_PLUGINS = ("io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime")
 # Beside the node's root (<node dir>/merged): the pid of the nspawn of the current boot.
 NSPAWN_PID_NAME = "nspawn.pid"
 TOOLKIT_TIMEOUT_S = 120.0
@@ -108,12 +107,7 @@ class NodeRuntimeProbe(Protocol):
 
 def handlers_in_dump(dump: Mapping[str, Any]) -> set[str]:
     """Runtime handler names in a parsed `containerd config dump` (1.x or 2.x layout)."""
-    plugins = dump.get("plugins") or {}
-    handlers: set[str] = set()
-    for plugin in _CRI_RUNTIME_PLUGINS:
-        runtimes = ((plugins.get(plugin) or {}).get("containerd") or {}).get("runtimes") or {}
-        handlers.update(runtimes)
-    return handlers
+    return set(list_runtime_handlers(dump))
 
 
 class RunningConfigProbe:
