@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from rollout.deviceprofiles import DEVICE_PLUGIN_CONFIG_LABEL
 from rollout.diagnose.finding import Branch, Finding, Severity
 from rollout.diagnose.readings import is_gpu_node, node_profile, pods_on, q
 from rollout.facts import ClusterFacts, NodeFacts
@@ -21,7 +22,6 @@ from rollout.operatornames import (
     UPGRADE_FAILED,
     UPGRADE_STATE_LABEL,
 )
-from rollout.steps.profile_changes import DEVICE_PLUGIN_CONFIG_LABEL
 
 # when k8s-operator-libs started validating the node's new driver (seconds since the epoch)
 VALIDATION_START_ANNOTATION = "nvidia.com/gpu-driver-upgrade-validation-start-time"

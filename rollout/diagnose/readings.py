@@ -9,11 +9,17 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from rollout.containerd import ContainerdConfigError, merge_files
 from rollout.containerd.files import parse_toml
 from rollout.containerd.runtimehandlers import list_runtime_handlers
+from rollout.deviceprofiles import (
+    DEVICE_PLUGIN_CONFIG_LABEL,
+    fallback_key,
+    load_profile,
+    renames_by_default,
+    shared_replicas,
+)
 from rollout.facts import ClusterFacts, NodeFacts
 from rollout.facts.gpu_operator import (
     GPU_PRESENT_LABEL,
@@ -21,7 +27,6 @@ from rollout.facts.gpu_operator import (
     current_replicas,
 )
 from rollout.facts.pods import GPU_RESOURCE, PodFacts, is_gpu_resource, quantity_value
-from rollout.steps.profile_changes import DEVICE_PLUGIN_CONFIG_LABEL, fallback_key, load_profile
 
 FINISHED_PHASES = ("Succeeded", "Failed")
 
@@ -95,23 +100,10 @@ def node_profile(node: NodeFacts, cluster: ClusterFacts) -> Profile:
         return Profile(configmap, None, False, False, 1, False, True)
     if key not in data:
         return Profile(configmap, key, bool(label), True, 1, False, True)
-    replicas, renamed = _sharing(load_profile(data[key]))
-    return Profile(configmap, key, bool(label), False, replicas, renamed, True)
-
-
-def _sharing(document: Any) -> tuple[int, bool]:
-    if not isinstance(document, Mapping):
-        return 1, False
-    slicing = (document.get("sharing") or {}).get("timeSlicing") or {}
-    if not isinstance(slicing, Mapping):
-        return 1, False
-    for resource in slicing.get("resources") or []:
-        if isinstance(resource, Mapping) and resource.get("name") == GPU_RESOURCE:
-            replicas = resource.get("replicas")
-            return (replicas if isinstance(replicas, int) and replicas > 0 else 1), bool(
-                slicing.get("renameByDefault")
-            )
-    return 1, False
+    document = load_profile(data[key])
+    shared = shared_replicas(document, GPU_RESOURCE)
+    renamed = shared is not None and renames_by_default(document)
+    return Profile(configmap, key, bool(label), False, shared or 1, renamed, True)
 
 
 def file_handlers(node: NodeFacts, path: str) -> set[str]:

@@ -29,6 +29,7 @@ import yaml
 
 from rollout.containerd import ContainerdConfigError
 from rollout.containerd.files import parse_toml
+from rollout.deviceprofiles import load_profile, shared_replicas
 from rollout.diagnose.finding import Finding, Severity
 from rollout.diagnose.readings import node_profile
 from rollout.diagnose.tree import Diagnosis
@@ -37,7 +38,6 @@ from rollout.facts.driver_operator import OperatorDriver
 from rollout.facts.gpu_operator import GPU_REPLICAS_LABEL, labelled_number
 from rollout.facts.pods import GPU_RESOURCE
 from rollout.spec import MAX_REPLICAS
-from rollout.steps.profile_changes import load_profile
 
 FIX_PLAN_NAME = "diagnose-fix"
 DEFAULT_RUNTIME = "runc"
@@ -290,14 +290,7 @@ def _replicas_for(node: NodeFacts, data: Mapping[str, str]) -> int | None:
         return labelled
     found = set()
     for text in data.values():
-        document = load_profile(text)
-        if not isinstance(document, Mapping):
-            continue
-        for resource in ((document.get("sharing") or {}).get("timeSlicing") or {}).get(
-            "resources"
-        ) or []:
-            if isinstance(resource, Mapping) and resource.get("name") == GPU_RESOURCE:
-                replicas = resource.get("replicas")
-                if isinstance(replicas, int) and 2 <= replicas <= MAX_REPLICAS:
-                    found.add(replicas)
+        replicas = shared_replicas(load_profile(text), GPU_RESOURCE)
+        if replicas is not None and 2 <= replicas <= MAX_REPLICAS:
+            found.add(replicas)
     return found.pop() if len(found) == 1 else None

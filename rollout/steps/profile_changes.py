@@ -17,12 +17,18 @@ will not hold is refused: its config-manager would exit and its device plugin st
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
+from rollout.deviceprofiles import (
+    DEFAULT_KEY,
+    DEVICE_PLUGIN_CONFIG_LABEL,
+    fallback_key,
+    load_profile,
+)
 from rollout.errors import InputError
 from rollout.facts import ClusterFacts, NodeFacts
 from rollout.facts.gpu_operator import DevicePluginConfigRef
@@ -31,9 +37,6 @@ from rollout.operatorrolls import describe_rolls
 from rollout.plan import ClusterChange, FileChange, LabelChange
 from rollout.spec import Spec, TimeSlicingChange
 
-DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
-# The config-manager's "named" fallback: the key an unlabelled node loads without config.default.
-DEFAULT_KEY = "default"
 # Where the fallback goes when the key `default` is taken by something else.
 SPARE_FALLBACK_KEY = "rollout-fallback"
 # A device-plugin config that shares nothing: what a node without any config runs.
@@ -53,29 +56,6 @@ def time_slicing_change(spec: Spec) -> TimeSlicingChange | None:
 def render_profile(change: TimeSlicingChange) -> str:
     """The profile as stored under its key: the device plugin's YAML (as the plan shows it)."""
     return yaml.safe_dump(change.config_document(), sort_keys=False)
-
-
-def fallback_key(config_default: str, keys: Collection[str]) -> str | None:
-    """The key the config-manager loads on a node without the label; None: no config at all.
-
-    `config.default` when set (even naming a key that is absent: the config-manager then
-    exits), else a key named `default`, else the only key (strategies `named,single`).
-    """
-    if config_default:
-        return config_default
-    if DEFAULT_KEY in keys:
-        return DEFAULT_KEY
-    if len(keys) == 1:
-        return next(iter(keys))
-    return None
-
-
-def load_profile(text: str) -> Any:
-    """A stored profile's document; the text itself when it is not YAML."""
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
 
 
 def profile_meaning(text: str | None) -> Any:

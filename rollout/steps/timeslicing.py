@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from rollout.deviceprofiles import DEVICE_PLUGIN_CONFIG_LABEL
 from rollout.errors import InputError
 from rollout.facts import ClusterFacts, NodeFacts
 from rollout.facts.pods import GPU_RESOURCE
@@ -37,7 +38,6 @@ from rollout.steps.nodechanges import node_changes
 from rollout.steps.nodemarks import ANNOTATION_DOMAIN, RUN_ANNOTATION, report_step
 from rollout.steps.operandsettle import wait_for_operands
 from rollout.steps.profile_changes import (
-    DEVICE_PLUGIN_CONFIG_LABEL,
     SHARED_MEMORY_WARNING,
     Publication,
     plan_publication,

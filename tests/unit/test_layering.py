@@ -465,7 +465,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     ("transports", ("transports",)),
-    ("engines and stores", ("containerd", "run", "lease")),
+    ("engines and stores", ("containerd", "deviceprofiles", "run", "lease")),
     (
         "models",
         (

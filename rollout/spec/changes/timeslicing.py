@@ -8,6 +8,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, Field
 
+from rollout.deviceprofiles import renames_by_default, shared_replicas
 from rollout.inputs.fieldproblems import FieldProblem, describe_value
 from rollout.operatornames import GPU_RESOURCE, OPERATOR_NAMESPACE, SHARED_GPU_RESOURCE
 from rollout.spec.changes.kind import Advertised, ChangeKind
@@ -112,17 +113,12 @@ class TimeSlicingChange(SpecModel):
 
     def replicas_for(self, resource: str) -> int:
         """How many slices each device of `resource` becomes: 1 when it is not shared."""
-        sharing = self.config.sharing
-        for shared in sharing.time_slicing.resources if sharing else ():
-            if shared.name == resource:
-                return shared.replicas
-        return 1
+        return shared_replicas(self.config_document(), resource) or 1
 
     @property
     def rename_by_default(self) -> bool:
         """Whether shared GPUs move to nvidia.com/gpu.shared (never without sharing)."""
-        sharing = self.config.sharing
-        return sharing is not None and sharing.time_slicing.rename_by_default
+        return renames_by_default(self.config_document())
 
     def shared_gpus(self) -> tuple[str, int]:
         """The resource a GPU is advertised under with this profile (nvidia.com/gpu.shared with
