@@ -14,3 +14,5 @@ UPGRADE_REQUIRED = "upgrade-required"
 # is advertised under the shared name instead (rollout.facts.pods names them for the facts)
 GPU_RESOURCE = "nvidia.com/gpu"
 SHARED_GPU_RESOURCE = f"{GPU_RESOURCE}.shared"
+# a MIG device as the device plugin advertises it under the mixed strategy: <prefix><profile>
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"

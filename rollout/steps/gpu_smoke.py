@@ -7,18 +7,19 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from rollout.facts import NodeFacts
 from rollout.facts.gpu_operator import OPERATOR_RUNTIME_CLASS
 from rollout.facts.pods import GPU_RESOURCE
 from rollout.inputs.fieldproblems import shorten
+from rollout.operatornames import MIG_RESOURCE_PREFIX
 from rollout.plan import StepPlan
 from rollout.spec import Spec
 from rollout.steps.base import StepContext, StepFailed, StepResult
 from rollout.steps.deadline import POLL_INTERVAL_S, Deadline
-from rollout.steps.gpu_wait import expect_gpus
+from rollout.steps.gpu_wait import expect_gpus, forecast_expectations
 from rollout.steps.nodechanges import Reach, ReachingStep
 from rollout.steps.nodemarks import RUN_ANNOTATION, MarkingStep
 from rollout.steps.pods import describe_pod
@@ -209,13 +210,11 @@ class GpuSmokeStep(ReachingStep, MarkingStep):
 
     def _apply(self, ctx: StepContext) -> StepResult:
         verify = ctx.spec.policy.verify
-        expected = expect_gpus(ctx.spec, ctx.facts)
+        resource = smoke_resource(ctx)
         name = smoke_pod_name(ctx.node, ctx.run_id)
         where = f"{SMOKE_NAMESPACE}/{name}"
         deadline = ctx.deadline(verify.smoke_timeout_s)
-        manifest = smoke_pod_manifest(
-            name, ctx.node, ctx.run_id, verify.smoke_image, expected.resource
-        )
+        manifest = smoke_pod_manifest(name, ctx.node, ctx.run_id, verify.smoke_image, resource)
         pod, log = run_pod_once(ctx, self.kind, manifest, deadline)
         if pod.phase != "Succeeded":
             warnings = read_pod_warnings(ctx, pod)
@@ -223,6 +222,10 @@ class GpuSmokeStep(ReachingStep, MarkingStep):
                 ctx.node, self.kind, describe_smoke_failure(pod, log, warnings, deadline)
             )
         verdict = judge_smoke_log(log or "", ctx.facts.gpus.uuids, _target_driver(ctx.spec))
+        if resource.startswith(MIG_RESOURCE_PREFIX) and not any(
+            u.startswith("MIG-") for u in verdict.uuids
+        ):
+            verdict = replace(verdict, problems=(*verdict.problems, f"{resource}: no MIG- UUID"))
         if not verdict.ok:
             raise StepFailed(
                 ctx.node,
@@ -242,6 +245,18 @@ class GpuSmokeStep(ReachingStep, MarkingStep):
         ctx.kube.delete_pod(
             SMOKE_NAMESPACE, smoke_pod_name(ctx.node, ctx.run_id), grace_period_s=0, missing_ok=True
         )
+
+
+def smoke_resource(ctx: StepContext) -> str:
+    """The resource the smoke pod asks one device of: expect_gpus' rule, or where the plan's
+    capacity forecast promises other resources (a MIG layout), one of those, a MIG device's
+    first."""
+    expected = expect_gpus(ctx.spec, ctx.facts)
+    forecast = forecast_expectations(ctx.node_plan, expected)
+    if forecast is None:
+        return expected.resource
+    names = [e.resource for e in forecast]
+    return next((n for n in names if n.startswith(MIG_RESOURCE_PREFIX)), names[0])
 
 
 def run_pod_once(

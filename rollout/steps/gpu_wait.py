@@ -26,7 +26,7 @@ from rollout.facts.driver_operator import DEPLOY_LABEL_PREFIX
 from rollout.facts.gpu_operator import current_replicas, physical_gpus
 from rollout.facts.pods import GPU_RESOURCE, SHARED_GPU_RESOURCE
 from rollout.inputs.wholenumber import whole_number
-from rollout.plan import StepPlan
+from rollout.plan import NodePlan, StepPlan
 from rollout.spec import Spec
 from rollout.steps.base import StepContext, StepFailed, StepResult
 from rollout.steps.deadline import POLL_INTERVAL_S
@@ -79,6 +79,23 @@ def expect_gpus(spec: Spec, facts: NodeFacts) -> GpuExpectation:
     )
 
 
+def forecast_expectations(
+    node_plan: NodePlan, expected: GpuExpectation
+) -> tuple[GpuExpectation, ...] | None:
+    """What the plan's capacity forecast says the node advertises after, each resource above
+    0, where the forecast moves a resource that `expected` (expect_gpus' one rule) does not
+    cover (a MIG layout's devices); None where that rule says it all. A resource the
+    forecast takes to 0 is not waited for: the kubelet keeps a gone resource's capacity for
+    minutes (FACTS.md, kubelet device manager)."""
+    resources = node_plan.capacity.resources
+    moved = {r.resource: r.after for r in resources if r.after and r.after != r.before}
+    if not moved or moved == {expected.resource: expected.count}:
+        return None
+    return tuple(
+        GpuExpectation(r.resource, r.after, expected.physical, 1) for r in resources if r.after
+    )
+
+
 def advertised_gpu_resource(facts: NodeFacts) -> str:
     """The name the node advertises its GPUs under now: nvidia.com/gpu.shared where the
     profile it runs renames shared GPUs (renameByDefault), else nvidia.com/gpu. A plan without
@@ -125,8 +142,9 @@ class GpuWaitStep(ReachingStep, MarkingStep):
 
     def _apply(self, ctx: StepContext) -> StepResult:
         expected = expect_gpus(ctx.spec, ctx.facts)
+        forecast = forecast_expectations(ctx.node_plan, expected)
         deadline = ctx.deadline(ctx.spec.policy.verify.gpu_wait_timeout_s)
-        follow_label = time_slicing_change(ctx.spec) is None
+        follow_label = time_slicing_change(ctx.spec) is None and forecast is None
         advertised_s: float | None = None
         announced = False
         while True:
@@ -137,24 +155,29 @@ class GpuWaitStep(ReachingStep, MarkingStep):
                 # start before (a lost handler) loads its profile only now.
                 live = replace(ctx.facts, labels=node.labels, capacity=node.capacity)
                 expected = expect_gpus(ctx.spec, live)
+            expectations = forecast or (expected,)
+            unmet = [e for e in expectations if not gpus_match(node, e)]
+            count = sum(e.count for e in expectations)
             # Allocatable alone can still show the old count for a moment after a restart,
             # before the kubelet notices the plugin went away; a plugin pod that is not
             # ready means it has not (re)registered yet.
-            plugins = find_device_plugin_pods(ctx) if expected.count else []
+            plugins = find_device_plugin_pods(ctx) if count else []
             plugins_ready = all(p.ready and not p.deleting for p in plugins)
-            advertised = gpus_match(node, expected) and plugins_ready
-            if advertised and expected.count == 0:
+            advertised = not unmet and plugins_ready
+            if advertised and count == 0:
                 return StepResult.done("the node has no GPUs (facts) and advertises none")
             if advertised and advertised_s is None:
                 advertised_s = deadline.elapsed_s
             validators = find_validator_pods(ctx) if wants_validator(node) else None
             if advertised and advertised_s is not None and validator_ready(validators):
-                done = f"allocatable {expected.describe()} after {round(advertised_s)}s"
+                described = ", ".join(e.describe() for e in expectations)
+                done = f"allocatable {described} after {round(advertised_s)}s"
                 return StepResult.done(
                     done + describe_validator_wait(validators, deadline.elapsed_s - advertised_s)
                 )
             if deadline.expired:
-                problem = describe_gpu_shortfall(node, expected, plugins, deadline.elapsed_s)
+                short = unmet[0] if unmet else expectations[0]
+                problem = describe_gpu_shortfall(node, short, plugins, deadline.elapsed_s)
                 if advertised:
                     problem = describe_validator_shortfall(validators, deadline.elapsed_s)
                 raise StepFailed(ctx.node, self.kind, problem)

@@ -13,7 +13,6 @@ from rollout.changes.base import ChangeKindPlanner, NodeWork, PlanningContext, s
 from rollout.changes.mig.facts import CONFIG_LABEL, MigSettings, NodeMig
 from rollout.changes.mig.layout import (
     CONFIG_KEY,
-    MIG_RESOURCE_PREFIX,
     MigConfig,
     MigConfigError,
     MigLayout,
@@ -30,7 +29,7 @@ from rollout.changes.mig.model import MigChange
 from rollout.errors import InputError
 from rollout.facts import NodeFacts
 from rollout.facts.gpu_operator import physical_gpus
-from rollout.operatornames import GPU_RESOURCE
+from rollout.operatornames import GPU_RESOURCE, MIG_RESOURCE_PREFIX
 from rollout.spec.changes.kind import Advertised
 
 MIG_PLAYBOOK = "mig"

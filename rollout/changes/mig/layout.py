@@ -23,12 +23,11 @@ from typing import Any
 import yaml
 
 from rollout.errors import RolloutError
-from rollout.operatornames import GPU_RESOURCE
+from rollout.operatornames import GPU_RESOURCE, MIG_RESOURCE_PREFIX
 
 CONFIG_KEY = "config.yaml"
 COMPUTE_SLICES = 7
 MEMORY_SLICES = 8
-MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 _PROFILE_NAME = re.compile(r"^(?P<compute>\d)g\.(?P<memory_gb>\d+)gb$")
 
 
