@@ -8,6 +8,7 @@ step is safe to repeat on resume, and each proves its patch by reading it back.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 from typing import ClassVar
 
 from rollout.facts import ClusterFacts, NodeFacts
@@ -19,6 +20,23 @@ from rollout.steps.gates import gates_after_rollback
 from rollout.steps.nodechanges import Reach, ReachingStep, node_changes
 from rollout.steps.nodemarks import LEFT_CORDONED_ANNOTATION, MarkingStep, mark_released
 from rollout.steps.traits import StepTraits, bounded_by_requests, grants_of
+
+
+class CordonOwner(Enum):
+    """Whose cordon a node carries; the value is what the plan and the steps say of it."""
+
+    NOBODY = "schedulable"
+    THIS_RUN = "already cordoned by this run"
+    SOMEONE_ELSE = "cordoned by someone else; stays cordoned"
+
+
+def cordon_owner(unschedulable: bool, cordoned_by_rollout: bool) -> CordonOwner:
+    """Invariant 4's rule, the one place it is written: a node unschedulable without this
+    run's journalled cordon was cordoned by someone else, and rollout never uncordons it.
+    Planning knows no journal yet (`cordoned_by_rollout` False)."""
+    if not unschedulable:
+        return CordonOwner.NOBODY
+    return CordonOwner.THIS_RUN if cordoned_by_rollout else CordonOwner.SOMEONE_ELSE
 
 
 @dataclass(frozen=True)
@@ -37,21 +55,21 @@ class CordonStep(ReachingStep, MarkingStep):
     reach: ClassVar[Reach] = Reach.WORKLOADS
 
     def plan_change(self, facts: NodeFacts, spec: Spec) -> StepPlan:
-        if facts.unschedulable:
-            return StepPlan.skipping(
-                self.kind, "already cordoned (by someone else: it stays cordoned afterwards)"
-            )
+        owner = cordon_owner(facts.unschedulable, cordoned_by_rollout=False)
+        if owner is CordonOwner.SOMEONE_ELSE:
+            return StepPlan.skipping(self.kind, owner.value)
         return StepPlan.acting(self.kind, "mark the node unschedulable")
 
     def _apply(self, ctx: StepContext) -> StepResult:
         node = ctx.kube.get_node(ctx.node)
         ours = ctx.journal.replay().node(ctx.node).cordoned_by_rollout
-        if node.unschedulable and not ours:
+        owner = cordon_owner(node.unschedulable, ours)
+        if owner is CordonOwner.SOMEONE_ELSE:
             ctx.save_data(self.kind, {"cordoned_by_rollout": False, "cordoned_before": True})
-            return StepResult.noop("cordoned by someone else; stays cordoned")
-        if node.unschedulable:
+            return StepResult.noop(owner.value)
+        if owner is CordonOwner.THIS_RUN:
             ctx.save_data(self.kind, {"cordoned_by_rollout": True, "cordoned_before": False})
-            return StepResult.noop("already cordoned by this run")
+            return StepResult.noop(owner.value)
         # The record goes first: a kill between it and the patch leaves a record of a cordon
         # that may have happened, which resume and rollback can act on; the other order
         # could leave a node cordoned with nothing saying rollout did it.
@@ -106,13 +124,16 @@ class UncordonStep(MarkingStep):
     def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
         if node_changes(facts, cluster, spec).disruptive and not facts.unschedulable:
             return StepPlan.acting(self.kind, "mark the node schedulable again")
+        owner = cordon_owner(facts.unschedulable, cordoned_by_rollout=False)
+        if owner is CordonOwner.SOMEONE_ELSE:
+            return StepPlan.skipping(self.kind, owner.value)
         return StepPlan.skipping(self.kind, "rollout does not cordon this node")
 
     def _apply(self, ctx: StepContext) -> StepResult:
         if not ctx.journal.replay().node(ctx.node).cordoned_by_rollout:
             cordon = ctx.load_data(CordonStep.kind)
             if cordon.get("cordoned_before"):
-                return StepResult.noop("cordoned by someone else; stays cordoned")
+                return StepResult.noop(CordonOwner.SOMEONE_ELSE.value)
             if cordon.get("cordoned_by_rollout"):
                 return StepResult.noop("already uncordoned by this run")
             return StepResult.noop("rollout did not cordon this node")
