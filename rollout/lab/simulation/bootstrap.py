@@ -14,6 +14,7 @@ from rollout.lab.apiserver.registry import Registry
 from rollout.lab.apiserver.resources import (
     ALL_KINDS,
     CLUSTERPOLICIES,
+    CONFIGMAPS,
     DAEMONSETS,
     NODES,
     RUNTIMECLASSES,
@@ -25,12 +26,21 @@ from rollout.lab.simulation.gpuoperator import (
     DEPLOY_LABEL_PREFIX,
     DRIVER,
     GPU_PRESENT_LABEL,
+    MIG_CONFIGMAP,
     NVIDIA_HANDLER,
     OPERANDS,
     OPERATOR_NAMESPACE,
     to_cluster_policy,
     to_daemonset,
     uses_driver_crd,
+)
+from rollout.lab.simulation.miglayouts import (
+    CAPABLE_LABEL,
+    CONFIG_LABEL,
+    DISABLED_CONFIG,
+    MIG_CAPABLE_PRODUCTS,
+    STATE_LABEL,
+    to_configmap_data,
 )
 
 KUBELET_VERSION = "v1.31.0"
@@ -60,6 +70,7 @@ def seed_cluster(registry: Registry, lab: LabDescription) -> None:
             registry, DAEMONSETS, OPERATOR_NAMESPACE, to_daemonset(operand, driver_version)
         )
     _create_quietly(registry, CLUSTERPOLICIES, None, to_cluster_policy(driver_version))
+    _create_quietly(registry, CONFIGMAPS, OPERATOR_NAMESPACE, to_mig_configmap())
     # The operator's RuntimeClass (ClusterPolicy operator.runtimeClass): pods naming it pass
     # admission; the handler is resolved by each node's containerd.
     _create_quietly(registry, RUNTIMECLASSES, None, to_runtime_class(NVIDIA_HANDLER))
@@ -81,6 +92,16 @@ def seed_rollout_access(registry: Registry) -> None:
         if namespace:
             registry.ensure_namespace(namespace)
         _create_quietly(registry, kind, namespace, obj)
+
+
+def to_mig_configmap() -> dict[str, Any]:
+    """The MIG manager's layouts, as the GPU Operator's chart installs its default config."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": MIG_CONFIGMAP, "namespace": OPERATOR_NAMESPACE},
+        "data": to_configmap_data(),
+    }
 
 
 def to_runtime_class(handler: str) -> dict[str, Any]:
@@ -105,6 +126,11 @@ def to_node(node: NodeDescription, index: int) -> dict[str, Any]:
     if node.gpus:
         labels[GPU_PRESENT_LABEL] = "true"
         labels.update({f"{DEPLOY_LABEL_PREFIX}{c}": "true" for c in DEPLOY_COMPONENTS})
+    if node.gpus and all(g.product in MIG_CAPABLE_PRODUCTS for g in node.gpus):
+        # GFD's capability label, and the MIG manager's default layout, already applied
+        labels.update(
+            {CAPABLE_LABEL: "true", CONFIG_LABEL: DISABLED_CONFIG, STATE_LABEL: "success"}
+        )
     system_uuid = str(uuid.uuid5(uuid.NAMESPACE_DNS, node.name))
     return {
         "apiVersion": "v1",

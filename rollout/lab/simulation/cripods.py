@@ -20,9 +20,8 @@ from rollout.errors import RolloutError
 from rollout.lab.apiserver.registry import Registry
 from rollout.lab.apiserver.resources import RUNTIMECLASSES
 from rollout.lab.cri import ContainerRequest, PodOutcome
-from rollout.lab.description import GpuDescription
 from rollout.lab.simulation.events import EventRecorder
-from rollout.lab.simulation.pods import gpu_request, runs_nvidia_smi, write_pod
+from rollout.lab.simulation.pods import device_requests, runs_nvidia_smi, write_pod
 from rollout.lab.simulation.podstatus import (
     set_running,
     set_terminated,
@@ -72,9 +71,9 @@ class CriPods:
             and self.probe.runs_pods(self.node)
         )
 
-    def run(self, pod: dict[str, Any], now: float, gpus: Sequence[GpuDescription]) -> bool:
-        """One pass of the pod's run (`gpus`: those allocated to it); true once it ended with
-        its container's exit status."""
+    def run(self, pod: dict[str, Any], now: float, devices: Sequence[str]) -> bool:
+        """One pass of the pod's run (`devices`: the UUIDs of the GPUs or MIG devices
+        allocated to it); true once it ended with its container's exit status."""
         uid = pod["metadata"]["uid"]
         due, _ = self._backoff.get(uid, (now, 0.0))
         if now < due:
@@ -86,7 +85,7 @@ class CriPods:
             sandbox = self._pulling_in.get(uid)
             if sandbox is None:  # a new attempt, in a sandbox of its own
                 self._attempts[uid] = self._attempts.get(uid, 0) + 1
-            request = self._container_request(pod, self._attempts[uid] - 1, sandbox, gpus)
+            request = self._container_request(pod, self._attempts[uid] - 1, sandbox, devices)
             self._runs[uid] = self.pool.submit(self.probe.run_pod, self.node, request)
             if waiting_reason(pod) is None:
                 write_pod(
@@ -164,15 +163,15 @@ class CriPods:
         pod: Mapping[str, Any],
         attempt: int,
         sandbox: str | None,
-        gpus: Sequence[GpuDescription],
+        devices: Sequence[str],
     ) -> ContainerRequest:
         meta, spec = pod["metadata"], pod["spec"]
         container = spec["containers"][0]
         command = [*(container.get("command") or []), *(container.get("args") or [])]
         env = {str(e["name"]): str(e.get("value", "")) for e in container.get("env") or []}
-        if gpu_request(pod):
-            # What the device plugin's Allocate answers: the GPUs given to the container.
-            env["NVIDIA_VISIBLE_DEVICES"] = ",".join(g.uuid for g in gpus)
+        if device_requests(pod):
+            # What the device plugin's Allocate answers: the devices given to the container.
+            env["NVIDIA_VISIBLE_DEVICES"] = ",".join(devices)
         return ContainerRequest(
             namespace=str(meta["namespace"]),
             pod=str(meta["name"]),

@@ -1,8 +1,8 @@
 """The simulation loop: every controller of the lab cluster, ticking in one background thread.
 
 One thread and a fixed order per tick (node lifecycle, operator, NVIDIADrivers, DaemonSets,
-scheduler, kubelets, driver containers, upgrade controller) keep runs deterministic enough to test;
-clients see the same eventual consistency they see on a real cluster.
+scheduler, kubelets, driver containers, MIG managers, upgrade controller) keep runs
+deterministic enough to test; clients see the same eventual consistency they see on a real cluster.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from rollout.lab.simulation.events import EventRecorder
 from rollout.lab.simulation.gpuoperator import CLUSTER_POLICY_NAME
 from rollout.lab.simulation.jobpods import JobPods, job_runner
 from rollout.lab.simulation.kubelet import Kubelet
+from rollout.lab.simulation.migmanager import MigManager
 from rollout.lab.simulation.nodelifecycle import NodeLifecycleController
 from rollout.lab.simulation.nvidiadrivers import NVIDIADriverController
 from rollout.lab.simulation.probe import NodeRuntimeProbe
@@ -81,6 +82,7 @@ class Simulation:
             ),
             clock,
         )
+        self._mig = MigManager(registry, lab.nodes, probe, self.timings.mig_step_s, clock)
         # scheduled rollouts (rollout schedule): CronJobs make Jobs, Jobs make pods
         batch_clock = schedule_clock or clock
         self._batch = (
@@ -112,6 +114,7 @@ class Simulation:
             for kubelet in self.kubelets:
                 kubelet.sync(policy)
             self._drivers.sync()
+            self._mig.sync(policy)
             self._upgrades.reconcile(policy)
             for controller in self._batch:
                 controller.reconcile()
@@ -145,6 +148,7 @@ class Simulation:
             self._thread.join(timeout=10)
         for kubelet in self.kubelets:
             kubelet.close()
+        self._mig.close()
         self._jobpods.close()
 
     def _run(self) -> None:

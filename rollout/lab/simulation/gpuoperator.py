@@ -42,6 +42,9 @@ DEFAULT_DRIVER_NODE_SELECTOR = {"nvidia.com/gpu.present": "true"}
 # The nodePool OS the driver image tag and DaemonSet name carry (the lab's nodes are Debian 12)
 NODE_OS_VERSION = "debian12"
 
+# The MIG manager's mig-parted config (ClusterPolicy spec.migManager.config.name).
+MIG_CONFIGMAP = "default-mig-parted-config"
+
 # Knobs of the lab, not of the GPU Operator.
 UNHEALTHY_GPUS_ANNOTATION = "lab.rollout/unhealthy-gpus"
 FAIL_UPGRADE_ANNOTATION = "lab.rollout/fail-upgrade"
@@ -174,6 +177,8 @@ def to_cluster_policy(driver_version: str, use_driver_crd: bool = False) -> dict
             "toolkit": {"enabled": True},
             "devicePlugin": {"enabled": True, "config": {"name": "", "default": ""}},
             "gfd": {"enabled": True},
+            "mig": {"strategy": "single"},
+            "migManager": {"enabled": True, "config": {"name": MIG_CONFIGMAP}},
             "validator": {"plugin": {"env": [{"name": "WITH_WORKLOAD", "value": "false"}]}},
         },
     }

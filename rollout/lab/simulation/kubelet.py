@@ -56,9 +56,21 @@ from rollout.lab.simulation.gpuoperator import (
     owner_daemonset,
 )
 from rollout.lab.simulation.kernellog import read_critical_xids
+from rollout.lab.simulation.miglayouts import (
+    DISABLED,
+    MIG_RESOURCE_PREFIX,
+    NodeLayout,
+    gfd_mig_labels,
+    is_plugin_resource,
+    mig_strategy,
+    plugin_devices,
+    read_layout,
+    stale_gfd_labels,
+)
 from rollout.lab.simulation.operandholders import holder_stopped, sync_operand_holders
 from rollout.lab.simulation.pods import (
     GPU_RESOURCE,
+    device_requests,
     gpu_request,
     is_deleting,
     is_ready,
@@ -116,6 +128,13 @@ class _DeviceManager:
     allocations: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
     # GPU index -> the critical Xid (from the node's kernel log) that made it unhealthy.
     xids: dict[int, int] = field(default_factory=dict)
+    # The node's MIG layout as the plugin last read it, the ClusterPolicy's strategy, and
+    # what the plugin advertises for it (None: no GPU has MIG enabled, whole GPUs as above).
+    layout: NodeLayout = DISABLED
+    strategy: str = "single"
+    mig_devices: dict[str, list[tuple[int, str]]] | None = None
+    # Pod uid -> the (resource, MIG device or GPU UUID) allocated to it on a MIG node.
+    mig_allocations: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
 
 
 def format_gpu_list(gpus: list[GpuDescription]) -> str:
@@ -304,18 +323,11 @@ class Kubelet:
             return
         if not self._toolkit_container_started(pod, now):
             return
-        wanted = gpu_request(pod)
-        if wanted and uid not in self._devices.allocations and self._allocate(uid, wanted) is None:
-            free = len(self._free_slots())
-            message = (
-                f"Allocate failed due to requested number of devices unavailable for "
-                f"{GPU_RESOURCE}. Requested: {wanted}, Available: {free}, which is unexpected"
-            )
-            self._write_pod(pod, lambda p: set_failed(p, "UnexpectedAdmissionError", message))
-            self._recorder.record(pod, "Warning", "UnexpectedAdmissionError", message)
+        mig = self._devices.mig_devices is not None
+        if not (self._admit_mig(pod) if mig else self._admit_gpus(pod)):
             return
         if self._cri.runs(pod):
-            if self._cri.run(pod, now, self._visible_gpus(uid)):
+            if self._cri.run(pod, now, self._visible_devices(uid)):
                 self._release(uid)
             return
         ip = f"10.244.{self.node_index}.{self._ip_counter % 250 + 2}"
@@ -325,7 +337,7 @@ class Kubelet:
         smoke = runs_nvidia_smi(pod)
         if smoke is not None:
             # the container's command, run on the node with the GPUs the pod was given
-            visible = ",".join(g.uuid for g in self._visible_gpus(uid))
+            visible = ",".join(self._visible_devices(uid))
             self._commands[uid] = self._pool.submit(self._run_command, smoke[1], visible)
 
     def _restart_pod(self, pod: dict[str, Any], now: float) -> None:
@@ -460,12 +472,15 @@ class Kubelet:
 
     # ---------------------------------------------------------------- devices
 
-    def _slots(self) -> list[tuple[int, int]]:
-        """Healthy (gpu index, replica) slots, replica-major so pods spread over GPUs."""
+    def _unhealthy(self) -> set[int]:
+        """GPU indices the plugin holds unhealthy: the lab's knob and critical Xids."""
         node = self.registry.find(NODES, None, self.name)
         annotations = (node or {}).get("metadata", {}).get("annotations") or {}
-        unhealthy = parse_unhealthy(annotations.get(UNHEALTHY_GPUS_ANNOTATION))
-        unhealthy |= set(self._devices.xids)
+        return parse_unhealthy(annotations.get(UNHEALTHY_GPUS_ANNOTATION)) | set(self._devices.xids)
+
+    def _slots(self) -> list[tuple[int, int]]:
+        """Healthy (gpu index, replica) slots, replica-major so pods spread over GPUs."""
+        unhealthy = self._unhealthy()
         return [
             (gpu.index, replica)
             for replica in range(self._devices.profile.replicas)
@@ -486,8 +501,58 @@ class Kubelet:
         self._devices.allocations[uid] = tuple(free[:count])
         return self._devices.allocations[uid]
 
+    def _free_mig(self, resource: str) -> list[str]:
+        """UUIDs of the healthy devices of `resource` on a MIG node not given to a pod."""
+        state = self._devices
+        if not state.registered or state.mig_devices is None:
+            return []
+        unhealthy = self._unhealthy()
+        taken = {uuid for given in state.mig_allocations.values() for _, uuid in given}
+        return [
+            uuid
+            for gpu, uuid in state.mig_devices.get(resource, [])
+            if gpu not in unhealthy and uuid not in taken
+        ]
+
+    def _admit_gpus(self, pod: dict[str, Any]) -> bool:
+        """Allocate whole GPUs (time-slicing slots) to the pod; False when it failed."""
+        uid = pod["metadata"]["uid"]
+        wanted = gpu_request(pod)
+        if not wanted or uid in self._devices.allocations:
+            return True
+        if self._allocate(uid, wanted) is None:
+            self._refuse(pod, GPU_RESOURCE, wanted, len(self._free_slots()))
+            return False
+        return True
+
+    def _admit_mig(self, pod: dict[str, Any]) -> bool:
+        """Allocate a MIG node's devices to the pod (admission); False when it failed."""
+        uid = pod["metadata"]["uid"]
+        if uid in self._devices.mig_allocations:
+            return True
+        given: list[tuple[str, str]] = []
+        for resource, count in sorted(device_requests(pod).items()):
+            free = self._free_mig(resource)
+            if len(free) < count:
+                self._refuse(pod, resource, count, len(free))
+                return False
+            given.extend((resource, uuid) for uuid in free[:count])
+        if given:
+            self._devices.mig_allocations[uid] = tuple(given)
+        return True
+
+    def _refuse(self, pod: dict[str, Any], resource: str, wanted: int, free: int) -> None:
+        """The device manager's admission failure: the pod fails, an event says why."""
+        message = (
+            f"Allocate failed due to requested number of devices unavailable for "
+            f"{resource}. Requested: {wanted}, Available: {free}, which is unexpected"
+        )
+        self._write_pod(pod, lambda p: set_failed(p, "UnexpectedAdmissionError", message))
+        self._recorder.record(pod, "Warning", "UnexpectedAdmissionError", message)
+
     def _release(self, uid: str) -> None:
         self._devices.allocations.pop(uid, None)
+        self._devices.mig_allocations.pop(uid, None)
         self._commands.pop(uid, None)
 
     def _run_command(self, argv: list[str], visible: str) -> NodeCommandOutcome | None:
@@ -498,7 +563,7 @@ class Kubelet:
 
     def _release_finished(self, pods: list[dict[str, Any]]) -> None:
         active = {p["metadata"]["uid"] for p in pods if not is_terminal(p)}
-        for uid in list(self._devices.allocations):
+        for uid in [*self._devices.allocations, *self._devices.mig_allocations]:
             if uid not in active:
                 self._release(uid)
         present = {p["metadata"]["uid"] for p in pods}
@@ -511,6 +576,13 @@ class Kubelet:
             if uid not in present:
                 del self._stopping_since[uid]
         self._restart &= active
+
+    def _visible_devices(self, uid: str) -> list[str]:
+        """The UUIDs the pod's container is given: its MIG devices, else its GPUs."""
+        given = self._devices.mig_allocations.get(uid)
+        if given is not None:
+            return [uuid for _, uuid in given]
+        return [g.uuid for g in self._visible_gpus(uid)]
 
     def _visible_gpus(self, uid: str) -> list[GpuDescription]:
         slots = self._devices.allocations.get(uid)
@@ -538,6 +610,7 @@ class Kubelet:
             None,
         )
         self._read_xids(plugin)
+        self._read_mig(cluster_policy)
         labels = node["metadata"].get("labels") or {}
         if plugin is not None and (
             plugin["metadata"]["uid"] != state.loaded_pod_uid
@@ -576,6 +649,13 @@ class Kubelet:
                         "marking device as unhealthy.",
                     )
         self._devices.xids = xids
+
+    def _read_mig(self, cluster_policy: Mapping[str, Any] | None) -> None:
+        """The node's MIG layout (its file) and what the plugin advertises for it."""
+        state = self._devices
+        state.layout = read_layout(self.node.root)
+        state.strategy = mig_strategy(cluster_policy)
+        state.mig_devices = plugin_devices(state.layout, self.node.gpus, state.strategy)
 
     def _load_profile(
         self,
@@ -631,7 +711,9 @@ class Kubelet:
             status = node.setdefault("status", {})
             capacity = status.setdefault("capacity", {})
             allocatable = status.setdefault("allocatable", {})
-            if state.registered:
+            if state.mig_devices is not None:
+                self._set_mig_resources(capacity, allocatable, state.mig_devices)
+            elif state.registered:
                 capacity[GPU_RESOURCE] = str(total)
                 allocatable[GPU_RESOURCE] = str(healthy)
             elif state.advertised:
@@ -640,6 +722,10 @@ class Kubelet:
             else:
                 capacity.pop(GPU_RESOURCE, None)
                 allocatable.pop(GPU_RESOURCE, None)
+            if state.mig_devices is None:
+                for key in [k for k in capacity if k.startswith(MIG_RESOURCE_PREFIX)]:
+                    capacity.pop(key, None)
+                    allocatable.pop(key, None)
             annotations = node["metadata"].get("annotations") or {}
             not_ready = None
             if not runtime.containerd_active:
@@ -651,9 +737,41 @@ class Kubelet:
                 )
             _set_node_conditions(status, not_ready, now)
             if self.node.gpus:
-                node["metadata"].setdefault("labels", {}).update(self._gfd_labels())
+                labels = node["metadata"].setdefault("labels", {})
+                labels.update(self._gfd_labels())
+                mig = gfd_mig_labels(state.layout, self.node.gpus, state.strategy)
+                labels.update(mig)
+                for key in stale_gfd_labels(labels, mig):
+                    del labels[key]
 
         self.registry.mutate(NODES, None, self.name, change)
+
+    def _set_mig_resources(
+        self,
+        capacity: dict[str, str],
+        allocatable: dict[str, str],
+        devices: Mapping[str, list[tuple[int, str]]],
+    ) -> None:
+        """A MIG node's plugin resources: each resource's devices while the plugin is
+        registered (those it no longer lists go), allocatable 0 while it is gone."""
+        state = self._devices
+        plugin_keys = [k for k in capacity if is_plugin_resource(k)]
+        if state.registered:
+            unhealthy = self._unhealthy()
+            for key in plugin_keys:
+                if key not in devices:
+                    capacity.pop(key, None)
+                    allocatable.pop(key, None)
+            for resource, found in devices.items():
+                capacity[resource] = str(len(found))
+                allocatable[resource] = str(sum(1 for gpu, _ in found if gpu not in unhealthy))
+        elif state.advertised:
+            for key in plugin_keys:
+                allocatable[key] = "0"
+        else:
+            for key in plugin_keys:
+                capacity.pop(key, None)
+                allocatable.pop(key, None)
 
     def _gfd_labels(self) -> dict[str, str]:
         replicas = self._devices.profile.replicas

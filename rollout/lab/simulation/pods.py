@@ -11,6 +11,7 @@ from rollout.lab.apiserver.resources import PODS
 from rollout.lab.quantity import parse_quantity
 
 GPU_RESOURCE = "nvidia.com/gpu"
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
@@ -47,6 +48,15 @@ def pod_requests(pod: Mapping[str, Any]) -> dict[str, Fraction]:
 
 def gpu_request(pod: Mapping[str, Any]) -> int:
     return int(pod_requests(pod).get(GPU_RESOURCE, Fraction(0)))
+
+
+def device_requests(pod: Mapping[str, Any]) -> dict[str, int]:
+    """What the pod asks of the NVIDIA device plugin: whole GPUs and MIG devices, by resource."""
+    return {
+        name: int(quantity)
+        for name, quantity in pod_requests(pod).items()
+        if (name == GPU_RESOURCE or name.startswith(MIG_RESOURCE_PREFIX)) and int(quantity) > 0
+    }
 
 
 def runs_nvidia_smi(pod: Mapping[str, Any]) -> tuple[str, list[str]] | None:

@@ -59,6 +59,8 @@ class SimulationTimings:
     crash_backoff_s: float = 1.0
     crash_backoff_max_s: float = 5.0
     plugin_registration_s: float = 0.0
+    # Each step of a MIG reconfiguration (pausing the operands, applying the layout).
+    mig_step_s: float = 1.0
     # How long start() ticks for every node's toolkit and device plugin to come up.
     settle_s: float = 25.0
 
