@@ -332,16 +332,25 @@ def summarise(plan: Plan, groups: Sequence[NodeGroup]) -> PlanSummary:
     )
 
 
+def out_of_service(load: WaveLoad) -> str:
+    """`24 GPU(s) on 6 node(s) out of service in turn, at most 8 at once`: what a wave takes
+    away, said alike in the grouped and the full views."""
+    text = f"{load.gpus} GPU(s) on {load.taken_down} node(s) out of service"
+    if load.taken_down > 1 and load.gpus_at_once < load.gpus:
+        text += f" in turn, at most {load.gpus_at_once} at once"
+    return text
+
+
+def wave_loads(plan: Plan) -> dict[int, WaveLoad]:
+    """Each wave's load by its index, for the views that show every node (`--full`)."""
+    return {load.index: load for load in summarise(plan, group_nodes(plan)).waves}
+
+
 def describe_wave(load: WaveLoad) -> str:
     """`wave 2: 6 node(s) from group 1 (4), group 3 (2); 24 GPU(s) on 6 node(s) out of
     service in turn, at most 8 at once`, the groups as `groups` says them."""
     groups = ", ".join(f"group {number} ({count})" for number, count in load.groups)
-    text = (
-        f"wave {load.index}: {load.nodes} node(s) from {groups}; "
-        f"{load.gpus} GPU(s) on {load.taken_down} node(s) out of service"
-    )
-    if load.taken_down > 1 and load.gpus_at_once < load.gpus:
-        text += f" in turn, at most {load.gpus_at_once} at once"
+    text = f"wave {load.index}: {load.nodes} node(s) from {groups}; {out_of_service(load)}"
     if load.topology:
         text += "; topology group(s) " + ", ".join(f"{g} ({n})" for g, n in load.topology)
     if load.oversized_from:

@@ -31,7 +31,14 @@ from rollout.plan import (
     redact_plan,
     to_data,
 )
-from rollout.plangroups import NodeGroup, group_nodes, group_to_data, summarise
+from rollout.plangroups import (
+    NodeGroup,
+    group_nodes,
+    group_to_data,
+    out_of_service,
+    summarise,
+    wave_loads,
+)
 
 # rich is imported where text is drawn: `-o json` never draws any (rich costs 45 ms to import)
 if TYPE_CHECKING:
@@ -123,9 +130,11 @@ def print_plan_text(plan: Plan, console: Console) -> None:
     for warning in plan.warnings:
         out.print(f"[yellow]warning:[/yellow] {safe(warning)}")
     print_cluster_changes(out, plan.cluster_changes)
+    loads = wave_loads(plan)
     for wave in plan.waves:
         names = ", ".join(n.name for n in wave.nodes)
         out.print(f"\n[bold]Wave {wave.index}[/bold]: {safe(names)}")
+        out.print(f"  {out_of_service(loads[wave.index])}")
         for node in wave.nodes:
             _print_node_header(out, node)
             out.flush_to(console)
@@ -336,6 +345,10 @@ def plan_to_markdown(plan: Plan) -> str:
     for warning in plan.warnings:
         out.append(f"> **warning:** {md_text(warning)}\n")
     out.extend(cluster_changes_markdown(plan.cluster_changes))
+    loads = wave_loads(plan)
+    for wave in plan.waves:
+        out.append(f"- wave {wave.index}: {out_of_service(loads[wave.index])}")
+    out.append("")
     out.append("| wave | node | containerd | steps | files |")
     out.append("|---|---|---|---|---|")
     for wave in plan.waves:

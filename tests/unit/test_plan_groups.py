@@ -19,7 +19,14 @@ from rollout.cli.render import make_console, plan_to_markdown, print_plan_text, 
 from rollout.cli.render_groups import plan_markdown, print_plan
 from rollout.facts import load_recorded_facts
 from rollout.plan import Plan, StepPlan
-from rollout.plangroups import GroupKind, compress_names, describe_names, group_nodes
+from rollout.plangroups import (
+    GroupKind,
+    compress_names,
+    describe_names,
+    describe_wave,
+    group_nodes,
+    summarise,
+)
 from rollout.planner import build_plan
 from rollout.playbook import load_playbooks
 from rollout.spec import load_spec
@@ -215,3 +222,18 @@ def test_a_matching_node_with_a_warning_counts_as_untouched(fleet: Plan) -> None
         "0 of 200 node(s) change; 200 node(s) untouched "
         f"(200 already match the plan, {flagged} of them with warnings shown above)"
     ) in text_of(plan)
+
+
+def test_full_views_say_what_each_wave_takes_out_of_service(fleet: Plan) -> None:
+    """`--full` (text and markdown) shows each wave's GPUs out of service, as the grouped
+    views and JSON do, in the same words."""
+    loads = summarise(fleet, group_nodes(fleet)).waves
+    assert len(loads) == len(fleet.waves) > 1
+    text, markdown = text_of(fleet, full=True), plan_markdown(fleet, full=True)
+    for load in loads:
+        said = f"{load.gpus} GPU(s) on {load.taken_down} node(s) out of service"
+        assert load.gpus > 0 and said in describe_wave(load)
+        heading = f"Wave {load.index}: "
+        after_heading = text[text.index(heading) :].split("\n", 2)[1]
+        assert after_heading.strip().startswith(said)
+        assert f"- wave {load.index}: {said}" in markdown
