@@ -44,6 +44,8 @@ from rollout.lab.simulation.gpuoperator import (
     VALIDATOR,
     VALIDATOR_STUCK_ANNOTATION,
 )
+from rollout.lab.simulation.miglayouts import REBOOT_KNOB_FILE
+from rollout.lab.simulation.migmanager import FAILED_ANNOTATION as MIG_FAILED_ANNOTATION
 from rollout.lab.simulation.profiles import CONFIG_LABEL
 from rollout.transports.errors import Invalid
 from rollout.transports.kube import ConfigMap, KubeClient
@@ -72,6 +74,8 @@ PLUGIN_CRASH_MESSAGE = (
 )
 NVML_MISMATCH = "Failed to initialize NVML: Driver/library version mismatch"
 VALIDATOR_STUCK_MESSAGE = "cuda-validation: the CUDA workload never completes"
+MIG_REBOOT_KNOB = f"/{REBOOT_KNOB_FILE}"
+MIG_FAILED_MESSAGE = "mig-parted: error creating GPU instance: Insufficient Resources"
 SETTLE_TIMEOUT_S = 60.0
 POLL_S = 0.5
 # The device plugin's no-sharing profile, a ConfigMap key the operator accepts.
@@ -484,6 +488,19 @@ def inject_plugin_crash_loop(access: LabAccess, node: NodeSpec, undo: list[dict[
     _annotate(access, node, DEVICE_PLUGIN_CRASH_ANNOTATION, PLUGIN_CRASH_MESSAGE, undo)
 
 
+def inject_mig_mode_needs_reboot(
+    access: LabAccess, node: NodeSpec, undo: list[dict[str, Any]]
+) -> None:
+    _record_node_file(access, node, MIG_REBOOT_KNOB, undo)
+    _write_node_file(access, node, MIG_REBOOT_KNOB, b"MIG mode changes need a reboot\n")
+
+
+def inject_mig_manager_failed(
+    access: LabAccess, node: NodeSpec, undo: list[dict[str, Any]]
+) -> None:
+    _annotate(access, node, MIG_FAILED_ANNOTATION, MIG_FAILED_MESSAGE, undo)
+
+
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         "shadowing",
@@ -550,6 +567,16 @@ SCENARIOS: tuple[Scenario, ...] = (
         "driver-library-mismatch",
         "the loaded module differs from the driver library: NVML fails to initialise",
         inject_driver_mismatch,
+    ),
+    Scenario(
+        "mig-mode-needs-reboot",
+        "a MIG mode change on the node needs a reboot: the MIG manager reboots it for real",
+        inject_mig_mode_needs_reboot,
+    ),
+    Scenario(
+        "mig-manager-failed",
+        "the MIG manager fails every layout that changes the GPUs, leaving them as they were",
+        inject_mig_manager_failed,
     ),
 )
 
