@@ -23,6 +23,13 @@ MAX_FILE_BYTES = 1_000_000
 # Every regular file in one round trip: path NUL content NUL, ... Config files hold no NUL,
 # so splitting on it is exact.
 _CAT_SCRIPT = 'for f do printf "%s\\0" "$f"; cat -- "$f"; printf "\\0"; done'
+# The same, then each further path given ($4...), wherever it lies and whatever its size:
+# absent is left out, a file (or a link to one) is read, anything else is an error.
+_CAT_ALSO_SCRIPT = (
+    'd=$1 max=$2 cat=$3; shift 3; find "$d" -type f -size "-${max}c" -exec sh -c "$cat" sh {} + '
+    '|| exit 1; for f do if [ -f "$f" ]; then sh -c "$cat" sh "$f" || exit 1; '
+    'elif [ -e "$f" ]; then echo "$f is not a regular file" >&2; exit 1; fi; done'
+)
 
 
 class ContainerdChanged(RolloutError):
@@ -46,13 +53,28 @@ class ConfigFilesFact(CommandFact[ConfigFiles]):
     """Every file under /etc/containerd (find + cat, one round trip) -> ConfigFiles.
 
     The main config must be among them: a node without it is not configured as planned.
+    `also`: further files read in the same round trip wherever they lie and whatever their
+    size (a step's planned files: a hosts.toml under a config_path outside the directory);
+    absent ones are left out.
     """
 
     main_path: str = DEFAULT_MAIN_PATH
     directory: str = CONTAINERD_DIR
+    also: tuple[str, ...] = ()
     sentence = "read {directory}"
 
     def command(self) -> list[str]:
+        if self.also:
+            return [
+                "sh",
+                "-c",
+                _CAT_ALSO_SCRIPT,
+                "rollout-read",
+                self.directory,
+                str(MAX_FILE_BYTES),
+                _CAT_SCRIPT,
+                *self.also,
+            ]
         return [
             "find",
             self.directory,

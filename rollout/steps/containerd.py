@@ -48,7 +48,6 @@ from rollout.steps.backup import (
     back_up_file,
     backup_path_for,
     find_missing_dirs,
-    read_node_files,
     replace_file,
     sha256_of_files,
 )
@@ -145,6 +144,15 @@ def remove_run_stages(runners: Mapping[str, CommandRunner], run_id: str) -> dict
     return problems
 
 
+def read_config_files(
+    runner: CommandRunner, main_path: str, planned: Sequence[FileChange]
+) -> engine.ConfigFiles:
+    """The node's files under /etc/containerd, as the facts read them, and each planned file
+    wherever it lies (a hosts.toml under a config_path elsewhere; absent ones left out), in
+    one round trip."""
+    return read_fact(runner, ConfigFilesFact(main_path, also=tuple(f.path for f in planned)))
+
+
 def with_planned_before(
     files: engine.ConfigFiles, planned: Sequence[FileChange]
 ) -> engine.ConfigFiles:
@@ -214,7 +222,9 @@ class ContainerdWrite:
 
     def _apply(self, ctx: StepContext, planned: list[FileChange]) -> StepResult:
         runner = ctx.runner
-        current = read_node_files(runner, [f.path for f in planned])
+        # the one read of the node's files: the drift check and the prediction both use it
+        files = read_config_files(runner, ctx.facts.config_files.main_path, planned)
+        current = {f.path: files.files.get(f.path) for f in planned}
         original, written, drifted = classify_files(planned, current)
         if drifted:
             raise self._fail(
@@ -235,7 +245,7 @@ class ContainerdWrite:
                 "recorded no backup of the original; rollout did not write it, so it "
                 "cannot roll it back: run `rollout plan` again",
             )
-        prediction = self._predict(ctx, planned)
+        prediction = self._predict(ctx, files, planned)
         handlers_before = list_runtime_handlers(prediction.before)
         new_dirs = sorted(
             {d for f in original if f.before is None for d in parent_directories(f.path)}
@@ -274,15 +284,16 @@ class ContainerdWrite:
             f"(backups under {backup_path_for(ctx.run_id, '/')}; handlers before: {handlers})"
         )
 
-    def _predict(self, ctx: StepContext, planned: Sequence[FileChange]) -> engine.Prediction:
+    def _predict(
+        self, ctx: StepContext, files: engine.ConfigFiles, planned: Sequence[FileChange]
+    ) -> engine.Prediction:
         runner = ctx.runner
         version = read_fact(runner, ContainerdVersionFact())
         check_containerd_version(ctx.node_plan.containerd_version, version)
         intent = build_intent(ctx.spec)
         if intent is None:
             raise self._fail(ctx, "the plan writes files but the spec holds no CRI setting")
-        main_path = ctx.facts.config_files.main_path
-        base = with_planned_before(read_fact(runner, ConfigFilesFact(main_path)), planned)
+        base = with_planned_before(files, planned)
         # what an earlier attempt of this run staged and could not remove (it was killed)
         remove_stages(runner, ctx.run_id)
         writes = [engine.FileWrite(f.path, f.before, f.after or "") for f in planned]

@@ -33,7 +33,7 @@ from rollout.steps.containerd_undo import TOOLKIT_DROP_IN, judge_undo
 from rollout.transports.kube import KubeClient
 from tests.examples import PLAN
 from tests.fakes import ScriptedRunner
-from tests.unit.test_steps_node import listing, show
+from tests.unit.test_steps_node import show
 
 MAIN = "/etc/containerd/config.toml"
 CRI = "io.containerd.grpc.v1.cri"
@@ -97,7 +97,13 @@ class Node:
         return CommandResult(tuple(argv), code, out, err, "gpu-1")
 
     def read(self, paths: list[str]) -> tuple[int, str, str]:
-        return 0, listing({p: self.files.get(p) for p in paths}), ""
+        """backup.read_node_files' output: `path NUL 0|1 NUL content NUL` per path."""
+        found = {p: self.files.get(p) for p in paths}
+        return (
+            0,
+            "".join(f"{p}\0{'0' if t is None else '1'}\0{t or ''}\0" for p, t in found.items()),
+            "",
+        )
 
     def _rename(self, source: str, target: str) -> None:
         self.files[target] = self.files[source]

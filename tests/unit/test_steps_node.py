@@ -19,12 +19,14 @@ from rollout.containerd import ConfigFiles, StagingFailed, parse_version
 from rollout.containerd.runtimehandlers import list_runtime_handlers
 from rollout.containerd.staging import remove_stages, stage_template
 from rollout.facts import (
+    ConfigFilesFact,
     NodeFacts,
     ServiceFact,
     ServiceProbeFailed,
     parse_service_show,
     parse_systemd_timestamp,
 )
+from rollout.facts.fact import read_fact
 from rollout.plan import FileChange, NodePlan
 from rollout.retry import RetryPolicy, call_with_policy
 from rollout.run import Journal
@@ -321,7 +323,44 @@ def make_context(tmp_path: Path, runner: ScriptedRunner) -> StepContext:
 
 
 def listing(files: dict[str, str | None]) -> str:
-    return "".join(f"{p}\0{'0' if t is None else '1'}\0{t or ''}\0" for p, t in files.items())
+    """What the write step's one read of the node's files prints (ConfigFilesFact with the
+    planned files): `path NUL content NUL` per file found, absent ones left out."""
+    return "".join(f"{p}\0{t}\0" for p, t in files.items() if t is not None)
+
+
+def test_the_files_fact_reads_the_planned_files_too(tmp_path: Path) -> None:
+    """The write step's one read (ConfigFilesFact with `also`), in a real shell: the
+    directory as the facts read it, plus each planned file wherever it
+    lies (through a link, whatever its size); absent planned files are left out, and a
+    planned path that is a directory is an error, not an absent file to write over."""
+    etc, elsewhere = tmp_path / "containerd", tmp_path / "certs.d"
+    (etc / "conf.d").mkdir(parents=True)
+    elsewhere.mkdir()
+    (etc / "config.toml").write_text("version = 2\n")
+    (etc / "conf.d" / "99-nvidia.toml").write_text("# toolkit\n")
+    (elsewhere / "hosts.toml").write_text('server = "x"\n')
+    (etc / "conf.d" / "link.toml").symlink_to(elsewhere / "hosts.toml")
+    (etc / "big.toml").write_text("#" * 1_000_001)
+    main = str(etc / "config.toml")
+
+    def planned(*paths: Path) -> list[FileChange]:
+        return [FileChange(str(p), None, "x = 1\n", "test") for p in paths]
+
+    def read(*paths: Path) -> dict[str, str]:
+        also = tuple(f.path for f in planned(*paths))
+        fact = ConfigFilesFact(main, directory=str(etc), also=also)
+        return dict(read_fact(LocalRunner(), fact).files)
+
+    found = read(elsewhere / "hosts.toml", tmp_path / "absent.toml", etc / "conf.d" / "link.toml")
+    assert found == {
+        main: "version = 2\n",
+        str(etc / "conf.d" / "99-nvidia.toml"): "# toolkit\n",
+        str(elsewhere / "hosts.toml"): 'server = "x"\n',
+        str(etc / "conf.d" / "link.toml"): 'server = "x"\n',
+    }
+    assert len(read(etc / "big.toml")[str(etc / "big.toml")]) == 1_000_001
+    with pytest.raises(CommandFailed, match="is not a regular file"):
+        read(elsewhere)
 
 
 def test_write_fails_on_drift_before_touching_anything(tmp_path: Path) -> None:
@@ -676,7 +715,6 @@ def test_write_removes_what_the_run_staged_before_and_stages_under_its_name(
         ScriptedRunner()
         .on(["sh", "-c"], shell)
         .on(["containerd", "--version"], "containerd github.com/containerd/containerd v1.7.24 x\n")
-        .on(["find"], f"{MAIN}\0version = 2\n\0")
         .on(["mktemp"], stage + "\n")
         .on(["tar"], "")
         .on(["rm"], "")
@@ -686,6 +724,10 @@ def test_write_removes_what_the_run_staged_before_and_stages_under_its_name(
         ContainerdWrite().apply(ctx)
     names = [c[3] if c[:2] == ("sh", "-c") else c[0] for c in runner.calls]
     assert names.index("rollout-unstage") < names.index("mktemp")
+    # one read of the node's files serves the drift check and the prediction
+    assert names.count("rollout-read") == 1 and "find" not in names
+    read = next(c for c in runner.calls if c[3:4] == ("rollout-read",))
+    assert read[-2:] == (MAIN, HOSTS)  # the planned files, wherever they lie
     unstage = next(c for c in runner.calls if "rollout-unstage" in c)
     assert unstage[-1] == ctx.run_id
     mktemp = next(c for c in runner.calls if c[0] == "mktemp")
