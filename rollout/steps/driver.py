@@ -6,9 +6,8 @@ One step kind, two modes, each in its own module so they evolve apart:
   packages (rollout.steps.driver_host_steps); the steps around it pause the operands,
   unload or reboot, verify and resume (docs/drivers.md).
 - `mode: operator`: the GPU Operator's upgrade controller upgrades the driver container;
-  its own playbook (driver-operator.yaml) and steps (rollout.steps.driver_operator) do it.
-  `driver.install` keeps a from -> to plan for it and fails a node it is asked to apply,
-  before anything on it changes.
+  its own playbook (driver-operator.yaml) and steps (rollout.steps.driver_operator) do it;
+  `driver.install` is not among them, and has nothing to do in that mode.
 """
 
 from __future__ import annotations
@@ -17,22 +16,15 @@ from typing import ClassVar
 
 from rollout.facts import ClusterFacts, NodeFacts
 from rollout.plan import DriverChange, StepPlan
-from rollout.spec import DriverMode, DriverUpgradeChange, Spec
-from rollout.steps.base import StepContext, StepFailed, StepResult
+from rollout.spec import DriverMode, Spec
+from rollout.steps.base import StepContext, StepResult
 from rollout.steps.driver_host import plan_host_driver
 from rollout.steps.driver_host_steps import install_packages, plan_install, undo_install
 from rollout.steps.traits import StepTraits, fixed_s, grants_of
 
-
-def plan_operator(change: DriverUpgradeChange, facts: NodeFacts) -> StepPlan:
-    """driver.install's plan in operator mode."""
-    current = facts.gpus.driver_version
-    if current == change.version:
-        return StepPlan.skipping(DriverInstall.kind, f"driver {current} already installed")
-    return StepPlan.acting(
-        DriverInstall.kind,
-        f"upgrade the driver {current or '(unknown)'} -> {change.version} (operator mode)",
-    )
+# Said where a playbook of one's own puts driver.install in an operator-mode plan; the
+# built-in driver-operator playbook does not name it.
+OPERATOR_MODE = "mode: operator: the GPU Operator installs the driver (driver.release)"
 
 
 class DriverInstall:
@@ -52,19 +44,17 @@ class DriverInstall:
         change = spec.driver_upgrade
         if change is None:
             return StepPlan.skipping(self.kind, "no driver change")
-        if change.mode is DriverMode.HOST:
-            return plan_install(facts, spec)
-        return plan_operator(change, facts)
+        if change.mode is not DriverMode.HOST:
+            return StepPlan.skipping(self.kind, OPERATOR_MODE)
+        return plan_install(facts, spec)
 
     def apply(self, ctx: StepContext) -> StepResult:
         change = ctx.spec.driver_upgrade
         if change is None:
             return StepResult.noop("no driver change")
-        if change.mode is DriverMode.HOST:
-            return install_packages(ctx)
-        raise StepFailed(
-            ctx.node, self.kind, "operator mode is planned but not applied by this rollout yet"
-        )
+        if change.mode is not DriverMode.HOST:
+            return StepResult.noop(OPERATOR_MODE)
+        return install_packages(ctx)
 
     def undo(self, ctx: StepContext) -> None:
         change = ctx.spec.driver_upgrade
