@@ -22,12 +22,13 @@ from rollout.lab.cluster import Lab
 from rollout.lab.registryimages import SMOKE_IMAGE
 from rollout.steps.gpu_smoke import SMOKE_CONTAINER, smoke_pod_manifest
 from rollout.transports.kube import KubeClient
-from tests.lab.test_cluster_shared import own_lab, ssh_check
+from tests.lab.test_cluster_shared import own_lab, ssh_check, ssh_run
 from tests.lab.test_schedule import lab_kubectl
 
 pytestmark = [pytest.mark.lab, pytest.mark.own_lab]
 
 STATE = "nvidia.com/mig.config.state"
+LAYOUT_PATH = "/var/lib/rollout-lab/mig-layout.json"
 WAIT_S = 120
 MIG_LINE = re.compile(r"^  MIG (\S+) +Device +\d+: \(UUID: (MIG-[0-9a-f-]+)\)$")
 GPU_LINE = re.compile(r"^GPU \d+: NVIDIA A100-SXM4-40GB \(UUID: (GPU-[0-9a-f-]+)\)$")
@@ -48,14 +49,28 @@ def kubectl(lab: Lab, home: Path, *args: str) -> str:
     return lab_kubectl(lab, home, *args)
 
 
-def configure(lab: Lab, home: Path, layout: str, state: str = "success") -> None:
+def configure(lab: Lab, kube: KubeClient, home: Path, layout: str, state: str = "success") -> None:
     """Label the node with `layout` and wait, with kubectl, for the MIG manager's `state`."""
     node = f"node/{lab.nodes[0].name}"
     kubectl(lab, home, "label", node, f"nvidia.com/mig.config={layout}", "--overwrite")
-    # the manager takes a new label up within a tick: wait until it has left the old state
-    time.sleep(2)
+    # the state may still be the last layout's `success`: wait for the manager to take the
+    # label up (it leaves `success`), or for the node to have that layout already
+    settle(
+        f"the MIG manager to take up {layout}",
+        lambda: mig_state(kube, lab) != "success" or applied_config(lab) == layout,
+    )
     jsonpath = "jsonpath={.metadata.labels.nvidia\\.com/mig\\.config\\.state}=" + state
     kubectl(lab, home, "wait", f"--for={jsonpath}", node, f"--timeout={WAIT_S}s")
+
+
+def mig_state(kube: KubeClient, lab: Lab) -> str:
+    return str(kube.get_node(lab.nodes[0].name).labels.get(STATE, ""))
+
+
+def applied_config(lab: Lab) -> str:
+    """The layout the node's own layout file says is applied (none: all-disabled)."""
+    text = ssh_run(lab, lab.nodes[0], ["cat", LAYOUT_PATH]).stdout
+    return str(json.loads(text)["config"]) if text.strip() else "all-disabled"
 
 
 def set_strategy(lab: Lab, home: Path, strategy: str) -> None:
@@ -119,7 +134,7 @@ def test_single_strategy_layout_shows_on_the_node_and_in_a_pod(
     lab: Lab, kube: KubeClient, home: Path
 ) -> None:
     set_strategy(lab, home, "single")
-    configure(lab, home, "all-1g.5gb")
+    configure(lab, kube, home, "all-1g.5gb")
     gpus, migs = node_listing(lab)
     assert len(gpus) == 2
     assert [profile for profile, _ in migs] == ["1g.5gb"] * 14
@@ -137,7 +152,7 @@ def test_single_strategy_layout_shows_on_the_node_and_in_a_pod(
 
 def test_mixed_strategy_advertises_each_profile(lab: Lab, kube: KubeClient, home: Path) -> None:
     set_strategy(lab, home, "mixed")
-    configure(lab, home, "all-balanced")
+    configure(lab, kube, home, "all-balanced")
     _, migs = node_listing(lab)
     assert sorted(p for p, _ in migs) == ["1g.5gb"] * 4 + ["2g.10gb"] * 2 + ["3g.20gb"] * 2
     advertises(
@@ -168,20 +183,20 @@ def test_a_failing_mig_manager_leaves_the_gpus_as_they_were(
     lab: Lab, kube: KubeClient, home: Path
 ) -> None:
     node = lab.nodes[0].name
-    configure(lab, home, "all-3g.20gb")
+    configure(lab, kube, home, "all-3g.20gb")
     before = node_listing(lab)
     assert lab_cli(lab, "break", "mig-manager-failed", node) == 0
     try:
-        configure(lab, home, "all-1g.10gb", state="failed")
+        configure(lab, kube, home, "all-1g.10gb", state="failed")
         assert node_listing(lab) == before
         labels = kube.get_node(node).labels
         assert labels["nvidia.com/gpu.deploy.device-plugin"] == "true"
         advertises(kube, lab, {"nvidia.com/gpu": "4"})
-        configure(lab, home, "all-3g.20gb")  # the layout the GPUs have: success, even broken
+        configure(lab, kube, home, "all-3g.20gb")  # the layout the GPUs have: success, even broken
         assert node_listing(lab) == before
     finally:
         assert lab_cli(lab, "heal", node) == 0
-    configure(lab, home, "all-1g.10gb")
+    configure(lab, kube, home, "all-1g.10gb")
     assert [p for p, _ in node_listing(lab)[1]] == ["1g.10gb"] * 8
 
 
@@ -193,17 +208,17 @@ def test_a_mode_change_that_needs_a_reboot_reboots_the_node(
     lab: Lab, kube: KubeClient, home: Path
 ) -> None:
     node = lab.nodes[0].name
-    configure(lab, home, "all-7g.40gb")  # MIG mode on, without a reboot
+    configure(lab, kube, home, "all-7g.40gb")  # MIG mode on, without a reboot
     before = boot_id(lab)
     assert lab_cli(lab, "break", "mig-mode-needs-reboot", node) == 0
     try:
-        configure(lab, home, "all-1g.5gb")  # same mode: no reboot
+        configure(lab, kube, home, "all-1g.5gb")  # same mode: no reboot
         assert boot_id(lab) == before
         kubectl(
             lab, home, "label", f"node/{node}", "nvidia.com/mig.config=all-disabled", "--overwrite"
         )
         settle("the state rebooting", lambda: kube.get_node(node).labels.get(STATE) == "rebooting")
-        configure(lab, home, "all-disabled")
+        configure(lab, kube, home, "all-disabled")
         assert boot_id(lab) != before
         assert node_listing(lab)[1] == []
         advertises(kube, lab, {"nvidia.com/gpu": "2"})
