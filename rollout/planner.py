@@ -10,31 +10,18 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from rollout.capacity import forecast_fleet, forecast_node
+from rollout.changes import kind_planners
+from rollout.changes.base import ChangeKindPlanner, PlanningContext, kind_of
 from rollout.errors import BadInput
-from rollout.facts import ClusterFacts, FleetFacts, NodeFacts
+from rollout.facts import FleetFacts, NodeFacts
 from rollout.facts.gpu_operator import physical_gpus
 from rollout.limit import LimitError, NodeLimit
 from rollout.plan import NodePlan, Plan, StepPlan
 from rollout.playbook import Playbook, PlaybookStep, compose_steps
-from rollout.spec import (
-    ContainerdChange,
-    DriverMode,
-    DriverUpgradeChange,
-    RegistryChange,
-    Spec,
-    TimeSlicingChange,
-)
+from rollout.spec import Spec
 from rollout.steps import step_planners
 from rollout.steps.base import StepPlanner
-from rollout.steps.containerd_changes import CONTAINERD_PLANS
-from rollout.steps.driver import driver_change
-from rollout.steps.driver_operator_plan import plan_operator_upgrade
-from rollout.steps.nodechanges import node_changes
-from rollout.steps.profile_changes import SHARED_MEMORY_WARNING, plan_cluster_changes
 from rollout.topology import build_waves, check_changed_together, find_groups
-
-# Distinct node configurations planned at once (each mostly waits for `containerd config dump`).
-ENGINE_RUNS_AT_ONCE = 4
 
 
 class TargetError(BadInput):
@@ -47,8 +34,10 @@ def build_plan(
     fleet: FleetFacts,
     playbooks: Mapping[str, Playbook],
     limit: NodeLimit | None = None,
+    kinds: Mapping[str, ChangeKindPlanner] | None = None,
 ) -> Plan:
-    """Plan every change of the spec over the targeted nodes of the fleet (within `limit`)."""
+    """Plan every change of the spec over the targeted nodes of the fleet (within `limit`);
+    each change is planned by its kind (`kinds`: the registered ones, rollout.changes)."""
     targets = select_targets(spec, fleet)
     limited_out: list[str] = []
     if limit is not None:
@@ -60,59 +49,46 @@ def build_plan(
                 f"--limit {limit.text} leaves none of the plan's {len(limited_out)} target "
                 f"node(s): {', '.join(limited_out[:20])}"
             )
-    kinds = change_kinds(spec)
-    steps = compose_steps(playbooks[kind] for kind in kinds)
-    planners = step_planners()
-    cluster_changes = plan_cluster_changes(spec, fleet.cluster)
-    CONTAINERD_PLANS.plan_distinct(spec, targets, ENGINE_RUNS_AT_ONCE)
-    groups = find_groups(spec, [(n.name, n.labels) for n in targets])
-    node_plans = [plan_node(spec, node, fleet.cluster, steps, planners) for node in targets]
-    waves = build_waves(spec, node_plans, groups)
-    warnings: list[str] = []
-    if any(isinstance(c, TimeSlicingChange) and c.config.sharing for c in spec.changes):
-        warnings.append(SHARED_MEMORY_WARNING)
-    # mode: operator: pin, version and upgradePolicy (rollout.steps.driver_operator_plan)
     budget = spec.policy.max_unavailable_count(len(fleet.nodes))
-    check_changed_together(spec, kinds, waves, budget)
-    operator = plan_operator_upgrade(spec, fleet, targets, budget)
-    if operator is not None:
-        cluster_changes = [*cluster_changes, *operator.to_cluster_changes()]
-        warnings.extend(operator.warnings())
+    ctx = PlanningContext(spec, fleet, kinds, targets, budget)
+    playbook_names = change_kinds(spec, ctx.kinds)
+    steps = compose_steps(playbooks[name] for name in playbook_names)
+    planners = step_planners()
+    for change in spec.changes:
+        ctx.kind_of(change).prepare(ctx, change)
+    cluster_work = ctx.cluster_work()
+    groups = find_groups(spec, [(n.name, n.labels) for n in targets])
+    node_plans = [plan_node(ctx, node, steps, planners) for node in targets]
+    waves = build_waves(spec, node_plans, groups)
+    check_changed_together(spec, playbook_names, waves, budget)
     # a target --limit left out is said as such (Plan.limited_out), not as untargeted
     targeted = {n.name for n in targets}.union(limited_out)
     return Plan(
         name=spec.metadata.name,
         source=spec_source,
         facts_source=fleet.source,
-        changes=tuple(kinds),
+        changes=tuple(playbook_names),
         waves=waves,
-        cluster_changes=tuple(cluster_changes),
+        cluster_changes=tuple(c for work in cluster_work for c in work.changes),
         max_unavailable=budget,
         already_unavailable=tuple(n.name for n in fleet.nodes if not n.available),
         not_targeted=tuple(n.name for n in fleet.nodes if n.name not in targeted),
-        warnings=tuple(warnings),
+        warnings=tuple(w for work in cluster_work for w in work.warnings),
         limit=limit.text if limit is not None else "",
         limited_out=tuple(limited_out),
         capacity=forecast_fleet(node_plans),
     )
 
 
-def change_kinds(spec: Spec) -> list[str]:
-    """The playbook kinds the spec's changes need, in the order the changes are written."""
-    kinds: list[str] = []
+def change_kinds(spec: Spec, kinds: Mapping[str, ChangeKindPlanner] | None = None) -> list[str]:
+    """The playbooks the spec's changes need, in the order the changes are written."""
+    known = kinds if kinds is not None else kind_planners()
+    found: list[str] = []
     for change in spec.changes:
-        kind = (
-            "containerd"
-            if isinstance(change, RegistryChange | ContainerdChange)
-            else "time-slicing"
-            if isinstance(change, TimeSlicingChange)
-            else "driver-operator"
-            if isinstance(change, DriverUpgradeChange) and change.mode is DriverMode.OPERATOR
-            else "driver-upgrade"
-        )
-        if kind not in kinds:
-            kinds.append(kind)
-    return kinds
+        name = kind_of(known, change).playbook(change)
+        if name not in found:
+            found.append(name)
+    return found
 
 
 def select_targets(spec: Spec, fleet: FleetFacts) -> list[NodeFacts]:
@@ -136,39 +112,32 @@ def select_targets(spec: Spec, fleet: FleetFacts) -> list[NodeFacts]:
 
 
 def plan_node(
-    spec: Spec,
+    ctx: PlanningContext,
     node: NodeFacts,
-    cluster: ClusterFacts,
     steps: Sequence[PlaybookStep],
     planners: Mapping[str, StepPlanner],
 ) -> NodePlan:
     """One node's steps, each planned by the step itself, and what the node looks like now."""
-    changes = node_changes(node, cluster, spec)
+    work = ctx.all_work(node)
     planned: list[StepPlan] = []
     for step in steps:
-        decided = planners[step.kind].plan(node, cluster, spec)
+        decided = planners[step.kind].plan(ctx, node)
         planned.append(decided.with_step(step.kind, step.why))
-    work = changes.containerd
-    warnings = list(work.notes) + [w for p in planned for w in p.warnings]
-    label = changes.profile.label
-    return NodePlan(
+    warnings = [n for w in work for n in w.notes] + [w for p in planned for w in p.warnings]
+    node_plan = NodePlan(
         name=node.name,
         containerd_version=str(node.containerd),
         steps=tuple(planned),
-        files=work.files,
-        effective_changes=work.effective_changes,
-        effective_diff=work.effective_diff,
-        defaults_source=work.defaults_source,
-        shadowing=work.shadowing,
-        repairs=work.repairs,
-        labels=(label,) if label is not None else (),
+        labels=tuple(label for w in work for label in w.labels),
         warnings=tuple(warnings),
         status=describe_status(node),
         unavailable=not node.available,
-        driver=driver_change(spec, node),
         gpus=physical_gpus(node),
-        capacity=forecast_node(spec, node),
+        capacity=forecast_node(ctx.spec, node),
     )
+    for each in work:
+        node_plan = each.add_to(node_plan)
+    return node_plan
 
 
 def describe_status(node: NodeFacts) -> str:

@@ -1,10 +1,10 @@
 """The change kinds, one entry each: adding a kind is one line of KINDS.
 
 An entry is the kind's key under `changes:` and where its parts live, below rollout/: the
-object saying what the kind is to the planner (a `rollout.changes.base.ChangeKindPlanner`,
-`module:NAME`, KIND when no name is given) and its plan model (`module:Class`). Both are
-loaded when first asked for, so reading a plan file loads the models alone and
-`rollout plan --facts` loads no more than the kinds the plan names.
+kind's package, whose `kind` module holds what the kind is to the planner (its KIND, a
+`rollout.changes.base.ChangeKindPlanner`, or the NAME after `package:`), and its plan model
+(`module:Class`). Nothing is imported here: reading a plan file loads the models alone, and
+the planner loads the kinds (and their steps) when it plans.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cache
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -21,8 +20,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Kind:
-    """Where a change kind's planner and plan model are, as `module:NAME` below rollout/
-    (the planner's NAME defaults to KIND)."""
+    """Where a change kind's parts are, below rollout/: `package[:NAME]` (its planner is
+    `package.kind`'s NAME, KIND by default) and `module:Class` (its plan model)."""
 
     planner: str
     model: str
@@ -47,9 +46,9 @@ def change_models(kinds: Mapping[str, Kind] = KINDS) -> dict[str, type]:
     return {key: load_object(kind.model, "") for key, kind in kinds.items()}
 
 
-@cache
 def _planner(where: str) -> ChangeKindPlanner:
-    found = load_object(where, "KIND")
+    package, _, name = where.partition(":")
+    found = load_object(f"{package}.kind:{name or 'KIND'}", "")
     return found() if isinstance(found, type) else found  # type: ignore[no-any-return]
 
 

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, ClassVar, TypeVar
 
+from rollout.changes import kind_planners
 from rollout.facts import ClusterFacts, FleetFacts, NodeFacts
-from rollout.plan import ClusterChange
+from rollout.plan import ClusterChange, LabelChange, NodePlan
 
 V = TypeVar("V")
 W = TypeVar("W", bound="NodeWork")
@@ -33,8 +34,16 @@ class NodeWork:
     # workloads must leave the node first (cordon and drain)
     disruptive: bool = False
     restarts_containerd: bool = False
-    labels: tuple[str, ...] = ()
+    # a cluster-wide object of the kind (a ConfigMap, the ClusterPolicy) is still to change:
+    # every target's preflight checks the node
+    cluster_pending: bool = False
+    labels: tuple[LabelChange, ...] = ()
+    # what a reviewer must know of the node (shown with the node's warnings)
     notes: tuple[str, ...] = ()
+
+    def add_to(self, plan: NodePlan) -> NodePlan:
+        """The node's plan with what the kind shows of its own (files, a driver change)."""
+        return plan
 
 
 @dataclass(frozen=True)
@@ -87,6 +96,14 @@ class ChangeKindPlanner(abc.ABC):
         """What the change does on the node (raises the node's planning error, located)."""
 
 
+def kind_of(kinds: Mapping[str, ChangeKindPlanner], change: Any) -> ChangeKindPlanner:
+    """The kind among `kinds` whose model the change is."""
+    for kind in kinds.values():
+        if isinstance(change, kind.model):
+            return kind
+    raise LookupError(f"no change kind registered for {type(change).__name__}")
+
+
 class _Same:
     """A memo key part that is one object by identity (facts are not hashable), kept alive
     with the entry so its id cannot be reused meanwhile."""
@@ -119,13 +136,14 @@ class PlanningContext:
         self,
         spec: Any,
         fleet: FleetFacts,
-        kinds: Mapping[str, ChangeKindPlanner],
+        kinds: Mapping[str, ChangeKindPlanner] | None = None,
         targets: Sequence[NodeFacts] = (),
         budget: int = 0,
     ) -> None:
         self.spec = spec
         self.fleet = fleet
-        self.kinds = kinds
+        # the registered kinds unless given (a test's own kinds)
+        self.kinds = kind_planners() if kinds is None else kinds
         self.targets = tuple(targets)
         self.budget = budget
         self._values: dict[Hashable, Any] = {}
@@ -154,14 +172,15 @@ class PlanningContext:
 
     def kind_of(self, change: Any) -> ChangeKindPlanner:
         """The registered kind whose model the change is."""
-        for kind in self.kinds.values():
-            if isinstance(change, kind.model):
-                return kind
-        raise LookupError(f"no change kind registered for {type(change).__name__}")
+        return kind_of(self.kinds, change)
+
+    def node_memo(self, name: str, node: NodeFacts, compute: Callable[[], V]) -> V:
+        """`memo` for a value of one node (facts by identity: they are not hashable)."""
+        return self.memo((name, same(node)), compute)
 
     def work(self, node: NodeFacts, key: str) -> NodeWork:
         """That kind's work on the node, computed once per context (none: NodeWork())."""
-        return self.memo(("work", key, same(node)), lambda: self._plan_work(node, key))
+        return self.node_memo(f"work {key}", node, lambda: self._plan_work(node, key))
 
     def work_as(self, node: NodeFacts, key: str, shape: type[W], empty: W) -> W:
         """The kind's work on the node as the kind's own NodeWork class (`empty` when the

@@ -17,27 +17,15 @@ from rollout.steps.traits import StepTraits
 
 
 def step_planners() -> dict[str, StepPlanner]:
-    """Every built-in step kind, by kind: each step class that can plan itself."""
-    from rollout.steps import (
-        containerd,
-        cordon,
-        drain,
-        driver,
-        driver_host_steps,
-        driver_operands,
-        driver_operator,
-        gates,
-        gpu_smoke,
-        gpu_wait,
-        preflight,
-        systemd,
-        timeslicing,
-    )
+    """Every built-in step kind, by kind: each step class that can plan itself (the shared
+    steps', and those of every change kind, rollout.changes)."""
+    from rollout.changes import kind_planners
+    from rollout.steps import cordon, drain, gates, gpu_smoke, gpu_wait, preflight, systemd
 
+    own = [m for kind in kind_planners().values() for m in kind.step_modules()]
     return steps_in(
-        preflight, containerd, systemd, cordon, drain, timeslicing, gpu_wait, gpu_smoke, driver,
-        driver_operands, driver_host_steps, driver_operator, gates,
-    )  # fmt: skip
+        preflight, systemd, cordon, drain, gpu_wait, gpu_smoke, gates, *dict.fromkeys(own)
+    )
 
 
 def builtin_steps() -> dict[str, Step]:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from rollout.budget import RunBudget
 from rollout.commands import CommandRunner
 from rollout.errors import RolloutError, TransientError
-from rollout.facts import ClusterFacts, NodeFacts
+from rollout.facts import NodeFacts
 from rollout.plan import NodePlan, StepPlan
 from rollout.run import Journal
 from rollout.spec import Spec
@@ -28,6 +28,7 @@ from rollout.steps.traits import StepTraits
 if TYPE_CHECKING:
     # typing only: `rollout plan --facts` plans with the steps and never talks to a cluster,
     # so it must not pay for importing the kubernetes client
+    from rollout.changes.base import PlanningContext
     from rollout.transports.kube import KubeClient
 
 
@@ -120,7 +121,7 @@ class StepPlanner(Protocol):
 
     kind: ClassVar[str]
 
-    def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan: ...
+    def plan(self, ctx: PlanningContext, facts: NodeFacts) -> StepPlan: ...
 
 
 class Step(StepPlanner, Protocol):

@@ -25,13 +25,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from rollout import containerd as engine
+from rollout.changes.base import PlanningContext
 from rollout.commands import CommandRunner
 from rollout.containerd.runtimehandlers import list_runtime_handlers
 from rollout.containerd.staging import remove_stages
 from rollout.errors import RolloutError
 from rollout.facts import (
     CONTAINERD_BIN,
-    ClusterFacts,
     ConfigDumpFact,
     ConfigFilesFact,
     ContainerdVersionFact,
@@ -42,7 +42,6 @@ from rollout.facts import (
 from rollout.plan import FileChange, StepPlan
 from rollout.run import BackupWritten
 from rollout.secrets import redact_value
-from rollout.spec import Spec
 from rollout.steps.backup import (
     BackupRecord,
     back_up_file,
@@ -52,9 +51,9 @@ from rollout.steps.backup import (
     sha256_of_files,
 )
 from rollout.steps.base import StepContext, StepFailed, StepResult, translate_step_errors
-from rollout.steps.containerd_changes import build_intent, parent_directories
+from rollout.steps.containerd_changes import ContainerdWork, build_intent, parent_directories
 from rollout.steps.containerd_undo import judge_undo, toolkit_drop_in_absent, undo_files
-from rollout.steps.nodechanges import WRITE_STEP, ContainerdFileStep, node_changes
+from rollout.steps.nodechanges import WRITE_STEP, ContainerdFileStep
 from rollout.steps.systemd import (
     probe_service,
     read_node_clock,
@@ -202,8 +201,8 @@ class ContainerdWrite:
         worst_s=bounded_by_requests,
     )
 
-    def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
-        changes = node_changes(facts, cluster, spec).containerd
+    def plan(self, ctx: PlanningContext, facts: NodeFacts) -> StepPlan:
+        changes = ctx.work_as(facts, "containerd", ContainerdWork, ContainerdWork()).containerd
         files = changes.files
         if not files:
             reasons = ("the effective containerd config already holds the intent",)

@@ -7,20 +7,18 @@ result: the files to write, the effective-config diff, shadowing found and repai
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import posixpath
-import threading
-from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from rollout import containerd as engine
+from rollout.changes.base import NodeWork
 from rollout.containerd.hosts import merge_hosts_toml
 from rollout.errors import BadInput, InputError, InputErrors, RolloutError
 from rollout.facts import NodeFacts
-from rollout.memo import BoundedCache
-from rollout.plan import EffectiveChange, FileChange
+from rollout.plan import EffectiveChange, FileChange, NodePlan
 from rollout.spec import ContainerdChange, RegistryChange, Spec
 from rollout.spec.changes.containerd import DEFAULT_RUNTIME_KEY
 
@@ -41,6 +39,39 @@ class ContainerdChanges:
     defaults_source: str = ""
     # why a file the plan covers needs no write (a hosts.toml that already says it)
     unchanged: tuple[str, ...] = ()
+
+
+NO_CONTAINERD_CHANGES = ContainerdChanges((), (), "", (), (), ())
+
+
+@dataclass(frozen=True)
+class ContainerdWork(NodeWork):
+    """The registry and containerd changes' work on one node: the containerd part of its plan."""
+
+    containerd: ContainerdChanges = NO_CONTAINERD_CHANGES
+
+    @classmethod
+    def from_changes(cls, changes: ContainerdChanges) -> ContainerdWork:
+        writes = bool(changes.files)
+        return cls(
+            touches_node=writes,
+            disruptive=writes,
+            restarts_containerd=writes,
+            notes=changes.notes,
+            containerd=changes,
+        )
+
+    def add_to(self, plan: NodePlan) -> NodePlan:
+        found = self.containerd
+        return dataclasses.replace(
+            plan,
+            files=found.files,
+            effective_changes=found.effective_changes,
+            effective_diff=found.effective_diff,
+            defaults_source=found.defaults_source,
+            shadowing=found.shadowing,
+            repairs=found.repairs,
+        )
 
 
 @dataclass(frozen=True)
@@ -77,111 +108,14 @@ def build_intent(spec: Spec) -> engine.Intent | None:
     return engine.Intent(settings) if settings else None
 
 
-class ContainerdPlans:
-    """plan_containerd's results by content: one engine run per distinct node configuration.
-
-    A real fleet is a few node configurations repeated many times (the toolkit writes
-    byte-identical drop-ins across a node pool), and the result depends only on the
-    containerd version, the node's files and what the plan asks: the key is exactly
-    those. Errors are never kept, so each failing node reports itself by name.
-    """
-
-    def __init__(self, entries: int = 256) -> None:
-        self._results: BoundedCache[InputKey, ContainerdChanges] = BoundedCache(entries)
-        self._lock = threading.Lock()
-        self.enabled = True
-        self.runs = 0  # engine runs (the misses), for tests and the benchmark
-        # the spec's part of the key, kept for the spec being planned (its repr is costly)
-        self._spec: tuple[Spec, str] | None = None
-
-    def plan(self, spec: Spec, node: NodeFacts) -> ContainerdChanges:
-        """The node's containerd changes, computed once per distinct input."""
-        if not self.enabled:
-            return plan_node_containerd(spec, node)
-        with self._lock:
-            if self._spec is None or self._spec[0] is not spec:
-                self._spec = (spec, repr(spec.changes))
-            asked = self._spec[1]
-        return self._results.get_or_compute(
-            input_key(spec, node, asked), lambda: self._run(spec, node)
-        )
-
-    def plan_distinct(self, spec: Spec, nodes: Sequence[NodeFacts], max_parallel: int) -> None:
-        """Compute the distinct configurations of `nodes` ahead, up to max_parallel at once.
-
-        An engine run mostly waits for the real `containerd config dump` (a process of its
-        own), so the runs of a fleet's few configurations overlap. Nothing is raised here:
-        errors are not kept, and each node's own plan raises its error again, by name.
-        """
-        if not self.enabled:
-            return
-        asked = repr(spec.changes)
-        firsts: dict[InputKey, NodeFacts] = {}
-        for node in nodes:
-            firsts.setdefault(input_key(spec, node, asked), node)
-        if len(firsts) < 2:
-            return  # nothing to overlap: the plan computes it in turn
-
-        def plan_one(node: NodeFacts) -> None:
-            with contextlib.suppress(Exception):  # raised again, named, by the node's plan
-                self.plan(spec, node)
-
-        with ThreadPoolExecutor(max_workers=min(max_parallel, len(firsts))) as pool:
-            list(pool.map(plan_one, firsts.values()))
-
-    def _run(self, spec: Spec, node: NodeFacts) -> ContainerdChanges:
-        result = plan_node_containerd(spec, node)
-        with self._lock:
-            self.runs += 1
-        return result
-
-    @contextlib.contextmanager
-    def disabled(self) -> Iterator[None]:
-        """Compute every node afresh inside the block (the reference the memo is tested against)."""
-        before, self.enabled = self.enabled, False
-        try:
-            yield
-        finally:
-            self.enabled = before
-
-
-# everything plan_node_containerd reads: the version, the main file, the files, the changes
-InputKey = tuple[str, str, tuple[tuple[str, str], ...], str]
-
-
-def input_key(spec: Spec, node: NodeFacts, asked: str | None = None) -> InputKey:
-    """Everything plan_node_containerd reads: the version, the files, the changes.
-
-    The version's raw `--version` text is in the key, so a note quoting it stays exact; the
-    spec's changes are keyed by their repr (every field, in the plan's order), which is
-    what they ask whichever line of which plan file states them (`asked`, when known). The
-    files are compared whole, in their order: a string keeps its hash, and recorded nodes
-    share one string per distinct text, so a repeated configuration costs identity checks.
-    """
-    return (
-        repr(node.containerd),
-        node.config_files.main_path,
-        tuple(node.config_files.files.items()),
-        repr(spec.changes) if asked is None else asked,
-    )
-
-
-CONTAINERD_PLANS = ContainerdPlans()
-
-
-def plan_containerd(spec: Spec, node: NodeFacts) -> ContainerdChanges:
+def plan_node_containerd(spec: Spec, node: NodeFacts) -> ContainerdChanges:
     """The containerd file writes for the registry and containerd changes of the spec.
 
     Whatever would make `apply` fail on the node fails here, located: a problem with the
     node's own files names the node and the file; a setting containerd cannot load, or a
-    default runtime no file defines, names the plan's line and the node. Nodes with the same
-    version, files and plan share one result (CONTAINERD_PLANS).
+    default runtime no file defines, names the plan's line and the node. A plan computes
+    it once per distinct node configuration (ContainerdPlans).
     """
-    return CONTAINERD_PLANS.plan(spec, node)
-
-
-def plan_node_containerd(spec: Spec, node: NodeFacts) -> ContainerdChanges:
-    """plan_containerd computed for this one node, without the memo."""
     files, version = node.config_files, node.containerd
     try:
         current = engine.merge_files(files, version)

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import ClassVar
 
-from rollout.facts import ClusterFacts, NodeFacts
+from rollout.changes.base import PlanningContext
+from rollout.facts import NodeFacts
 from rollout.plan import StepPlan
 from rollout.run import CordonedByRollout, Uncordoned
 from rollout.spec import Spec
@@ -121,8 +122,8 @@ class UncordonStep(MarkingStep):
         worst_s=bounded_by_requests,
     )
 
-    def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
-        if node_changes(facts, cluster, spec).disruptive and not facts.unschedulable:
+    def plan(self, ctx: PlanningContext, facts: NodeFacts) -> StepPlan:
+        if node_changes(ctx, facts).disruptive and not facts.unschedulable:
             return StepPlan.acting(self.kind, "mark the node schedulable again")
         owner = cordon_owner(facts.unschedulable, cordoned_by_rollout=False)
         if owner is CordonOwner.SOMEONE_ELSE:

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from rollout.facts import ClusterFacts, NodeFacts
+from rollout.changes.base import PlanningContext
+from rollout.facts import NodeFacts
 from rollout.plan import DriverChange, StepPlan
 from rollout.spec import DriverMode, Spec
 from rollout.steps.base import StepContext, StepResult
@@ -40,13 +41,13 @@ class DriverInstall:
         worst_s=fixed_s(1800.0),
     )
 
-    def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
-        change = spec.driver_upgrade
+    def plan(self, ctx: PlanningContext, facts: NodeFacts) -> StepPlan:
+        change = ctx.spec.driver_upgrade
         if change is None:
             return StepPlan.skipping(self.kind, "no driver change")
         if change.mode is not DriverMode.HOST:
             return StepPlan.skipping(self.kind, OPERATOR_MODE)
-        return plan_install(facts, spec)
+        return plan_install(ctx, facts)
 
     def apply(self, ctx: StepContext) -> StepResult:
         change = ctx.spec.driver_upgrade

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from rollout.changes.base import PlanningContext
 from rollout.errors import InputError
 from rollout.facts import NodeFacts
 from rollout.facts.driver_host import (
@@ -23,7 +24,6 @@ from rollout.facts.driver_host import (
     signed_module_package,
 )
 from rollout.facts.driver_operator import DEPLOY_LABEL_PREFIX
-from rollout.memo import IdentityMemo
 from rollout.plan import StepPlan
 from rollout.spec import DriverMode, DriverUpgradeChange, Spec
 from rollout.spec.policy import DriverReload
@@ -98,16 +98,14 @@ def reboot_decision(spec: Spec) -> str:
     return RebootDecision.IF_BUSY if driver.reboot_if_busy else RebootDecision.NO
 
 
-_memo: IdentityMemo[HostDriverPlan | None] = IdentityMemo(64)
+def planned_host_driver(ctx: PlanningContext, facts: NodeFacts) -> HostDriverPlan | None:
+    """plan_host_driver of one node, decided once per plan (every driver step reads it)."""
+    return ctx.node_memo("host driver", facts, lambda: plan_host_driver(ctx.spec, facts))
 
 
 def plan_host_driver(spec: Spec, facts: NodeFacts) -> HostDriverPlan | None:
     """The host-mode driver upgrade of one node (None: the spec has none); refuses a node
     whose apt sources do not offer the version (DriverNotInstallable)."""
-    return _memo.get_or_compute((spec, facts), lambda: _plan(spec, facts))
-
-
-def _plan(spec: Spec, facts: NodeFacts) -> HostDriverPlan | None:
     change = host_change(spec)
     if change is None:
         return None
@@ -218,10 +216,12 @@ def _secure_boot_warnings(
     )
 
 
-def plan_pending_host_driver(kind: str, facts: NodeFacts, spec: Spec) -> HostDriverPlan | StepPlan:
+def plan_pending_host_driver(
+    kind: str, ctx: PlanningContext, facts: NodeFacts
+) -> HostDriverPlan | StepPlan:
     """The host-mode driver change with work on the node, or the skip of step `kind` where
     there is none (no such change, or the node already runs the version)."""
-    planned = plan_host_driver(spec, facts)
+    planned = planned_host_driver(ctx, facts)
     if planned is None:
         return StepPlan.skipping(kind, "no host-mode driver change")
     if not planned.pending:
@@ -229,8 +229,8 @@ def plan_pending_host_driver(kind: str, facts: NodeFacts, spec: Spec) -> HostDri
     return planned
 
 
-def host_driver_pending(spec: Spec, facts: NodeFacts) -> bool:
+def host_driver_pending(ctx: PlanningContext, facts: NodeFacts) -> bool:
     """Whether a host-mode driver upgrade has work on the node (cordon, drain and the GPU
     checks act there); False when the spec has none or the node already runs the version."""
-    planned = plan_host_driver(spec, facts)
+    planned = planned_host_driver(ctx, facts)
     return planned is not None and planned.pending

@@ -29,8 +29,9 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from rollout.changes.base import PlanningContext
 from rollout.errors import RolloutError, TransientError
-from rollout.facts import ClusterFacts, NodeFacts
+from rollout.facts import NodeFacts
 from rollout.facts.driver_host import read_driver_host
 from rollout.facts.driver_modules import unload_order
 from rollout.plan import StepPlan
@@ -87,11 +88,11 @@ class HostDriverStep(abc.ABC):
 
     kind: ClassVar[str]
 
-    def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
-        planned = plan_pending_host_driver(self.kind, facts, spec)
+    def plan(self, ctx: PlanningContext, facts: NodeFacts) -> StepPlan:
+        planned = plan_pending_host_driver(self.kind, ctx, facts)
         if isinstance(planned, StepPlan):
             return planned
-        return self.plan_change(planned, facts, spec)
+        return self.plan_change(planned, facts, ctx.spec)
 
     @abc.abstractmethod
     def plan_change(self, planned: HostDriverPlan, facts: NodeFacts, spec: Spec) -> StepPlan:
@@ -220,9 +221,9 @@ class DriverUnload(HostDriverStep):
 # ------------------------------------------------------------------ driver.install (host)
 
 
-def plan_install(facts: NodeFacts, spec: Spec) -> StepPlan:
+def plan_install(ctx: PlanningContext, facts: NodeFacts) -> StepPlan:
     """driver.install's plan in host mode."""
-    planned = plan_pending_host_driver(INSTALL_STEP, facts, spec)
+    planned = plan_pending_host_driver(INSTALL_STEP, ctx, facts)
     if isinstance(planned, StepPlan):
         return planned
     return StepPlan.acting(

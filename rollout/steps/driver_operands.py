@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
-from rollout.facts import ClusterFacts, NodeFacts
+from rollout.changes.base import PlanningContext
+from rollout.facts import NodeFacts
 from rollout.facts.driver_operator import DEPLOY_LABEL_PREFIX, OPERAND_PAUSED
 from rollout.plan import StepPlan
-from rollout.spec import Spec
 from rollout.steps.base import StepContext, StepFailed, StepResult
 from rollout.steps.deadline import POLL_INTERVAL_S
 from rollout.steps.driver_host import plan_pending_host_driver, running_operands
@@ -105,8 +105,8 @@ def restore_operands(ctx: StepContext, kind: str) -> list[str]:
     return paused
 
 
-def _plan_operands(kind: str, facts: NodeFacts, spec: Spec, action: str) -> StepPlan:
-    planned = plan_pending_host_driver(kind, facts, spec)
+def _plan_operands(kind: str, ctx: PlanningContext, facts: NodeFacts, action: str) -> StepPlan:
+    planned = plan_pending_host_driver(kind, ctx, facts)
     if isinstance(planned, StepPlan):
         return planned
     if not planned.operands:
@@ -128,11 +128,11 @@ class DriverPause(MarkingStep):
         worst_s=bounded_by_requests,
     )
 
-    def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
+    def plan(self, ctx: PlanningContext, facts: NodeFacts) -> StepPlan:
         return _plan_operands(
             self.kind,
+            ctx,
             facts,
-            spec,
             f"set {{labels}} to {OPERAND_PAUSED} (false values kept), wait for their pods to leave",
         )
 
@@ -165,8 +165,8 @@ class DriverResume(MarkingStep):
         worst_s=bounded_by_requests,
     )
 
-    def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
-        return _plan_operands(self.kind, facts, spec, "set {labels} back to true")
+    def plan(self, ctx: PlanningContext, facts: NodeFacts) -> StepPlan:
+        return _plan_operands(self.kind, ctx, facts, "set {labels} back to true")
 
     def _apply(self, ctx: StepContext) -> StepResult:
         restored = restore_operands(ctx, self.kind)

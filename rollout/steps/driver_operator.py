@@ -28,8 +28,9 @@ from datetime import UTC, datetime
 from typing import ClassVar
 
 from rollout.budget import NodeAvailability, RunBudget, Verdict
+from rollout.changes.base import PlanningContext
 from rollout.errors import RolloutError
-from rollout.facts import ClusterFacts, NodeFacts
+from rollout.facts import NodeFacts
 from rollout.facts.driver_operator import (
     IDLE_STATES,
     UPGRADE_INITIAL_UNSCHEDULABLE_ANNOTATION,
@@ -151,11 +152,11 @@ class DriverPinStep(OperatorStep):
         worst_s=bounded_by_requests,
     )
 
-    def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
-        change = operator_change(spec)
+    def plan(self, ctx: PlanningContext, facts: NodeFacts) -> StepPlan:
+        change = operator_change(ctx.spec)
         if change is None:
             return StepPlan.skipping(self.kind, "no operator-mode driver change")
-        driver = planned_driver(change, cluster)
+        driver = planned_driver(change, ctx.cluster)
         if driver.version == change.version:
             return StepPlan.skipping(
                 self.kind, f"{driver.source.what} already asks for {change.version}"
@@ -258,16 +259,16 @@ class DriverReleaseStep(OperatorStep):
         worst_s=fixed_s(float(DEFAULT_OPERATOR_UPGRADE_TIMEOUT_S)),
     )
 
-    def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
+    def plan(self, ctx: PlanningContext, facts: NodeFacts) -> StepPlan:
         planned = plan_node_work(
             facts,
-            spec,
+            ctx.spec,
             self.kind,
             "remove the skip label; the GPU Operator upgrades the driver {current} -> {target} "
             "(cordon, GPU pods deleted, driver pod restarted, validation, uncordon; no reboot); "
             "wait for upgrade-done",
         )
-        change = operator_change(spec)
+        change = operator_change(ctx.spec)
         if planned.changes and change is not None and _retried(change, facts.labels):
             return StepPlan.acting(
                 self.kind,
@@ -442,10 +443,10 @@ class DriverConfirmStep(OperatorStep):
         worst_s=bounded_by_requests,
     )
 
-    def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
+    def plan(self, ctx: PlanningContext, facts: NodeFacts) -> StepPlan:
         return plan_node_work(
             facts,
-            spec,
+            ctx.spec,
             self.kind,
             "the driver pod is in sync with the DaemonSet and Ready; nvidia-smi on the node "
             "reports {target}",

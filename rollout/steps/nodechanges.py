@@ -1,9 +1,9 @@
 """What a plan changes on one node, decided once and read by every step's `plan`.
 
 Several steps hang on the same node-wide facts: cordon, drain and uncordon act only where
-containerd restarts; preflight and the GPU checks act wherever anything on the node changes.
-Those answers are computed here once per (spec, node, cluster) so that no step re-derives
-them its own way.
+workloads must leave; preflight and the GPU checks act wherever anything on the node changes.
+Those answers are the work of every change kind of the plan on the node (NodeWork), asked of
+the planning context once per node, so that no step re-derives them its own way.
 """
 
 from __future__ import annotations
@@ -13,76 +13,45 @@ import enum
 from dataclasses import dataclass
 from typing import ClassVar
 
-from rollout.facts import ClusterFacts, NodeFacts
-from rollout.memo import IdentityMemo
-from rollout.plan import ClusterChange, StepPlan
+from rollout.changes.base import NodeWork, PlanningContext
+from rollout.facts import NodeFacts
+from rollout.plan import StepPlan
 from rollout.spec import Spec
 from rollout.steps.base import StepContext, StepResult, translate_step_errors
-from rollout.steps.containerd_changes import ContainerdChanges, plan_containerd
-from rollout.steps.driver_host import host_driver_pending
-from rollout.steps.driver_operator_plan import operator_driver_pending
-from rollout.steps.profile_changes import ProfileChange, plan_cluster_changes, plan_profile
 
-# Planning one node reads every step; the cache keeps the answer for the node being planned
-# (and a few more) without holding a whole fleet's results.
-_CACHE_SIZE = 64
 # The step that writes containerd's files; the steps after it read the data it saves.
 WRITE_STEP = "containerd.write"
 
 
 @dataclass(frozen=True)
 class NodeChanges:
-    """The node's containerd writes, its time-slicing change and the cluster-wide changes."""
+    """The work of every change kind of the plan on one node, read as one."""
 
-    containerd: ContainerdChanges
-    profile: ProfileChange
-    cluster: tuple[ClusterChange, ...]
-    # a host-mode driver upgrade has work on the node (rollout.steps.driver_host)
-    driver_host: bool = False
-    # the GPU Operator upgrades this node's driver (rollout.steps.driver_operator): nothing
-    # for rollout to cordon, but the node changes and its smoke pod must see the new driver
-    driver_operator: bool = False
+    work: tuple[NodeWork, ...]
 
     @property
     def restarts_containerd(self) -> bool:
-        return bool(self.containerd.files)
+        return any(w.restarts_containerd for w in self.work)
 
     @property
     def disruptive(self) -> bool:
         """Whether workloads must leave the node first (cordon and drain)."""
-        return self.restarts_containerd or self.driver_host
+        return any(w.disruptive for w in self.work)
 
     @property
     def touches_node(self) -> bool:
         """Whether anything on the node itself changes (files, label, device plugin)."""
-        return (
-            self.restarts_containerd
-            or self.profile.changes_node
-            or self.driver_host
-            or self.driver_operator
-        )
+        return any(w.touches_node for w in self.work)
 
     @property
     def cluster_pending(self) -> bool:
         """Whether a cluster-wide object (ConfigMap, ClusterPolicy) still has to change."""
-        return any(c.action is not None for c in self.cluster)
+        return any(w.cluster_pending for w in self.work)
 
 
-_memo: IdentityMemo[NodeChanges] = IdentityMemo(_CACHE_SIZE)
-
-
-def node_changes(facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> NodeChanges:
-    """What the spec changes on this node; the same objects give the same (cached) answer."""
-    return _memo.get_or_compute(
-        (spec, facts, cluster),
-        lambda: NodeChanges(
-            containerd=plan_containerd(spec, facts),
-            profile=plan_profile(spec, facts, cluster),
-            cluster=tuple(plan_cluster_changes(spec, cluster)),
-            driver_host=host_driver_pending(spec, facts),
-            driver_operator=operator_driver_pending(spec, facts),
-        ),
-    )
+def node_changes(ctx: PlanningContext, facts: NodeFacts) -> NodeChanges:
+    """What the plan changes on this node, computed once per planning context."""
+    return ctx.node_memo("node changes", facts, lambda: NodeChanges(ctx.all_work(facts)))
 
 
 class Reach(enum.Enum):
@@ -106,10 +75,10 @@ class ReachingStep(abc.ABC):
     kind: ClassVar[str]
     reach: ClassVar[Reach]
 
-    def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
-        if not self.reach.found_in(node_changes(facts, cluster, spec)):
+    def plan(self, ctx: PlanningContext, facts: NodeFacts) -> StepPlan:
+        if not self.reach.found_in(node_changes(ctx, facts)):
             return StepPlan.skipping(self.kind, self.reach.value)
-        return self.plan_change(facts, spec)
+        return self.plan_change(facts, ctx.spec)
 
     @abc.abstractmethod
     def plan_change(self, facts: NodeFacts, spec: Spec) -> StepPlan:

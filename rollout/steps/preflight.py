@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from rollout.changes.base import PlanningContext
 from rollout.facts import (
-    ClusterFacts,
     ContainerdChanged,
     ContainerdVersionFact,
     NodeFacts,
@@ -22,7 +22,6 @@ from rollout.facts import (
 )
 from rollout.facts.pods import GPU_RESOURCE
 from rollout.plan import StepPlan
-from rollout.spec import Spec
 from rollout.steps.base import StepContext, StepFailed, StepResult
 from rollout.steps.nodechanges import node_changes
 from rollout.steps.systemd import probe_service
@@ -42,8 +41,8 @@ class Preflight:
         worst_s=bounded_by_requests,
     )
 
-    def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
-        changes = node_changes(facts, cluster, spec)
+    def plan(self, ctx: PlanningContext, facts: NodeFacts) -> StepPlan:
+        changes = node_changes(ctx, facts)
         if changes.touches_node or changes.cluster_pending:
             return StepPlan.acting(
                 self.kind, "check the node is Ready and containerd runs as planned"

@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from rollout.changes.base import NodeWork, PlanningContext
 from rollout.deviceprofiles import (
     DEFAULT_KEY,
     DEVICE_PLUGIN_CONFIG_LABEL,
@@ -32,7 +33,6 @@ from rollout.deviceprofiles import (
 from rollout.errors import InputError
 from rollout.facts import ClusterFacts, NodeFacts
 from rollout.facts.gpu_operator import DevicePluginConfigRef
-from rollout.memo import IdentityMemo
 from rollout.operatorrolls import describe_rolls
 from rollout.plan import ClusterChange, FileChange, LabelChange
 from rollout.spec import Spec, TimeSlicingChange
@@ -168,17 +168,14 @@ def refuse(spec: Spec, change: TimeSlicingChange, message: str, hint: str) -> In
     return InputError(spec.location_of("changes", index, "time-slicing"), message, hint=hint)
 
 
-# One publication per (spec, cluster) pair: every node's plan reads it, and so does the
-# plan's cluster part.
-_publications: IdentityMemo[Publication | None] = IdentityMemo(8)
+def planned_publication(ctx: PlanningContext) -> Publication | None:
+    """The plan's publication, decided once per plan: every node's plan reads it, and so does
+    the plan's cluster part."""
+    return ctx.memo(("time-slicing publication",), lambda: plan_publication(ctx.spec, ctx.cluster))
 
 
 def plan_publication(spec: Spec, cluster: ClusterFacts) -> Publication | None:
     """What the ConfigMap and the ClusterPolicy must hold so only labelled nodes change."""
-    return _publications.get_or_compute((spec, cluster), lambda: _plan_publication(spec, cluster))
-
-
-def _plan_publication(spec: Spec, cluster: ClusterFacts) -> Publication | None:
     change = time_slicing_change(spec)
     if change is None:
         return None
@@ -266,9 +263,9 @@ def _plan_publication(spec: Spec, cluster: ClusterFacts) -> Publication | None:
     )
 
 
-def plan_cluster_changes(spec: Spec, cluster: ClusterFacts) -> list[ClusterChange]:
+def plan_cluster_changes(ctx: PlanningContext) -> list[ClusterChange]:
     """ConfigMap and ClusterPolicy changes for time-slicing, made once before wave 1."""
-    publication = plan_publication(spec, cluster)
+    publication = planned_publication(ctx)
     return publication.to_cluster_changes() if publication is not None else []
 
 
@@ -285,10 +282,11 @@ class ProfileChange:
         return self.label is not None or self.restart_device_plugin
 
 
-def plan_profile(spec: Spec, node: NodeFacts, cluster: ClusterFacts) -> ProfileChange:
+def plan_profile(ctx: PlanningContext, node: NodeFacts) -> ProfileChange:
     """The node's profile label change, or the device-plugin restart a new profile needs."""
+    spec = ctx.spec
     change = time_slicing_change(spec)
-    publication = plan_publication(spec, cluster)
+    publication = planned_publication(ctx)
     if change is None or publication is None:
         return ProfileChange(noop_reason="no time-slicing change")
     current = node.labels.get(DEVICE_PLUGIN_CONFIG_LABEL)
@@ -313,3 +311,23 @@ def plan_profile(spec: Spec, node: NodeFacts, cluster: ClusterFacts) -> ProfileC
     return ProfileChange(
         noop_reason=f"already labelled {change.profile} and the profile is unchanged"
     )
+
+
+NO_PROFILE_CHANGE = ProfileChange(noop_reason="no time-slicing change")
+
+
+@dataclass(frozen=True)
+class ProfileWork(NodeWork):
+    """The time-slicing change's work on one node: its profile label or device-plugin restart."""
+
+    profile: ProfileChange = NO_PROFILE_CHANGE
+
+    @classmethod
+    def from_node(cls, ctx: PlanningContext, node: NodeFacts) -> ProfileWork:
+        profile = plan_profile(ctx, node)
+        return cls(
+            touches_node=profile.changes_node,
+            cluster_pending=any(c.action is not None for c in plan_cluster_changes(ctx)),
+            labels=(profile.label,) if profile.label is not None else (),
+            profile=profile,
+        )

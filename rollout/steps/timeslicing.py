@@ -22,12 +22,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from rollout.changes.base import PlanningContext
 from rollout.deviceprofiles import DEVICE_PLUGIN_CONFIG_LABEL
 from rollout.errors import InputError
 from rollout.facts import ClusterFacts, NodeFacts
 from rollout.facts.pods import GPU_RESOURCE
 from rollout.plan import StepPlan
-from rollout.spec import MAX_REPLICAS, Spec, TimeSlicingChange
+from rollout.spec import MAX_REPLICAS, TimeSlicingChange
 from rollout.steps.base import StepContext, StepFailed, StepResult
 from rollout.steps.deviceplugin import (
     live_device_plugin,
@@ -39,6 +40,7 @@ from rollout.steps.nodemarks import ANNOTATION_DOMAIN, RUN_ANNOTATION, report_st
 from rollout.steps.operandsettle import wait_for_operands
 from rollout.steps.profile_changes import (
     SHARED_MEMORY_WARNING,
+    ProfileWork,
     Publication,
     plan_publication,
     time_slicing_change,
@@ -173,8 +175,8 @@ class ConfigMapUpdateStep:
         worst_s=bounded_by_requests,
     )
 
-    def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
-        if node_changes(facts, cluster, spec).cluster_pending:
+    def plan(self, ctx: PlanningContext, facts: NodeFacts) -> StepPlan:
+        if node_changes(ctx, facts).cluster_pending:
             # cluster-wide: the first node's step makes the change, later ones find it made
             return StepPlan.acting(
                 self.kind,
@@ -357,8 +359,8 @@ class NodeLabelStep:
         worst_s=bounded_by_requests,
     )
 
-    def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
-        profile = node_changes(facts, cluster, spec).profile
+    def plan(self, ctx: PlanningContext, facts: NodeFacts) -> StepPlan:
+        profile = ctx.work_as(facts, "time-slicing", ProfileWork, ProfileWork()).profile
         if profile.label is None:
             return StepPlan.skipping(self.kind, profile.noop_reason or "no label change")
         return StepPlan.acting(self.kind, f"label {profile.label.key}={profile.label.after}")
@@ -434,8 +436,9 @@ class DevicePluginRestartStep:
         worst_s=lambda policy: float(policy.verify.gpu_wait_timeout_s),
     )
 
-    def plan(self, facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> StepPlan:
-        if node_changes(facts, cluster, spec).profile.restart_device_plugin:
+    def plan(self, ctx: PlanningContext, facts: NodeFacts) -> StepPlan:
+        work = ctx.work_as(facts, "time-slicing", ProfileWork, ProfileWork())
+        if work.profile.restart_device_plugin:
             return StepPlan.acting(
                 self.kind, "delete the node's device-plugin pod so it reloads the profile"
             )

@@ -11,7 +11,8 @@ from typing import Any, cast
 import pytest
 
 from rollout.budget import RunBudget
-from rollout.facts import ClusterFacts, GpuFacts
+from rollout.changes.base import PlanningContext
+from rollout.facts import ClusterFacts, FleetFacts, GpuFacts
 from rollout.plan import NodePlan
 from rollout.run import Journal
 from rollout.spec import Spec, parse_spec
@@ -216,7 +217,9 @@ def test_retry_relabels_a_failed_target_and_watches_it_to_done(
     cluster.nodes["n1"] = replace(cluster.nodes["n1"], unschedulable=True)  # the failure's
     ctx = context(cluster, journal, "n1", spec=RETRY)
     facts = replace(ctx.facts, labels=dict(cluster.nodes["n1"].labels))
-    planned = DriverReleaseStep().plan(facts, ClusterFacts(), RETRY)
+    planned = DriverReleaseStep().plan(
+        PlanningContext(RETRY, FleetFacts((facts,), ClusterFacts(), "test")), facts
+    )
     assert (planned.action or "").startswith(f"relabel {STATE} upgrade-failed -> upgrade-required")
     cluster.writes.clear()
     cluster.on_read["n1"] = [

@@ -24,8 +24,6 @@ from rollout.containerd.files import ConfigFiles
 from rollout.containerd.localdump import LocalContainerd, dump_store
 from rollout.containerd.version import ContainerdVersion
 from rollout.memo import DiskMemo
-from rollout.steps import containerd_changes
-from rollout.steps.containerd_changes import ContainerdPlans
 from tests.conftest import containerd_binary
 from tests.examples import FACTS, PLAN
 
@@ -275,7 +273,6 @@ def plan_from(
 ) -> str:
     """`rollout plan` of the examples with `source` as the standard defaults source."""
     monkeypatch.setattr(localdump, "_STANDARD", source)
-    monkeypatch.setattr(containerd_changes, "CONTAINERD_PLANS", ContainerdPlans())
     code = main(["plan", str(PLAN), "--facts", str(FACTS), "--output", output])
     captured = capsys.readouterr()
     assert code == 0, captured.err

@@ -21,7 +21,7 @@ from rollout.containerd import (
 )
 from rollout.facts.model import NodeFactsError
 from rollout.spec.plan import parse_spec
-from rollout.steps.containerd_changes import plan_containerd
+from rollout.steps.containerd_changes import plan_node_containerd
 from tests.hostile import EXAMPLE_FACTS, HostileCase, hostile_test, run_case
 from tests.node_facts import containerd_node
 
@@ -307,7 +307,7 @@ def test_a_live_nodes_broken_config_names_the_node_and_file(
     node = containerd_node("gpu-9", config=text)
     spec = parse_spec(settings_plan("gpu-9", "enable_cdi", "true"), "plan.yaml")
     with pytest.raises(NodeFactsError) as info:
-        plan_containerd(spec, node)
+        plan_node_containerd(spec, node)
     assert str(info.value).startswith(f"{where}: node gpu-9: ")
     assert says in str(info.value)
     assert info.value.exit_code == 2

@@ -480,8 +480,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     ("facts", ("facts", "drain", "connection")),
-    ("steps", ("steps", "gates")),
-    # each change kind's package (rollout.changes.base: what a kind is to the planner)
+    # rollout.changes.base: what a change kind is to the planner and the steps
+    ("steps", ("steps", "gates", "changes.base")),
+    # each change kind's package
     ("change kinds", ("changes.*",)),
     ("planning", ("planner", "playbook", "plangroups", "topology", "capacity", "diagnose")),
     ("running", ("executor", "schedule", "notify", "savedplan")),

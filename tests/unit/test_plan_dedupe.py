@@ -9,22 +9,25 @@ from __future__ import annotations
 
 import dataclasses
 import io
-from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rollout.cli import main
+from rollout.changes import kind_planners
+from rollout.changes.base import ChangeKindPlanner, PlanningContext
+from rollout.changes.containerd.kind import ContainerdKind
 from rollout.cli.render import make_console, plan_to_json, plan_to_markdown, print_plan_text
 from rollout.containerd import ContainerdVersion
 from rollout.errors import RolloutError
 from rollout.facts import FleetFacts, NodeFacts, load_recorded_facts
 from rollout.planner import build_plan
 from rollout.playbook import load_playbooks
+from rollout.spec import RegistryChange
 from rollout.spec.plan import parse_spec
-from rollout.steps import containerd_changes
-from rollout.steps.containerd_changes import ContainerdPlans
+from rollout.steps import containerd_plans
+from rollout.steps.containerd_plans import ContainerdPlans
 from tests.examples import FACTS, PLAN
 
 SETTINGS_PLAN = """\
@@ -39,41 +42,55 @@ changes:
 """
 
 
-@pytest.fixture
-def fresh_memo(monkeypatch: pytest.MonkeyPatch) -> ContainerdPlans:
-    memo = ContainerdPlans()
-    monkeypatch.setattr(containerd_changes, "CONTAINERD_PLANS", memo)
-    return memo
+def counting_kinds(
+    *, deduplicate: bool = True
+) -> tuple[dict[str, ChangeKindPlanner], list[ContainerdPlans]]:
+    """The registered kinds, registry and containerd counting their engine runs: the kinds,
+    and the engine memo of each plan made with them (ContainerdPlans.runs)."""
+    made: list[ContainerdPlans] = []
+
+    class Counting(ContainerdKind):
+        def engine_plans(self, ctx: PlanningContext) -> ContainerdPlans:
+            plans = super().engine_plans(ctx)
+            if not any(p is plans for p in made):
+                made.append(plans)
+            return plans
+
+    class CountingRegistry(Counting):
+        key: ClassVar[str] = "registry"
+        model: ClassVar[type] = RegistryChange
+
+    kinds = {
+        **kind_planners(),
+        "registry": CountingRegistry(deduplicate=deduplicate),
+        "containerd": Counting(deduplicate=deduplicate),
+    }
+    return kinds, made
 
 
-def run_plan(capsys: pytest.CaptureFixture[str], plan: Path, output: str) -> str:
-    code = main(["plan", str(plan), "--facts", str(FACTS), "--output", output])
-    captured = capsys.readouterr()
-    assert code == 0, captured.err
-    return captured.out
+def test_the_examples_plan_the_same_with_and_without_the_memo() -> None:
+    fleet = load_recorded_facts(FACTS)
+    reference_kinds, _ = counting_kinds(deduplicate=False)
+    reference = render_all(PLAN.read_text(), fleet, reference_kinds)
+    kinds, made = counting_kinds()
+    assert render_all(PLAN.read_text(), fleet, kinds) == reference
+    assert [p.runs for p in made] == [4]  # four example nodes, four distinct configurations
+    # planned again, the same: a plan keeps nothing for the next one
+    assert render_all(PLAN.read_text(), fleet, kinds) == reference
+    assert [p.runs for p in made] == [4, 4]
 
 
-@pytest.mark.parametrize("output", ["text", "markdown", "json"])
-def test_the_examples_plan_the_same_with_and_without_the_memo(
-    output: str, fresh_memo: ContainerdPlans, capsys: pytest.CaptureFixture[str]
-) -> None:
-    with fresh_memo.disabled():
-        reference = run_plan(capsys, PLAN, output)
-    assert fresh_memo.runs == 0
-    assert run_plan(capsys, PLAN, output) == reference
-    assert fresh_memo.runs == 4  # four example nodes, four distinct configurations
-    assert run_plan(capsys, PLAN, output) == reference
-    assert fresh_memo.runs == 4  # planned again: every node a hit
-
-
-def test_copies_of_a_node_cost_one_engine_run(fresh_memo: ContainerdPlans) -> None:
+def test_copies_of_a_node_cost_one_engine_run() -> None:
     fleet = load_recorded_facts(FACTS)
     copies = tuple(
         dataclasses.replace(node, name=f"{node.name}-{i}") for node in fleet.nodes for i in range(5)
     )
     spec = parse_spec(PLAN.read_text(), str(PLAN))
-    plan = build_plan(spec, str(PLAN), dataclasses.replace(fleet, nodes=copies), load_playbooks())
-    assert fresh_memo.runs == len(fleet.nodes)
+    kinds, made = counting_kinds()
+    plan = build_plan(
+        spec, str(PLAN), dataclasses.replace(fleet, nodes=copies), load_playbooks(), kinds=kinds
+    )
+    assert [p.runs for p in made] == [len(fleet.nodes)]
     assert sum(len(w.nodes) for w in plan.waves) == len(copies)
 
 
@@ -118,11 +135,13 @@ def generated_fleet(shape: list[tuple[int, str, int]]) -> FleetFacts:
     return dataclasses.replace(examples, nodes=nodes)
 
 
-def render_all(spec_text: str, fleet: FleetFacts) -> tuple[str, ...] | str:
+def render_all(
+    spec_text: str, fleet: FleetFacts, kinds: dict[str, ChangeKindPlanner]
+) -> tuple[str, ...] | str:
     """Every output of the plan, or the error it stops with."""
     spec = parse_spec(spec_text, "plan.yaml")
     try:
-        plan = build_plan(spec, "plan.yaml", fleet, load_playbooks())
+        plan = build_plan(spec, "plan.yaml", fleet, load_playbooks(), kinds=kinds)
     except RolloutError as exc:
         return f"{type(exc).__name__}: {exc}"
     text = io.StringIO()
@@ -133,13 +152,12 @@ def render_all(spec_text: str, fleet: FleetFacts) -> tuple[str, ...] | str:
 def render_with_and_without_memo(
     spec_text: str, fleet: FleetFacts
 ) -> tuple[tuple[str, ...] | str, tuple[str, ...] | str, ContainerdPlans]:
-    """render_all computed node by node, then with a fresh memo; and that memo."""
-    memo = ContainerdPlans()
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(containerd_changes, "CONTAINERD_PLANS", memo)
-        with memo.disabled():
-            reference = render_all(spec_text, fleet)
-        return reference, render_all(spec_text, fleet), memo
+    """render_all computed node by node, then with the memo; and that plan's memo."""
+    reference_kinds, _ = counting_kinds(deduplicate=False)
+    kinds, made = counting_kinds()
+    reference = render_all(spec_text, fleet, reference_kinds)
+    deduplicated = render_all(spec_text, fleet, kinds)
+    return reference, deduplicated, made[0] if made else ContainerdPlans()
 
 
 @settings(
@@ -155,7 +173,7 @@ def test_a_generated_fleet_plans_the_same_deduplicated(
     spec_text = SETTINGS_PLAN if settings_plan else PLAN.read_text()
     reference, deduplicated, memo = render_with_and_without_memo(spec_text, fleet)
     assert deduplicated == reference
-    distinct = {containerd_changes.input_key(parse_spec(spec_text, "p"), n) for n in fleet.nodes}
+    distinct = {containerd_plans.input_key(parse_spec(spec_text, "p"), n) for n in fleet.nodes}
     assert memo.runs <= len(distinct)
 
 

@@ -15,14 +15,16 @@ from typing import Any
 
 import pytest
 
+from rollout.changes.base import PlanningContext
 from rollout.cli import main
 from rollout.errors import InputError
-from rollout.facts import ClusterFacts, NodeFacts
+from rollout.facts import ClusterFacts, FleetFacts, NodeFacts
 from rollout.lab.simulation.profiles import ProfileError, parse_profile, select_profile
 from rollout.spec import Spec, parse_spec
-from rollout.steps.nodechanges import node_changes
 from rollout.steps.profile_changes import (
     NO_SHARING_CONFIG,
+    ProfileChange,
+    ProfileWork,
     Publication,
     plan_publication,
 )
@@ -168,6 +170,12 @@ def test_a_policy_pointing_at_another_configmap_is_refused() -> None:
     assert "'their-config'" in str(refused.value) and "plan.yaml:7" in str(refused.value)
 
 
+def profile_of(facts: NodeFacts, cluster: ClusterFacts, spec: Spec) -> ProfileChange:
+    """The node's time-slicing change, as one plan's context decides it."""
+    ctx = PlanningContext(spec, FleetFacts((facts,), cluster, "test"))
+    return ctx.work_as(facts, "time-slicing", ProfileWork, ProfileWork()).profile
+
+
 def node(labels: Mapping[str, str]) -> NodeFacts:
     return replace(containerd_node("gpu-a-2"), labels=dict(labels))
 
@@ -177,14 +185,14 @@ def test_a_node_labelled_with_a_profile_the_configmap_lacks_is_refused() -> None
         {"a": sharing_config(2), "b": sharing_config(8)}, name="time-slicing-config"
     )
     with pytest.raises(InputError) as refused:
-        node_changes(node({LABEL: "a100-typo"}), cluster, make_spec())
+        profile_of(node({LABEL: "a100-typo"}), cluster, make_spec())
     message = str(refused.value)
     assert message.startswith("plan.yaml:7:")  # the time-slicing change
     assert "node gpu-a-2" in message and f"{LABEL}=a100-typo" in message
     assert "config-manager exits" in message
     # labels naming a key the ConfigMap holds (or will hold) are fine
-    assert node_changes(node({LABEL: "b"}), cluster, make_spec()).profile.label is not None
-    assert node_changes(node({LABEL: "shared-4x"}), cluster, make_spec()).profile.label is None
+    assert profile_of(node({LABEL: "b"}), cluster, make_spec()).label is not None
+    assert profile_of(node({LABEL: "shared-4x"}), cluster, make_spec()).label is None
 
 
 def test_the_lab_config_manager_exits_on_a_label_naming_no_key() -> None:

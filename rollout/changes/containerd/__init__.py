@@ -1,0 +1,1 @@
+"""The registry and containerd change kinds: their planner (kind) over the containerd engine."""

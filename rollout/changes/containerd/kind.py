@@ -1,0 +1,64 @@
+"""The registry and containerd change kinds: one engine run over both writes the node's
+containerd files (rollout.steps.containerd_changes), applied by the containerd playbook."""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any, ClassVar
+
+from rollout.changes.base import ChangeKindPlanner, NodeWork, PlanningContext
+from rollout.facts import NodeFacts
+from rollout.spec import ContainerdChange, RegistryChange
+from rollout.steps.containerd_changes import ContainerdWork
+from rollout.steps.containerd_plans import ContainerdPlans
+
+# Distinct node configurations planned at once (each mostly waits for `containerd config dump`).
+ENGINE_RUNS_AT_ONCE = 4
+
+
+class ContainerdKind(ChangeKindPlanner):
+    """`containerd:` settings; with `deduplicate` off every node runs the engine afresh (the
+    reference the per-plan memo is tested against)."""
+
+    key: ClassVar[str] = "containerd"
+    model: ClassVar[type] = ContainerdChange
+    work_key: ClassVar[str] = "containerd"
+
+    def __init__(self, *, deduplicate: bool = True) -> None:
+        self.deduplicate = deduplicate
+
+    def playbook(self, change: Any) -> str:
+        return "containerd"
+
+    def step_modules(self) -> tuple[ModuleType, ...]:
+        from rollout.steps import containerd
+
+        return (containerd,)
+
+    def engine_plans(self, ctx: PlanningContext) -> ContainerdPlans:
+        """The plan's engine results by distinct node configuration."""
+        return ctx.memo(
+            ("containerd plans",), lambda: ContainerdPlans(deduplicate=self.deduplicate)
+        )
+
+    def prepare(self, ctx: PlanningContext, change: Any) -> None:
+        ctx.memo(
+            ("containerd prepared",),
+            lambda: self.engine_plans(ctx).plan_distinct(
+                ctx.spec, ctx.targets, ENGINE_RUNS_AT_ONCE
+            ),
+        )
+
+    def plan_node(self, ctx: PlanningContext, change: Any, node: NodeFacts) -> NodeWork:
+        return ContainerdWork.from_changes(self.engine_plans(ctx).plan(ctx.spec, node))
+
+
+class RegistryKind(ContainerdKind):
+    """`registry:` a mirror's hosts.toml and the CRI registry config_path."""
+
+    key: ClassVar[str] = "registry"
+    model: ClassVar[type] = RegistryChange
+
+
+KIND = ContainerdKind()
+REGISTRY = RegistryKind()

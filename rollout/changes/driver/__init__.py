@@ -1,0 +1,1 @@
+"""The driver-upgrade change kind (host and operator modes): its planner (kind)."""

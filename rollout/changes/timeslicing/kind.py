@@ -1,0 +1,48 @@
+"""The time-slicing change kind: a device-plugin profile published in the GPU Operator's
+ConfigMap, then each node labelled to it in its wave (rollout.steps.profile_changes)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import ModuleType
+from typing import Any, ClassVar
+
+from rollout.changes.base import ChangeKindPlanner, ClusterWork, NodeWork, PlanningContext
+from rollout.facts import NodeFacts
+from rollout.spec import TimeSlicingChange
+from rollout.steps.profile_changes import (
+    SHARED_MEMORY_WARNING,
+    ProfileWork,
+    plan_cluster_changes,
+)
+
+
+class TimeSlicingKind(ChangeKindPlanner):
+    key: ClassVar[str] = "time-slicing"
+    model: ClassVar[type] = TimeSlicingChange
+
+    def playbook(self, change: Any) -> str:
+        return "time-slicing"
+
+    def step_modules(self) -> tuple[ModuleType, ...]:
+        from rollout.steps import timeslicing
+
+        return (timeslicing,)
+
+    def cluster_reads(
+        self, change: Any, cluster_policy: Mapping[str, Any]
+    ) -> tuple[tuple[str, str], ...]:
+        return ((change.configmap.namespace, change.configmap.name),)
+
+    def plan_cluster(self, ctx: PlanningContext, change: Any) -> ClusterWork:
+        sharing = isinstance(change, TimeSlicingChange) and bool(change.config.sharing)
+        return ClusterWork(
+            changes=tuple(plan_cluster_changes(ctx)),
+            warnings=(SHARED_MEMORY_WARNING,) if sharing else (),
+        )
+
+    def plan_node(self, ctx: PlanningContext, change: Any, node: NodeFacts) -> NodeWork:
+        return ProfileWork.from_node(ctx, node)
+
+
+KIND = TimeSlicingKind()
