@@ -86,10 +86,17 @@ class Cluster:
                 ]
             }
         )
+        self.lab = lab
         self.probe = RecordingProbe()
         self.sim = Simulation(self.registry, lab, self.probe, TIMINGS, clock=lambda: self.now)
         self.sim.seed()
         self.run_until(lambda: self.allocatable().get("nvidia.com/gpu") == "2")
+
+    def restart(self) -> None:
+        """The control plane starts again over the same objects: every controller anew (this
+        harness's toolkit stand-in does not survive it: no operand pod starts again after)."""
+        self.sim.stop()
+        self.sim = Simulation(self.registry, self.lab, self.probe, TIMINGS, clock=lambda: self.now)
 
     def step(self) -> None:
         self.now += TICK_S
@@ -292,7 +299,9 @@ def test_a_mode_change_on_a_reboot_node_reboots_it_first(cluster: Cluster) -> No
     for _ in range(10):  # the node has not rebooted yet: the manager waits
         cluster.step()
     assert cluster.labels()[STATE] == "rebooting"
-    assert not read_layout(cluster.root).any_enabled
+    switched = read_layout(cluster.root)  # the mode is switched, the devices come after
+    assert switched.enabled == {0, 1} and switched.devices == ()
+    assert switched.config == "all-disabled"
     cluster.probe.set_state(NODE, alive=False)
     cluster.step()
     cluster.probe.set_state(NODE, alive=True)
@@ -304,3 +313,29 @@ def test_a_mode_change_on_a_reboot_node_reboots_it_first(cluster: Cluster) -> No
     assert cluster.configure("all-3g.20gb") == "success"
     assert read_layout(cluster.root).config == "all-3g.20gb"
     assert cluster.probe.commands.count((["systemctl", "reboot"], {})) == reboots
+
+
+def test_a_restarted_manager_finishes_a_change_cut_short(cluster: Cluster) -> None:
+    cluster.label({CONFIG: "all-1g.5gb"})
+    cluster.step()
+    assert all(cluster.labels()[key] == PAUSED for key in PAUSED_KEYS)
+    cluster.restart()
+    assert cluster.configure("all-1g.5gb") == "success"
+    assert all(cluster.labels()[key] == "true" for key in PAUSED_KEYS)
+    assert read_layout(cluster.root).config == "all-1g.5gb"
+
+
+def test_a_manager_restarted_during_the_reboot_does_not_reboot_again(cluster: Cluster) -> None:
+    knob = cluster.root / REBOOT_KNOB_FILE
+    knob.parent.mkdir(parents=True, exist_ok=True)
+    knob.write_text("")
+    cluster.label({CONFIG: "all-7g.40gb"})
+    cluster.run_until(lambda: cluster.labels()[STATE] == "rebooting")
+    cluster.run_until(lambda: (["systemctl", "reboot"], {}) in cluster.probe.commands)
+    cluster.probe.set_state(NODE, alive=False)
+    cluster.restart()
+    cluster.step()
+    cluster.probe.set_state(NODE, alive=True)
+    assert cluster.configure("all-7g.40gb") == "success"
+    assert cluster.probe.commands.count((["systemctl", "reboot"], {})) == 1
+    assert read_layout(cluster.root).config == "all-7g.40gb"

@@ -10,9 +10,10 @@ for the device plugin's and validator's pods to leave the node, applies the layo
 node's layout file, miglayouts.py), puts the labels back to `true` and sets `success`.
 
 - A node with the reboot knob (`lab break mig-mode-needs-reboot`: REBOOT_KNOB_FILE on the
-  node) cannot switch MIG mode without a reboot: the manager sets `rebooting`, reboots the
-  node for real (`systemctl reboot` in it), and applies the layout once the node runs a new
-  boot with containerd up.
+  node) cannot switch MIG mode without a reboot: the manager sets `rebooting`, writes the new
+  mode to the node's layout file (no devices: a reboot leaves none), reboots the node for real
+  (`systemctl reboot` in it), and makes the devices once the node runs a new boot with
+  containerd up. A manager started again meanwhile finds the mode switched: no second reboot.
 - A node annotated FAILED_ANNOTATION (`lab break mig-manager-failed`) fails every layout that
   changes its GPUs, leaving them as they were: the labels are restored and the state is
   `failed`; a layout the GPUs already have still gives `success`.
@@ -184,7 +185,7 @@ class MigManager:
                 self._finish(name, job, "failed")
                 return
             if mode_changes(current, job.wanted) and (description.root / REBOOT_KNOB_FILE).exists():
-                self._reboot(name, job)
+                self._reboot(description, job)
                 return
         elif job.phase is Phase.REBOOTING and not self._rebooted(name, job):
             return
@@ -193,7 +194,14 @@ class MigManager:
         write_layout(description.root, apply_layout(current, job.config, job.wanted, indices))
         self._finish(name, job, "success")
 
-    def _reboot(self, name: str, job: _Job) -> None:
+    def _reboot(self, description: NodeDescription, job: _Job) -> None:
+        """Switch the GPUs' MIG mode (the devices come after the boot) and reboot the node."""
+        name = description.name
+        assert description.root is not None
+        current = read_layout(description.root)
+        modes = {i: GpuLayout(layout.enabled) for i, layout in job.wanted.items()}
+        indices = [g.index for g in description.gpus]
+        write_layout(description.root, apply_layout(current, current.config, modes, indices))
         job.boot = self.probe.state(name).boot
         self._set_state(name, "rebooting")
         job.phase, job.since_s = Phase.REBOOTING, self.clock()
@@ -212,12 +220,13 @@ class MigManager:
         log.info("mig manager %s: %s %s", name, job.config, outcome)
 
     def _pause(self, node: dict[str, Any]) -> list[str]:
-        """Set the operands' deploy labels that are `true` to paused; the keys it set."""
+        """Set the operands' deploy labels that are `true` to paused; the keys it paused
+        (with those a MIG change cut short, by a restart of the control plane, left paused)."""
         labels = node["metadata"].get("labels") or {}
         keys = [
             DEPLOY_LABEL_PREFIX + operand
             for operand in PAUSED_OPERANDS
-            if labels.get(DEPLOY_LABEL_PREFIX + operand) == "true"
+            if labels.get(DEPLOY_LABEL_PREFIX + operand) in ("true", PAUSED)
         ]
         if keys:
             self._patch_labels(node["metadata"]["name"], {key: PAUSED for key in keys})

@@ -9,6 +9,7 @@ is what a real node does, give or take:
 - CrashLoopBackOff with the kubelet's back-off: 10 s, doubled at each restart, 5 min at most;
 - the device plugin registering with the kubelet a few seconds (5 s) after its pod runs;
 - pods take 2 s to start and a smoke pod 3 s to run.
+- each step of a MIG reconfiguration (operands paused, layout applied) 5 s.
 
 The NotReady window while containerd restarts is not a number here: in every profile a
 node is NotReady while its real containerd is down (Debian's RestartSec=5 after a SIGHUP).
@@ -34,6 +35,7 @@ REALISTIC: Mapping[str, float] = {
     "crash_backoff_s": 10.0,
     "crash_backoff_max_s": 300.0,
     "plugin_registration_s": 5.0,
+    "mig_step_s": 5.0,
 }
 PROFILES: Mapping[str, Mapping[str, float]] = {"fast": {}, "realistic": REALISTIC}
 
