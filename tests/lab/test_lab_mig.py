@@ -94,6 +94,11 @@ def settle(what: str, probe: Callable[[], bool], timeout_s: float = WAIT_S) -> N
         time.sleep(0.5)
 
 
+def validator_ready(kube: KubeClient) -> bool:
+    pods = kube.list_pods("gpu-operator")
+    return any(p.name.startswith("nvidia-operator-validator") and p.ready for p in pods)
+
+
 def gpu_resources(kube: KubeClient, lab: Lab) -> dict[str, str]:
     allocatable = kube.get_node(lab.nodes[0].name).allocatable
     return {k: v for k, v in allocatable.items() if k.startswith("nvidia.com/")}
@@ -140,6 +145,7 @@ def test_single_strategy_layout_shows_on_the_node_and_in_a_pod(
     assert [profile for profile, _ in migs] == ["1g.5gb"] * 14
     assert len({uuid for _, uuid in migs}) == 14
     advertises(kube, lab, {"nvidia.com/gpu": "14"})
+    settle("the validator, paused for the change, to be Ready again", lambda: validator_ready(kube))
     labels = kube.get_node(lab.nodes[0].name).labels
     assert labels["nvidia.com/mig.strategy"] == "single"
     assert labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"
