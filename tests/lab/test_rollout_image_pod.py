@@ -9,16 +9,21 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from rollout.inventory import load_inventory
 from rollout.lab.cluster import Lab
 from rollout.lab.cri import ContainerRequest, CriPodRunner
 from rollout.lab.cri.pods import ContainerMount
 from rollout.lab.nodes import LAB_CERTS_DIR, prepull_images, read_node_pid, write_lab_mirror
 from rollout.lab.registry import registry_host
 from rollout.lab.rolloutimage import build_rollout_image, builder_available, push_rollout_image
-from rollout.schedule.manifests import NONROOT_UID
+from rollout.lab.simulation.jobpods import container_security
+from rollout.playbook import load_playbooks
+from rollout.schedule.manifests import NONROOT_UID, ScheduleOptions, build_schedule
+from rollout.spec import load_spec
 from tests.conftest import require
 from tests.examples import REPO
 from tests.lab.test_cluster_shared import own_lab
@@ -26,6 +31,24 @@ from tests.lab.test_cluster_shared import own_lab
 pytestmark = [pytest.mark.lab, pytest.mark.own_lab]
 
 SECRET_DIR = "/var/lib/rollout-lab/test-secret"
+
+
+def scheduled_pod_spec() -> dict[str, Any]:
+    """The pod spec `rollout schedule` writes for the example plan (the image's reference is
+    a stand-in: only the securityContext is read)."""
+    built = build_schedule(
+        load_spec(REPO / "examples" / "plan.yaml"),
+        (REPO / "examples" / "plan.yaml").read_text(encoding="utf-8"),
+        load_playbooks(),
+        ScheduleOptions(image="registry.example/rollout@sha256:" + "ab" * 32, cron="0 2 * * *"),
+        load_inventory(REPO / "inventory" / "example.yaml"),
+    )
+    (cronjob,) = [o for o in built.objects if o["kind"] == "CronJob"]
+    spec: dict[str, Any] = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    return spec
+
+
+POD_SPEC = scheduled_pod_spec()
 
 
 @pytest.fixture(scope="module")
@@ -79,9 +102,8 @@ def run_request(lab: Lab, pinned: str, name: str, command: list[str]) -> Contain
         # CAP_SYS_RESOURCE: oom_score_adj; docs/lab.md): the nodes' `nvidia` runtime
         # works around it, as for smoke pods
         handler="nvidia",
-        run_as_user=NONROOT_UID,
-        run_as_group=NONROOT_UID,
-        read_only_root=True,
+        # the securityContext the schedule's manifests give the pod, as the kubelet hands it
+        security=container_security(POD_SPEC, POD_SPEC["containers"][0]),
         mounts=(ContainerMount("/etc/rollout/ssh", SECRET_DIR, read_only=True),),
         wait_s=120.0,
     )
@@ -111,3 +133,19 @@ def test_the_container_is_non_root_on_a_read_only_root_with_its_secret(
     assert lines[:3] == [str(NONROOT_UID), str(NONROOT_UID), "id_ed25519"]
     assert "root-read-only" in lines and "secret-read-only" in lines
     assert not Path(lab.node_dirs(lab.nodes[0]).host_path(SECRET_DIR), "probe").exists()
+
+
+def test_the_container_runs_with_the_manifests_confinement(lab: Lab, pinned: str) -> None:
+    """Every capability dropped (the bounding set too), no new privileges and containerd's
+    default seccomp filter, read by the container's own process in /proc/self/status."""
+    runner = node_runner(lab)
+    script = "grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status"
+    outcome = runner.run(run_request(lab, pinned, "confined", ["sh", "-c", script]))
+    assert outcome.started, outcome.message
+    status = dict(line.split(":\t", 1) for line in outcome.output.splitlines())
+    assert status == {
+        "CapEff": "0000000000000000",
+        "CapBnd": "0000000000000000",
+        "NoNewPrivs": "1",
+        "Seccomp": "2",
+    }

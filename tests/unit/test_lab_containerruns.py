@@ -101,3 +101,38 @@ def test_a_container_that_did_not_start_says_why(tmp_path: Path) -> None:
     soon(lambda: run.not_started() is not None)
     assert run.not_started() == ("CreateContainerError", "no such image")
     assert run.exit_code() is None
+
+
+def test_the_pod_s_security_context_reaches_the_cri_as_the_kubelet_merges_it() -> None:
+    """The container's settings win over the pod's where both can say them (runAsUser,
+    seccompProfile); capabilities, allowPrivilegeEscalation and readOnlyRootFilesystem are the
+    container's alone; nothing said leaves containerd's defaults."""
+    from rollout.lab.cri.pods import ContainerSecurity
+    from rollout.lab.simulation.jobpods import container_security
+
+    pod = {
+        "securityContext": {
+            "runAsUser": 1000,
+            "runAsGroup": 1000,
+            "seccompProfile": {"type": "RuntimeDefault"},
+            "readOnlyRootFilesystem": True,  # not a pod-level field: ignored
+        }
+    }
+    container = {
+        "securityContext": {
+            "runAsUser": 65532,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+        }
+    }
+    assert container_security(pod, container) == ContainerSecurity(
+        run_as_user=65532,
+        run_as_group=1000,
+        read_only_root=False,
+        drop_capabilities=("ALL",),
+        no_new_privileges=True,
+        seccomp_runtime_default=True,
+    )
+    unconfined = {"securityContext": {"seccompProfile": {"type": "Unconfined"}}}
+    assert container_security(pod, unconfined).seccomp_runtime_default is False
+    assert container_security({}, {}) == ContainerSecurity()

@@ -40,6 +40,21 @@ class ContainerMount:
 
 
 @dataclass(frozen=True)
+class ContainerSecurity:
+    """A container's securityContext as the kubelet hands it to the CRI: runAsUser and
+    runAsGroup (None: the image's USER), readOnlyRootFilesystem, the capabilities dropped
+    (`ALL` as written), allowPrivilegeEscalation false (no_new_privs) and a RuntimeDefault
+    seccomp profile; unset, each is containerd's default (none dropped, unconfined)."""
+
+    run_as_user: int | None = None
+    run_as_group: int | None = None
+    read_only_root: bool = False
+    drop_capabilities: tuple[str, ...] = ()
+    no_new_privileges: bool = False
+    seccomp_runtime_default: bool = False
+
+
+@dataclass(frozen=True)
 class ContainerRequest:
     """One pod with one container to run to completion."""
 
@@ -58,11 +73,8 @@ class ContainerRequest:
     # kubelet retries only the pull); that sandbox's attempt is `attempt`.
     sandbox_id: str | None = None
     wait_s: float = 30.0
-    # The container's securityContext: runAsUser/runAsGroup (None: the image's USER) and
-    # readOnlyRootFilesystem; and its volumes, staged in the node.
-    run_as_user: int | None = None
-    run_as_group: int | None = None
-    read_only_root: bool = False
+    security: ContainerSecurity = ContainerSecurity()
+    # its volumes, staged in the node
     mounts: Sequence[ContainerMount] = ()
 
     @property
@@ -270,12 +282,18 @@ class CriPodRunner:
         )
 
     def _security_context(self, request: ContainerRequest) -> Any:
-        api = self._protocol.api
-        context = api.LinuxContainerSecurityContext(readonly_rootfs=request.read_only_root)
-        if request.run_as_user is not None:
-            context.run_as_user.value = request.run_as_user
-        if request.run_as_group is not None:
-            context.run_as_group.value = request.run_as_group
+        api, security = self._protocol.api, request.security
+        context = api.LinuxContainerSecurityContext(
+            readonly_rootfs=security.read_only_root,
+            no_new_privs=security.no_new_privileges,
+            capabilities=api.Capability(drop_capabilities=list(security.drop_capabilities)),
+        )
+        if security.run_as_user is not None:
+            context.run_as_user.value = security.run_as_user
+        if security.run_as_group is not None:
+            context.run_as_group.value = security.run_as_group
+        if security.seccomp_runtime_default:
+            context.seccomp.profile_type = api.SecurityProfile.RuntimeDefault
         return context
 
     def _ensure_image(self, images: Any, image: str, sandbox_config: Any) -> None:

@@ -77,9 +77,7 @@ class ContainerRunner:
             command=list(launch.command),
             handler=HANDLER,
             env={**launch.env, ENV_HOSTNAME: launch.name},
-            run_as_user=launch.run_as_user,
-            run_as_group=launch.run_as_group,
-            read_only_root=launch.read_only_root,
+            security=launch.security,
             mounts=mounts,
         )
         log.info("job pod %s/%s: a container in %s", launch.namespace, launch.name, self.node)

@@ -42,6 +42,7 @@ from typing import Any
 
 from rollout.lab.apiserver.registry import Registry
 from rollout.lab.apiserver.resources import CONFIGMAPS, PODS, SECRETS
+from rollout.lab.cri.pods import ContainerSecurity
 from rollout.lab.description import LabDescription
 from rollout.lab.simulation.containerruns import ContainerRunner
 from rollout.lab.simulation.cronjobs import ScaledClock
@@ -213,13 +214,6 @@ class JobPods:
             clock_dir.mkdir(mode=0o755)
             mounts.append(StagedMount(clock_dir, CLOCK_DIR, True))
             env[CLOCK_FILE_ENV] = f"{CLOCK_DIR}/{CLOCK_FILE}"
-        pod_context = spec.get("securityContext") or {}
-        own = container.get("securityContext") or {}
-
-        def setting(key: str) -> int | None:
-            value = own.get(key, pod_context.get(key))
-            return None if value is None else int(value)
-
         return JobPodLaunch(
             namespace=str(metadata["namespace"]),
             name=str(metadata["name"]),
@@ -230,9 +224,7 @@ class JobPods:
             env=env,
             mounts=tuple(mounts),
             staging=staging,
-            run_as_user=setting("runAsUser"),
-            run_as_group=setting("runAsGroup"),
-            read_only_root=bool(own.get("readOnlyRootFilesystem")),
+            security=container_security(spec, container),
         )
 
     def _stage(
@@ -370,3 +362,28 @@ def _write_files(
             os.chown(path, 0, int(fs_group))
     if fs_group is not None:
         os.chown(directory, 0, int(fs_group))
+
+
+def container_security(spec: Mapping[str, Any], container: Mapping[str, Any]) -> ContainerSecurity:
+    """The container's securityContext over its pod's, as the kubelet merges them for the
+    CRI: runAsUser/runAsGroup and seccompProfile from either (the container's first);
+    readOnlyRootFilesystem, capabilities and allowPrivilegeEscalation are the container's."""
+    pod_context = spec.get("securityContext") or {}
+    own = container.get("securityContext") or {}
+
+    def setting(key: str) -> Any:
+        return own.get(key, pod_context.get(key))
+
+    def number(key: str) -> int | None:
+        value = setting(key)
+        return None if value is None else int(value)
+
+    seccomp = setting("seccompProfile") or {}
+    return ContainerSecurity(
+        run_as_user=number("runAsUser"),
+        run_as_group=number("runAsGroup"),
+        read_only_root=bool(own.get("readOnlyRootFilesystem")),
+        drop_capabilities=tuple(str(c) for c in (own.get("capabilities") or {}).get("drop") or ()),
+        no_new_privileges=own.get("allowPrivilegeEscalation") is False,
+        seccomp_runtime_default=seccomp.get("type") == "RuntimeDefault",
+    )

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from rollout.lab.cri.pods import ContainerSecurity
+
 
 class PodNotRunnable(Exception):
     """What keeps a pod from starting, with the kubelet's waiting reason."""
@@ -40,9 +42,7 @@ class JobPodLaunch:
     env: Mapping[str, str]
     mounts: tuple[StagedMount, ...]
     staging: Path
-    run_as_user: int | None
-    run_as_group: int | None
-    read_only_root: bool
+    security: ContainerSecurity
 
 
 class PodRun(Protocol):
