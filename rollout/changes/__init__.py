@@ -10,7 +10,7 @@ the planner loads the kinds (and their steps) when it plans.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -25,10 +25,13 @@ class Kind:
 
     planner: str
     model: str
+    # a plan may hold several changes of the kind (registry: one per registry host)
+    repeatable: bool = False
 
 
+# key: Kind(package[:NAME], model, repeatable)
 KINDS: Mapping[str, Kind] = {
-    "registry": Kind("changes.containerd:REGISTRY", "spec.changes.registry:RegistryChange"),
+    "registry": Kind("changes.containerd:REGISTRY", "spec.changes.registry:RegistryChange", True),
     "containerd": Kind("changes.containerd", "spec.changes.containerd:ContainerdChange"),
     "time-slicing": Kind("changes.timeslicing", "spec.changes.timeslicing:TimeSlicingChange"),
     "driver-upgrade": Kind("changes.driver", "spec.changes.driver:DriverUpgradeChange"),
@@ -62,3 +65,15 @@ def kind_planners(
     if unknown:
         raise KeyError(f"no change kind {', '.join(unknown)}; the kinds are {', '.join(kinds)}")
     return {key: _planner(kinds[key].planner) for key in chosen}
+
+
+def cluster_reads(
+    changes: Sequence[Any], cluster_policy: Mapping[str, Any], kinds: Mapping[str, Kind] = KINDS
+) -> list[tuple[str, str]]:
+    """The ConfigMaps (namespace, name) the changes' kinds read to plan, each once, in order."""
+    planners = kind_planners(None, kinds)
+    found: list[tuple[str, str]] = []
+    for change in changes:
+        kind = next(k for k in planners.values() if isinstance(change, k.model))
+        found += [r for r in kind.cluster_reads(change, cluster_policy) if r not in found]
+    return found

@@ -14,6 +14,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
+from rollout.changes import cluster_reads
 from rollout.closeable import Closeable
 from rollout.commands import CommandRunner
 from rollout.containerd import ConfigFiles, ContainerdVersion
@@ -43,7 +44,7 @@ from rollout.facts.progress import GatherProgress
 from rollout.facts.service import ServiceFact, ServiceJournalFact, ServiceState
 from rollout.operatornames import OPERATOR_NAMESPACE
 from rollout.retry import retry_transient
-from rollout.spec import Spec, TimeSlicingChange
+from rollout.spec import Spec
 from rollout.transports.errors import Forbidden, NotFound
 from rollout.transports.fanout import run_on_nodes
 from rollout.transports.kube import KubeClient, Node, Pod
@@ -106,18 +107,15 @@ def node_facts_from(name: str, probe: NodeProbe, node: Node, pods: Sequence[Pod]
 
 
 def gather_cluster_facts(spec: Spec, kube: KubeClient) -> ClusterFacts:
-    """The ConfigMaps the plan's time-slicing changes touch, the ClusterPolicy spec, and the
-    NVIDIADrivers where the plan names one."""
+    """The ClusterPolicy spec, the ConfigMaps the plan's change kinds read to plan (each
+    kind's `cluster_reads`), and the NVIDIADrivers where the plan names one."""
+    policy = read_cluster_policy_spec(kube)
     configmaps: dict[str, Mapping[str, str]] = {}
-    for change in spec.changes_of(TimeSlicingChange):
-        ref = change.configmap
+    for namespace, name in cluster_reads(spec.changes, policy):
         try:
-            configmaps[f"{ref.namespace}/{ref.name}"] = dict(
-                kube.get_configmap(ref.namespace, ref.name).data
-            )
+            configmaps[f"{namespace}/{name}"] = dict(kube.get_configmap(namespace, name).data)
         except NotFound:
             continue
-    policy = read_cluster_policy_spec(kube)
     pdbs = tuple(
         f"{b.namespace}/{b.name}: {b.disruptions_allowed} disruption(s) allowed"
         for b in kube.list_pdbs(None)

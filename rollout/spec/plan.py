@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal, TypeVar
 import pydantic
 from pydantic import Field, PlainValidator, PrivateAttr, model_validator
 
+from rollout.changes import KINDS
 from rollout.errors import InputError, InputErrors, SourceLocation
 from rollout.inputs.fieldproblems import (
     FieldProblem,
@@ -21,7 +22,6 @@ from rollout.inputs.inputfile import MAX_INPUT_BYTES
 from rollout.inputs.yamlsource import SourceDocument
 from rollout.spec.changes.driver import DriverUpgradeChange
 from rollout.spec.changes.entry import Change, ChangeEntry
-from rollout.spec.changes.kind import ChangeKind
 from rollout.spec.changes.registry import DEFAULT_CERTS_DIR
 from rollout.spec.fieldtypes import DnsLabel, KubeName, SpecModel, Str
 from rollout.spec.policy import Policy, SelectorField
@@ -124,7 +124,8 @@ class Spec(SpecModel):
 
     def changes_of(self, kind: type[ChangeT]) -> tuple[ChangeT, ...]:
         """The changes of one model class, e.g. `spec.changes_of(RegistryChange)`."""
-        return tuple(c for c in self.changes if isinstance(c, kind))
+        changes: tuple[object, ...] = self.changes
+        return tuple(c for c in changes if isinstance(c, kind))
 
     @property
     def driver_upgrade(self) -> DriverUpgradeChange | None:
@@ -168,7 +169,7 @@ def _check_changes(doc: SourceDocument) -> list[InputError]:
             continue
         ((kind, body),) = item.items()
         here = ("changes", index, kind)
-        if kind in first_kind and kind != ChangeKind.REGISTRY.value and kind in _KINDS:
+        if kind in first_kind and kind in _KINDS and not KINDS[kind].repeatable:
             first = doc.location_of(("changes", first_kind[kind], kind), at_key=True)
             errors.append(
                 InputError(
@@ -180,7 +181,7 @@ def _check_changes(doc: SourceDocument) -> list[InputError]:
                 )
             )
         first_kind.setdefault(kind, index)
-        if kind != ChangeKind.REGISTRY.value or not isinstance(body, dict):
+        if kind != REGISTRY_KEY or not isinstance(body, dict):
             continue
         host = body.get("host")
         if isinstance(host, str):
@@ -211,7 +212,9 @@ def _check_changes(doc: SourceDocument) -> list[InputError]:
     return errors
 
 
-_KINDS = frozenset(k.value for k in ChangeKind)
+_KINDS = frozenset(KINDS)
+# the registry change's own checks across changes: one host once, one config_path
+REGISTRY_KEY = "registry"
 
 
 def parse_spec(text: str, source: str) -> Spec:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, model_validator
 
 from rollout.inputs.fieldproblems import FieldProblem, describe_value
-from rollout.spec.changes.kind import Advertised, ChangeKind
+from rollout.spec.changes.kind import Advertised
 from rollout.spec.fieldtypes import SpecModel, Str
 
 # containerd's own table names: letters, digits, '_' and '-' (runtime names like nvidia-cdi)
@@ -74,8 +74,6 @@ SettingKey = Annotated[Str, AfterValidator(check_setting_key)]
 
 class ContainerdChange(SpecModel):
     """Settings of containerd's CRI plugin, keys relative to its table (config version 2)."""
-
-    kind: ClassVar[ChangeKind] = ChangeKind.CONTAINERD
 
     settings: Mapping[SettingKey, Annotated[Any, AfterValidator(check_setting_value)]] = Field(
         default_factory=dict

@@ -5,12 +5,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from enum import Enum
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, PlainValidator, model_validator
 
 from rollout.inputs.fieldproblems import FieldProblem, describe_value
-from rollout.spec.changes.kind import Advertised, ChangeKind
+from rollout.spec.changes.kind import Advertised
 from rollout.spec.fieldtypes import Bool, Int, KubeName, SpecModel, Str
 
 _DRIVER_VERSION = re.compile(r"^[0-9]{3}\.[0-9]{1,3}\.[0-9]{1,3}$")
@@ -57,8 +57,6 @@ def check_package(value: str) -> str:
 class DriverUpgradeChange(SpecModel):
     """Move the GPU driver to `version`, by apt (host) or through the GPU Operator (operator):
     the ClusterPolicy's spec.driver.version, or one NVIDIADriver's spec.version."""
-
-    kind: ClassVar[ChangeKind] = ChangeKind.DRIVER_UPGRADE
 
     version: Annotated[str, PlainValidator(check_driver_version)]
     mode: DriverMode

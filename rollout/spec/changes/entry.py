@@ -1,34 +1,37 @@
-"""One item of `changes:`: exactly one change, named by its kind."""
+"""One item of `changes:`: exactly one change, named by its kind.
+
+The entry's keys are the registered change kinds' (rollout.changes.KINDS), each read into its
+kind's plan model: a new kind is accepted under its key with no edit here.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Union
 
-from pydantic import Field, model_validator
+from pydantic import Field, create_model, model_validator
 
+from rollout.changes import change_models
 from rollout.inputs.fieldproblems import FieldProblem
-from rollout.spec.changes.containerd import ContainerdChange
-from rollout.spec.changes.driver import DriverUpgradeChange
-from rollout.spec.changes.kind import ChangeKind
-from rollout.spec.changes.registry import RegistryChange
-from rollout.spec.changes.timeslicing import TimeSlicingChange
+from rollout.spec.changes.kind import ChangeModel
 from rollout.spec.fieldtypes import SpecModel
 
-Change = RegistryChange | ContainerdChange | TimeSlicingChange | DriverUpgradeChange
+MODELS = change_models()
+
+if TYPE_CHECKING:
+    # one of the kinds' plan models; which one, the code asks with isinstance
+    Change = ChangeModel
+else:
+    Change = Union[tuple(MODELS.values())]  # noqa: UP007 (a union of the registered models)
 
 
-class ChangeEntry(SpecModel):
+class ChangeEntryBase(SpecModel):
     """One item of `changes:`: a mapping with exactly one key, the change's kind."""
-
-    registry: RegistryChange | None = None
-    containerd: ContainerdChange | None = None
-    time_slicing: TimeSlicingChange | None = Field(default=None, alias="time-slicing")
-    driver_upgrade: DriverUpgradeChange | None = Field(default=None, alias="driver-upgrade")
 
     @model_validator(mode="before")
     @classmethod
     def _check_one_key(cls, data: Any) -> Any:
-        kinds = ", ".join(k.value for k in ChangeKind)
+        kinds = ", ".join(str(f.alias) for f in cls.model_fields.values())
         if isinstance(data, dict) and len(data) != 1:
             found = ", ".join(str(k) for k in data) or "no key"
             raise FieldProblem(
@@ -44,7 +47,23 @@ class ChangeEntry(SpecModel):
     @property
     def change(self) -> Change:
         """The one change this entry holds."""
-        for value in (self.registry, self.containerd, self.time_slicing, self.driver_upgrade):
+        for name in type(self).model_fields:
+            value = getattr(self, name)
             if value is not None:
-                return value
+                return value  # type: ignore[no-any-return]
         raise AssertionError("validated entries hold exactly one change")
+
+
+def build_change_entry(models: Mapping[str, type]) -> type[ChangeEntryBase]:
+    """The entry model of a table of kinds: one optional field per key, in the table's order."""
+    fields: dict[str, Any] = {
+        key.replace("-", "_"): (model | None, Field(default=None, alias=key))
+        for key, model in models.items()
+    }
+    return create_model("ChangeEntry", __base__=ChangeEntryBase, **fields)
+
+
+if TYPE_CHECKING:
+    ChangeEntry = ChangeEntryBase
+else:
+    ChangeEntry = build_change_entry(MODELS)

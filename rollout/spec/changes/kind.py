@@ -6,15 +6,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
+from typing import Protocol
 
+from rollout.changes import KINDS
 
-class ChangeKind(Enum):
-    """The key that names a change in `changes:`."""
-
-    REGISTRY = "registry"
-    CONTAINERD = "containerd"
-    TIME_SLICING = "time-slicing"
-    DRIVER_UPGRADE = "driver-upgrade"
+# The key that names a change in `changes:`, one member per registered kind (REGISTRY,
+# TIME_SLICING, ...); mypy cannot list members the table makes at run time.
+ChangeKind: type[Enum] = Enum(  # type: ignore[misc]
+    "ChangeKind", {key.upper().replace("-", "_"): key for key in KINDS}
+)
 
 
 @dataclass(frozen=True)
@@ -25,3 +25,12 @@ class Advertised:
 
     counts: Mapping[str, int]
     caveats: tuple[str, ...] = ()
+
+
+class ChangeModel(Protocol):
+    """What every kind's plan model is (a SpecModel) and says: `advertises`."""
+
+    def advertises(self, now: Mapping[str, int], physical: int) -> Advertised:
+        """GPU resource -> allocatable once the change is made, from what the node
+        advertises `now` and its `physical` GPUs."""
+        ...

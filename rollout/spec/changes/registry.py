@@ -7,7 +7,7 @@ import posixpath
 import re
 from collections.abc import Mapping
 from enum import Enum
-from typing import Annotated, ClassVar
+from typing import Annotated
 from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, Field, model_validator
@@ -16,7 +16,7 @@ from rollout.containerd.files import CONTAINERD_DIR
 from rollout.containerd.hosts import DEFAULT_NAMESPACE
 from rollout.inputs.fieldproblems import FieldProblem, describe_value
 from rollout.inputs.wholenumber import whole_number
-from rollout.spec.changes.kind import Advertised, ChangeKind
+from rollout.spec.changes.kind import Advertised
 from rollout.spec.fieldtypes import AbsolutePath, Bool, SpecModel, Str
 
 DEFAULT_CERTS_DIR = f"{CONTAINERD_DIR}/certs.d"
@@ -139,8 +139,6 @@ class RegistryEndpoint(SpecModel):
 
 class RegistryChange(SpecModel):
     """Mirrors for one registry host, written as `<config_path>/<host>/hosts.toml`."""
-
-    kind: ClassVar[ChangeKind] = ChangeKind.REGISTRY
 
     host: Annotated[Str, AfterValidator(check_registry_host)]
     endpoints: Annotated[tuple[RegistryEndpoint, ...], Field(min_length=1)]

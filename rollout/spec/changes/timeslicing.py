@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field
 
 from rollout.deviceprofiles import renames_by_default, shared_replicas
 from rollout.inputs.fieldproblems import FieldProblem, describe_value
 from rollout.operatornames import GPU_RESOURCE, OPERATOR_NAMESPACE, SHARED_GPU_RESOURCE
-from rollout.spec.changes.kind import Advertised, ChangeKind
+from rollout.spec.changes.kind import Advertised
 from rollout.spec.fieldtypes import Bool, DnsLabel, Int, KubeName, SpecModel, Str
 from rollout.spec.selector import check_label_value
 
@@ -104,8 +104,6 @@ class DevicePluginConfig(SpecModel):
 
 class TimeSlicingChange(SpecModel):
     """Put `config` under key `profile` in the ConfigMap and label nodes with the profile."""
-
-    kind: ClassVar[ChangeKind] = ChangeKind.TIME_SLICING
 
     configmap: ConfigMapRef = ConfigMapRef()
     profile: Annotated[Str, AfterValidator(check_profile)]
