@@ -21,6 +21,7 @@ from rollout.plan import CapacityForecast, NodePlan, ResourceForecast
 # the renderers read this module's text: the facts and the spec (pydantic) load only with the
 # planner, so that `rollout --help` or a mistyped command loads neither
 if TYPE_CHECKING:
+    from rollout.changes.base import PlanningContext
     from rollout.facts import NodeFacts
     from rollout.spec import Spec
 
@@ -49,8 +50,12 @@ def unhealthy_note(resource: str) -> str:
     )
 
 
-def forecast_node(spec: Spec, node: NodeFacts) -> CapacityForecast:
-    """One node's GPU resources before -> after the spec's changes, with their caveats."""
+def forecast_node(
+    spec: Spec, node: NodeFacts, ctx: PlanningContext | None = None
+) -> CapacityForecast:
+    """One node's GPU resources before -> after the spec's changes, with their caveats; with
+    the planning context each change's kind says it (a MIG layout is read from the cluster),
+    else its model alone."""
     from rollout.facts.gpu_operator import physical_gpus
 
     known = bool(node.capacity)
@@ -60,7 +65,11 @@ def forecast_node(spec: Spec, node: NodeFacts) -> CapacityForecast:
     after: Mapping[str, int] = healthy
     caveats: list[str] = []
     for change in spec.changes:
-        advertised = change.advertises(after, physical)
+        advertised = (
+            ctx.kind_of(change).advertises(ctx, change, node, after)
+            if ctx is not None
+            else change.advertises(after, physical)
+        )
         after = advertised.counts
         caveats.extend(advertised.caveats)
     notes = [UNKNOWN_NOTE] if not known else []

@@ -135,6 +135,16 @@ class ResourceForecast:
 
 
 @dataclass(frozen=True)
+class Advertised:
+    """What a node advertises once a change is made, each kind's `advertises(now, physical)`:
+    GPU resource -> allocatable count, and what a reviewer must know of those counts (a new
+    kind says its own here: a MIG layout, that it can advertise less than the card)."""
+
+    counts: Mapping[str, int]
+    caveats: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class CapacityForecast:
     """The GPU resources of a node (or the fleet's targets, summed) before -> after the plan,
     and what a reviewer must know of the numbers."""

@@ -133,7 +133,7 @@ def plan_node(
         status=describe_status(node),
         unavailable=not node.available,
         gpus=physical_gpus(node),
-        capacity=forecast_node(ctx.spec, node),
+        capacity=forecast_node(ctx.spec, node, ctx),
     )
     for each in work:
         node_plan = each.add_to(node_plan)

@@ -19,7 +19,8 @@ from typing import Any, ClassVar, TypeVar
 
 from rollout.changes import kind_planners
 from rollout.facts import ClusterFacts, FleetFacts, NodeFacts
-from rollout.plan import ClusterChange, LabelChange, NodePlan
+from rollout.facts.gpu_operator import physical_gpus
+from rollout.plan import Advertised, ClusterChange, LabelChange, NodePlan
 
 V = TypeVar("V")
 W = TypeVar("W", bound="NodeWork")
@@ -94,6 +95,13 @@ class ChangeKindPlanner(abc.ABC):
     @abc.abstractmethod
     def plan_node(self, ctx: PlanningContext, change: Any, node: NodeFacts) -> NodeWork:
         """What the change does on the node (raises the node's planning error, located)."""
+
+    def advertises(
+        self, ctx: PlanningContext, change: Any, node: NodeFacts, now: Mapping[str, int]
+    ) -> Advertised:
+        """The node's GPU resources once the change is made (rollout.capacity): the model's
+        own rule, unless the kind needs the cluster to say it (a MIG layout's devices)."""
+        return change.advertises(now, physical_gpus(node))  # type: ignore[no-any-return]
 
 
 def kind_of(kinds: Mapping[str, ChangeKindPlanner], change: Any) -> ChangeKindPlanner:

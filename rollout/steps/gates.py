@@ -53,6 +53,7 @@ from rollout.steps.gpu_wait import (
     describe_validator_shortfall,
     expect_gpus,
     find_validator_pods,
+    forecast_expectations,
     validator_ready,
     wants_validator,
 )
@@ -184,7 +185,9 @@ class GatesStep(ReachingStep, MarkingStep):
         """A check changes nothing."""
 
 
-def read_gates(ctx: StepContext, *, diagnostics: bool = False) -> tuple[str, list[str]]:
+def read_gates(
+    ctx: StepContext, *, diagnostics: bool = False, rolled_back: bool = False
+) -> tuple[str, list[str]]:
     """Read every gate of the plan once: (what failed, "" when all passed; the gates passed).
     DCGM's diagnostics run only with `diagnostics`, and only once every other gate passed.
     A node that fails one is cordoned (where it is not) for its evidence to be read."""
@@ -193,7 +196,7 @@ def read_gates(ctx: StepContext, *, diagnostics: bool = False) -> tuple[str, lis
     passed: list[str] = []
     failed: list[str] = []
     if gates.resources:
-        _record(check_resources(ctx, node), "resources whole", passed, failed)
+        _record(check_resources(ctx, node, rolled_back), "resources whole", passed, failed)
     if gates.xid:
         _record(check_xids(ctx), "no new Xid", passed, failed)
     if gates.validator and wants_validator(node) and expect_gpus(ctx.spec, ctx.facts).count:
@@ -228,7 +231,7 @@ def gates_after_rollback(ctx: StepContext, kind: str) -> None:
     do not run again. GatesFailAfterRollback, with the last evidence, when they never pass."""
     deadline = ctx.deadline(ctx.spec.policy.verify.gpu_wait_timeout_s)
     while True:
-        evidence, _ = read_gates(ctx)
+        evidence, _ = read_gates(ctx, rolled_back=True)
         if not evidence:
             return
         if deadline.expired:
@@ -262,26 +265,32 @@ def _record(problem: str | None, name: str, passed: list[str], failed: list[str]
         failed.append(problem)
 
 
-def check_resources(ctx: StepContext, node: Node) -> str | None:
-    """None when every GPU resource is whole; else what is short, resource by resource."""
+def check_resources(ctx: StepContext, node: Node, rolled_back: bool = False) -> str | None:
+    """None when every GPU resource is whole; else what is short, resource by resource.
+    Where the plan's forecast promises more than expect_gpus' one rule (a MIG layout), each
+    resource it gives a count is expected at that count (before the plan, once rolled back)
+    and those it takes to 0 are not read."""
     facts = ctx.facts
     if time_slicing_change(ctx.spec) is None:
         facts = replace(facts, labels=node.labels)
     expected = expect_gpus(ctx.spec, facts)
+    forecast = forecast_expectations(ctx.node_plan, expected, rolled_back=rolled_back)
+    counts = {e.resource: e.count for e in forecast or (expected,) if e.count}
     # what the node advertised before, but for the GPU resource a profile may rename
     names = {
         name
         for name in ctx.facts.capacity
         if name.startswith(GPU_RESOURCE_PREFIX) and name not in (GPU_RESOURCE, SHARED_GPU_RESOURCE)
     }
-    if expected.count:
-        names.add(expected.resource)
+    if forecast is not None:
+        names = {name for name in names if name in counts}
+    names.update(counts)
     problems = []
     for name in sorted(names):
         capacity = advertised_count(node.capacity, name)
         allocatable = advertised_count(node.allocatable, name)
-        if name == expected.resource and capacity != expected.count:
-            problems.append(f"{name} capacity {capacity}, expected {expected.count}")
+        if name in counts and capacity != counts[name]:
+            problems.append(f"{name} capacity {capacity}, expected {counts[name]}")
         elif not capacity or allocatable != capacity:
             unhealthy = " (a device the plugin marked unhealthy)" if capacity else ""
             problems.append(f"{name} capacity {capacity}, allocatable {allocatable}{unhealthy}")

@@ -80,19 +80,20 @@ def expect_gpus(spec: Spec, facts: NodeFacts) -> GpuExpectation:
 
 
 def forecast_expectations(
-    node_plan: NodePlan, expected: GpuExpectation
+    node_plan: NodePlan, expected: GpuExpectation, *, rolled_back: bool = False
 ) -> tuple[GpuExpectation, ...] | None:
-    """What the plan's capacity forecast says the node advertises after, each resource above
-    0, where the forecast moves a resource that `expected` (expect_gpus' one rule) does not
-    cover (a MIG layout's devices); None where that rule says it all. A resource the
-    forecast takes to 0 is not waited for: the kubelet keeps a gone resource's capacity for
-    minutes (FACTS.md, kubelet device manager)."""
+    """What the plan's capacity forecast says the node advertises after (before, once
+    `rolled_back`), each resource above 0, where the forecast moves a resource that
+    `expected` (expect_gpus' one rule) does not cover (a MIG layout's devices); None where
+    that rule says it all. A resource at 0 is not waited for: the kubelet keeps a gone
+    resource's capacity for minutes (FACTS.md, kubelet device manager)."""
     resources = node_plan.capacity.resources
     moved = {r.resource: r.after for r in resources if r.after and r.after != r.before}
     if not moved or moved == {expected.resource: expected.count}:
         return None
+    counts = {r.resource: r.before if rolled_back else r.after for r in resources}
     return tuple(
-        GpuExpectation(r.resource, r.after, expected.physical, 1) for r in resources if r.after
+        GpuExpectation(name, count, expected.physical, 1) for name, count in counts.items() if count
     )
 
 

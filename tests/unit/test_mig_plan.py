@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from rollout.changes.base import PlanningContext
-from rollout.changes.mig.kind import KIND, MigWork
+from rollout.changes.mig.kind import KIND
 from rollout.changes.mig.model import MigChange
+from rollout.changes.mig.work import MigWork
 from rollout.errors import InputError, SourceLocation
 from rollout.facts import ClusterFacts, FleetFacts, GpuFacts, NodeFacts
 from tests.node_facts import containerd_node

@@ -12,6 +12,7 @@ import pytest
 from rollout.plan import CapacityForecast, NodePlan, ResourceForecast
 from rollout.run import Journal
 from rollout.steps.base import StepContext, StepFailed
+from rollout.steps.gates import check_resources
 from rollout.steps.gpu_smoke import GpuSmokeStep, smoke_resource
 from rollout.steps.gpu_wait import GpuExpectation, GpuWaitStep, forecast_expectations
 from tests.unit.test_steps_kube import UUIDS, FakeKube, assert_done, make_context, make_spec
@@ -80,3 +81,27 @@ def test_the_smoke_pod_asks_one_mig_device_and_must_list_one(journal: Journal) -
     kube.read_pod_log = lambda *a, **k: mig  # type: ignore[method-assign]
     result = GpuSmokeStep().apply(ctx)
     assert_done(result, "MIG-ffda444c-c706-57c6-98c9-67c441a0b109")
+
+
+def test_the_resources_gate_reads_the_forecast_and_the_state_before_once_rolled_back(
+    journal: Journal,
+) -> None:
+    kube = FakeKube()
+    ctx = with_forecast(make_context(kube, journal), MIXED)
+    # still whole GPUs: the layout is not there
+    assert check_resources(ctx, kube.node) == (
+        "resources: nvidia.com/mig-1g.5gb capacity None, expected 14"
+    )
+    # rolled back: whole GPUs are what the node had before
+    assert check_resources(ctx, kube.node, rolled_back=True) is None
+    kube.node = replace(
+        kube.node,
+        capacity={"nvidia.com/gpu": "2", "nvidia.com/mig-1g.5gb": "14"},
+        allocatable={"nvidia.com/gpu": "0", "nvidia.com/mig-1g.5gb": "14"},
+    )
+    assert check_resources(ctx, kube.node) is None
+    kube.node = replace(kube.node, allocatable={"nvidia.com/mig-1g.5gb": "13"})
+    assert check_resources(ctx, kube.node) == (
+        "resources: nvidia.com/mig-1g.5gb capacity 14, allocatable 13 "
+        "(a device the plugin marked unhealthy)"
+    )

@@ -26,10 +26,12 @@ from rollout.changes.mig.layout import (
     unused_memory,
 )
 from rollout.changes.mig.model import MigChange
+from rollout.changes.mig.work import MigWork
 from rollout.errors import InputError
 from rollout.facts import NodeFacts
 from rollout.facts.gpu_operator import physical_gpus
 from rollout.operatornames import GPU_RESOURCE, MIG_RESOURCE_PREFIX
+from rollout.plan import LabelChange
 from rollout.spec.changes.kind import Advertised
 
 MIG_PLAYBOOK = "mig"
@@ -43,24 +45,6 @@ class MigPlan:
     strategy: MigStrategy
     config: MigConfig
     layout: MigLayout
-
-
-@dataclass(frozen=True)
-class MigWork(NodeWork):
-    """The layout a node gets: its label before and after, and what it will advertise."""
-
-    layout: str = ""
-    previous: str | None = None
-    # the MIG manager's state now; the reason nothing is done where the node is on the layout
-    state: str | None = None
-    already: str = ""
-    # GPU resource -> count the node advertises once the layout is applied, and caveats
-    advertised: Mapping[str, int] | None = None
-    caveats: tuple[str, ...] = ()
-
-    def describe_label(self) -> str:
-        """`nvidia.com/mig.config all-disabled -> all-1g.5gb`."""
-        return f"{CONFIG_LABEL} {self.previous or '(none)'} -> {self.layout}"
 
 
 class MigKind(ChangeKindPlanner):
@@ -113,6 +97,7 @@ class MigKind(ChangeKindPlanner):
         return MigWork(
             touches_node=True,
             disruptive=True,
+            labels=(LabelChange(CONFIG_LABEL, mig.config, plan.layout.name),),
             layout=plan.layout.name,
             previous=mig.config,
             state=mig.state,

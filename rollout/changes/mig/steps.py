@@ -15,8 +15,8 @@ from typing import Any, ClassVar
 
 from rollout.changes.base import PlanningContext
 from rollout.changes.mig.facts import CONFIG_LABEL, MigState, NodeMig
-from rollout.changes.mig.kind import MigWork
 from rollout.changes.mig.model import MigChange
+from rollout.changes.mig.work import MigWork
 from rollout.errors import RolloutError
 from rollout.facts import NodeFacts
 from rollout.plan import StepPlan

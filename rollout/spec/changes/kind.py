@@ -4,27 +4,17 @@ the GPU resources a node advertises once it is made (rollout.capacity reads it).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
 
 from rollout.changes import KINDS
+from rollout.plan import Advertised as Advertised  # with the forecast: changes.base reads it
 
 # The key that names a change in `changes:`, one member per registered kind (REGISTRY,
 # TIME_SLICING, ...); mypy cannot list members the table makes at run time.
 ChangeKind: type[Enum] = Enum(  # type: ignore[misc]
     "ChangeKind", {key.upper().replace("-", "_"): key for key in KINDS}
 )
-
-
-@dataclass(frozen=True)
-class Advertised:
-    """What a node advertises once a change is made, each kind's `advertises(now, physical)`:
-    GPU resource -> allocatable count, and what a reviewer must know of those counts (a new
-    kind says its own here: a MIG layout, that it can advertise less than the card)."""
-
-    counts: Mapping[str, int]
-    caveats: tuple[str, ...] = ()
 
 
 class ChangeModel(Protocol):
