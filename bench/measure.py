@@ -89,20 +89,24 @@ from rollout.facts import load_recorded_facts
 from rollout.planner import build_plan
 from rollout.playbook import load_playbooks
 from rollout.spec import load_spec
-from rollout.steps.containerd_changes import CONTAINERD_PLANS
+from rollout.changes import kind_planners
+from rollout.changes.containerd.kind import ContainerdKind, RegistryKind
 from pathlib import Path
 t1 = time.process_time()
 spec = load_spec(Path({str(PLAN)!r}))
 fleet = load_recorded_facts(Path({str(facts)!r}))
 t2 = time.process_time()
-plan = build_plan(spec, "plan.yaml", fleet, load_playbooks())
+made = []
+kinds = {{**kind_planners(), "registry": RegistryKind(plans_made=made),
+    "containerd": ContainerdKind(plans_made=made)}}
+plan = build_plan(spec, "plan.yaml", fleet, load_playbooks(), kinds=kinds)
 t3 = time.process_time()
 plan_to_json(plan)
 t4 = time.process_time()
 print_plan_text(plan, make_console(io.StringIO(), False))
 t5 = time.process_time()
 print(json.dumps({{"import_s": t1 - t0, "load_facts_s": t2 - t1, "build_plan_s": t3 - t2,
-    "render_json_s": t4 - t3, "render_text_s": t5 - t4, "engine_runs": CONTAINERD_PLANS.runs}}))
+    "render_json_s": t4 - t3, "render_text_s": t5 - t4, "engine_runs": sum(p.runs for p in made)}}))
 """
     result = subprocess.run(
         [PYTHON, "-c", script], capture_output=True, text=True, check=True, cwd=REPO

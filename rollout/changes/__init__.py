@@ -12,10 +12,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from rollout.changes.base import ChangeKindPlanner
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -49,15 +46,17 @@ def change_models(kinds: Mapping[str, Kind] = KINDS) -> dict[str, type]:
     return {key: load_object(kind.model, "") for key, kind in kinds.items()}
 
 
-def _planner(where: str) -> ChangeKindPlanner:
+# A planner is a rollout.changes.base.ChangeKindPlanner; typed Any here, as importing that
+# module even for typing would close a circle (base -> the plan model -> this table).
+def _planner(where: str) -> Any:
     package, _, name = where.partition(":")
     found = load_object(f"{package}.kind:{name or 'KIND'}", "")
-    return found() if isinstance(found, type) else found  # type: ignore[no-any-return]
+    return found() if isinstance(found, type) else found
 
 
 def kind_planners(
     keys: list[str] | None = None, kinds: Mapping[str, Kind] = KINDS
-) -> dict[str, ChangeKindPlanner]:
+) -> dict[str, Any]:
     """The planners of the kinds with these keys (all kinds: None), by key; an unknown key
     raises KeyError naming the known ones."""
     chosen = list(kinds) if keys is None else keys

@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
+from rollout.changes.containerd.writes import plan_node_containerd
 from rollout.facts import load_recorded_facts
 from rollout.spec.plan import parse_spec
-from rollout.steps.containerd_changes import plan_node_containerd
 from tests.conftest import containerd_binary, require
 from tests.examples import FACTS
 

@@ -17,6 +17,12 @@ from typing import Any
 
 import pytest
 
+from rollout.changes.containerd import steps as containerd_steps
+from rollout.changes.containerd.steps import (
+    ContainerdVerify,
+    ContainerdWrite,
+    describe_dump_difference,
+)
 from rollout.commands import CommandRunner
 from rollout.containerd.runtimehandlers import list_runtime_handlers
 from rollout.containerd.staging import normalise_dump
@@ -31,14 +37,8 @@ from rollout.planner import build_plan
 from rollout.playbook import load_playbooks
 from rollout.run import Journal
 from rollout.spec import load_spec
-from rollout.steps import containerd as containerd_steps
 from rollout.steps.backup import BACKUP_ROOT, replace_file
 from rollout.steps.base import StepContext, StepFailed, StepResultKind
-from rollout.steps.containerd import (
-    ContainerdVerify,
-    ContainerdWrite,
-    describe_dump_difference,
-)
 from rollout.steps.operandsettle import unsettled_operands
 from rollout.steps.systemd import SystemdRestart, probe_service
 from rollout.transports.kube import KubeClient

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from rollout.changes.containerd.steps import ContainerdVerify, ContainerdWrite, remove_run_stages
 from rollout.commands import CommandResult
 from rollout.errors import TransientError
 from rollout.lab.cluster import Lab
 from rollout.retry import RetryPolicy, call_with_policy
 from rollout.steps.base import StepContext, StepFailed, StepResult, StepResultKind
-from rollout.steps.containerd import ContainerdVerify, ContainerdWrite, remove_run_stages
 from rollout.steps.preflight import Preflight
 from rollout.steps.systemd import SystemdRestart, probe_service
 from rollout.transports.errors import SshConnectError

@@ -142,7 +142,7 @@ def test_an_unknown_kind_is_refused_naming_the_known_ones() -> None:
     with pytest.raises(KeyError) as unknown:
         kind_planners(["gpus"])
     assert f"the kinds are {', '.join(KINDS)}" in str(unknown.value)
-    table = {"echo": Kind("changes.echo", "spec.changes.registry:RegistryChange")}
+    table = {"echo": Kind("changes.echo", "changes.echo.model:EchoChange")}
     with pytest.raises(KeyError, match="the kinds are echo"):
         kind_planners(["registry"], table)
 

@@ -19,6 +19,7 @@ from typing import Any, cast
 
 import pytest
 
+from rollout.changes.containerd.steps import ContainerdWrite
 from rollout.commands import CommandResult
 from rollout.containerd import ConfigFiles, parse_version
 from rollout.containerd.dump import _DUMP_SCRIPT
@@ -28,7 +29,6 @@ from rollout.run import BackupWritten, Journal
 from rollout.spec import load_spec
 from rollout.steps import backup
 from rollout.steps.base import StepContext, StepFailed
-from rollout.steps.containerd import ContainerdWrite
 from rollout.steps.containerd_undo import TOOLKIT_DROP_IN, judge_undo
 from rollout.transports.kube import KubeClient
 from tests.examples import PLAN

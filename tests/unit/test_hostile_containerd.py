@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from rollout.changes.containerd.writes import plan_node_containerd
 from rollout.containerd import (
     ContainerdVersion,
     CriSetting,
@@ -21,7 +22,6 @@ from rollout.containerd import (
 )
 from rollout.facts.model import NodeFactsError
 from rollout.spec.plan import parse_spec
-from rollout.steps.containerd_changes import plan_node_containerd
 from tests.hostile import EXAMPLE_FACTS, HostileCase, hostile_test, run_case
 from tests.node_facts import containerd_node
 

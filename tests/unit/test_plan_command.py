@@ -226,8 +226,8 @@ def test_planned_writes_proven_by_real_containerd(
 def test_prediction_accepts_a_repair_only_as_restored_keys() -> None:
     """On the broken node the writes give back the hidden CRI table: allowed only as additions."""
     from rollout import containerd as engine
+    from rollout.changes.containerd.writes import build_intent
     from rollout.spec import load_spec
-    from rollout.steps.containerd_changes import build_intent
 
     node = load_recorded_facts(FACTS).by_name("gpu-a-3")
     assert node is not None

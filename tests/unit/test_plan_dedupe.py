@@ -9,25 +9,23 @@ from __future__ import annotations
 
 import dataclasses
 import io
-from typing import ClassVar
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rollout.changes import kind_planners
-from rollout.changes.base import ChangeKindPlanner, PlanningContext
-from rollout.changes.containerd.kind import ContainerdKind
+from rollout.changes.base import ChangeKindPlanner
+from rollout.changes.containerd import engineruns as containerd_plans
+from rollout.changes.containerd.engineruns import ContainerdPlans
+from rollout.changes.containerd.kind import ContainerdKind, RegistryKind
 from rollout.cli.render import make_console, plan_to_json, plan_to_markdown, print_plan_text
 from rollout.containerd import ContainerdVersion
 from rollout.errors import RolloutError
 from rollout.facts import FleetFacts, NodeFacts, load_recorded_facts
 from rollout.planner import build_plan
 from rollout.playbook import load_playbooks
-from rollout.spec import RegistryChange
 from rollout.spec.plan import parse_spec
-from rollout.steps import containerd_plans
-from rollout.steps.containerd_plans import ContainerdPlans
 from tests.examples import FACTS, PLAN
 
 SETTINGS_PLAN = """\
@@ -45,25 +43,13 @@ changes:
 def counting_kinds(
     *, deduplicate: bool = True
 ) -> tuple[dict[str, ChangeKindPlanner], list[ContainerdPlans]]:
-    """The registered kinds, registry and containerd counting their engine runs: the kinds,
-    and the engine memo of each plan made with them (ContainerdPlans.runs)."""
+    """The registered kinds, registry and containerd listing the engine runs of each plan
+    made with them (ContainerdPlans.runs): the kinds, and that list."""
     made: list[ContainerdPlans] = []
-
-    class Counting(ContainerdKind):
-        def engine_plans(self, ctx: PlanningContext) -> ContainerdPlans:
-            plans = super().engine_plans(ctx)
-            if not any(p is plans for p in made):
-                made.append(plans)
-            return plans
-
-    class CountingRegistry(Counting):
-        key: ClassVar[str] = "registry"
-        model: ClassVar[type] = RegistryChange
-
     kinds = {
         **kind_planners(),
-        "registry": CountingRegistry(deduplicate=deduplicate),
-        "containerd": Counting(deduplicate=deduplicate),
+        "registry": RegistryKind(deduplicate=deduplicate, plans_made=made),
+        "containerd": ContainerdKind(deduplicate=deduplicate, plans_made=made),
     }
     return kinds, made
 

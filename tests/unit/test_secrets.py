@@ -8,6 +8,7 @@ import json
 import stat
 from pathlib import Path
 
+from rollout.changes.containerd.steps import as_saved
 from rollout.cli.render import make_console, plan_to_json, plan_to_markdown, print_plan_text
 from rollout.plan import EffectiveChange, FileChange, NodePlan, Plan, StepPlan, Wave
 from rollout.run import Journal
@@ -20,7 +21,6 @@ from rollout.secrets import (
     redact_toml,
     redact_toml_pair,
 )
-from rollout.steps.containerd import as_saved
 
 SECRETS = ("hunter2", "bob-the-puller", "Zm9vOmJhcg==", "eyJ0b2tlbiI6MX0", "Basic c2VjcmV0")
 CRI_V2 = """version = 2

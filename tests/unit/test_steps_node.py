@@ -14,6 +14,15 @@ from typing import cast
 
 import pytest
 
+from rollout.changes.containerd.steps import (
+    ContainerdVerify,
+    ContainerdWrite,
+    classify_files,
+    describe_drift,
+    remove_run_stages,
+    with_planned_before,
+)
+from rollout.changes.containerd.writes import build_intent
 from rollout.commands import CommandFailed, CommandResult
 from rollout.containerd import ConfigFiles, StagingFailed, parse_version
 from rollout.containerd.runtimehandlers import list_runtime_handlers
@@ -44,15 +53,6 @@ from rollout.steps.backup import (
     restore_file,
 )
 from rollout.steps.base import StepContext, StepFailed, StepResultKind
-from rollout.steps.containerd import (
-    ContainerdVerify,
-    ContainerdWrite,
-    classify_files,
-    describe_drift,
-    remove_run_stages,
-    with_planned_before,
-)
-from rollout.steps.containerd_changes import build_intent
 from rollout.steps.preflight import Preflight
 from rollout.steps.systemd import RestartFailed, SystemdRestart, restart_service
 from rollout.transports.errors import SshConnectError

@@ -1,5 +1,5 @@
 """The registry and containerd change kinds: one engine run over both writes the node's
-containerd files (rollout.steps.containerd_changes), applied by the containerd playbook."""
+containerd files (writes), applied by the containerd playbook's steps (steps)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from types import ModuleType
 from typing import Any, ClassVar
 
 from rollout.changes.base import ChangeKindPlanner, NodeWork, PlanningContext
+from rollout.changes.containerd.engineruns import ContainerdPlans
+from rollout.changes.containerd.writes import ContainerdWork
 from rollout.facts import NodeFacts
 from rollout.spec import ContainerdChange, RegistryChange
-from rollout.steps.containerd_changes import ContainerdWork
-from rollout.steps.containerd_plans import ContainerdPlans
 
 # Distinct node configurations planned at once (each mostly waits for `containerd config dump`).
 ENGINE_RUNS_AT_ONCE = 4
@@ -24,22 +24,30 @@ class ContainerdKind(ChangeKindPlanner):
     model: ClassVar[type] = ContainerdChange
     work_key: ClassVar[str] = "containerd"
 
-    def __init__(self, *, deduplicate: bool = True) -> None:
+    def __init__(
+        self, *, deduplicate: bool = True, plans_made: list[ContainerdPlans] | None = None
+    ) -> None:
         self.deduplicate = deduplicate
+        # where each plan's engine runs are listed as they are made (a benchmark's, a test's)
+        self.plans_made = plans_made
 
     def playbook(self, change: Any) -> str:
         return "containerd"
 
     def step_modules(self) -> tuple[ModuleType, ...]:
-        from rollout.steps import containerd
+        from rollout.changes.containerd import steps
 
-        return (containerd,)
+        return (steps,)
 
     def engine_plans(self, ctx: PlanningContext) -> ContainerdPlans:
         """The plan's engine results by distinct node configuration."""
-        return ctx.memo(
-            ("containerd plans",), lambda: ContainerdPlans(deduplicate=self.deduplicate)
-        )
+        return ctx.memo(("containerd plans",), self._new_plans)
+
+    def _new_plans(self) -> ContainerdPlans:
+        plans = ContainerdPlans(deduplicate=self.deduplicate)
+        if self.plans_made is not None:
+            self.plans_made.append(plans)
+        return plans
 
     def prepare(self, ctx: PlanningContext, change: Any) -> None:
         ctx.memo(

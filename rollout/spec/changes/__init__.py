@@ -1,5 +1,7 @@
-"""The four kinds of change a plan can make on a GPU node, one module each (registry,
-containerd, timeslicing, driver), and the entry of `changes:` that holds exactly one of them.
+"""The entry of `changes:` that holds exactly one change, built from the change kinds' models
+(rollout.changes.KINDS), and what every kind's model says of the GPU resources a node
+advertises (kind). The models of registry, containerd, time-slicing and driver changes are
+here too (registry, containerd, timeslicing, driver).
 
 Import them from rollout.spec, the plan's one public face.
 """

@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 
 from rollout import containerd as engine
 from rollout.changes.base import PlanningContext
+from rollout.changes.containerd.writes import ContainerdWork, build_intent, parent_directories
 from rollout.commands import CommandRunner
 from rollout.containerd.runtimehandlers import list_runtime_handlers
 from rollout.containerd.staging import remove_stages
@@ -51,7 +52,6 @@ from rollout.steps.backup import (
     sha256_of_files,
 )
 from rollout.steps.base import StepContext, StepFailed, StepResult, translate_step_errors
-from rollout.steps.containerd_changes import ContainerdWork, build_intent, parent_directories
 from rollout.steps.containerd_undo import judge_undo, toolkit_drop_in_absent, undo_files
 from rollout.steps.nodechanges import WRITE_STEP, ContainerdFileStep
 from rollout.steps.systemd import (

@@ -12,10 +12,10 @@ import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from rollout.changes.containerd.writes import ContainerdChanges, plan_node_containerd
 from rollout.facts import NodeFacts
 from rollout.memo import BoundedCache
 from rollout.spec import Spec
-from rollout.steps.containerd_changes import ContainerdChanges, plan_node_containerd
 
 
 class ContainerdPlans:
