@@ -37,7 +37,12 @@ import tomli_w
 
 from rollout.containerd.errors import UnsupportedVersion
 from rollout.containerd.files import DEFAULT_MAIN_PATH, ConfigFiles
-from rollout.containerd.version import CRI_RUNTIME, CRI_V2, ContainerdVersion, MergeMode
+from rollout.containerd.version import (
+    ContainerdVersion,
+    MergeMode,
+    dump_config_version,
+    runtime_plugin_of,
+)
 
 RECORDED_SERIES = ("1.6", "1.7", "2.1")
 FILES_ONLY = "the files alone (containerd's built-in defaults left out)"
@@ -176,7 +181,7 @@ def render_recorded(defaults: Defaults, recorded_from: str) -> dict[str, str]:
 def probe_files(series: str) -> tuple[ConfigFiles, ConfigFiles]:
     """The configs whose dumps are the recorded defaults: no settings; one empty handler."""
     major = int(series.split(".")[0])
-    config_version, cri = (2, CRI_V2) if major < 2 else (3, CRI_RUNTIME)
+    config_version, cri = dump_config_version(major), runtime_plugin_of(major)
     empty = f"version = {config_version}\n"
     handler = empty + f'\n[plugins."{cri}".containerd.runtimes.{TEMPLATE_RUNTIME}]\n'
     return ConfigFiles(DEFAULT_MAIN_PATH, {DEFAULT_MAIN_PATH: empty}), ConfigFiles(
@@ -186,7 +191,7 @@ def probe_files(series: str) -> tuple[ConfigFiles, ConfigFiles]:
 
 def runtime_entry_of(dump: Mapping[str, Any], series: str) -> dict[str, Any]:
     """The zero handler in the dump of the second probe config."""
-    cri = CRI_V2 if int(series.split(".")[0]) < 2 else CRI_RUNTIME
+    cri = runtime_plugin_of(int(series.split(".")[0]))
     entry = dump["plugins"][cri]["containerd"]["runtimes"][TEMPLATE_RUNTIME]
     return dict(entry)
 

@@ -23,7 +23,7 @@ from rollout.containerd.defaults import nearest_recorded_series, recorded_defaul
 from rollout.containerd.errors import UnknownCriSetting
 from rollout.containerd.intent import CriSetting
 from rollout.containerd.runtimehandlers import find_runtime_handler
-from rollout.containerd.version import CRI_RUNTIME, CRI_V2, ContainerdVersion
+from rollout.containerd.version import ContainerdVersion, runtime_plugin_of
 
 RUNC_SHIMS = frozenset({"io.containerd.runc.v2", "io.containerd.runc.v1"})
 # In runc's Options message on 2.x but not in the `config dump` template (source:
@@ -38,7 +38,7 @@ class UnknownRuntimeOption(UnknownCriSetting):
 def runc_option_keys(version: ContainerdVersion) -> frozenset[str]:
     """The keys of runc's options table on `version`, from its series' recorded dump."""
     defaults = recorded_defaults(nearest_recorded_series(version))
-    cri = CRI_V2 if version.major < 2 else CRI_RUNTIME
+    cri = runtime_plugin_of(version.major)
     options = defaults.tree["plugins"][cri]["containerd"]["runtimes"]["runc"]["options"]
     return frozenset(options) | (_SOURCE_ONLY_2 if version.major >= 2 else frozenset())
 

@@ -56,7 +56,7 @@ class ContainerdVersion:
 
     @property
     def max_config_version(self) -> int:
-        return 2 if self.major < 2 else 3
+        return dump_config_version(self.major)
 
     @classmethod
     def from_output(cls, text: str) -> ContainerdVersion:
@@ -95,6 +95,17 @@ class ContainerdVersion:
 
     def __str__(self) -> str:
         return f"{self.major}.{self.minor}.{self.patch}"
+
+
+def dump_config_version(major: int) -> int:
+    """The config version a containerd release writes (`config dump`) and reads at most:
+    2 on 1.x, 3 on 2.x."""
+    return 2 if major < 2 else 3
+
+
+def runtime_plugin_of(major: int) -> str:
+    """The CRI plugin that holds the runtime handlers in a release's own dump."""
+    return RUNTIME_PLUGIN[dump_config_version(major)]
 
 
 def parse_version(text: str) -> ContainerdVersion:

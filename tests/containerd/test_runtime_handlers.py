@@ -9,7 +9,14 @@ from pathlib import Path
 import rollout
 from rollout.containerd.runtimehandlers import find_runtime_handler, list_runtime_handlers
 from rollout.containerd.runtimeoptions import runtime_type_in
-from rollout.containerd.version import CRI_IMAGES, CRI_RUNTIME, CRI_V2
+from rollout.containerd.version import (
+    CRI_IMAGES,
+    CRI_RUNTIME,
+    CRI_V2,
+    ContainerdVersion,
+    dump_config_version,
+    runtime_plugin_of,
+)
 
 PACKAGE = Path(rollout.__file__).resolve().parent
 V2 = {
@@ -39,6 +46,13 @@ def test_handlers_of_both_layouts_and_only_cri_tables() -> None:
     assert list_runtime_handlers(V3) == ("nvidia-cdi", "runc")
     assert list_runtime_handlers({}) == ()
     assert list_runtime_handlers({"plugins": "not a table"}) == ()
+
+
+def test_which_plugin_holds_a_releases_handlers() -> None:
+    """The one choice by release (probe configs, recorded defaults, runc's option keys)."""
+    assert (runtime_plugin_of(1), runtime_plugin_of(2)) == (CRI_V2, CRI_RUNTIME)
+    assert (dump_config_version(1), dump_config_version(2)) == (2, 3)
+    assert ContainerdVersion.from_series("2.1").max_config_version == 3
 
 
 def test_one_handler_and_its_runtime_type() -> None:
