@@ -4,7 +4,8 @@ Public API (details in each module's docstring):
 
 - version: `ContainerdVersion.from_output(text)` / `parse_version(text)` (`.series`,
   `.merge_mode`), `MergeMode`, `read_config_version(doc)`, `cri_plugin_ids(config_version)`;
-  the CRI plugin ids (`CRI_V2`, `CRI_RUNTIME`, `CRI_IMAGES`, `RUNTIME_PLUGIN`), defined only here.
+  the CRI plugin ids (`CRI_V2`, `CRI_RUNTIME`, `CRI_IMAGES`, `RUNTIME_PLUGIN`), defined only here;
+  `runtime_plugin_of(major)`: the plugin that holds a release's runtime handlers.
 - files: `ConfigFiles(main_path, files)`, the node's config files as recorded.
 - merge: `load_effective(files, version, defaults=None) -> EffectiveConfig` (tree: what
   containerd loads; configured: what the files set; defaults_source; load_order, provenance,
