@@ -54,8 +54,8 @@ def build_plan(
     playbook_names = change_kinds(spec, ctx.kinds)
     steps = compose_steps(playbooks[name] for name in playbook_names)
     planners = step_planners()
-    for change in spec.changes:
-        ctx.kind_of(change).prepare(ctx, change)
+    for _, kind, change in ctx.planned_kinds():
+        kind.prepare(ctx, change)
     cluster_work = ctx.cluster_work()
     groups = find_groups(spec, [(n.name, n.labels) for n in targets])
     node_plans = [plan_node(ctx, node, steps, planners) for node in targets]

@@ -66,6 +66,10 @@ class ChangeKindPlanner(abc.ABC):
     # one engine over both): the context computes that work once per node
     work_key: ClassVar[str] = ""
 
+    # the kind's work is planned on every node, in a plan without its change too (the change
+    # is then None): containerd's engine reads each node's files and shows their shadowing
+    describes_every_node: ClassVar[bool] = False
+
     @classmethod
     def shared_work_key(cls) -> str:
         return cls.work_key or cls.key
@@ -170,14 +174,6 @@ class PlanningContext:
         with self._lock:
             return self._values.setdefault(key, value)  # type: ignore[no-any-return]
 
-    def changes_of(self, work_key: str) -> list[tuple[ChangeKindPlanner, Any]]:
-        """The spec's changes whose kind plans under `work_key`, each with its kind."""
-        return [
-            (kind, change)
-            for change in self.spec.changes
-            if (kind := self.kind_of(change)).shared_work_key() == work_key
-        ]
-
     def kind_of(self, change: Any) -> ChangeKindPlanner:
         """The registered kind whose model the change is."""
         return kind_of(self.kinds, change)
@@ -197,9 +193,26 @@ class PlanningContext:
         return found if isinstance(found, shape) else empty
 
     def all_work(self, node: NodeFacts) -> tuple[NodeWork, ...]:
-        """The work of every kind the plan has on the node, once per work key, in plan order."""
-        keys = list(dict.fromkeys(self.kind_of(c).shared_work_key() for c in self.spec.changes))
-        return tuple(self.work(node, key) for key in keys)
+        """The work of every kind the plan has on the node (and of the kinds that describe
+        every node), once per work key, in plan order."""
+        return tuple(self.work(node, key) for key, _, _ in self.planned_kinds())
+
+    def planned_kinds(self) -> list[tuple[str, ChangeKindPlanner, Any]]:
+        """(work key, kind, its first change) of each kind that plans here, the kinds that
+        describe every node first (their change None where the plan has none)."""
+        return self.memo(("planned kinds",), self._find_planned_kinds)
+
+    def _find_planned_kinds(self) -> list[tuple[str, ChangeKindPlanner, Any]]:
+        found: dict[str, tuple[ChangeKindPlanner, Any]] = {}
+        for kind in self.kinds.values():
+            if kind.describes_every_node:
+                found.setdefault(kind.shared_work_key(), (kind, None))
+        for change in self.spec.changes:
+            kind = self.kind_of(change)
+            key = kind.shared_work_key()
+            if key not in found or found[key][1] is None:
+                found[key] = (kind, change)
+        return [(key, kind, change) for key, (kind, change) in found.items()]
 
     def cluster_work(self) -> tuple[ClusterWork, ...]:
         """Every change's cluster-wide work, in plan order, computed once per context."""
@@ -209,8 +222,7 @@ class PlanningContext:
         )
 
     def _plan_work(self, node: NodeFacts, key: str) -> NodeWork:
-        found = self.changes_of(key)
-        if not found:
-            return NodeWork()
-        kind, change = found[0]
-        return kind.plan_node(self, change, node)
+        for planned, kind, change in self.planned_kinds():
+            if planned == key:
+                return kind.plan_node(self, change, node)
+        return NodeWork()

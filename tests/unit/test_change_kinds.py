@@ -197,7 +197,8 @@ def test_the_context_plans_a_nodes_work_once_and_keeps_no_error() -> None:
     ctx = PlanningContext(echo_spec(), fleet, {**kind_planners(), "echo": kind})
     node = fleet.nodes[0]
     assert ctx.work(node, "echo") is ctx.work(node, "echo")
-    assert ctx.all_work(node) == (ctx.work(node, "echo"),)
+    # containerd's kind describes every node, first; then the plan's own kinds
+    assert ctx.all_work(node) == (ctx.work(node, "containerd"), ctx.work(node, "echo"))
     assert kind.planned == [node.name]
     broken = dataclasses.replace(node, name="broken")
     for _ in range(2):
@@ -207,6 +208,22 @@ def test_the_context_plans_a_nodes_work_once_and_keeps_no_error() -> None:
     # another context plans afresh
     PlanningContext(echo_spec(), fleet, {**kind_planners(), "echo": kind}).work(node, "echo")
     assert kind.planned[-1] == node.name and len(kind.planned) == 4
+
+
+def node_shadowing(plan: Plan) -> dict[str, tuple[str, ...]]:
+    return {n.name: n.shadowing for w in plan.waves for n in w.nodes if n.shadowing}
+
+
+def test_every_plan_shows_the_shadowing_of_each_nodes_containerd_files() -> None:
+    """containerd's kind describes every node: a driver plan shows what a registry plan
+    shows of a node whose drop-in replaces the CRI table (and groups the node apart)."""
+    fleet = load_recorded_facts(FACTS)
+    registry = build_plan(parse_spec(PLAN.read_text(), str(PLAN)), "p", fleet, load_playbooks())
+    driver_plan = PLAN.parent / "driver-host.yaml"
+    spec = parse_spec(driver_plan.read_text(), str(driver_plan))
+    driver = build_plan(spec, "p", fleet, load_playbooks())
+    assert node_shadowing(registry)
+    assert node_shadowing(driver) == node_shadowing(registry)
 
 
 def test_a_kind_the_plan_lacks_works_nothing() -> None:

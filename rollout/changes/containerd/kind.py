@@ -23,6 +23,7 @@ class ContainerdKind(ChangeKindPlanner):
     key: ClassVar[str] = "containerd"
     model: ClassVar[type] = ContainerdChange
     work_key: ClassVar[str] = "containerd"
+    describes_every_node: ClassVar[bool] = True
 
     def __init__(
         self, *, deduplicate: bool = True, plans_made: list[ContainerdPlans] | None = None
