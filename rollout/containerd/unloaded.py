@@ -107,6 +107,8 @@ def find_unloaded(files: ConfigFiles, version: ContainerdVersion) -> list[Unload
         if path.endswith(".toml")
         and path not in merged.load_order
         and "/certs.d/" not in path
+        # a registry's hosts.toml, under whatever config_path: read from there, never imported
+        and posixpath.basename(path) != "hosts.toml"
         and path != files.main_path
     ]
     return found

@@ -1,9 +1,11 @@
-"""Extra per-node facts some plans need (a driver upgrade's), read on every node at once and
-set on its NodeFacts; a node that cannot be read fails the gathering, named.
+"""Extra per-node facts some plans need, read on every node at once and set on its
+NodeFacts; a node that cannot be read fails the gathering, named.
 
-Which fact a plan needs is decided here once, by the driver change's mode: `host` reads the
-apt and module facts of the packages (rollout.facts.driver_host), `operator` the running
-kernel the operator's driver container builds its module for (DriverKernelFact).
+Which fact a plan needs is decided here once: a registry change whose config_path lies outside
+/etc/containerd has its hosts.toml read with the node's files (the files fact reads only that
+directory by itself); a driver change, by its mode: `host` reads the apt and module facts of
+the packages (rollout.facts.driver_host), `operator` the running kernel the operator's driver
+container builds its module for (DriverKernelFact).
 """
 
 from __future__ import annotations
@@ -13,13 +15,17 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rollout.commands import CommandRunner
+from rollout.containerd import hosts_toml_path
+from rollout.containerd.files import CONTAINERD_DIR
 from rollout.errors import RolloutError
+from rollout.facts.containerd import ConfigFilesFact
 from rollout.facts.driver import DriverKernelFact
 from rollout.facts.driver_host import read_driver_host
 from rollout.facts.fact import ProbeFailed, read_fact
 from rollout.facts.model import NodeFacts
 from rollout.retry import retry_transient
 from rollout.spec import DriverMode, Spec
+from rollout.spec.changes.registry import RegistryChange, is_under
 from rollout.transports.fanout import run_on_nodes
 
 
@@ -29,8 +35,10 @@ def with_plan_facts(
     nodes: Sequence[NodeFacts],
     max_parallel: int = 8,
 ) -> list[NodeFacts]:
-    """The nodes with the extra facts the plan's changes need: host driver facts for a
-    `mode: host` driver upgrade, the running kernel for `mode: operator`; unchanged otherwise."""
+    """The nodes with the extra facts the plan's changes need: the hosts.toml files a registry
+    change writes outside /etc/containerd, host driver facts for a `mode: host` driver
+    upgrade, the running kernel for `mode: operator`; unchanged otherwise."""
+    nodes = with_hosts_files(spec, runners, nodes, max_parallel)
     change = spec.driver_upgrade
     if change is None:
         return list(nodes)
@@ -66,15 +74,61 @@ def with_node_fact(
 ) -> list[NodeFacts]:
     """Each node whose `field` is still None, with `read(runner)` set there, in parallel."""
     wanted = [runners[n.name] for n in nodes if n.name in runners and getattr(n, field) is None]
+    found = read_on_nodes(wanted, read, what, max_parallel)
+    return [
+        dataclasses.replace(node, **dict[str, Any]({field: found[node.name]}))
+        if node.name in found
+        else node
+        for node in nodes
+    ]
+
+
+def read_on_nodes(
+    runners: Sequence[CommandRunner],
+    read: Callable[[CommandRunner], Any],
+    what: str,
+    max_parallel: int,
+) -> dict[str, Any]:
+    """`read(runner)` of each runner, in parallel, by node; any failure fails them all, named."""
     results = run_on_nodes(
-        wanted, lambda runner: retry_transient(lambda: read(runner)), max_parallel=max_parallel
+        runners, lambda runner: retry_transient(lambda: read(runner)), max_parallel=max_parallel
     )
     failures = [f"{name}: {res}" for name, res in results.items() if isinstance(res, RolloutError)]
     if failures:
         raise ProbeFailed(f"could not read {what}:\n  " + "\n  ".join(failures))
+    return {name: res for name, res in results.items() if res is not None}
+
+
+def hosts_files_outside(spec: Spec) -> tuple[str, ...]:
+    """The hosts.toml files the plan's registry changes write outside /etc/containerd."""
+    paths = (
+        hosts_toml_path(c.config_path, c.host)
+        for c in spec.changes
+        if isinstance(c, RegistryChange)
+    )
+    return tuple(sorted({p for p in paths if not is_under(p, CONTAINERD_DIR)}))
+
+
+def with_hosts_files(
+    spec: Spec,
+    runners: Mapping[str, CommandRunner],
+    nodes: Sequence[NodeFacts],
+    max_parallel: int,
+) -> list[NodeFacts]:
+    """Each node with its files read again together with the plan's hosts.toml files outside
+    /etc/containerd (as the write step's drift check reads them), so that the plan's `before`
+    of such a file is the node's, not "a new file"; unchanged when there are none."""
+    also = hosts_files_outside(spec)
+    if not also:
+        return list(nodes)
+    mains = {n.name: n.config_files.main_path for n in nodes}
+    found = read_on_nodes(
+        [runners[n.name] for n in nodes if n.name in runners],
+        lambda runner: read_fact(runner, ConfigFilesFact(mains[runner.host], also=also)),
+        "the containerd files with the plan's hosts.toml files",
+        max_parallel,
+    )
+    # the files read without them (the first gathering's) are replaced, whole
     return [
-        dataclasses.replace(node, **dict[str, Any]({field: found}))
-        if not isinstance(found := results.get(node.name), RolloutError | None)
-        else node
-        for node in nodes
+        dataclasses.replace(n, config_files=found[n.name]) if n.name in found else n for n in nodes
     ]
