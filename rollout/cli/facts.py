@@ -26,8 +26,8 @@ credentials are redacted before they are written.
 Some plans need facts of their own: a registry change's hosts.toml under a config_path
 outside /etc/containerd is read with the node's files, a `mode: host` driver upgrade reads
 each node's driver packages, holds and the apt candidates for its version, a `mode: operator`
-one the running kernel. With --plan PLAN those are recorded too, so that `rollout plan PLAN --facts DIR`
-gives the plan the live `rollout plan PLAN` would.
+one the running kernel. With --plan PLAN those are recorded too, so that
+`rollout plan PLAN --facts DIR` gives the plan the live `rollout plan PLAN` would.
 """
 
 
