@@ -6,7 +6,8 @@ before, live or recorded), so every check is tested from recorded data.
 
 - finding: `Finding`, `Severity`, `Branch`, `order_findings` (errors first, the most
   specific cause first).
-- advertising, runtime, operator, pods: the branches' checks.
+- advertising, runtime, operator, pods: the branches' checks; health: what the health gates
+  read besides (the operator's validator, pending or failed row remaps).
 - tree: `diagnose(fleet, now, nodes, pod, unreachable) -> Diagnosis` (`healthy`, `to_json`).
 - remedy: `plan_remedies(diagnosis, fleet) -> Remedies` (the plan.yaml `--fix` writes, and
   the findings that need a person).

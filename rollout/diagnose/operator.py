@@ -6,15 +6,13 @@ from datetime import datetime
 
 from rollout.deviceprofiles import DEVICE_PLUGIN_CONFIG_LABEL
 from rollout.diagnose.finding import Branch, Finding, Severity
-from rollout.diagnose.readings import is_gpu_node, node_profile, pods_on, q
+from rollout.diagnose.readings import describe_container, is_gpu_node, node_profile, pods_on, q
 from rollout.facts import ClusterFacts, NodeFacts
 from rollout.facts.driver_operator import (
     DEPLOY_LABEL_PREFIX,
     OPERAND_PAUSED,
 )
-from rollout.facts.gpu_operator import (
-    is_operand,
-)
+from rollout.facts.gpu_operator import is_operand, is_validator
 from rollout.inputs.wholenumber import whole_number
 from rollout.operatornames import (
     OPERATOR_NAMESPACE,
@@ -156,19 +154,13 @@ def _operands(node: NodeFacts) -> list[Finding]:
         ]
         if not is_operand(pod) or pod.ready or pod.deleting or not failing:
             continue
+        if is_validator(pod.labels):
+            continue  # rollout.diagnose.health names the validation it fails
         essential = any(word in pod.name for word in ESSENTIAL_POD_WORDS)
         key = f"{pod.namespace}/{pod.name}"
         log_tail = node.pod_logs.get(key, "").splitlines()[-LOG_LINES_SHOWN:]
         stuck = pod.stuck_init_container
-        init = (
-            (
-                f"init container {stuck.name}: {stuck.state}"
-                + (f" ({stuck.reason})" if stuck.reason else "")
-                + (f", {stuck.restart_count} restart(s)" if stuck.restart_count else ""),
-            )
-            if stuck
-            else ()
-        )
+        init = (f"init container {describe_container(stuck)}",) if stuck else ()
         findings.append(
             Finding(
                 node.name,

@@ -27,8 +27,18 @@ from rollout.facts.gpu_operator import (
     current_replicas,
 )
 from rollout.facts.pods import GPU_RESOURCE, PodFacts, is_gpu_resource, quantity_value
+from rollout.transports.kube import ContainerStatus
 
 FINISHED_PHASES = ("Succeeded", "Failed")
+
+
+def describe_container(status: ContainerStatus) -> str:
+    """`driver-validation: waiting (CrashLoopBackOff), 4 restart(s)`."""
+    return (
+        f"{status.name}: {status.state}"
+        + (f" ({status.reason})" if status.reason else "")
+        + (f", {status.restart_count} restart(s)" if status.restart_count else "")
+    )
 
 
 def q(word: str) -> str:

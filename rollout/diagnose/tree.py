@@ -9,6 +9,7 @@ from typing import Any
 
 from rollout.diagnose.advertising import check_advertising
 from rollout.diagnose.finding import Branch, Finding, Severity, order_findings
+from rollout.diagnose.health import check_health
 from rollout.diagnose.operator import check_operator
 from rollout.diagnose.pods import check_failed_creates, check_pods, check_runtime_classes
 from rollout.diagnose.readings import q
@@ -74,6 +75,7 @@ def diagnose(
         findings += check_runtime(node, fleet.cluster)
         findings += check_operator(node, fleet.cluster, now)
         findings += check_advertising(node, fleet.cluster)
+        findings += check_health(node)
     for name, why in (unreachable or {}).items():
         if not nodes or name in nodes:
             findings.append(

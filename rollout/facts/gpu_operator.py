@@ -26,6 +26,10 @@ OPERATOR_RUNTIME_CLASS = "nvidia"
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 GPU_COUNT_LABEL = "nvidia.com/gpu.count"
 GPU_REPLICAS_LABEL = "nvidia.com/gpu.replicas"
+# The operator's validator pod, one per GPU node (app=nvidia-operator-validator): its init
+# containers validate the stack in order and it is Ready only once every one has passed
+VALIDATOR_APP = "nvidia-operator-validator"
+VALIDATIONS = ("driver-validation", "toolkit-validation", "cuda-validation", "plugin-validation")
 
 
 def labelled_number(labels: Mapping[str, str], key: str) -> int | None:
@@ -53,6 +57,11 @@ class NamedPod(Protocol):
 
     @property
     def name(self) -> str: ...
+
+
+def is_validator(labels: Mapping[str, str]) -> bool:
+    """Whether a pod with these labels is the operator's validator pod."""
+    return labels.get("app") == VALIDATOR_APP
 
 
 def is_operand(pod: NamedPod) -> bool:

@@ -41,6 +41,7 @@ from rollout.facts.kernel import KernelXidFact
 from rollout.facts.model import ClusterFacts, FleetFacts, NodeFacts
 from rollout.facts.pods import PodFacts, Toleration, is_gpu_refusal, pod_facts_from
 from rollout.facts.progress import GatherProgress
+from rollout.facts.rowremap import RemappedRowsFact
 from rollout.facts.service import ServiceFact, ServiceJournalFact, ServiceState
 from rollout.operatornames import OPERATOR_NAMESPACE
 from rollout.retry import retry_transient
@@ -246,6 +247,7 @@ def probe_node_tolerantly(
         driver_status=optional(DriverStatusFact(), None),
         driver_kernel=optional(DriverKernelFact(), None),
         config_mtimes=optional(ConfigMtimesFact(), {}),
+        remapped_rows=optional(RemappedRowsFact(), ()),
         service_journal=optional(ServiceJournalFact(), ()),
         probe_errors=errors,
     )

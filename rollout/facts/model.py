@@ -14,6 +14,7 @@ from rollout.facts.driver_host import DriverHost
 from rollout.facts.gpu import GpuFacts
 from rollout.facts.kernel import XidEvent
 from rollout.facts.pods import PodFacts
+from rollout.facts.rowremap import RemappedRows
 from rollout.facts.service import ServiceState
 from rollout.transports.kube import Pod
 
@@ -51,6 +52,8 @@ class NodeFacts:
     # for recording: rollout.facts.driver.parse_driver_kernel reads it)
     driver_kernel: DriverKernel | None = None
     config_mtimes: Mapping[str, float] = field(default_factory=dict)
+    # each GPU's pending and failed row remaps (`nvidia-smi --query-remapped-rows`)
+    remapped_rows: tuple[RemappedRows, ...] = ()
     # a `mode: host` driver upgrade's facts: nvidia-smi, packages, apt, Secure Boot, modules
     driver_host: DriverHost | None = None
     # containerd's journal: restarts, SIGHUPs and failures (rollout.facts.service)

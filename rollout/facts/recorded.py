@@ -14,8 +14,8 @@ Layout, one directory per node:
 
 What diagnose reads besides is optional in both files (node.yaml: capacity, allocatable,
 taints, the `systemctl show` text of containerd, the kernel log's Xid lines, `nvidia-smi -L`
-with its exit code, file mtimes; cluster.yaml: RuntimeClasses, pods and their events), so
-facts recorded for `plan` alone still load.
+with its exit code, the `nvidia-smi --query-remapped-rows` csv, file mtimes; cluster.yaml:
+RuntimeClasses, pods and their events), so facts recorded for `plan` alone still load.
 
 A facts directory is input like a plan, and as hostile: every problem is reported at once,
 each naming the node and the file it was found in (with its line, where it has lines).
@@ -55,6 +55,7 @@ from rollout.facts.recorded_files import (
     read_open_text,
     read_recorded_files,
 )
+from rollout.facts.rowremap import parse_remapped_rows
 from rollout.facts.service import ServiceState, parse_service_journal, parse_service_show
 from rollout.inputs.fieldproblems import FieldProblem, describe_value
 from rollout.inputs.inputfile import MAX_INPUT_BYTES
@@ -122,6 +123,7 @@ class NodeRecord(SpecModel):
     service_journal: Str = ""
     pod_logs: Mapping[Str, Str] = Field(default_factory=dict)
     nvidia_smi: Str | None = None
+    remapped_rows: Str = ""
     driver_kernel: Str | None = None
     driver_host: DriverHostRecord | None = None
     # the pods bound to the node, as manifests the API transport's Pod reads (drain plans them)
@@ -284,6 +286,7 @@ def _load_node(node_dir: str, dir_name: str, text: str | None) -> NodeFacts:
         xids=parse_xids(record.kernel_log),
         driver_status=None if record.nvidia_smi is None else parse_driver_status(record.nvidia_smi),
         config_mtimes={k: float(v) for k, v in record.config_mtimes.items()},
+        remapped_rows=parse_remapped_rows(record.remapped_rows),
         pods=_bound_pods(record.pods, name, doc),
         service_journal=parse_service_journal(record.service_journal),
         pod_logs=dict(record.pod_logs),

@@ -21,9 +21,10 @@ from rollout.errors import BadInput
 from rollout.facts.model import FleetFacts, NodeFacts
 from rollout.facts.pods import GPU_RESOURCE
 from rollout.facts.recorded import CLUSTER_FILE, FILES_DIR, NODE_FILE
+from rollout.facts.rowremap import remapped_rows_text
 from rollout.facts.service import ServiceState
 from rollout.secrets import redact_toml
-from rollout.transports.kube import Pod, plain
+from rollout.transports.kube import ContainerStatus, Pod, plain
 
 
 def record_fleet(fleet: FleetFacts, directory: Path) -> list[Path]:
@@ -66,6 +67,8 @@ def node_document(node: NodeFacts) -> dict[str, Any]:
     }
     if node.service is not None:
         doc["service"] = service_text(node.service)
+    if node.remapped_rows:
+        doc["remapped_rows"] = remapped_rows_text(node.remapped_rows)
     if node.driver_kernel is not None:
         kernel = node.driver_kernel
         doc["driver_kernel"] = (
@@ -118,13 +121,35 @@ def pod_manifest(pod: Pod) -> dict[str, Any]:
     status: dict[str, Any] = {
         "phase": pod.phase,
         "conditions": [{"type": "Ready", "status": "True" if pod.ready else "False"}],
-        "containerStatuses": [{"state": {"waiting": {"reason": r}}} for r in pod.container_reasons],
+        "containerStatuses": [
+            {"state": {"waiting": {"reason": r}}}
+            for r in pod.container_reasons
+            # `Init:<reason>` is read from the init container statuses, recorded below
+            if not (pod.init_statuses and r.startswith("Init:"))
+        ],
     }
+    if pod.init_statuses:
+        status["initContainerStatuses"] = [container_status(s) for s in pod.init_statuses]
     if pod.reason:
         status["reason"] = pod.reason
     if pod.message:
         status["message"] = pod.message
     return {"metadata": metadata, "spec": spec, "status": status}
+
+
+def container_status(status: ContainerStatus) -> dict[str, Any]:
+    """A containerStatuses entry that ContainerStatus.from_json reads back as `status`."""
+    state: dict[str, Any] = {}
+    if status.reason:
+        state["reason"] = status.reason
+    if status.exit_code is not None:
+        state["exitCode"] = status.exit_code
+    return {
+        "name": status.name,
+        "ready": status.ready,
+        "restartCount": status.restart_count,
+        "state": {status.state: state},
+    }
 
 
 def service_text(state: ServiceState) -> str:
