@@ -26,6 +26,7 @@ from rollout.lab.scenarios import (
     POD_PREFIX,
     RECORD_FILE,
     REGISTRY_DROP_IN,
+    ROW_REMAP_FILE,
     SCENARIOS,
     UNHEALTHY_GPU,
     XID,
@@ -35,6 +36,7 @@ from rollout.lab.simulation.gpuoperator import (
     DEVICE_PLUGIN,
     OPERATOR_NAMESPACE,
     UPGRADE_STATE_LABEL,
+    VALIDATOR,
 )
 from rollout.lab.simulation.kernellog import bus_of_gpu, parse_critical_xids
 from rollout.lab.simulation.probe import handlers_in_dump
@@ -59,6 +61,8 @@ NODE_OF = {
     "plugin-crash-loop": "lab-node-2",
     "unhealthy-device": "lab-node-3",
     "driver-library-mismatch": "lab-node-4",
+    "validator-stuck": "lab-node-3",
+    "row-remap-pending": "lab-node-1",
 }
 
 
@@ -95,6 +99,16 @@ def plugin_log(kube: KubeClient, node: str) -> str:
     return "" if pod is None else kube.read_pod_log(OPERATOR_NAMESPACE, pod.name)
 
 
+def validator_pod(kube: KubeClient, node: str) -> Any:
+    pods = kube.list_pods(OPERATOR_NAMESPACE, field_selector=f"spec.nodeName={node}")
+    return next((p for p in pods if p.name.startswith(VALIDATOR.name) and not p.deleting), None)
+
+
+def validators_ready(lab: Lab, kube: KubeClient) -> bool:
+    """Every node's validator pod is Ready (one left waiting by a scenario is a finding)."""
+    return all((pod := validator_pod(kube, n.name)) is not None and pod.ready for n in lab.nodes)
+
+
 def crash_looping(kube: KubeClient, node: str) -> bool:
     pod = plugin_pod(kube, node)
     return pod is not None and "CrashLoopBackOff" in pod.container_reasons
@@ -117,7 +131,9 @@ TREE = (
     "cd / && find etc/containerd -printf '%p %y %m %U\\n' | sort"
     " && find etc/containerd -type f -print0 | sort -z | xargs -0 sha256sum"
 )
-STAND_INS = f"for f in {KERNEL_LOG} {MODULE_VERSION_FILE}; do echo $f; cat $f 2>&1; done"
+STAND_INS = (
+    f"for f in {KERNEL_LOG} {MODULE_VERSION_FILE} {ROW_REMAP_FILE}; do echo $f; cat $f 2>&1; done"
+)
 
 
 def capture_state(lab: Lab, kube: KubeClient) -> LabState:
@@ -282,6 +298,29 @@ def observe_mismatch(lab: Lab, kube: KubeClient, node: NodeSpec) -> None:
     settle("the node to stop advertising GPUs", lambda: allocatable(kube, node.name) in (None, "0"))
 
 
+def observe_validator_stuck(lab: Lab, kube: KubeClient, node: NodeSpec) -> None:
+    def waiting() -> bool:
+        pod = validator_pod(kube, node.name)
+        return pod is not None and not pod.ready and "PodInitializing" in pod.container_reasons
+
+    settle("the validator's replacement to wait, never Ready", waiting)
+    assert allocatable(kube, node.name) == str(TEST_GPUS)  # the GPUs stay advertised
+
+
+REMAP_QUERY = (
+    "nvidia-smi --query-remapped-rows=gpu_bus_id,remapped_rows.pending,remapped_rows.failure"
+    " --format=csv"
+)
+
+
+def observe_row_remap(lab: Lab, kube: KubeClient, node: NodeSpec) -> None:
+    code, text = node_sh(lab, node, REMAP_QUERY)
+    bus = bus_of_gpu(UNHEALTHY_GPU)
+    assert code == 0 and f"{bus}.0, 1, 0" in text, (code, text)
+    assert f"{bus_of_gpu(0)}.0, 0, 0" in text, text
+    assert allocatable(kube, node.name) == str(TEST_GPUS)  # the plugin still advertises it
+
+
 OBSERVE: dict[str, Callable[[Lab, KubeClient, NodeSpec], None]] = {
     "shadowing": observe_shadowing,
     "toolkit-dropin-removed": observe_toolkit_removed,
@@ -295,20 +334,23 @@ OBSERVE: dict[str, Callable[[Lab, KubeClient, NodeSpec], None]] = {
     "plugin-crash-loop": observe_crash_loop,
     "unhealthy-device": observe_unhealthy,
     "driver-library-mismatch": observe_mismatch,
+    "validator-stuck": observe_validator_stuck,
+    "row-remap-pending": observe_row_remap,
 }
 
 
-# Scenarios only the health gates read (a validator that never becomes Ready, row remaps
-# DCGM's diagnostics fail on): broken, read and healed by tests/lab/test_gates_health.py on a
-# lab of its own; not observed here, and `rollout diagnose` has no check for them yet.
+# Scenarios the health gates read (a validator that never becomes Ready, row remaps DCGM's
+# diagnostics fail on): observed here too, and their gate failures in
+# tests/lab/test_gates_health.py on a lab of its own.
 GATE_SCENARIOS = frozenset({"validator-stuck", "row-remap-pending"})
 # Scenarios only a MIG reconfiguration shows: broken, read and healed by tests/lab/test_lab_mig.py.
 MIG_SCENARIOS = frozenset({"mig-mode-needs-reboot", "mig-manager-failed"})
-OBSERVED = [s.name for s in SCENARIOS if s.name not in GATE_SCENARIOS | MIG_SCENARIOS]
+OBSERVED = [s.name for s in SCENARIOS if s.name not in MIG_SCENARIOS]
 
 
 def test_every_scenario_is_covered() -> None:
     assert set(OBSERVE) == set(OBSERVED) == set(NODE_OF)
+    assert set(OBSERVED) >= GATE_SCENARIOS
     assert {s.name for s in SCENARIOS} >= GATE_SCENARIOS | MIG_SCENARIOS
     gate_tests = Path(__file__).with_name("test_gates_health.py").read_text()
     assert all(f'"{name}"' in gate_tests for name in GATE_SCENARIOS)
@@ -342,6 +384,7 @@ def test_break_is_observable_and_heal_restores_the_lab(
         assert lab_cli(lab, "heal", node.name) == 0
     assert not (lab.lab_dir / RECORD_FILE).exists()
     settle("every node to advertise its GPUs again", lambda: all_advertise(lab, kube))
+    settle("every validator to be Ready again", lambda: validators_ready(lab, kube))
     settle(
         "the scenario's pods to be gone",
         lambda: not any(p.name.startswith(POD_PREFIX) for p in kube.list_pods(POD_NAMESPACE)),
