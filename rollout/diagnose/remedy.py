@@ -45,6 +45,8 @@ DEFAULT_RUNTIME = "runc"
 MANUAL_REASONS: Mapping[str, str] = {
     "advertising.unhealthy-devices": "hardware: act on the Xid (reset the GPU, restart the node "
     "or follow NVIDIA's workflow)",
+    "advertising.row-remap-failed": "hardware: drain the node and have the GPU replaced (its "
+    "spare memory rows are used up)",
     "operator.upgrade-failed": "relabel the node upgrade-required once the cause is fixed "
     "(--fix plans it where the GPU Operator manages the driver)",
     "operator.driver-library-mismatch": "reload the nvidia kernel module or reboot the node",

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from rollout.containerd import ContainerdVersion
-from rollout.diagnose import diagnose
+from rollout.diagnose import diagnose, plan_remedies
+from rollout.diagnose.remedy import MANUAL_REASONS
 from rollout.facts import ClusterFacts, FleetFacts, GpuFacts, load_recorded_facts
 from rollout.facts.recording import record_fleet
 from rollout.facts.rowremap import (
@@ -116,3 +117,20 @@ def test_the_lab_stand_in_answers_the_facts_command(
         True,
     ]
     assert smi.query_remapped_rows("remapped_rows.bogus", "csv", gpus) == 2
+
+
+def test_a_failed_remap_needs_a_person_who_replaces_the_gpu() -> None:
+    rows = parse_remapped_rows(HEADER + "00000000:07:00.0, 0, 1\n")
+    node = replace(
+        containerd_node("n1"),
+        labels={"nvidia.com/gpu.present": "true"},
+        gpus=GpuFacts(count=1),
+        remapped_rows=rows,
+    )
+    fleet = FleetFacts(nodes=(node,), cluster=ClusterFacts(), source="unit")
+    remedies = plan_remedies(diagnose(fleet, NOW), fleet)
+    mine = [
+        (f.node, why) for f, why in remedies.manual if f.check == "advertising.row-remap-failed"
+    ]
+    assert mine == [("n1", MANUAL_REASONS["advertising.row-remap-failed"])]
+    assert "have the GPU replaced" in mine[0][1]
