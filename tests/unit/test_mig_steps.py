@@ -79,7 +79,8 @@ class FakeMigKube(InMemoryKube):
             state = self.script.pop(0)
             if state == "rebooting" and self.nodes[name].labels.get(STATE_LABEL) != "rebooting":
                 self.host.reboot()
-            super().patch_node_labels(name, {STATE_LABEL: state})
+            if state:  # "": the manager has not looked at the node yet
+                super().patch_node_labels(name, {STATE_LABEL: state})
         return self.nodes[name]
 
     def read_pod_log(
@@ -233,3 +234,25 @@ def test_a_label_someone_else_changes_fails_the_wait(tmp_path: Path) -> None:
     kube.nodes[NODE] = replace(kube.node, labels={**kube.node.labels, CONFIG_LABEL: "all-7g.40gb"})
     with pytest.raises(StepFailed, match=r"is 'all-7g\.40gb', not 'all-1g\.5gb'"):
         MigWait().apply(ctx)
+
+
+class LazyManagerKube(FakeMigKube):
+    """A MIG manager that takes a new label up only a few polls later, writing nothing
+    meanwhile: the node's state label is whatever the label's patch left."""
+
+    def patch_node_labels(self, name: str, labels: Mapping[str, str | None]) -> Node:
+        node = InMemoryKube.patch_node_labels(self, name, labels)
+        if CONFIG_LABEL in labels:
+            self.script = list(self.planned)
+        return node
+
+
+def test_the_state_of_the_layout_before_is_not_taken_for_the_new_ones(tmp_path: Path) -> None:
+    host = FakeNode()
+    kube = LazyManagerKube(make_node(), host, ["", "", "pending", "success"])
+    ctx = make_context(tmp_path, host, kube)
+    MigConfigure().apply(ctx)
+    # the label's own patch says pending: the old layout's success is gone with it
+    assert kube.node.labels[STATE_LABEL] == "pending"
+    MigWait().apply(ctx)
+    assert kube.script == [], "the wait lasted until the manager's own success"

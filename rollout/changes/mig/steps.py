@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from rollout.changes.base import PlanningContext
-from rollout.changes.mig.facts import CONFIG_LABEL, MigState, NodeMig
+from rollout.changes.mig.facts import CONFIG_LABEL, STATE_LABEL, MigState, NodeMig
 from rollout.changes.mig.model import MigChange
 from rollout.changes.mig.work import MigWork
 from rollout.errors import RolloutError
@@ -93,7 +93,7 @@ class MigConfigure(MarkingStep):
         before = record["previous"] or "(none)"
         if labels.get(CONFIG_LABEL) == layout:
             return StepResult.noop(f"{CONFIG_LABEL} already {layout} (was {before})")
-        ctx.kube.patch_node_labels(ctx.node, {CONFIG_LABEL: layout})
+        relabel(ctx, layout)
         return StepResult.done(f"{CONFIG_LABEL} {before} -> {layout}")
 
     def undo(self, ctx: StepContext) -> None:
@@ -104,12 +104,20 @@ class MigConfigure(MarkingStep):
         previous = record["previous"]
         labels = ctx.kube.get_node(ctx.node).labels
         if labels.get(CONFIG_LABEL) != previous:
-            ctx.kube.patch_node_labels(ctx.node, {CONFIG_LABEL: previous})
+            relabel(ctx, previous)
         if previous is None:
             return  # no layout to wait for: the manager keeps the GPUs as they are
         boot_before = read_boot_id(ctx.runner) or record.get("boot_before")
         detail = wait_for_layout(ctx, self.kind, previous, boot_before, undo=True)
         ctx.progress(f"{ctx.node}: {self.kind}: undo: {CONFIG_LABEL} back to {previous}: {detail}")
+
+
+def relabel(ctx: StepContext, layout: str | None) -> None:
+    """Ask the MIG manager for `layout` (None: remove the label). The state goes to pending
+    in the same patch: until the manager takes the new label up, the node still says
+    `success` of the layout before, which mig.wait would take for the new one's."""
+    state = MigState.PENDING if layout is not None else None
+    ctx.kube.patch_node_labels(ctx.node, {CONFIG_LABEL: layout, STATE_LABEL: state})
 
 
 @dataclass(frozen=True)
