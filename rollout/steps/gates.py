@@ -54,13 +54,13 @@ from rollout.steps.gpu_wait import (
     expect_gpus,
     find_validator_pods,
     forecast_expectations,
+    time_slicing_change,
     validator_ready,
     wants_validator,
 )
 from rollout.steps.nodechanges import Reach, ReachingStep
 from rollout.steps.nodemarks import MarkingStep
 from rollout.steps.pods import describe_pod
-from rollout.steps.profile_changes import time_slicing_change
 from rollout.steps.traits import StepTraits, bounded_by_requests, grants_of
 from rollout.transports.kube import Node
 

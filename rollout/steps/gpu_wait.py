@@ -27,14 +27,12 @@ from rollout.facts.gpu_operator import current_replicas, physical_gpus
 from rollout.facts.pods import GPU_RESOURCE, SHARED_GPU_RESOURCE
 from rollout.inputs.wholenumber import whole_number
 from rollout.plan import NodePlan, StepPlan
-from rollout.spec import Spec
+from rollout.spec import Spec, TimeSlicingChange
 from rollout.steps.base import StepContext, StepFailed, StepResult
 from rollout.steps.deadline import POLL_INTERVAL_S
-from rollout.steps.deviceplugin import DEVICE_PLUGIN_SELECTOR, find_device_plugin_pods
 from rollout.steps.nodechanges import Reach, ReachingStep
 from rollout.steps.nodemarks import MarkingStep
-from rollout.steps.pods import describe_pod
-from rollout.steps.profile_changes import time_slicing_change
+from rollout.steps.pods import DEVICE_PLUGIN_SELECTOR, describe_pod, find_device_plugin_pods
 from rollout.steps.traits import StepTraits, grants_of
 from rollout.transports.kube import Node, Pod
 
@@ -55,6 +53,12 @@ class GpuExpectation:
         if self.replicas == 1:
             return f"{self.resource} = {self.count}"
         return f"{self.resource} = {self.count} ({self.physical} GPUs x {self.replicas} replicas)"
+
+
+def time_slicing_change(spec: Spec) -> TimeSlicingChange | None:
+    """The spec's time-slicing change; a node carries one profile label, so the first counts."""
+    changes = spec.changes_of(TimeSlicingChange)
+    return changes[0] if changes else None
 
 
 def expect_gpus(spec: Spec, facts: NodeFacts) -> GpuExpectation:

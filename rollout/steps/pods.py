@@ -1,10 +1,21 @@
-"""How steps read pods: one line per pod for an operator, a pod as it is now."""
+"""How steps read pods: one line per pod for an operator, a pod as it is now, the node's
+device-plugin pods (gpu.wait waits for them, time-slicing restarts them)."""
 
 from __future__ import annotations
 
 from rollout.steps.base import StepContext
 from rollout.transports.errors import NotFound
 from rollout.transports.kube import Pod
+
+# The GPU Operator's device-plugin DaemonSet labels its pods so (the lab copies it).
+DEVICE_PLUGIN_SELECTOR = "app=nvidia-device-plugin-daemonset"
+
+
+def find_device_plugin_pods(ctx: StepContext) -> list[Pod]:
+    """The device-plugin pods bound to the node, in any namespace (operators vary)."""
+    return ctx.kube.list_pods(
+        None, label_selector=DEVICE_PLUGIN_SELECTOR, field_selector=f"spec.nodeName={ctx.node}"
+    )
 
 
 def describe_pod(pod: Pod) -> str:

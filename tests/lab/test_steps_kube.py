@@ -17,6 +17,11 @@ from typing import Any
 
 import pytest
 
+from rollout.changes.timeslicing.steps import (
+    ConfigMapUpdateStep,
+    DevicePluginRestartStep,
+    NodeLabelStep,
+)
 from rollout.connection import FleetConnection
 from rollout.facts import FleetFacts, NodeFacts
 from rollout.lab.cluster import CONTEXT, Lab
@@ -33,11 +38,6 @@ from rollout.steps.nodemarks import (
     LEFT_CORDONED_ANNOTATION,
     RUN_ANNOTATION,
     STEP_ANNOTATION,
-)
-from rollout.steps.timeslicing import (
-    ConfigMapUpdateStep,
-    DevicePluginRestartStep,
-    NodeLabelStep,
 )
 from rollout.transports.errors import NotFound
 from rollout.transports.kube import ConfigMap, KubeClient

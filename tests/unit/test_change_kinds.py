@@ -265,12 +265,12 @@ def test_the_planner_names_no_change_kind() -> None:
 
 def test_the_kind_check_sees_a_kind_named() -> None:
     source = (
-        "from rollout.steps.profile_changes import plan_cluster_changes\n"
+        "from rollout.changes.timeslicing.profiles import plan_cluster_changes\n"
         "from rollout.steps.base import StepPlanner\n"
         "if isinstance(change, TimeSlicingChange):\n    kinds.append('driver-upgrade')\n"
     )
     assert kind_names_in(source) == [
-        "rollout.steps.profile_changes",
+        "rollout.changes.timeslicing.profiles",
         "TimeSlicingChange",
         "driver-upgrade",
     ]

@@ -548,3 +548,56 @@ def test_the_layer_check_catches_an_upward_import_and_an_unplaced_module() -> No
         "rollout.errors (foundation) imports rollout.transports.ssh (transports), a layer above it",
         "rollout.newthing: rollout.newthing is in no layer of LAYERS",
     ]
+
+
+# ------------------------------------------------------------- a change kind in its package
+
+# words that name a change kind's own code: such a module lives in rollout/changes/<kind>/
+KIND_WORDS = ("timeslicing", "profile", "deviceplugin")
+SHARED_PLACES = ("steps", "facts")
+
+
+def kind_modules_outside(modules: set[str]) -> list[str]:
+    """Modules of the shared places (steps, facts) whose name names a change kind."""
+    return sorted(
+        module
+        for module in modules
+        if top_of(module) in SHARED_PLACES
+        and any(word in module.rsplit(".", 1)[-1] for word in KIND_WORDS)
+    )
+
+
+def kind_imports_of_shared(graph: Mapping[str, set[str]]) -> list[str]:
+    """Every import of a change kind's package (rollout.changes.<kind>) by a shared step."""
+    shared = {"rollout.changes", "rollout.changes.base"}
+    return [
+        f"{module} imports {target}"
+        for module, targets in sorted(graph.items())
+        if top_of(module) == "steps"
+        for target in sorted(targets)
+        if target.startswith("rollout.changes.") and target not in shared
+    ]
+
+
+def test_every_change_kind_keeps_its_code_in_its_package() -> None:
+    assert kind_modules_outside(set(import_graph())) == []
+
+
+def test_shared_steps_import_no_change_kind() -> None:
+    assert kind_imports_of_shared(import_graph()) == []
+
+
+def test_the_kind_checks_see_a_kind_module_and_import_in_shared_places() -> None:
+    graph = {
+        "rollout.steps.timeslicing": set(),
+        "rollout.facts.deviceplugin": set(),
+        "rollout.steps.gpu_wait": {"rollout.changes.timeslicing.profiles", "rollout.changes.base"},
+        "rollout.changes.timeslicing.steps": {"rollout.steps.gpu_wait"},
+    }
+    assert kind_modules_outside(set(graph)) == [
+        "rollout.facts.deviceplugin",
+        "rollout.steps.timeslicing",
+    ]
+    assert kind_imports_of_shared(graph) == [
+        "rollout.steps.gpu_wait imports rollout.changes.timeslicing.profiles"
+    ]

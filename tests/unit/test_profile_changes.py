@@ -16,18 +16,18 @@ from typing import Any
 import pytest
 
 from rollout.changes.base import PlanningContext
-from rollout.cli import main
-from rollout.errors import InputError
-from rollout.facts import ClusterFacts, FleetFacts, NodeFacts
-from rollout.lab.simulation.profiles import ProfileError, parse_profile, select_profile
-from rollout.spec import Spec, parse_spec
-from rollout.steps.profile_changes import (
+from rollout.changes.timeslicing.profiles import (
     NO_SHARING_CONFIG,
     ProfileChange,
     ProfileWork,
     Publication,
     plan_publication,
 )
+from rollout.cli import main
+from rollout.errors import InputError
+from rollout.facts import ClusterFacts, FleetFacts, NodeFacts
+from rollout.lab.simulation.profiles import ProfileError, parse_profile, select_profile
+from rollout.spec import Spec, parse_spec
 from tests.examples import FACTS
 from tests.node_facts import containerd_node
 from tests.planning import sharing_config, time_slicing_plan

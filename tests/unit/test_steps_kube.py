@@ -11,6 +11,12 @@ from typing import Any, cast
 import pytest
 import yaml
 
+from rollout.changes.timeslicing.steps import (
+    CHANGED_KEY_ANNOTATION,
+    ConfigMapUpdateStep,
+    DevicePluginRestartStep,
+    NodeLabelStep,
+)
 from rollout.facts import GpuFacts, NodeFacts
 from rollout.inputs.fieldproblems import shorten
 from rollout.plan import NodePlan
@@ -36,12 +42,6 @@ from rollout.steps.nodemarks import (
     STEP_ANNOTATION,
     event_reason,
     mark_left_cordoned,
-)
-from rollout.steps.timeslicing import (
-    CHANGED_KEY_ANNOTATION,
-    ConfigMapUpdateStep,
-    DevicePluginRestartStep,
-    NodeLabelStep,
 )
 from rollout.transports.errors import Conflict, EvictionBlocked, Forbidden, KubeError, NotFound
 from rollout.transports.kube import (

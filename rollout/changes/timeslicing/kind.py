@@ -1,5 +1,5 @@
 """The time-slicing change kind: a device-plugin profile published in the GPU Operator's
-ConfigMap, then each node labelled to it in its wave (rollout.steps.profile_changes)."""
+ConfigMap, then each node labelled to it in its wave (rollout.changes.timeslicing.profiles)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ from types import ModuleType
 from typing import Any, ClassVar
 
 from rollout.changes.base import ChangeKindPlanner, ClusterWork, NodeWork, PlanningContext
-from rollout.facts import NodeFacts
-from rollout.spec import TimeSlicingChange
-from rollout.steps.profile_changes import (
+from rollout.changes.timeslicing.profiles import (
     SHARED_MEMORY_WARNING,
     ProfileWork,
     plan_cluster_changes,
 )
+from rollout.facts import NodeFacts
+from rollout.spec import TimeSlicingChange
 
 
 class TimeSlicingKind(ChangeKindPlanner):
@@ -25,9 +25,9 @@ class TimeSlicingKind(ChangeKindPlanner):
         return "time-slicing"
 
     def step_modules(self) -> tuple[ModuleType, ...]:
-        from rollout.steps import timeslicing
+        from rollout.changes.timeslicing import steps
 
-        return (timeslicing,)
+        return (steps,)
 
     def cluster_reads(
         self, change: Any, cluster_policy: Mapping[str, Any]

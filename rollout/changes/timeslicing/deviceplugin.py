@@ -1,21 +1,12 @@
-"""The node's device-plugin pod: find it, restart it, wait for it to be ready again."""
+"""The node's device-plugin pod: restart it, wait for it to be ready again (finding the node's
+device-plugin pods is shared: gpu.wait reads them, rollout.steps.pods)."""
 
 from __future__ import annotations
 
 from rollout.steps.base import StepContext, StepFailed
 from rollout.steps.deadline import POLL_INTERVAL_S
-from rollout.steps.pods import describe_pod
+from rollout.steps.pods import describe_pod, find_device_plugin_pods
 from rollout.transports.kube import Pod
-
-# The GPU Operator's device-plugin DaemonSet labels its pods so (the lab copies it).
-DEVICE_PLUGIN_SELECTOR = "app=nvidia-device-plugin-daemonset"
-
-
-def find_device_plugin_pods(ctx: StepContext) -> list[Pod]:
-    """The device-plugin pods bound to the node, in any namespace (operators vary)."""
-    return ctx.kube.list_pods(
-        None, label_selector=DEVICE_PLUGIN_SELECTOR, field_selector=f"spec.nodeName={ctx.node}"
-    )
 
 
 def live_device_plugin(ctx: StepContext) -> Pod | None:

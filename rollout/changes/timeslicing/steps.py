@@ -23,6 +23,17 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from rollout.changes.base import PlanningContext
+from rollout.changes.timeslicing.deviceplugin import (
+    live_device_plugin,
+    restart_device_plugin,
+    wait_for_device_plugin,
+)
+from rollout.changes.timeslicing.profiles import (
+    SHARED_MEMORY_WARNING,
+    ProfileWork,
+    Publication,
+    plan_publication,
+)
 from rollout.deviceprofiles import DEVICE_PLUGIN_CONFIG_LABEL
 from rollout.errors import InputError
 from rollout.facts import ClusterFacts, NodeFacts
@@ -30,21 +41,10 @@ from rollout.facts.pods import GPU_RESOURCE
 from rollout.plan import StepPlan
 from rollout.spec import MAX_REPLICAS, TimeSlicingChange
 from rollout.steps.base import StepContext, StepFailed, StepResult
-from rollout.steps.deviceplugin import (
-    live_device_plugin,
-    restart_device_plugin,
-    wait_for_device_plugin,
-)
+from rollout.steps.gpu_wait import time_slicing_change
 from rollout.steps.nodechanges import node_changes
 from rollout.steps.nodemarks import ANNOTATION_DOMAIN, RUN_ANNOTATION, report_step
 from rollout.steps.operandsettle import wait_for_operands
-from rollout.steps.profile_changes import (
-    SHARED_MEMORY_WARNING,
-    ProfileWork,
-    Publication,
-    plan_publication,
-    time_slicing_change,
-)
 from rollout.steps.traits import StepTraits, bounded_by_requests, grants_of
 from rollout.transports.errors import Conflict, NotFound
 from rollout.transports.kube import ConfigMap

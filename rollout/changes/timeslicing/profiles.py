@@ -36,6 +36,7 @@ from rollout.facts.gpu_operator import DevicePluginConfigRef
 from rollout.operatorrolls import describe_rolls
 from rollout.plan import ClusterChange, FileChange, LabelChange
 from rollout.spec import Spec, TimeSlicingChange
+from rollout.steps.gpu_wait import time_slicing_change
 
 # Where the fallback goes when the key `default` is taken by something else.
 SPARE_FALLBACK_KEY = "rollout-fallback"
@@ -45,12 +46,6 @@ SHARED_MEMORY_WARNING = (
     "time-slicing shares each GPU, it does not divide it: every replica can use all of the "
     "GPU's memory and a fault in one workload can affect the others"
 )
-
-
-def time_slicing_change(spec: Spec) -> TimeSlicingChange | None:
-    """The spec's time-slicing change; a node carries one profile label, so the first counts."""
-    changes = spec.changes_of(TimeSlicingChange)
-    return changes[0] if changes else None
 
 
 def render_profile(change: TimeSlicingChange) -> str:
