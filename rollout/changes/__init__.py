@@ -32,6 +32,7 @@ KINDS: Mapping[str, Kind] = {
     "containerd": Kind("changes.containerd", "spec.changes.containerd:ContainerdChange"),
     "time-slicing": Kind("changes.timeslicing", "spec.changes.timeslicing:TimeSlicingChange"),
     "driver-upgrade": Kind("changes.driver", "spec.changes.driver:DriverUpgradeChange"),
+    "mig": Kind("changes.mig", "changes.mig.model:MigChange"),
 }  # fmt: skip
 
 
