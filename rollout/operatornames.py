@@ -5,6 +5,9 @@ the facts layer that reads them off the cluster."""
 
 # Where the operator runs its operands and keeps the ConfigMap spec.devicePlugin.config names
 OPERATOR_NAMESPACE = "gpu-operator"
+# The operator deploys an operand on a node while its `nvidia.com/gpu.deploy.<operand>` label
+# is true (gpu.wait reads the validator's; a driver upgrade pauses them all)
+DEPLOY_LABEL_PREFIX = "nvidia.com/gpu.deploy."
 # The upgrade controller's state of each node, and the states rollout reads or writes
 UPGRADE_STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
 UPGRADE_DONE = "upgrade-done"

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rollout.changes.containerd.steps import remove_run_stages
+from rollout.changes.driver.operatorplan import operator_run_notes
 from rollout.cli import add_listed_command
 from rollout.cli.documents import DOCUMENT_FORMATS, write_document
 from rollout.cli.pause import scheduled_run_paused, unpause_for_resume
@@ -59,7 +60,6 @@ from rollout.savedplan.gate import admit_node, saved_plan_gate
 from rollout.spec import Spec, parse_spec
 from rollout.steps import builtin_steps
 from rollout.steps.base import StepContext
-from rollout.steps.driver_operator_plan import operator_run_notes
 from rollout.testclock import run_clock
 
 APPLY_HELP = (

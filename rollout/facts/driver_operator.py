@@ -20,11 +20,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from rollout.operatornames import UPGRADE_DONE, UPGRADE_REQUIRED, UPGRADE_STATE_LABEL
+from rollout.operatornames import (
+    DEPLOY_LABEL_PREFIX,
+    UPGRADE_DONE,
+    UPGRADE_REQUIRED,
+    UPGRADE_STATE_LABEL,
+)
 
-# The operator deploys an operand on a node while its `nvidia.com/gpu.deploy.<operand>` label
-# is true; a driver upgrade pauses the operands by setting their labels to OPERAND_PAUSED.
-DEPLOY_LABEL_PREFIX = "nvidia.com/gpu.deploy."
+# A driver upgrade pauses the operands by setting their deploy labels to OPERAND_PAUSED.
 DRIVER_DEPLOY_LABEL = f"{DEPLOY_LABEL_PREFIX}driver"
 DEPLOY_OPERANDS_LABEL = f"{DEPLOY_LABEL_PREFIX}operands"
 OPERAND_PAUSED = "paused-for-driver-upgrade"

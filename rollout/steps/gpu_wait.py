@@ -22,10 +22,10 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from rollout.facts import NodeFacts
-from rollout.facts.driver_operator import DEPLOY_LABEL_PREFIX
 from rollout.facts.gpu_operator import current_replicas, physical_gpus
 from rollout.facts.pods import GPU_RESOURCE, SHARED_GPU_RESOURCE
 from rollout.inputs.wholenumber import whole_number
+from rollout.operatornames import DEPLOY_LABEL_PREFIX
 from rollout.plan import NodePlan, StepPlan
 from rollout.spec import Spec, TimeSlicingChange
 from rollout.steps.base import StepContext, StepFailed, StepResult

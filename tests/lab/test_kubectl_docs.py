@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from rollout.changes.driver.operatorplan import AUTO_UPGRADE_PATCH, release_command
 from rollout.deviceprofiles import DEVICE_PLUGIN_CONFIG_LABEL
 from rollout.facts.driver_operator import DriverSource
 from rollout.lab.apiserver import ApiServer, Registry
@@ -30,7 +31,6 @@ from rollout.lab.apiserver.resources import (
     RUNTIMECLASSES,
     SECRETS,
 )
-from rollout.steps.driver_operator_plan import AUTO_UPGRADE_PATCH, release_command
 from rollout.steps.nodemarks import LEFT_CORDONED_ANNOTATION
 from tests.lab.test_kubectl import (  # noqa: F401 (fixtures)
     Kubectl,

@@ -8,11 +8,11 @@ from dataclasses import replace
 from types import SimpleNamespace
 from typing import cast
 
+from rollout.changes.driver.install import OPERATOR_MODE, DriverInstall
 from rollout.planner import build_plan
 from rollout.playbook import Phase, PlaybookStep, load_playbooks
 from rollout.spec import parse_spec
 from rollout.steps.base import StepContext, StepResultKind
-from rollout.steps.driver import OPERATOR_MODE, DriverInstall
 from tests.unit.test_driver_operator_plan import fleet, spec_text
 
 INSTALL = DriverInstall.kind

@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
+from rollout.changes.driver.operator import DriverPinStep
+from rollout.changes.driver.operatorplan import OperatorUpgradeRefused, operator_run_notes
 from rollout.cli.render import plan_to_json
 from rollout.errors import InputErrors
 from rollout.facts import ClusterFacts, FleetFacts
@@ -22,8 +24,6 @@ from rollout.plan import plan_from_data
 from rollout.run import Journal
 from rollout.spec import parse_spec
 from rollout.steps.base import StepResultKind
-from rollout.steps.driver_operator import DriverPinStep
-from rollout.steps.driver_operator_plan import OperatorUpgradeRefused, operator_run_notes
 from tests.unit.test_driver_operator_plan import NEW, OLD, SERVED, SKIP, node, plan_of
 from tests.unit.test_driver_operator_steps import FakeCluster, context
 

@@ -11,6 +11,12 @@ from typing import Any
 
 import pytest
 
+from rollout.changes.driver.operatorplan import (
+    PINNED_BY_ANNOTATION,
+    Budget,
+    OperatorUpgradeRefused,
+    operator_run_notes,
+)
 from rollout.cli.render import make_console, plan_to_json, plan_to_markdown, print_plan_text
 from rollout.facts import ClusterFacts, FleetFacts, GpuFacts, NodeFacts
 from rollout.facts.extra import with_plan_facts
@@ -18,12 +24,6 @@ from rollout.plan import Plan
 from rollout.planner import build_plan
 from rollout.playbook import load_playbooks
 from rollout.spec import parse_spec
-from rollout.steps.driver_operator_plan import (
-    PINNED_BY_ANNOTATION,
-    Budget,
-    OperatorUpgradeRefused,
-    operator_run_notes,
-)
 from tests.fakes import ScriptedRunner
 from tests.node_facts import containerd_node
 

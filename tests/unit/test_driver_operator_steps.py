@@ -12,13 +12,13 @@ import pytest
 
 from rollout.budget import RunBudget
 from rollout.changes.base import PlanningContext
+from rollout.changes.driver.operator import DriverConfirmStep, DriverPinStep, DriverReleaseStep
+from rollout.changes.driver.operatorplan import PINNED_BY_ANNOTATION, REVISION_BEFORE_ANNOTATION
 from rollout.facts import ClusterFacts, FleetFacts, GpuFacts
 from rollout.plan import NodePlan
 from rollout.run import Journal
 from rollout.spec import Spec, parse_spec
 from rollout.steps.base import StepContext, StepFailed, StepResultKind
-from rollout.steps.driver_operator import DriverConfirmStep, DriverPinStep, DriverReleaseStep
-from rollout.steps.driver_operator_plan import PINNED_BY_ANNOTATION, REVISION_BEFORE_ANNOTATION
 from rollout.transports.kube import KubeClient, Node, OwnerRef, Pod
 from tests.fakes import InMemoryKube, ScriptedRunner
 from tests.node_facts import containerd_node

@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rollout.changes.driver.hostplan import DriverNotInstallable
 from rollout.cli import main
 from rollout.errors import InputErrors
 from rollout.facts import load_recorded_facts
 from rollout.planner import build_plan
 from rollout.playbook import load_playbooks
 from rollout.spec import parse_spec
-from rollout.steps.driver_host import DriverNotInstallable
 from tests.examples import REPO
 
 KERNEL = "6.1.0-18-amd64"

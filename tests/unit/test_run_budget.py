@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from rollout.budget import NodeAvailability, RunBudget, Verdict
+from rollout.changes.driver.operator import DriverPinStep, DriverReleaseStep
 from rollout.run import Journal, RunOutcome
 from rollout.steps.base import StepContext, StepResult
-from rollout.steps.driver_operator import DriverPinStep, DriverReleaseStep
 from rollout.transports.kube import Node
 from tests.unit.test_driver_operator_steps import STATE, FakeCluster, context
 from tests.unit.test_executor import FakeStep, make_executor, setup

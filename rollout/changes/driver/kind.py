@@ -10,12 +10,12 @@ from types import ModuleType
 from typing import Any, ClassVar
 
 from rollout.changes.base import ChangeKindPlanner, ClusterWork, NodeWork, PlanningContext
+from rollout.changes.driver.hostplan import host_driver_pending
+from rollout.changes.driver.install import driver_change
+from rollout.changes.driver.operatorplan import operator_driver_pending, plan_operator_upgrade
 from rollout.facts import NodeFacts
 from rollout.plan import DriverChange, NodePlan
 from rollout.spec import DriverMode, DriverUpgradeChange
-from rollout.steps.driver import driver_change
-from rollout.steps.driver_host import host_driver_pending
-from rollout.steps.driver_operator_plan import operator_driver_pending, plan_operator_upgrade
 
 
 @dataclass(frozen=True)
@@ -40,12 +40,12 @@ class DriverKind(ChangeKindPlanner):
         return "driver-operator" if is_operator(change) else "driver-upgrade"
 
     def step_modules(self) -> tuple[ModuleType, ...]:
-        from rollout.steps import driver, driver_host_steps, driver_operands, driver_operator
+        from rollout.changes.driver import hoststeps, install, operands, operator
 
-        return (driver, driver_operands, driver_host_steps, driver_operator)
+        return (install, operands, hoststeps, operator)
 
     def plan_cluster(self, ctx: PlanningContext, change: Any) -> ClusterWork:
-        # mode: operator: pin, version and upgradePolicy (rollout.steps.driver_operator_plan)
+        # mode: operator: pin, version and upgradePolicy (rollout.changes.driver.operatorplan)
         operator = plan_operator_upgrade(ctx.spec, ctx.fleet, ctx.targets, ctx.budget)
         if operator is None:
             return ClusterWork()

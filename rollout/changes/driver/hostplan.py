@@ -23,7 +23,7 @@ from rollout.facts.driver_host import (
     matching_version,
     signed_module_package,
 )
-from rollout.facts.driver_operator import DEPLOY_LABEL_PREFIX
+from rollout.operatornames import DEPLOY_LABEL_PREFIX
 from rollout.plan import StepPlan
 from rollout.spec import DriverMode, DriverUpgradeChange, Spec
 from rollout.spec.policy import DriverReload

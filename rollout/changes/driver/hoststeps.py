@@ -6,13 +6,13 @@
   `reboot_if_busy` allows it); with `reload: reboot` the modules stay loaded until the boot.
   Saved: `stopped` (units it stopped), `loaded_before` and `unloaded` (modules, in unload
   order), `reboot` (and `busy`, why, when a held module turned the reload into a reboot).
-- `driver.install` (rollout.steps.driver) calls `install_packages`: apt-get install of each
-  package at the pinned version, downgrades allowed, then apt-mark hold. Saved before apt
+- `driver.install` (rollout.changes.driver.install) calls `install_packages`: apt-get install
+  of each package at the pinned version, downgrades allowed, then apt-mark hold. Saved before apt
   runs: `previous` (each package's version, None when absent) and `held_before`. A failed
   install puts the previous versions back itself before it fails the node (the executor
   undoes only completed steps); its undo does the same after a later failure.
 - `driver.reload`: modprobe the modules again, or reboot and prove it (a new boot_id, SSH,
-  containerd active, the node Ready: rollout.steps.driver_reboot), then start the units it
+  containerd active, the node Ready: rollout.changes.driver.reboot), then start the units it
   stopped. Saved: `before` (nvidia-smi before the reboot) and `reboot` (the boot ids).
 - `driver.verify`: nvidia-smi reports the plan's version, with no library mismatch.
 
@@ -30,15 +30,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from rollout.changes.base import PlanningContext
-from rollout.errors import RolloutError, TransientError
-from rollout.facts import NodeFacts
-from rollout.facts.driver_host import read_driver_host
-from rollout.facts.driver_modules import unload_order
-from rollout.plan import StepPlan
-from rollout.spec import Spec
-from rollout.spec.policy import DriverReload
-from rollout.steps.base import StepContext, StepFailed, StepResult, translate_step_errors
-from rollout.steps.driver_host import (
+from rollout.changes.driver.hostplan import (
     DriverNotInstallable,
     HostDriverPlan,
     RebootDecision,
@@ -46,7 +38,7 @@ from rollout.steps.driver_host import (
     plan_host_driver,
     plan_pending_host_driver,
 )
-from rollout.steps.driver_node import (
+from rollout.changes.driver.node import (
     DriverNodeError,
     ModulesBusy,
     apt_install,
@@ -63,7 +55,15 @@ from rollout.steps.driver_node import (
     stop_units,
     unload_modules,
 )
-from rollout.steps.driver_reboot import describe_until_reboot, reboot_node
+from rollout.changes.driver.reboot import describe_until_reboot, reboot_node
+from rollout.errors import RolloutError, TransientError
+from rollout.facts import NodeFacts
+from rollout.facts.driver_host import read_driver_host
+from rollout.facts.driver_modules import unload_order
+from rollout.plan import StepPlan
+from rollout.spec import Spec
+from rollout.spec.policy import DriverReload
+from rollout.steps.base import StepContext, StepFailed, StepResult, translate_step_errors
 from rollout.steps.nodemarks import report_step
 from rollout.steps.traits import StepTraits, bounded_by_requests, grants_of
 

@@ -16,12 +16,13 @@ from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
 from rollout.changes.base import PlanningContext
+from rollout.changes.driver.hostplan import plan_pending_host_driver, running_operands
 from rollout.facts import NodeFacts
-from rollout.facts.driver_operator import DEPLOY_LABEL_PREFIX, OPERAND_PAUSED
+from rollout.facts.driver_operator import OPERAND_PAUSED
+from rollout.operatornames import DEPLOY_LABEL_PREFIX
 from rollout.plan import StepPlan
 from rollout.steps.base import StepContext, StepFailed, StepResult
 from rollout.steps.deadline import POLL_INTERVAL_S
-from rollout.steps.driver_host import plan_pending_host_driver, running_operands
 from rollout.steps.nodemarks import MarkingStep
 from rollout.steps.pods import describe_pod
 from rollout.steps.traits import StepTraits, bounded_by_requests, grants_of

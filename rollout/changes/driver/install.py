@@ -3,10 +3,10 @@
 One step kind, two modes, each in its own module so they evolve apart:
 
 - `mode: host` (ClusterPolicy driver.enabled=false): apt installs and holds the pinned
-  packages (rollout.steps.driver_host_steps); the steps around it pause the operands,
+  packages (rollout.changes.driver.hoststeps); the steps around it pause the operands,
   unload or reboot, verify and resume (docs/drivers.md).
 - `mode: operator`: the GPU Operator's upgrade controller upgrades the driver container;
-  its own playbook (driver-operator.yaml) and steps (rollout.steps.driver_operator) do it;
+  its own playbook (driver-operator.yaml) and steps (rollout.changes.driver.operator) do it;
   `driver.install` is not among them, and has nothing to do in that mode.
 """
 
@@ -15,12 +15,12 @@ from __future__ import annotations
 from typing import ClassVar
 
 from rollout.changes.base import PlanningContext
+from rollout.changes.driver.hostplan import plan_host_driver
+from rollout.changes.driver.hoststeps import install_packages, plan_install, undo_install
 from rollout.facts import NodeFacts
 from rollout.plan import DriverChange, StepPlan
 from rollout.spec import DriverMode, Spec
 from rollout.steps.base import StepContext, StepResult
-from rollout.steps.driver_host import plan_host_driver
-from rollout.steps.driver_host_steps import install_packages, plan_install, undo_install
 from rollout.steps.traits import StepTraits, fixed_s, grants_of
 
 # Said where a playbook of one's own puts driver.install in an operator-mode plan; the

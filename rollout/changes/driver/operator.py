@@ -17,7 +17,7 @@
 Everything each step needs to resume is on the cluster (labels and annotations), so a
 resumed run derives its progress from the labels. Nothing is undone automatically: a driver
 already upgraded stays, the nodes not reached stay pinned, and the run summary says how to go
-back (rollout.steps.driver_operator_plan.operator_run_notes).
+back (rollout.changes.driver.operatorplan.operator_run_notes).
 """
 
 from __future__ import annotations
@@ -29,6 +29,15 @@ from typing import ClassVar
 
 from rollout.budget import NodeAvailability, RunBudget, Verdict
 from rollout.changes.base import PlanningContext
+from rollout.changes.driver.operatorplan import (
+    AUTO_UPGRADE_PATCH,
+    PINNED_BY_ANNOTATION,
+    REVISION_BEFORE_ANNOTATION,
+    VERSION_BEFORE_ANNOTATION,
+    operator_change,
+    plan_node_work,
+    planned_driver,
+)
 from rollout.errors import RolloutError
 from rollout.facts import NodeFacts
 from rollout.facts.driver_operator import (
@@ -54,15 +63,6 @@ from rollout.spec import DriverUpgradeChange, Spec
 from rollout.spec.changes.driver import DEFAULT_OPERATOR_UPGRADE_TIMEOUT_S
 from rollout.steps.base import StepContext, StepFailed, StepResult
 from rollout.steps.deadline import POLL_INTERVAL_S, Deadline
-from rollout.steps.driver_operator_plan import (
-    AUTO_UPGRADE_PATCH,
-    PINNED_BY_ANNOTATION,
-    REVISION_BEFORE_ANNOTATION,
-    VERSION_BEFORE_ANNOTATION,
-    operator_change,
-    plan_node_work,
-    planned_driver,
-)
 from rollout.steps.nodemarks import RUN_ANNOTATION, report_step
 from rollout.steps.traits import StepTraits, bounded_by_requests, fixed_s, grants_of
 from rollout.transports.errors import NotFound
