@@ -14,7 +14,6 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from rollout.inputs.wholenumber import whole_number
 from rollout.memo import ValueTable
 from rollout.plan import CapacityForecast, NodePlan, ResourceForecast
 
@@ -34,14 +33,6 @@ UNKNOWN = "unknown"
 _FORECASTS: ValueTable[CapacityForecast] = ValueTable(CapacityForecast, 4096)
 
 
-def gpu_counts(values: Mapping[str, str]) -> dict[str, int]:
-    """The GPU resources (nvidia.com/gpu, .shared, mig-*) of a node's capacity or
-    allocatable, as numbers (a quantity that is not a whole number counts 0)."""
-    from rollout.facts.pods import is_gpu_resource
-
-    return {name: whole_number(text) or 0 for name, text in values.items() if is_gpu_resource(name)}
-
-
 def unhealthy_note(resource: str) -> str:
     """What a reviewer must know of a node advertising fewer devices than it has now."""
     return (
@@ -57,21 +48,20 @@ def forecast_node(
     the planning context each change's kind says it (a MIG layout is read from the cluster),
     else its model alone."""
     from rollout.facts.gpu_operator import physical_gpus
+    from rollout.facts.pods import gpu_counts
 
     known = bool(node.capacity)
     healthy = gpu_counts(node.capacity)
     before = gpu_counts(node.allocatable) if known else {}
-    physical = physical_gpus(node)
-    after: Mapping[str, int] = healthy
-    caveats: list[str] = []
-    for change in spec.changes:
-        advertised = (
-            ctx.kind_of(change).advertises(ctx, change, node, after)
-            if ctx is not None
-            else change.advertises(after, physical)
-        )
-        after = advertised.counts
-        caveats.extend(advertised.caveats)
+    if ctx is not None:
+        advertised = ctx.advertised(node, healthy)
+        after, caveats = advertised.counts, list(advertised.caveats)
+    else:
+        after, caveats = healthy, []
+        for change in spec.changes:
+            alone = change.advertises(after, physical_gpus(node))
+            after = alone.counts
+            caveats.extend(alone.caveats)
     notes = [UNKNOWN_NOTE] if not known else []
     notes.extend(
         unhealthy_note(name) for name, count in healthy.items() if before.get(name, 0) < count

@@ -214,6 +214,18 @@ class PlanningContext:
                 found[key] = (kind, change)
         return [(key, kind, change) for key, (kind, change) in found.items()]
 
+    def advertised(self, node: NodeFacts, now: Mapping[str, int]) -> Advertised:
+        """The node's GPU resources once every change of the plan is made, from what it
+        advertises `now`: each change's kind in plan order (rollout.capacity's forecast, and
+        gpu.wait's plan), their caveats gathered."""
+        counts = now
+        caveats: list[str] = []
+        for change in self.spec.changes:
+            made = self.kind_of(change).advertises(self, change, node, counts)
+            counts = made.counts
+            caveats.extend(made.caveats)
+        return Advertised(counts, tuple(caveats))
+
     def cluster_work(self) -> tuple[ClusterWork, ...]:
         """Every change's cluster-wide work, in plan order, computed once per context."""
         return self.memo(

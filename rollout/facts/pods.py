@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from rollout.inputs.wholenumber import whole_number
 from rollout.operatornames import GPU_RESOURCE as GPU_RESOURCE
 from rollout.operatornames import SHARED_GPU_RESOURCE as SHARED_GPU_RESOURCE
 from rollout.transports.kube import Pod
@@ -206,6 +207,12 @@ def pod_facts_from(pod: Pod) -> PodFacts:
 
 def is_gpu_resource(name: str) -> bool:
     return name.startswith(GPU_PREFIXES)
+
+
+def gpu_counts(values: Mapping[str, str]) -> dict[str, int]:
+    """The GPU resources (nvidia.com/gpu, .shared, mig-*) of a node's capacity or
+    allocatable, as numbers (a quantity that is not a whole number counts 0)."""
+    return {name: whole_number(text) or 0 for name, text in values.items() if is_gpu_resource(name)}
 
 
 # kube-apiserver's words when it refuses a pod's extended-resource quantities

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
+from rollout.changes.base import PlanningContext
 from rollout.commands import check
 from rollout.facts import NodeFacts
 from rollout.facts.pods import GPU_RESOURCE, SHARED_GPU_RESOURCE
@@ -49,11 +50,13 @@ from rollout.steps.gpu_smoke import (
 )
 from rollout.steps.gpu_wait import (
     VALIDATOR_DEPLOY_LABEL,
+    GpuExpectation,
     advertised_count,
     describe_validator_shortfall,
     expect_gpus,
     find_validator_pods,
     forecast_expectations,
+    planned_expectations,
     time_slicing_change,
     validator_ready,
     wants_validator,
@@ -87,12 +90,18 @@ def gates_worst_s(policy: Policy) -> float:
 ROLLBACK_GATE_POLL_S = 5.0
 
 
-def gate_names(spec: Spec, facts: NodeFacts) -> list[str]:
-    """What `rollout plan` lists: each gate the node will pass, in the order they are read."""
+def gate_names(
+    spec: Spec, facts: NodeFacts, promised: tuple[GpuExpectation, ...] | None = None
+) -> list[str]:
+    """What `rollout plan` lists: each gate the node will pass, in the order they are read
+    (the resources the forecast promises, where it says more than expect_gpus)."""
     gates = spec.policy.verify.gates
     expected = expect_gpus(spec, facts)
     names = []
-    if gates.resources and expected.count:
+    if gates.resources and promised is not None:
+        counts = ", ".join(e.describe() for e in promised)
+        names.append(f"resources whole ({counts}, allocatable = capacity)")
+    elif gates.resources and expected.count:
         names.append(f"resources whole ({expected.describe()}, allocatable = capacity)")
     if gates.xid:
         names.append("no new Xid in the kernel log since the change began")
@@ -168,6 +177,14 @@ class GatesStep(ReachingStep, MarkingStep):
         worst_s=gates_worst_s,
     )
     reach: ClassVar[Reach] = Reach.NODE
+
+    def plan(self, ctx: PlanningContext, facts: NodeFacts) -> StepPlan:
+        planned = super().plan(ctx, facts)
+        promised = planned_expectations(ctx, facts) if planned.changes else None
+        if promised is None:
+            return planned
+        names = gate_names(ctx.spec, facts, promised)
+        return StepPlan.acting(self.kind, "health gates: " + "; ".join(names))
 
     def plan_change(self, facts: NodeFacts, spec: Spec) -> StepPlan:
         names = gate_names(spec, facts)

@@ -21,12 +21,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
+from rollout.changes.base import PlanningContext
 from rollout.facts import NodeFacts
 from rollout.facts.gpu_operator import current_replicas, physical_gpus
-from rollout.facts.pods import GPU_RESOURCE, SHARED_GPU_RESOURCE
+from rollout.facts.pods import GPU_RESOURCE, SHARED_GPU_RESOURCE, gpu_counts
 from rollout.inputs.wholenumber import whole_number
 from rollout.operatornames import DEPLOY_LABEL_PREFIX
-from rollout.plan import NodePlan, StepPlan
+from rollout.plan import NodePlan, ResourceForecast, StepPlan
 from rollout.spec import Spec, TimeSlicingChange
 from rollout.steps.base import StepContext, StepFailed, StepResult
 from rollout.steps.deadline import POLL_INTERVAL_S
@@ -91,7 +92,26 @@ def forecast_expectations(
     `expected` (expect_gpus' one rule) does not cover (a MIG layout's devices); None where
     that rule says it all. A resource at 0 is not waited for: the kubelet keeps a gone
     resource's capacity for minutes (FACTS.md, kubelet device manager)."""
-    resources = node_plan.capacity.resources
+    return promised_by(node_plan.capacity.resources, expected, rolled_back)
+
+
+def planned_expectations(
+    ctx: PlanningContext, facts: NodeFacts
+) -> tuple[GpuExpectation, ...] | None:
+    """forecast_expectations while the plan is made: the forecast the plan will show for the
+    node (each change's kind in the planning context)."""
+    before = gpu_counts(facts.allocatable)
+    after = ctx.advertised(facts, gpu_counts(facts.capacity)).counts
+    resources = [
+        ResourceForecast(name, before.get(name, 0), after.get(name, 0))
+        for name in sorted({*before, *after})
+    ]
+    return promised_by(resources, expect_gpus(ctx.spec, facts), False)
+
+
+def promised_by(
+    resources: Sequence[ResourceForecast], expected: GpuExpectation, rolled_back: bool
+) -> tuple[GpuExpectation, ...] | None:
     moved = {r.resource: r.after for r in resources if r.after and r.after != r.before}
     if not moved or moved == {expected.resource: expected.count}:
         return None
@@ -99,6 +119,15 @@ def forecast_expectations(
     return tuple(
         GpuExpectation(name, count, expected.physical, 1) for name, count in counts.items() if count
     )
+
+
+def describe_wait(expectations: Sequence[GpuExpectation], facts: NodeFacts) -> str:
+    """gpu.wait's action in the plan: the counts it waits for, then the validator."""
+    counts = ", ".join(f"{e.resource} = {e.count}" for e in expectations)
+    action = f"wait for allocatable {counts}"
+    if any(e.count for e in expectations) and facts.labels.get(VALIDATOR_DEPLOY_LABEL) == "true":
+        action += f", then the GPU Operator's validator ({VALIDATOR_SELECTOR}) Ready"
+    return action
 
 
 def advertised_gpu_resource(facts: NodeFacts) -> str:
@@ -138,12 +167,15 @@ class GpuWaitStep(ReachingStep, MarkingStep):
     )
     reach: ClassVar[Reach] = Reach.NODE
 
+    def plan(self, ctx: PlanningContext, facts: NodeFacts) -> StepPlan:
+        planned = super().plan(ctx, facts)
+        promised = planned_expectations(ctx, facts) if planned.changes else None
+        if promised is None:
+            return planned
+        return StepPlan.acting(self.kind, describe_wait(promised, facts))
+
     def plan_change(self, facts: NodeFacts, spec: Spec) -> StepPlan:
-        expected = expect_gpus(spec, facts)
-        action = f"wait for allocatable {expected.resource} = {expected.count}"
-        if expected.count and facts.labels.get(VALIDATOR_DEPLOY_LABEL) == "true":
-            action += f", then the GPU Operator's validator ({VALIDATOR_SELECTOR}) Ready"
-        return StepPlan.acting(self.kind, action)
+        return StepPlan.acting(self.kind, describe_wait((expect_gpus(spec, facts),), facts))
 
     def _apply(self, ctx: StepContext) -> StepResult:
         expected = expect_gpus(ctx.spec, ctx.facts)

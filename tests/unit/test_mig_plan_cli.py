@@ -79,6 +79,9 @@ def test_plan_shows_the_label_and_the_forecast_in_text(
     assert "7 x 1g.5gb makes MIG devices of 35 of each A100 40GB's 40 GB" in out
     for step in ("cordon", "drain", "mig.configure", "mig.wait", "gpu.wait", "gpu.smoke"):
         assert step in out
+    # the checks say what the forecast promises, not whole GPUs
+    assert "wait for allocatable nvidia.com/mig-1g.5gb = 28" in out
+    assert "resources whole (nvidia.com/mig-1g.5gb = 28, allocatable = capacity)" in out
 
 
 def test_plan_shows_the_label_and_the_forecast_in_json_and_markdown(

@@ -32,6 +32,8 @@ CONFIGURE = "mig.configure"
 MANAGER_SELECTOR = "app=nvidia-mig-manager"
 LOG_TAIL_LINES = 10
 NO_MIG_CHANGE = "the plan changes no MIG layout"
+# what reading the node's MIG manager pod's log asks (a failed state quotes its tail)
+MANAGER_LOG_GRANTS = (*grants_of("", "pods", "list"), *grants_of("", "pods/log", "get"))
 
 
 def mig_wait_worst_s(policy: Policy) -> float:
@@ -67,11 +69,7 @@ class MigConfigure(MarkingStep):
         cluster_wide=False,
         takes_down=False,
         uses_ssh=True,
-        grants=(
-            *grants_of("", "nodes", "get patch"),
-            *grants_of("", "pods", "list"),
-            *grants_of("", "pods/log", "get"),
-        ),
+        grants=(*grants_of("", "nodes", "get patch"), *MANAGER_LOG_GRANTS),
         expected_s=2.0,
         worst_s=lambda policy: bounded_by_requests(policy) + mig_wait_worst_s(policy),
     )
@@ -130,11 +128,7 @@ class MigWait(MarkingStep):
         cluster_wide=False,
         takes_down=False,
         uses_ssh=True,
-        grants=(
-            *grants_of("", "nodes", "get"),
-            *grants_of("", "pods", "list"),
-            *grants_of("", "pods/log", "get"),
-        ),
+        grants=(*grants_of("", "nodes", "get"), *MANAGER_LOG_GRANTS),
         expected_s=30.0,
         worst_s=mig_wait_worst_s,
     )
