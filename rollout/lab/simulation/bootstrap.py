@@ -27,6 +27,7 @@ from rollout.lab.simulation.gpuoperator import (
     DRIVER,
     GPU_PRESENT_LABEL,
     MIG_CONFIGMAP,
+    MIG_MANAGER,
     NVIDIA_HANDLER,
     OPERANDS,
     OPERATOR_NAMESPACE,
@@ -129,7 +130,12 @@ def to_node(node: NodeDescription, index: int) -> dict[str, Any]:
     if node.gpus and all(g.product in MIG_CAPABLE_PRODUCTS for g in node.gpus):
         # GFD's capability label, and the MIG manager's default layout, already applied
         labels.update(
-            {CAPABLE_LABEL: "true", CONFIG_LABEL: DISABLED_CONFIG, STATE_LABEL: "success"}
+            {
+                CAPABLE_LABEL: "true",
+                CONFIG_LABEL: DISABLED_CONFIG,
+                STATE_LABEL: "success",
+                MIG_MANAGER.deploy_label: "true",
+            }
         )
     system_uuid = str(uuid.uuid5(uuid.NAMESPACE_DNS, node.name))
     return {

@@ -92,7 +92,16 @@ VALIDATOR = Operand(
     "nvidia/cloud-native/gpu-operator-validator:v24.6.2",
     NVIDIA_HANDLER,
 )
-OPERANDS = (TOOLKIT, DRIVER, DEVICE_PLUGIN, VALIDATOR)
+# Runs on the nodes labelled nvidia.com/gpu.deploy.mig-manager=true: the operator sets that
+# only where GFD found MIG-capable GPUs (the lab: at lab up, bootstrap.to_node).
+MIG_MANAGER = Operand(
+    "nvidia-mig-manager",
+    "mig-manager",
+    "nvidia-mig-manager",
+    "nvidia/cloud-native/k8s-mig-manager:v0.8.0-ubuntu20.04",
+    NVIDIA_HANDLER,
+)
+OPERANDS = (TOOLKIT, DRIVER, DEVICE_PLUGIN, VALIDATOR, MIG_MANAGER)
 
 
 def driver_image(version: str) -> str:

@@ -17,6 +17,11 @@ node's layout file, miglayouts.py), puts the labels back to `true` and sets `suc
 - A node annotated FAILED_ANNOTATION (`lab break mig-manager-failed`) fails every layout that
   changes its GPUs, leaving them as they were: the labels are restored and the state is
   `failed`; a layout the GPUs already have still gives `success`.
+
+The manager works only while its pod (the `nvidia-mig-manager` DaemonSet's, on the nodes
+labelled nvidia.com/gpu.deploy.mig-manager=true) is Ready on a Ready node: a pod deleted, or
+a node NotReady, and nothing is taken up or applied until it is back. Each step is written to
+that pod's log in the real manager's words (migmanagerlog.py).
 """
 
 from __future__ import annotations
@@ -33,10 +38,12 @@ from rollout.lab.apiserver.errors import ApiError
 from rollout.lab.apiserver.registry import Registry
 from rollout.lab.apiserver.resources import CONFIGMAPS, NODES, PODS
 from rollout.lab.description import NodeDescription
+from rollout.lab.simulation import migmanagerlog
 from rollout.lab.simulation.events import EventRecorder
 from rollout.lab.simulation.gpuoperator import (
     DEPLOY_LABEL_PREFIX,
     DEVICE_PLUGIN,
+    MIG_MANAGER,
     OPERATOR_NAMESPACE,
     VALIDATOR,
     owner_daemonset,
@@ -56,6 +63,8 @@ from rollout.lab.simulation.miglayouts import (
     same_gpus,
     write_layout,
 )
+from rollout.lab.simulation.nodelifecycle import is_node_ready
+from rollout.lab.simulation.pods import is_deleting, is_ready, node_of
 from rollout.lab.simulation.probe import NodeCommandOutcome, NodeRuntimeProbe
 
 log = logging.getLogger("rollout.lab.simulation")
@@ -105,14 +114,16 @@ class MigManager:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mig-reboot")
 
     def sync(self, cluster_policy: Mapping[str, Any] | None) -> None:
+        pods = self._manager_pods()
         for description in self.nodes:
             if description.root is None or not description.gpus:
                 continue  # no node files to hold a layout: MIG stays disabled
             node = self.registry.find(NODES, None, description.name)
-            if node is None:
-                continue
+            pod = pods.get(description.name)
+            if node is None or pod is None or not is_node_ready(node):
+                continue  # the manager runs in its pod: none running, nothing applies
             try:
-                self._sync_node(description, node, cluster_policy)
+                self._sync_node(description, node, pod, cluster_policy)
             except ApiError as error:
                 log.debug("mig manager %s raced: %s", description.name, error)
 
@@ -123,23 +134,25 @@ class MigManager:
         self,
         description: NodeDescription,
         node: dict[str, Any],
+        pod: str,
         cluster_policy: Mapping[str, Any] | None,
     ) -> None:
         name = description.name
         job = self._jobs.get(name)
         if job is not None:
-            self._advance(description, node, job)
+            self._advance(description, node, pod, job)
             return
         wanted_name = (node["metadata"].get("labels") or {}).get(CONFIG_LABEL)
         if not wanted_name or self._handled.get(name) == wanted_name:
             return
         self._handled[name] = wanted_name
-        self._start(description, node, wanted_name, cluster_policy)
+        self._start(description, node, pod, wanted_name, cluster_policy)
 
     def _start(
         self,
         description: NodeDescription,
         node: dict[str, Any],
+        pod: str,
         config: str,
         cluster_policy: Mapping[str, Any] | None,
     ) -> None:
@@ -147,25 +160,33 @@ class MigManager:
         assert description.root is not None
         current = read_layout(description.root)
         indices = [g.index for g in description.gpus]
+        self._say(pod, migmanagerlog.to_start_lines(config))
         try:
             wanted = parse_config(self._config_text(cluster_policy), config, description.gpus)
         except LayoutError as error:
+            self._say(pod, migmanagerlog.to_invalid_lines(config, str(error)))
             self._set_state(name, "failed")
             self._recorder.record(node, "Warning", "MigConfigInvalid", str(error))
             log.info("mig manager %s: %s", name, error)
             return
-        if same_gpus(current, wanted, indices):
+        applied = same_gpus(current, wanted, indices)
+        self._say(pod, migmanagerlog.to_valid_lines(applied))
+        if applied:
             if current.config != config:
                 write_layout(description.root, apply_layout(current, config, wanted, indices))
+            self._say(pod, migmanagerlog.to_success_lines(config, restarted_clients=False))
             self._set_state(name, "success")
             return
+        self._say(pod, migmanagerlog.to_pausing_lines())
         self._set_state(name, "pending")
         job = _Job(config, wanted, Phase.PAUSING, self.clock())
         job.paused = self._pause(node)
         self._jobs[name] = job
         log.info("mig manager %s: applying %s", name, config)
 
-    def _advance(self, description: NodeDescription, node: dict[str, Any], job: _Job) -> None:
+    def _advance(
+        self, description: NodeDescription, node: dict[str, Any], pod: str, job: _Job
+    ) -> None:
         name = description.name
         assert description.root is not None
         now = self.clock()
@@ -175,6 +196,7 @@ class MigManager:
             if not self._operands_gone(name):
                 return
             job.phase, job.since_s = Phase.APPLYING, now
+            self._say(pod, migmanagerlog.to_applying_lines())
             return
         if job.phase is Phase.APPLYING:
             current = read_layout(description.root)
@@ -182,9 +204,11 @@ class MigManager:
             failure = annotations.get(FAILED_ANNOTATION)
             if failure:
                 self._recorder.record(node, "Warning", "MigConfigFailed", failure)
+                self._say(pod, migmanagerlog.to_failed_lines(job.config, failure))
                 self._finish(name, job, "failed")
                 return
             if mode_changes(current, job.wanted) and (description.root / REBOOT_KNOB_FILE).exists():
+                self._say(pod, migmanagerlog.to_reboot_lines())
                 self._reboot(description, job)
                 return
         elif job.phase is Phase.REBOOTING and not self._rebooted(name, job):
@@ -192,7 +216,22 @@ class MigManager:
         current = read_layout(description.root)
         indices = [g.index for g in description.gpus]
         write_layout(description.root, apply_layout(current, job.config, job.wanted, indices))
+        lines = migmanagerlog.to_success_lines(job.config, restarted_clients=bool(job.paused))
+        self._say(pod, lines)
         self._finish(name, job, "success")
+
+    def _manager_pods(self) -> dict[str, str]:
+        """Node -> the name of its MIG manager pod, where that pod is Ready."""
+        return {
+            node_of(p): str(p["metadata"]["name"])
+            for p in self.registry.list_objects(PODS, OPERATOR_NAMESPACE)
+            if owner_daemonset(p) == MIG_MANAGER.name and is_ready(p) and not is_deleting(p)
+        }
+
+    def _say(self, pod: str, lines: Sequence[str]) -> None:
+        """Write the lines to the manager pod's log (its container's output)."""
+        text = "".join(line + "\n" for line in lines)
+        self.registry.write_log(OPERATOR_NAMESPACE, pod, MIG_MANAGER.container, text)
 
     def _reboot(self, description: NodeDescription, job: _Job) -> None:
         """Switch the GPUs' MIG mode (the devices come after the boot) and reboot the node."""
