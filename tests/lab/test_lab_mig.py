@@ -3,6 +3,9 @@ Operator's: real kubectl labels a node with a layout and waits for its state, th
 own `nvidia-smi -L` (over SSH), its advertised resources under both strategies and a pod given
 one MIG device through the node's real containerd say what the layout made.
 
+The manager runs as the operator runs it: real kubectl lists its `nvidia-mig-manager` pod on
+the node and `kubectl logs` reads what it did (the real manager's words).
+
 One lab of its own (one node, two GPUs): the scenarios `mig-manager-failed` and
 `mig-mode-needs-reboot` are broken and healed here, the latter rebooting the node for real.
 """
@@ -14,6 +17,7 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -126,6 +130,31 @@ def run_pod(kube: KubeClient, lab: Lab, name: str, resource: str) -> list[str]:
         kube.delete_pod("default", name, grace_period_s=0, missing_ok=True)
 
 
+def manager_pods(lab: Lab, home: Path) -> list[dict[str, Any]]:
+    """`kubectl get pods -n gpu-operator -l app=nvidia-mig-manager` as JSON items."""
+    listing = kubectl(
+        lab, home, "get", "pods", "-n", "gpu-operator", "-l", "app=nvidia-mig-manager", "-o", "json"
+    )
+    items: list[dict[str, Any]] = json.loads(listing)["items"]
+    return items
+
+
+def manager_log(lab: Lab, home: Path) -> list[str]:
+    """`kubectl logs` of the node's MIG manager pod."""
+    [pod] = manager_pods(lab, home)
+    name = str(pod["metadata"]["name"])
+    return kubectl(lab, home, "logs", "-n", "gpu-operator", name).splitlines()
+
+
+def test_the_mig_manager_runs_as_a_pod_on_the_node(lab: Lab, home: Path) -> None:
+    text = kubectl(lab, home, "get", "pods", "-n", "gpu-operator", "-l", "app=nvidia-mig-manager")
+    rows = [line.split() for line in text.splitlines()[1:]]
+    assert len(rows) == len(lab.nodes) == 1, text
+    assert rows[0][0].startswith("nvidia-mig-manager-") and rows[0][1:3] == ["1/1", "Running"]
+    [pod] = manager_pods(lab, home)
+    assert pod["spec"]["nodeName"] == lab.nodes[0].name
+
+
 def test_lab_up_starts_with_mig_disabled(lab: Lab, kube: KubeClient) -> None:
     labels = kube.get_node(lab.nodes[0].name).labels
     assert labels["nvidia.com/mig.capable"] == "true"
@@ -140,6 +169,17 @@ def test_single_strategy_layout_shows_on_the_node_and_in_a_pod(
 ) -> None:
     set_strategy(lab, home, "single")
     configure(lab, kube, home, "all-1g.5gb")
+    log = manager_log(lab, home)
+    change = log[log.index("Updating to MIG config: all-1g.5gb") :]
+    for line in (
+        "Asserting that the requested configuration is present in the configuration file",
+        "Selected MIG configuration is valid",
+        "Applying the selected MIG config to the node",
+        "Restarting all GPU clients previously shutdown in Kubernetes by reenabling their "
+        "component-specific nodeSelector labels",
+        "MIG configuration applied successfully",
+    ):
+        assert line in change, change
     gpus, migs = node_listing(lab)
     assert len(gpus) == 2
     assert [profile for profile, _ in migs] == ["1g.5gb"] * 14
@@ -195,6 +235,10 @@ def test_a_failing_mig_manager_leaves_the_gpus_as_they_were(
     try:
         configure(lab, kube, home, "all-1g.10gb", state="failed")
         assert node_listing(lab) == before
+        log = manager_log(lab, home)
+        change = log[log.index("Updating to MIG config: all-1g.10gb") :]
+        assert "Unable to apply MIG config" in change, change
+        assert "MIG configuration applied successfully" not in change
         labels = kube.get_node(node).labels
         assert labels["nvidia.com/gpu.deploy.device-plugin"] == "true"
         advertises(kube, lab, {"nvidia.com/gpu": "4"})
