@@ -213,6 +213,9 @@ def test_a_failed_mig_manager_rolls_the_node_back_and_halts(
     assert run.halted_reason and first in run.halted_reason
     said = out + err
     assert "the MIG manager reports nvidia.com/mig.config.state=failed for layout" in said
+    # it quotes the tail of the node's MIG manager pod's log, the manager's own failure
+    assert "no MIG manager pod" not in said
+    assert "nvidia-mig-manager-" in said and "Unable to apply MIG config" in said
     outcome = read_run(state, run.run_id).node(first).outcome
     assert outcome is not None and outcome.value == "rolled-back"
     labels = kube.get_node(first).labels
