@@ -590,6 +590,34 @@ def kind_imports_of_shared(graph: Mapping[str, set[str]]) -> list[str]:
     ]
 
 
+def imports_across_kinds(graph: Mapping[str, set[str]]) -> list[str]:
+    """Every import of one change kind's package by another's: what two kinds share lives
+    below them (a shared step, a fact, an engine)."""
+    return [
+        f"{module} imports {target}"
+        for module, targets in sorted(graph.items())
+        if module.startswith("rollout.changes.") and module.count(".") >= 3
+        for target in sorted(targets)
+        if target.startswith("rollout.changes.")
+        and target.count(".") >= 3
+        and target.split(".")[2] != module.split(".")[2]
+    ]
+
+
+def test_no_change_kind_imports_another() -> None:
+    assert imports_across_kinds(import_graph()) == []
+
+
+def test_the_kind_check_sees_one_kind_importing_another() -> None:
+    graph = {
+        "rollout.changes.mig.steps": {"rollout.changes.driver.node", "rollout.changes.base"},
+        "rollout.changes.driver.install": {"rollout.changes.driver.node"},
+    }
+    assert imports_across_kinds(graph) == [
+        "rollout.changes.mig.steps imports rollout.changes.driver.node"
+    ]
+
+
 def test_every_change_kind_keeps_its_code_in_its_package() -> None:
     assert kind_modules_outside(set(import_graph())) == []
 

@@ -1,4 +1,5 @@
-"""What the host driver steps do on a node: apt, services, kernel modules and reboots.
+"""What the host driver steps do on a node: apt, services, kernel modules and the reboot
+request (the wait for the boot is shared: rollout.steps.reboot).
 
 Each operation reads the node through the facts of rollout.facts.driver_host and
 rollout.facts.driver_modules (never a second way to read them) and proves its effect by
@@ -9,8 +10,7 @@ a dropped connection is what is expected and the wait goes on.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 
 from rollout.commands import CommandResult, CommandRunner, CommandTimeout
 from rollout.errors import RolloutError, TransientError
@@ -22,15 +22,12 @@ from rollout.facts.driver_host import (
     InstalledPackagesFact,
 )
 from rollout.facts.driver_modules import (
-    BootIdFact,
     GpuClientsFact,
     LoadedModule,
     LoadedModulesFact,
     UnitState,
     unload_order,
 )
-from rollout.steps.deadline import Deadline
-from rollout.steps.systemd import probe_service
 
 APT_TIMEOUT_S = 900.0
 # apt-get waits this long for another apt or dpkg (a killed run's, still finishing) to let go
@@ -48,7 +45,6 @@ APT_OPTIONS = (
     f"DPkg::Lock::Timeout={APT_LOCK_WAIT_S}",
 )
 INTERRUPTED = "dpkg was interrupted"
-REBOOT_POLL_S = 2.0
 OUTPUT_TAIL = 12
 
 
@@ -219,27 +215,6 @@ def reload_missing(runner: CommandRunner, names: Sequence[str]) -> None:
 # ------------------------------------------------------------------ reboot
 
 
-@dataclass(frozen=True)
-class Rebooted:
-    boot_before: str
-    boot_after: str
-    waited_s: float
-
-    def describe(self) -> str:
-        return (
-            f"rebooted (boot_id {self.boot_before[:8]} -> {self.boot_after[:8]}) in "
-            f"{round(self.waited_s)}s; SSH, containerd and the node are back"
-        )
-
-
-def read_boot_id(runner: CommandRunner) -> str | None:
-    """The boot id, or None while the node cannot be reached (it is rebooting)."""
-    try:
-        return read_fact(runner, BootIdFact())
-    except (TransientError, CommandTimeout):
-        return None
-
-
 def request_reboot(runner: CommandRunner) -> None:
     """`systemctl reboot`; a connection that drops under it is the reboot starting."""
     try:
@@ -248,42 +223,3 @@ def request_reboot(runner: CommandRunner) -> None:
         return
     if not result.ok and result.exit_code != 255:
         raise _failed("requesting the reboot", result)
-
-
-def wait_for_reboot(
-    runner: CommandRunner,
-    boot_before: str,
-    timeout_s: float,
-    node_ready: Callable[[], bool],
-    sleep: Callable[[float], None],
-) -> Rebooted:
-    """Wait, within timeout_s, for a new boot_id over SSH, containerd active, the node Ready.
-
-    DriverNodeError names the stage that did not come within the time.
-    """
-    deadline = Deadline(timeout_s, sleep)
-    stage = "a new boot_id over SSH (the node did not come back)"
-    boot_after: str | None = None
-    while True:
-        try:
-            if boot_after is None:
-                now = read_boot_id(runner)
-                if now is not None and now != boot_before:
-                    boot_after = now
-                    stage = "containerd active after the boot"
-            if (
-                boot_after is not None
-                and stage.startswith("containerd")
-                and probe_service(runner).running
-            ):
-                stage = "the node Ready in the Kubernetes API"
-            if boot_after is not None and stage.startswith("the node") and node_ready():
-                return Rebooted(boot_before, boot_after, deadline.elapsed_s)
-        except (TransientError, CommandTimeout):
-            pass  # still booting
-        if deadline.expired:
-            raise DriverNodeError(
-                f"waited {timeout_s:g}s (policy.driver.reboot_timeout_s) for {stage} "
-                f"after `systemctl reboot` (boot_id before: {boot_before})"
-            )
-        deadline.sleep(REBOOT_POLL_S)

@@ -1,14 +1,15 @@
 """Rebooting a node for its driver, resumably: the boot_id before is saved first, the reboot
-is proven by a new one, then SSH, containerd and the node Ready (rollout.changes.driver.node)."""
+is proven by a new one, then SSH, containerd and the node Ready (rollout.steps.reboot)."""
 
 from __future__ import annotations
 
-from rollout.changes.driver.node import read_boot_id, read_driver, request_reboot, wait_for_reboot
+from rollout.changes.driver.node import read_driver, request_reboot
 from rollout.commands import CommandTimeout
 from rollout.errors import TransientError
 from rollout.facts import read_fact
 from rollout.facts.driver_modules import BootIdFact
 from rollout.steps.base import StepContext
+from rollout.steps.reboot import read_boot_id, wait_for_reboot
 
 
 def reboot_node(ctx: StepContext, kind: str, key: str) -> str:

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from rollout.changes.base import PlanningContext
-from rollout.changes.driver.node import read_boot_id, wait_for_reboot
 from rollout.changes.mig.facts import CONFIG_LABEL, STATE_LABEL, MigState, NodeMig
 from rollout.changes.mig.model import MigChange
 from rollout.changes.mig.work import MigWork
@@ -25,6 +24,7 @@ from rollout.spec import Policy
 from rollout.steps.base import StepContext, StepFailed, StepResult
 from rollout.steps.deadline import POLL_INTERVAL_S
 from rollout.steps.nodemarks import MarkingStep
+from rollout.steps.reboot import read_boot_id, wait_for_reboot
 from rollout.steps.traits import StepTraits, bounded_by_requests, grants_of
 from rollout.transports.errors import KubeError
 
