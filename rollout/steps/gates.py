@@ -129,7 +129,7 @@ class GatesBaselineStep(ReachingStep):
     traits: ClassVar[StepTraits] = StepTraits(
         cluster_wide=False,
         takes_down=False,
-        uses_ssh=False,
+        uses_ssh=True,
         grants=(),
         expected_s=1.0,
         worst_s=bounded_by_requests,
@@ -167,7 +167,7 @@ class GatesStep(ReachingStep, MarkingStep):
     traits: ClassVar[StepTraits] = StepTraits(
         cluster_wide=False,
         takes_down=False,
-        uses_ssh=False,
+        uses_ssh=True,
         grants=(
             *grants_of("", "nodes", "get patch"),
             *grants_of("", "pods", "list"),

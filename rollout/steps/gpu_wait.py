@@ -23,7 +23,7 @@ from typing import ClassVar
 
 from rollout.changes.base import PlanningContext
 from rollout.facts import NodeFacts
-from rollout.facts.gpu_operator import current_replicas, physical_gpus
+from rollout.facts.gpu_operator import VALIDATOR_APP, current_replicas, physical_gpus
 from rollout.facts.pods import GPU_RESOURCE, SHARED_GPU_RESOURCE, gpu_counts
 from rollout.inputs.wholenumber import whole_number
 from rollout.operatornames import DEPLOY_LABEL_PREFIX
@@ -37,7 +37,7 @@ from rollout.steps.pods import DEVICE_PLUGIN_SELECTOR, describe_pod, find_device
 from rollout.steps.traits import StepTraits, grants_of
 from rollout.transports.kube import Node, Pod
 
-VALIDATOR_SELECTOR = "app=nvidia-operator-validator"
+VALIDATOR_SELECTOR = f"app={VALIDATOR_APP}"
 VALIDATOR_DEPLOY_LABEL = DEPLOY_LABEL_PREFIX + "operator-validator"
 
 

@@ -201,7 +201,7 @@ def test_cron_flag_suspend_namespace_and_deadline() -> None:
         ),
         (plan_text(), {"cron": "TZ=UTC 0 1 * * *"}, True, "refuses TZ="),
         (plan_text(), {"cron": "every night"}, True, "is not a cron schedule"),
-        (plan_text(), {}, False, "over SSH (its facts and its steps (preflight, containerd"),
+        (plan_text(), {}, False, "its steps (preflight, gates.baseline, containerd"),
         (plan_text(name="a" * 45), {}, True, "shorten metadata.name to 44 characters"),
     ],
 )

@@ -56,6 +56,10 @@ def test_the_traits_say_what_the_removed_tables_said() -> None:
         "driver.install",
         "driver.reload",
         "driver.verify",
+        # the kernel clock and the kernel log (the Xid gate); nvidia-smi on the node
+        "gates.baseline",
+        "gates",
+        "driver.confirm",
         # the boot id, for a reboot the MIG manager does
         "mig.configure",
         "mig.wait",

@@ -432,7 +432,7 @@ class DriverConfirmStep(OperatorStep):
     traits: ClassVar[StepTraits] = StepTraits(
         cluster_wide=False,
         takes_down=False,
-        uses_ssh=False,
+        uses_ssh=True,
         grants=(
             *grants_of("", "nodes", "get"),
             *grants_of("", "pods", "list"),
