@@ -155,6 +155,7 @@ def test_start_creates_gpu_nodes_operands_and_policy(api: client.ApiClient) -> N
         "nvidia-container-toolkit-daemonset",
         "nvidia-device-plugin-daemonset",
         "nvidia-driver-daemonset",
+        "nvidia-mig-manager",  # the lab's GPUs are MIG-capable A100s
         "nvidia-operator-validator",
     ]
     assert all(p.metadata.owner_references[0].kind == "DaemonSet" for p in operands)
