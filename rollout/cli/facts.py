@@ -12,7 +12,7 @@ from rollout.cli.plan import add_fleet_arguments, connect_fleet, limit_of, limit
 from rollout.cli.render import show_controls
 from rollout.errors import BadInput, ExitCode
 from rollout.facts.driver_operator_live import read_nvidia_drivers
-from rollout.facts.extra import with_plan_facts
+from rollout.facts.extra import with_hosts_files, with_plan_facts
 from rollout.facts.live import gather_diagnosis_facts
 from rollout.facts.recording import record_fleet
 from rollout.spec import load_spec
@@ -73,7 +73,10 @@ def run_record(args: argparse.Namespace) -> int:
             )
             unreachable = {n: why for n, why in unreachable.items() if n in chosen}
         if spec is not None:
-            nodes = with_plan_facts(spec, runners, fleet.nodes, args.parallel)
+            # diagnosis facts read the files without the plan: its hosts.toml files outside
+            # /etc/containerd are read with them again
+            nodes = with_hosts_files(spec, runners, fleet.nodes, args.parallel)
+            nodes = with_plan_facts(spec, runners, nodes, args.parallel)
             drivers = read_nvidia_drivers(spec, connection.kube)
             cluster = dataclasses.replace(fleet.cluster, nvidia_drivers=drivers)
             fleet = dataclasses.replace(fleet, nodes=tuple(nodes), cluster=cluster)

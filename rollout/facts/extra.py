@@ -3,7 +3,8 @@ NodeFacts; a node that cannot be read fails the gathering, named.
 
 Which fact a plan needs is decided here once: a registry change whose config_path lies outside
 /etc/containerd has its hosts.toml read with the node's files (the files fact reads only that
-directory by itself); a driver change, by its mode: `host` reads the apt and module facts of
+directory by itself: `hosts_files_outside` names them for the probe); a driver change, by its
+mode: `host` reads the apt and module facts of
 the packages (rollout.facts.driver_host), `operator` the running kernel the operator's driver
 container builds its module for (DriverKernelFact).
 """
@@ -35,10 +36,10 @@ def with_plan_facts(
     nodes: Sequence[NodeFacts],
     max_parallel: int = 8,
 ) -> list[NodeFacts]:
-    """The nodes with the extra facts the plan's changes need: the hosts.toml files a registry
-    change writes outside /etc/containerd, host driver facts for a `mode: host` driver
-    upgrade, the running kernel for `mode: operator`; unchanged otherwise."""
-    nodes = with_hosts_files(spec, runners, nodes, max_parallel)
+    """The nodes with the extra facts the plan's driver change needs: host driver facts for a
+    `mode: host` driver upgrade, the running kernel for `mode: operator`; unchanged otherwise.
+    (The hosts.toml files outside /etc/containerd are read with the node's files, in its one
+    probe: `hosts_files_outside`.)"""
     change = spec.driver_upgrade
     if change is None:
         return list(nodes)
@@ -117,7 +118,9 @@ def with_hosts_files(
 ) -> list[NodeFacts]:
     """Each node with its files read again together with the plan's hosts.toml files outside
     /etc/containerd (as the write step's drift check reads them), so that the plan's `before`
-    of such a file is the node's, not "a new file"; unchanged when there are none."""
+    of such a file is the node's, not "a new file"; unchanged when there are none. Only for
+    files read without the plan (`facts record --plan`): a plan's own gathering reads them in
+    its one probe of the node."""
     also = hosts_files_outside(spec)
     if not also:
         return list(nodes)

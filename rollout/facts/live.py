@@ -30,7 +30,7 @@ from rollout.facts.containerd import (
 from rollout.facts.daemonsets import DaemonSetFacts
 from rollout.facts.driver import DriverKernelFact, DriverStatusFact
 from rollout.facts.driver_operator_live import read_nvidia_drivers
-from rollout.facts.extra import with_plan_facts
+from rollout.facts.extra import hosts_files_outside, with_plan_facts
 from rollout.facts.fact import ProbeFailed, read_fact
 from rollout.facts.gpu import GpuFacts, GpuQueryFact
 from rollout.facts.gpu_operator import (
@@ -62,14 +62,17 @@ class NodeProbe:
     effective_config: Mapping[str, Any]
 
 
-def probe_node(runner: CommandRunner, main_path: str = DEFAULT_MAIN_PATH) -> NodeProbe:
-    """Every node fact over one runner in one round trip: containerd, its files and dump, its
-    service, the GPUs (each fact's own command and parser, rollout.facts.batch)."""
+def probe_node(
+    runner: CommandRunner, main_path: str = DEFAULT_MAIN_PATH, also: tuple[str, ...] = ()
+) -> NodeProbe:
+    """Every node fact over one runner in one round trip: containerd, its files (and the files
+    `also` names, wherever they lie) and dump, its service, the GPUs (each fact's own command
+    and parser, rollout.facts.batch)."""
     containerd, files, gpus, service, dump = read_facts(
         runner,
         (
             ContainerdVersionFact(),
-            ConfigFilesFact(main_path),
+            ConfigFilesFact(main_path, also=also),
             GpuQueryFact(),
             ServiceFact(),
             ConfigDumpFact(main_path),
@@ -153,10 +156,12 @@ def gather_fleet_facts(
     """
 
     api_errors: dict[str, RolloutError] = {}
+    # the hosts.toml files the plan writes outside /etc/containerd: read in the same round trip
+    also = hosts_files_outside(spec)
 
     def probe(runner: CommandRunner) -> NodeFacts:
         try:
-            ssh = retry_transient(lambda: probe_node(runner))
+            ssh = retry_transient(lambda: probe_node(runner, also=also))
         finally:
             if release and isinstance(runner, Closeable):
                 runner.close()

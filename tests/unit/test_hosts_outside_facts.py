@@ -12,7 +12,7 @@ import pytest
 from rollout.cli import main
 from rollout.containerd import ContainerdVersion
 from rollout.facts import ClusterFacts, FleetFacts, NodeFacts
-from rollout.facts.extra import with_plan_facts
+from rollout.facts.extra import with_hosts_files, with_plan_facts
 from rollout.facts.recording import record_fleet
 from rollout.plan import Plan
 from rollout.planner import build_plan
@@ -48,7 +48,8 @@ def read_nodes(spec: Spec, node_hosts: str | None) -> tuple[list[NodeFacts], Scr
         files[HOSTS] = node_hosts
     runner = ScriptedRunner(name="n1").on(["sh", "-c"], file_dump(files))
     node = replace(containerd_node("n1"), containerd=ContainerdVersion.from_output(VERSION))
-    return with_plan_facts(spec, {"n1": runner}, [node]), runner
+    # the record path (`facts record --plan`): files read without the plan, read again with it
+    return with_hosts_files(spec, {"n1": runner}, [node], 8), runner
 
 
 def plan_of(spec: Spec, nodes: list[NodeFacts]) -> Plan:
@@ -99,6 +100,32 @@ def test_a_hosts_toml_under_a_custom_config_path_is_no_unloaded_config() -> None
         ["sh", "-c"], file_dump({CONFIG_TOML: "version = 2\n", custom: NODE_HOSTS})
     )
     node = replace(containerd_node("n1"), containerd=ContainerdVersion.from_output(VERSION))
-    (planned,) = plan_of(spec, with_plan_facts(spec, {"n1": runner}, [node])).nodes
+    (planned,) = plan_of(spec, with_hosts_files(spec, {"n1": runner}, [node], 8)).nodes
     assert [f.before for f in planned.files if f.path == custom] == [NODE_HOSTS]
     assert planned.shadowing == ()  # not "imported by nothing"
+
+
+def test_a_plans_gathering_reads_them_in_its_one_probe_of_the_node(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Live planning asks for the outside hosts.toml in the node's one probe (the same round
+    trip, on the connection it then closes), and reads the node's files no second time."""
+    from rollout.facts import live
+    from tests.unit.test_live_gathering import Kube, Runner, probe_waiting_for
+
+    asked: list[tuple[str, ...]] = []
+    kube = Kube()
+    fake = probe_waiting_for(kube)
+
+    def probe_node(runner: Runner, main_path: str = "", also: tuple[str, ...] = ()) -> object:
+        asked.append(also)
+        return fake(runner, main_path, also)
+
+    monkeypatch.setattr(live, "probe_node", probe_node)
+    spec = parse_spec(PLAN.replace("targets: {nodes: [n1]}", "targets: {nodes: [n1, n2]}"), "p")
+    silent = {name: ScriptedRunner(name=name) for name in ("n1", "n2")}
+    fleet = live.gather_fleet_facts(spec, silent, kube)  # type: ignore[arg-type]
+    assert asked == [(HOSTS,), (HOSTS,)]
+    assert [n.name for n in fleet.nodes] == ["n1", "n2"]
+    assert all(not r.calls for r in silent.values())  # nothing read after the probe
+    assert with_plan_facts(spec, silent, list(fleet.nodes)) == list(fleet.nodes)

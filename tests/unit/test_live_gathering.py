@@ -63,7 +63,7 @@ class Kube:
 
 
 def probe_waiting_for(kube: Kube, failing: str = "") -> Any:
-    def probe_node(runner: Runner, main_path: str = "") -> NodeProbe:
+    def probe_node(runner: Runner, main_path: str = "", also: tuple[str, ...] = ()) -> NodeProbe:
         # a node answers only once the cluster's reads have started: gathered one after the
         # other, this would wait in vain
         assert kube.cluster_started.wait(WAIT_S), "the cluster was read only after the nodes"
@@ -141,7 +141,7 @@ def test_a_failed_node_is_reported_without_waiting_for_the_cluster(
 ) -> None:
     kube = HangingKube()
 
-    def probe_node(runner: Runner, main_path: str = "") -> NodeProbe:
+    def probe_node(runner: Runner, main_path: str = "", also: tuple[str, ...] = ()) -> NodeProbe:
         raise ProbeFailed(f"{runner.host}: host key changed")
 
     monkeypatch.setattr(live, "probe_node", probe_node)
