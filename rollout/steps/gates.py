@@ -291,7 +291,7 @@ def check_resources(ctx: StepContext, node: Node, rolled_back: bool = False) -> 
     if time_slicing_change(ctx.spec) is None:
         facts = replace(facts, labels=node.labels)
     expected = expect_gpus(ctx.spec, facts)
-    forecast = forecast_expectations(ctx.node_plan, expected, rolled_back=rolled_back)
+    forecast = forecast_expectations(ctx.node_plan, facts, expected, rolled_back=rolled_back)
     counts = {e.resource: e.count for e in forecast or (expected,) if e.count}
     # what the node advertised before, but for the GPU resource a profile may rename
     names = {

@@ -12,10 +12,11 @@ from typing import Any, ClassVar
 
 from rollout.facts import NodeFacts
 from rollout.facts.gpu_operator import OPERATOR_RUNTIME_CLASS
+from rollout.facts.migmode import MigMode, read_mig_mode
 from rollout.facts.pods import GPU_RESOURCE
 from rollout.inputs.fieldproblems import shorten
 from rollout.operatornames import MIG_RESOURCE_PREFIX
-from rollout.plan import StepPlan
+from rollout.plan import NodePlan, StepPlan
 from rollout.spec import Spec
 from rollout.steps.base import StepContext, StepFailed, StepResult
 from rollout.steps.deadline import POLL_INTERVAL_S, Deadline
@@ -222,7 +223,7 @@ class GpuSmokeStep(ReachingStep, MarkingStep):
                 ctx.node, self.kind, describe_smoke_failure(pod, log, warnings, deadline)
             )
         verdict = judge_smoke_log(log or "", ctx.facts.gpus.uuids, _target_driver(ctx.spec))
-        if resource.startswith(MIG_RESOURCE_PREFIX) and not any(
+        if wants_mig_device(resource, ctx.facts, ctx.node_plan) and not any(
             u.startswith("MIG-") for u in verdict.uuids
         ):
             verdict = replace(verdict, problems=(*verdict.problems, f"{resource}: no MIG- UUID"))
@@ -237,7 +238,8 @@ class GpuSmokeStep(ReachingStep, MarkingStep):
         checked = "" if ctx.facts.gpus.uuids else " (facts hold no UUIDs to check them against)"
         driver = f"; driver {', '.join(verdict.drivers)}" if verdict.drivers else ""
         return StepResult.done(
-            f"nvidia-smi -L in pod {where} listed {', '.join(verdict.uuids)}{checked}{driver}"
+            f"nvidia-smi -L in pod {where} (one {resource}) listed {', '.join(verdict.uuids)}"
+            f"{checked}{driver}"
         )
 
     def undo(self, ctx: StepContext) -> None:
@@ -252,11 +254,23 @@ def smoke_resource(ctx: StepContext) -> str:
     capacity forecast promises other resources (a MIG layout), one of those, a MIG device's
     first."""
     expected = expect_gpus(ctx.spec, ctx.facts)
-    forecast = forecast_expectations(ctx.node_plan, expected)
+    forecast = forecast_expectations(ctx.node_plan, ctx.facts, expected)
     if forecast is None:
         return expected.resource
     names = [e.resource for e in forecast]
     return next((n for n in names if n.startswith(MIG_RESOURCE_PREFIX)), names[0])
+
+
+def wants_mig_device(resource: str, facts: NodeFacts, node_plan: NodePlan) -> bool:
+    """Whether the smoke pod's device must show as a MIG- UUID: a nvidia.com/mig-* resource
+    (the mixed strategy), or nvidia.com/gpu on a node in MIG mode under the single strategy
+    (GFD's labels in `facts`) whose devices the plan leaves as they are. A plan that moves
+    them (a MIG layout put back to whole GPUs) makes the node's labels before it no guide."""
+    if resource.startswith(MIG_RESOURCE_PREFIX):
+        return True
+    if read_mig_mode(facts.labels, facts.allocatable) is not MigMode.SINGLE:
+        return False
+    return all(r.after == r.before for r in node_plan.capacity.resources)
 
 
 def run_pod_once(

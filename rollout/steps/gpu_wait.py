@@ -24,6 +24,7 @@ from typing import ClassVar
 from rollout.changes.base import PlanningContext
 from rollout.facts import NodeFacts
 from rollout.facts.gpu_operator import VALIDATOR_APP, current_replicas, physical_gpus
+from rollout.facts.migmode import MigMode, read_mig_mode
 from rollout.facts.pods import GPU_RESOURCE, SHARED_GPU_RESOURCE, gpu_counts
 from rollout.inputs.wholenumber import whole_number
 from rollout.operatornames import DEPLOY_LABEL_PREFIX
@@ -85,14 +86,20 @@ def expect_gpus(spec: Spec, facts: NodeFacts) -> GpuExpectation:
 
 
 def forecast_expectations(
-    node_plan: NodePlan, expected: GpuExpectation, *, rolled_back: bool = False
+    node_plan: NodePlan,
+    facts: NodeFacts,
+    expected: GpuExpectation,
+    *,
+    rolled_back: bool = False,
 ) -> tuple[GpuExpectation, ...] | None:
     """What the plan's capacity forecast says the node advertises after (before, once
     `rolled_back`), each resource above 0, where the forecast moves a resource that
-    `expected` (expect_gpus' one rule) does not cover (a MIG layout's devices); None where
-    that rule says it all. A resource at 0 is not waited for: the kubelet keeps a gone
-    resource's capacity for minutes (FACTS.md, kubelet device manager)."""
-    return promised_by(node_plan.capacity.resources, expected, rolled_back)
+    `expected` (expect_gpus' one rule) does not cover (a MIG layout's devices), or where the
+    node is in MIG mode (`facts`), whoever put it there; None where that rule says it all. A
+    resource at 0 is not waited for: the kubelet keeps a gone resource's capacity for minutes
+    (FACTS.md, kubelet device manager)."""
+    mode = read_mig_mode(facts.labels, facts.allocatable)
+    return promised_by(node_plan.capacity.resources, expected, rolled_back, mode)
 
 
 def planned_expectations(
@@ -106,13 +113,21 @@ def planned_expectations(
         ResourceForecast(name, before.get(name, 0), after.get(name, 0))
         for name in sorted({*before, *after})
     ]
-    return promised_by(resources, expect_gpus(ctx.spec, facts), False)
+    mode = read_mig_mode(facts.labels, facts.allocatable)
+    return promised_by(resources, expect_gpus(ctx.spec, facts), False, mode)
 
 
 def promised_by(
-    resources: Sequence[ResourceForecast], expected: GpuExpectation, rolled_back: bool
+    resources: Sequence[ResourceForecast],
+    expected: GpuExpectation,
+    rolled_back: bool,
+    mode: MigMode = MigMode.OFF,
 ) -> tuple[GpuExpectation, ...] | None:
     moved = {r.resource: r.after for r in resources if r.after and r.after != r.before}
+    if not moved and mode is not MigMode.OFF:
+        # MIG devices the plan leaves as they are: not GPUs x replicas (under the single
+        # strategy nvidia.com/gpu counts MIG devices), but what the node advertises now
+        moved = {r.resource: r.after for r in resources if r.after}
     if not moved or moved == {expected.resource: expected.count}:
         return None
     counts = {r.resource: r.before if rolled_back else r.after for r in resources}
@@ -179,7 +194,7 @@ class GpuWaitStep(ReachingStep, MarkingStep):
 
     def _apply(self, ctx: StepContext) -> StepResult:
         expected = expect_gpus(ctx.spec, ctx.facts)
-        forecast = forecast_expectations(ctx.node_plan, expected)
+        forecast = forecast_expectations(ctx.node_plan, ctx.facts, expected)
         deadline = ctx.deadline(ctx.spec.policy.verify.gpu_wait_timeout_s)
         follow_label = time_slicing_change(ctx.spec) is None and forecast is None
         advertised_s: float | None = None

@@ -15,7 +15,14 @@ from rollout.steps.base import StepContext, StepFailed
 from rollout.steps.gates import check_resources
 from rollout.steps.gpu_smoke import GpuSmokeStep, smoke_resource
 from rollout.steps.gpu_wait import GpuExpectation, GpuWaitStep, forecast_expectations
-from tests.unit.test_steps_kube import UUIDS, FakeKube, assert_done, make_context, make_spec
+from tests.unit.test_steps_kube import (
+    UUIDS,
+    FakeKube,
+    assert_done,
+    make_context,
+    make_facts,
+    make_spec,
+)
 
 MIXED = CapacityForecast(
     (
@@ -25,6 +32,7 @@ MIXED = CapacityForecast(
 )
 SINGLE = CapacityForecast((ResourceForecast("nvidia.com/gpu", 2, 14),))
 WHOLE = GpuExpectation("nvidia.com/gpu", 2, 2, 1)
+FACTS = make_facts()  # whole GPUs, no MIG mode
 
 
 def with_forecast(ctx: StepContext, forecast: CapacityForecast) -> StepContext:
@@ -33,17 +41,17 @@ def with_forecast(ctx: StepContext, forecast: CapacityForecast) -> StepContext:
 
 def test_the_forecast_adds_nothing_where_the_one_rule_says_it() -> None:
     plan = NodePlan("gpu-1", "1.7.24", ())
-    assert forecast_expectations(plan, WHOLE) is None
+    assert forecast_expectations(plan, FACTS, WHOLE) is None
     same = CapacityForecast((ResourceForecast("nvidia.com/gpu", 1, 2),))
-    assert forecast_expectations(replace(plan, capacity=same), WHOLE) is None
+    assert forecast_expectations(replace(plan, capacity=same), FACTS, WHOLE) is None
 
 
 def test_the_forecast_of_a_mig_layout_is_what_gpu_wait_expects() -> None:
     plan = replace(NodePlan("gpu-1", "1.7.24", ()), capacity=MIXED)
-    (mig,) = forecast_expectations(plan, WHOLE) or ()
+    (mig,) = forecast_expectations(plan, FACTS, WHOLE) or ()
     assert (mig.resource, mig.count) == ("nvidia.com/mig-1g.5gb", 14)
     plan = replace(plan, capacity=SINGLE)
-    (gpu,) = forecast_expectations(plan, WHOLE) or ()
+    (gpu,) = forecast_expectations(plan, FACTS, WHOLE) or ()
     assert (gpu.resource, gpu.count) == ("nvidia.com/gpu", 14)
 
 
