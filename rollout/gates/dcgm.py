@@ -87,6 +87,21 @@ class DcgmReading:
         return "; ".join(parts)
 
 
+def describe_mig_skip(strategy: str) -> str:
+    """The gate's named skip on a node whose GPUs are in MIG mode (under `strategy`).
+
+    DCGM's diagnostic is not run where MIG is enabled on any GPU of the node: AWS
+    ParallelCluster's GPU health check skips `dcgmi diag` so ("not supported when MIG is
+    enabled on any GPU on the node", verified up to DCGM 4.5.3), and the gate's pod, holding
+    every nvidia.com/gpu, would get MIG devices (single) or none at all (mixed). Said by name,
+    in the plan and the run, rather than a silent pass or a failure about the pod.
+    """
+    return (
+        f"dcgm skipped: the node's GPUs are in MIG mode ({strategy} strategy), where "
+        "dcgmi diag does not run"
+    )
+
+
 def dcgm_command(level: int) -> list[str]:
     """The diagnostic's command line, as the pod runs it."""
     return [*DCGM_SCRIPT_WORDS, str(level), "-j"]

@@ -25,8 +25,14 @@ from typing import ClassVar
 from rollout.changes.base import PlanningContext
 from rollout.commands import check
 from rollout.facts import NodeFacts
+from rollout.facts.migmode import MigMode, read_mig_mode
 from rollout.facts.pods import GPU_RESOURCE, SHARED_GPU_RESOURCE
-from rollout.gates.dcgm import DcgmReadingError, dcgm_command, parse_dcgm_output
+from rollout.gates.dcgm import (
+    DcgmReadingError,
+    dcgm_command,
+    describe_mig_skip,
+    parse_dcgm_output,
+)
 from rollout.gates.kernel import (
     BASELINE_SCRIPT,
     XID_SCRIPT,
@@ -56,7 +62,9 @@ from rollout.steps.gpu_wait import (
     expect_gpus,
     find_validator_pods,
     forecast_expectations,
+    kept_mig_mode,
     planned_expectations,
+    planned_forecast,
     time_slicing_change,
     validator_ready,
     wants_validator,
@@ -91,10 +99,14 @@ ROLLBACK_GATE_POLL_S = 5.0
 
 
 def gate_names(
-    spec: Spec, facts: NodeFacts, promised: tuple[GpuExpectation, ...] | None = None
+    spec: Spec,
+    facts: NodeFacts,
+    promised: tuple[GpuExpectation, ...] | None = None,
+    mig: MigMode = MigMode.OFF,
 ) -> list[str]:
     """What `rollout plan` lists: each gate the node will pass, in the order they are read
-    (the resources the forecast promises, where it says more than expect_gpus)."""
+    (the resources the forecast promises, where it says more than expect_gpus; DCGM's
+    diagnostics skipped by name on a node the plan leaves in MIG mode, `mig`)."""
     gates = spec.policy.verify.gates
     expected = expect_gpus(spec, facts)
     names = []
@@ -107,7 +119,9 @@ def gate_names(
         names.append("no new Xid in the kernel log since the change began")
     if gates.validator and expected.count and wants_validator_label(facts):
         names.append("GPU Operator validator Ready")
-    if gates.dcgm is not None and expected.count:
+    if gates.dcgm is not None and expected.count and mig is not MigMode.OFF:
+        names.append(describe_mig_skip(mig.value))
+    elif gates.dcgm is not None and expected.count:
         names.append(
             f"DCGM diagnostics level {gates.dcgm.level} pass on all {expected.resource} "
             f"(dcgmi diag -r {gates.dcgm.level}, {gates.dcgm.image}; "
@@ -183,7 +197,8 @@ class GatesStep(ReachingStep, MarkingStep):
         promised = planned_expectations(ctx, facts) if planned.changes else None
         if promised is None:
             return planned
-        names = gate_names(ctx.spec, facts, promised)
+        mig = kept_mig_mode(facts, planned_forecast(ctx, facts))
+        names = gate_names(ctx.spec, facts, promised, mig)
         return StepPlan.acting(self.kind, "health gates: " + "; ".join(names))
 
     def plan_change(self, facts: NodeFacts, spec: Spec) -> StepPlan:
@@ -227,8 +242,13 @@ def read_gates(
         and not failed
         and expect_gpus(ctx.spec, ctx.facts).count
     ):
-        problem, summary = check_dcgm(ctx, node, gates.dcgm)
-        _record(problem, summary, passed, failed)
+        # the node as it is now: a MIG layout the plan applied counts, one it removed not
+        mig = read_mig_mode(node.labels, node.allocatable)
+        if mig is not MigMode.OFF:
+            passed.append(describe_mig_skip(mig.value))
+        else:
+            problem, summary = check_dcgm(ctx, node, gates.dcgm)
+            _record(problem, summary, passed, failed)
     if not failed:
         return "", passed
     cordon_for_evidence(ctx, node)

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 from rollout.facts import NodeFacts
 from rollout.facts.gpu_operator import OPERATOR_RUNTIME_CLASS
-from rollout.facts.migmode import MigMode, read_mig_mode
+from rollout.facts.migmode import MigMode
 from rollout.facts.pods import GPU_RESOURCE
 from rollout.inputs.fieldproblems import shorten
 from rollout.operatornames import MIG_RESOURCE_PREFIX
@@ -20,7 +20,7 @@ from rollout.plan import NodePlan, StepPlan
 from rollout.spec import Spec
 from rollout.steps.base import StepContext, StepFailed, StepResult
 from rollout.steps.deadline import POLL_INTERVAL_S, Deadline
-from rollout.steps.gpu_wait import expect_gpus, forecast_expectations
+from rollout.steps.gpu_wait import expect_gpus, forecast_expectations, kept_mig_mode
 from rollout.steps.nodechanges import Reach, ReachingStep
 from rollout.steps.nodemarks import RUN_ANNOTATION, MarkingStep
 from rollout.steps.pods import describe_pod
@@ -268,9 +268,7 @@ def wants_mig_device(resource: str, facts: NodeFacts, node_plan: NodePlan) -> bo
     them (a MIG layout put back to whole GPUs) makes the node's labels before it no guide."""
     if resource.startswith(MIG_RESOURCE_PREFIX):
         return True
-    if read_mig_mode(facts.labels, facts.allocatable) is not MigMode.SINGLE:
-        return False
-    return all(r.after == r.before for r in node_plan.capacity.resources)
+    return kept_mig_mode(facts, node_plan.capacity.resources) is MigMode.SINGLE
 
 
 def run_pod_once(

@@ -107,14 +107,27 @@ def planned_expectations(
 ) -> tuple[GpuExpectation, ...] | None:
     """forecast_expectations while the plan is made: the forecast the plan will show for the
     node (each change's kind in the planning context)."""
+    mode = read_mig_mode(facts.labels, facts.allocatable)
+    return promised_by(planned_forecast(ctx, facts), expect_gpus(ctx.spec, facts), False, mode)
+
+
+def planned_forecast(ctx: PlanningContext, facts: NodeFacts) -> list[ResourceForecast]:
+    """The node's GPU resources before -> after, as the plan's forecast will show them."""
     before = gpu_counts(facts.allocatable)
     after = ctx.advertised(facts, gpu_counts(facts.capacity)).counts
-    resources = [
+    return [
         ResourceForecast(name, before.get(name, 0), after.get(name, 0))
         for name in sorted({*before, *after})
     ]
-    mode = read_mig_mode(facts.labels, facts.allocatable)
-    return promised_by(resources, expect_gpus(ctx.spec, facts), False, mode)
+
+
+def kept_mig_mode(facts: NodeFacts, resources: Sequence[ResourceForecast]) -> MigMode:
+    """The node's MIG mode (its facts) where the plan leaves its devices as they are; OFF
+    where the plan moves them, since the labels read before a layout change say nothing of
+    after (a step that runs after it reads the node then)."""
+    if any(r.after != r.before for r in resources):
+        return MigMode.OFF
+    return read_mig_mode(facts.labels, facts.allocatable)
 
 
 def promised_by(

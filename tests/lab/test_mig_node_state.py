@@ -3,7 +3,8 @@ in MIG mode, the way an operator does (real kubectl labels the node with a layou
 for the MIG manager's `success`), then `rollout apply` of a registry mirror, the README's first
 change, converges there. gpu.wait waits for the devices the node advertises (MIG devices are
 not GPUs x replicas), the smoke pod asks for one of them and its `nvidia-smi -L` lists a MIG-
-UUID, and the node's layout is left as it was. Both strategies, and back to whole GPUs.
+UUID, DCGM's diagnostics are skipped by name, and the node's layout is left as it was. Both
+strategies, and back to whole GPUs (where the diagnostics run).
 
 One lab of its own: one containerd 1.7 node of two A100-SXM4-40GB.
 """
@@ -31,6 +32,7 @@ CONFIG = "nvidia.com/mig.config"
 STATE = "nvidia.com/mig.config.state"
 MIG_UUID = re.compile(r"\bMIG-[0-9a-f][0-9a-f-]+")
 GPU_UUID = re.compile(r"\bGPU-[0-9a-f][0-9a-f-]+")
+DCGM_SKIPPED = "dcgm skipped: the node's GPUs are in MIG mode"
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +59,8 @@ def mirror_plan(path: Path, node: str, mirror: str) -> Path:
         f"        - url: https://{mirror}\n"
         "          capabilities: [pull, resolve]\n"
         "policy:\n  waves: [1]\n  max_unavailable: 1\n  on_failure: rollback\n"
-        "  verify: {gpu_wait_timeout_s: 120, smoke_timeout_s: 120}\n"
+        "  verify:\n    gpu_wait_timeout_s: 120\n    smoke_timeout_s: 120\n"
+        "    gates: {dcgm: {level: 1}}\n"
     )
     return path
 
@@ -75,36 +78,53 @@ def mig_label(kube: KubeClient, lab: Lab, name: str) -> str:
     return str(kube.get_node(lab.nodes[0].name).labels.get(f"nvidia.com/mig.{name}", ""))
 
 
-def apply_mirror(lab: Lab, tmp_path: Path, name: str, mirror: str) -> list[dict[str, Any]]:
-    """`rollout apply` of a mirror plan on the node; must converge. gpu.wait's and gpu.smoke's
-    journal entries."""
+def put_in_mig_mode(
+    lab: Lab, kube: KubeClient, home: Path, strategy: str, advertised: dict[str, str]
+) -> dict[str, Any]:
+    """The node in all-1g.5gb under `strategy`, as an operator puts it there with kubectl, once
+    it advertises `advertised` and GFD labels the strategy: its MIG state."""
+    set_strategy(lab, home, strategy)
+    configure(lab, kube, home, "all-1g.5gb")
+    advertises(kube, lab, advertised)
+    settle("GFD's MIG labels", lambda: mig_label(kube, lab, "strategy") == strategy)
+    return node_state(kube, lab)
+
+
+def apply_mirror(lab: Lab, tmp_path: Path, name: str, mirror: str) -> list[str]:
+    """`rollout apply` of a mirror plan on the node; must converge. What gpu.wait, gpu.smoke
+    and the gates said, in the journal."""
     plan = mirror_plan(tmp_path / f"{name}.yaml", lab.nodes[0].name, mirror)
     state = tmp_path / f"{name}-state"
     assert main(apply_args(lab, plan, state)) == 0
-    return [*journal_results(state, "gpu.wait"), *journal_results(state, "gpu.smoke")]
+    said = [journal_results(state, step) for step in ("gpu.wait", "gpu.smoke", "gates")]
+    assert [len(entries) for entries in said] == [1, 1, 1], said
+    assert all(entries[0]["outcome"] == "done" for entries in said), said
+    return [str(entries[0]["detail"]) for entries in said]
 
 
 def test_a_mirror_on_a_node_someone_put_in_mixed_mig_mode_and_back(
     lab: Lab, kube: KubeClient, home: Path, tmp_path: Path
 ) -> None:
-    set_strategy(lab, home, "mixed")
     try:
-        configure(lab, kube, home, "all-1g.5gb")
-        advertises(kube, lab, {"nvidia.com/mig-1g.5gb": "14"})
-        settle("GFD's MIG labels", lambda: mig_label(kube, lab, "strategy") == "mixed")
-        before = node_state(kube, lab)
-        waited, smoked = apply_mirror(lab, tmp_path, "mixed", "mirror.registry.internal:5000")
-        assert waited["outcome"] == "done" and "nvidia.com/mig-1g.5gb" in waited["detail"]
-        assert "one nvidia.com/mig-1g.5gb" in smoked["detail"], smoked
-        assert MIG_UUID.search(smoked["detail"]), smoked
+        before = put_in_mig_mode(lab, kube, home, "mixed", {"nvidia.com/mig-1g.5gb": "14"})
+        waited, smoked, gated = apply_mirror(
+            lab, tmp_path, "mixed", "mirror.registry.internal:5000"
+        )
+        assert "allocatable nvidia.com/mig-1g.5gb = 14" in waited
+        assert "(one nvidia.com/mig-1g.5gb)" in smoked and MIG_UUID.search(smoked), smoked
+        assert f"{DCGM_SKIPPED} (mixed strategy)" in gated and "dcgm level" not in gated
         assert node_state(kube, lab) == before, "the layout is the operator's, left as it was"
 
         configure(lab, kube, home, "all-disabled")
         advertises(kube, lab, {"nvidia.com/gpu": "2"})
         settle("GFD's MIG labels gone", lambda: mig_label(kube, lab, "strategy") == "")
-        waited, smoked = apply_mirror(lab, tmp_path, "whole", "mirror2.registry.internal:5000")
-        assert "one nvidia.com/gpu" in smoked["detail"], smoked
-        assert GPU_UUID.search(smoked["detail"]) and not MIG_UUID.search(smoked["detail"])
+        waited, smoked, gated = apply_mirror(
+            lab, tmp_path, "whole", "mirror2.registry.internal:5000"
+        )
+        assert "allocatable nvidia.com/gpu = 2" in waited
+        assert "(one nvidia.com/gpu)" in smoked, smoked
+        assert GPU_UUID.search(smoked) and not MIG_UUID.search(smoked), smoked
+        assert "dcgm level 1 (software Pass (GPU 0, 1))" in gated and DCGM_SKIPPED not in gated
         assert kube.get_node(lab.nodes[0].name).labels[CONFIG] == "all-disabled"
     finally:
         set_strategy(lab, home, "single")
@@ -113,17 +133,15 @@ def test_a_mirror_on_a_node_someone_put_in_mixed_mig_mode_and_back(
 def test_a_mirror_on_a_node_someone_put_in_single_mig_mode(
     lab: Lab, kube: KubeClient, home: Path, tmp_path: Path
 ) -> None:
-    set_strategy(lab, home, "single")
     try:
-        configure(lab, kube, home, "all-1g.5gb")
-        advertises(kube, lab, {"nvidia.com/gpu": "14"})
-        settle("GFD's MIG labels", lambda: mig_label(kube, lab, "strategy") == "single")
-        before = node_state(kube, lab)
+        before = put_in_mig_mode(lab, kube, home, "single", {"nvidia.com/gpu": "14"})
         assert before["labels"]["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"
-        waited, smoked = apply_mirror(lab, tmp_path, "single", "mirror3.registry.internal:5000")
-        assert "nvidia.com/gpu = 14" in waited["detail"], waited
-        assert "one nvidia.com/gpu" in smoked["detail"], smoked
-        assert MIG_UUID.search(smoked["detail"]), smoked
+        waited, smoked, gated = apply_mirror(
+            lab, tmp_path, "single", "mirror3.registry.internal:5000"
+        )
+        assert "allocatable nvidia.com/gpu = 14" in waited
+        assert "(one nvidia.com/gpu)" in smoked and MIG_UUID.search(smoked), smoked
+        assert f"{DCGM_SKIPPED} (single strategy)" in gated and "dcgm level" not in gated
         assert node_state(kube, lab) == before, "the layout is the operator's, left as it was"
     finally:
         configure(lab, kube, home, "all-disabled")
