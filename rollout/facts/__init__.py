@@ -5,8 +5,9 @@ rollout.facts.recorded) and live (probed over SSH and the Kubernetes API;
 rollout.facts.live). The steps read the same fact objects for their drift checks and
 verifications, through `read_fact`; nothing else runs these commands.
 
-- fact: `Fact` (command + parse), `read_fact(runner, fact)`, `ProbeFailed`; `CommandFact`
-  and `ShellFact`, the frame the facts are written in (a sentence, a command, a parser).
+- the frame, rollout.fact (re-exported here): `Fact` (command + parse), `read_fact(runner,
+  fact)`, `ProbeFailed`; `CommandFact` and `ShellFact`, the frame the facts are written in (a
+  sentence, a command, a parser).
 - containerd: `ContainerdVersionFact`, `ConfigFilesFact` (/etc/containerd, find + cat),
   `ConfigDumpFact` (the real `config dump`, run from /), `check_containerd_version(planned,
   found)` (the one drift check of the containerd release).
@@ -20,6 +21,7 @@ verifications, through `read_fact`; nothing else runs these commands.
   not fatal); recording `record_fleet(fleet, dir)` (`rollout facts record`).
 """
 
+from rollout.fact import Fact, ProbeFailed, read_fact
 from rollout.facts.containerd import (
     CONTAINERD_BIN,
     ConfigDumpFact,
@@ -29,7 +31,6 @@ from rollout.facts.containerd import (
     check_containerd_version,
     parse_file_dump,
 )
-from rollout.facts.fact import Fact, ProbeFailed, read_fact
 from rollout.facts.gpu import GpuFacts, GpuQueryFact, parse_gpu_query
 from rollout.facts.model import ClusterFacts, FleetFacts, NodeFacts
 from rollout.facts.recorded import load_recorded_facts

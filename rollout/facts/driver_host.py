@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from rollout.commands import CommandRunner
+from rollout.fact import CommandFact, ShellFact, read_output
 from rollout.facts.driver import (
     MAX_OUTPUT_LINES,
     MISMATCH,
@@ -38,7 +39,6 @@ from rollout.facts.driver_modules import (
     parse_lsmod,
     parse_unit_states,
 )
-from rollout.facts.fact import CommandFact, ShellFact, read_output
 
 _VERSION = re.compile(r"^\d+(?:\.\d+)+$")
 NO_MOKUTIL = "rollout-no-mokutil"

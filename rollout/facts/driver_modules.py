@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from rollout.facts.fact import CommandFact, ProbeFailed
+from rollout.fact import CommandFact, ProbeFailed
 from rollout.inputs.wholenumber import whole_number
 
 PERSISTENCED = "nvidia-persistenced.service"

@@ -19,10 +19,10 @@ from rollout.commands import CommandRunner
 from rollout.containerd import hosts_toml_path
 from rollout.containerd.files import CONTAINERD_DIR
 from rollout.errors import RolloutError
+from rollout.fact import ProbeFailed, read_fact
 from rollout.facts.containerd import ConfigFilesFact
 from rollout.facts.driver import DriverKernelFact
 from rollout.facts.driver_host import read_driver_host
-from rollout.facts.fact import ProbeFailed, read_fact
 from rollout.facts.model import NodeFacts
 from rollout.retry import retry_transient
 from rollout.spec import DriverMode, Spec

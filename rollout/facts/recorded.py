@@ -40,10 +40,10 @@ from pydantic import AfterValidator, Field, Strict
 from rollout.containerd import ConfigFiles, ContainerdConfigError, ContainerdVersion, merge_files
 from rollout.containerd.files import DEFAULT_MAIN_PATH
 from rollout.errors import InputError, InputErrors, RolloutError, SourceLocation
+from rollout.fact import ProbeFailed
 from rollout.facts.containerd import ContainerdVersionFact
 from rollout.facts.driver import parse_driver_kernel, parse_driver_status
 from rollout.facts.driver_host import driver_host_from_raw
-from rollout.facts.fact import ProbeFailed
 from rollout.facts.gpu import GpuFacts
 from rollout.facts.kernel import parse_xids
 from rollout.facts.model import ClusterFacts, FleetFacts, NodeFacts, NodeFactsError

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rollout.fact import ProbeFailed
 from rollout.facts import load_recorded_facts
 from rollout.facts.driver_host import (
     AptVersion,
@@ -26,7 +27,6 @@ from rollout.facts.driver_modules import (
     parse_unit_states,
     unload_order,
 )
-from rollout.facts.fact import ProbeFailed
 from rollout.facts.recording import record_fleet
 
 # `nvidia-smi --query-gpu=driver_version --format=csv,noheader` on a two-GPU node.

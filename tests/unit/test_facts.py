@@ -12,6 +12,7 @@ import pytest
 from rollout.commands import CommandFailed, CommandResult
 from rollout.containerd import StagingFailed, dump_command, parse_version
 from rollout.errors import InputError, InputErrors
+from rollout.fact import Fact
 from rollout.facts import (
     ConfigDumpFact,
     ConfigFilesFact,
@@ -36,7 +37,6 @@ from rollout.facts.driver_host import (
     SecureBootFact,
 )
 from rollout.facts.driver_modules import BootIdFact, GpuClientsFact, LoadedModulesFact
-from rollout.facts.fact import Fact
 from rollout.facts.kernel import KernelXidFact
 from rollout.facts.service import SHOW_PROPERTIES, ServiceJournalFact
 

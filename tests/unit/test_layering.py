@@ -456,6 +456,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "memo",
             "closeable",
             "commands",
+            # the fact frame (a sentence, a command, a parser): facts and engines state theirs in it
+            "fact",
             "secrets",
             "version",
             "retry",

@@ -39,6 +39,7 @@ from rollout.changes.driver.operatorplan import (
     planned_driver,
 )
 from rollout.errors import RolloutError
+from rollout.fact import read_fact
 from rollout.facts import NodeFacts
 from rollout.facts.driver_operator import (
     IDLE_STATES,
@@ -50,7 +51,6 @@ from rollout.facts.driver_operator import (
     served_by_driver_daemonset,
     upgrade_state,
 )
-from rollout.facts.fact import read_fact
 from rollout.facts.gpu import GpuQueryFact
 from rollout.operatornames import (
     UPGRADE_DONE,
