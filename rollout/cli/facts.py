@@ -10,8 +10,8 @@ from pathlib import Path
 from rollout.cli import add_command, add_listed_command
 from rollout.cli.plan import add_fleet_arguments, connect_fleet, limit_of, limited_runners
 from rollout.cli.render import show_controls
+from rollout.driver.operatorlive import read_nvidia_drivers
 from rollout.errors import BadInput, ExitCode
-from rollout.facts.driver_operator_live import read_nvidia_drivers
 from rollout.facts.extra import with_hosts_files, with_plan_facts
 from rollout.facts.live import gather_diagnosis_facts
 from rollout.facts.recording import record_fleet

@@ -14,9 +14,9 @@ verifications, through `read_fact`; nothing else runs these commands.
 - service: `ServiceFact` (`systemctl show containerd`) -> `ServiceState`.
 - gpu: `GpuQueryFact` (nvidia-smi) -> `GpuFacts`.
 - model: `NodeFacts`, `ClusterFacts`, `FleetFacts`; recorded: `load_recorded_facts(dir)`.
-- for diagnose: kernel `KernelXidFact` (Xid lines), driver `DriverStatusFact` (`nvidia-smi
-  -L` with its exit code), rowremap `RemappedRowsFact` (`nvidia-smi --query-remapped-rows`),
-  containerd `ConfigMtimesFact`, pods `PodFacts`
+- for diagnose: kernel `KernelXidFact` (Xid lines), the driver engine's `DriverStatusFact`
+  (rollout.driver.status: `nvidia-smi -L` with its exit code), rowremap `RemappedRowsFact`
+  (`nvidia-smi --query-remapped-rows`), containerd `ConfigMtimesFact`, pods `PodFacts`
   (`parse_pod_manifest`); live `gather_diagnosis_facts` (a fact that cannot be read is named,
   not fatal); recording `record_fleet(fleet, dir)` (`rollout facts record`).
 """

@@ -19,6 +19,8 @@ from rollout.closeable import Closeable
 from rollout.commands import CommandRunner
 from rollout.containerd import ConfigFiles, ContainerdVersion
 from rollout.containerd.files import DEFAULT_MAIN_PATH
+from rollout.driver.operatorlive import read_nvidia_drivers
+from rollout.driver.status import DriverKernelFact, DriverStatusFact
 from rollout.errors import RolloutError
 from rollout.fact import ProbeFailed, read_fact
 from rollout.facts.batch import read_facts
@@ -29,8 +31,6 @@ from rollout.facts.containerd import (
     ContainerdVersionFact,
 )
 from rollout.facts.daemonsets import DaemonSetFacts
-from rollout.facts.driver import DriverKernelFact, DriverStatusFact
-from rollout.facts.driver_operator_live import read_nvidia_drivers
 from rollout.facts.extra import hosts_files_outside, with_plan_facts
 from rollout.facts.gpu import GpuFacts, GpuQueryFact
 from rollout.facts.gpu_operator import (

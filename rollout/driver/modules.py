@@ -1,5 +1,5 @@
 """Host driver facts of the node's processes and kernel: the GPU client services, the
-loaded nvidia modules (lsmod) and the boot id (rollout.facts.driver_host gathers them)."""
+loaded nvidia modules (lsmod) and the boot id (rollout.driver.host gathers them)."""
 
 from __future__ import annotations
 
