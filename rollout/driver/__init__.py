@@ -22,6 +22,6 @@ carries DriverStatus, DriverKernel and DriverHost), diagnose and the shared rebo
   `OperatorDriver` (`.from_cluster_policy(spec)`, `.with_nvidia_driver(name, spec)`),
   `DriverSource`, `UpgradePolicyFacts`; the upgrade controller's labels and states
   (`upgrade_state`, `is_pinned`, `served_by_driver_daemonset`, `OPERAND_PAUSED`).
-- operatorlive: `read_nvidia_drivers(spec, kube)`, the NVIDIADriver resources a plan that names
-  one reads live.
+- operatorlive: `read_nvidia_drivers(kube)`, the NVIDIADriver resources read live (only for a
+  plan whose change names one: rollout.facts.live.read_plan_nvidia_drivers).
 """

@@ -1,22 +1,18 @@
-"""The NVIDIADriver resources a `mode: operator` plan reads live, where its change names one
-(each node's running kernel is read with the other extra node facts, rollout.facts.extra)."""
+"""The NVIDIADriver resources, read live (a `mode: operator` plan whose change names one reads
+them: rollout.facts.live decides; each node's running kernel is read with the other extra node
+facts, rollout.facts.extra)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from rollout.spec import Spec
 from rollout.transports.errors import NotFound
 from rollout.transports.kube import KubeClient
 
 
-def read_nvidia_drivers(spec: Spec, kube: KubeClient) -> dict[str, Mapping[str, Any]]:
-    """Every NVIDIADriver's spec by name, where the spec's change names one (the plan refuses
-    a name not among them, listing those present); none where the cluster serves no such kind."""
-    change = spec.driver_upgrade
-    if change is None or change.nvidiadriver is None:
-        return {}
+def read_nvidia_drivers(kube: KubeClient) -> dict[str, Mapping[str, Any]]:
+    """Every NVIDIADriver's spec by name; none where the cluster serves no such kind."""
     try:
         found = kube.list_nvidia_drivers()
     except NotFound:  # no NVIDIADriver CRD: the plan says the resource is not there

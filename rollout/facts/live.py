@@ -127,9 +127,18 @@ def gather_cluster_facts(spec: Spec, kube: KubeClient) -> ClusterFacts:
     return ClusterFacts(
         configmaps=configmaps,
         cluster_policy=policy,
-        nvidia_drivers=read_nvidia_drivers(spec, kube),
+        nvidia_drivers=read_plan_nvidia_drivers(spec, kube),
         pdbs=pdbs,
     )
+
+
+def read_plan_nvidia_drivers(spec: Spec, kube: KubeClient) -> dict[str, Mapping[str, Any]]:
+    """Every NVIDIADriver's spec by name, where the spec's change names one (the plan refuses
+    a name not among them, listing those present); none for any other plan."""
+    change = spec.driver_upgrade
+    if change is None or change.nvidiadriver is None:
+        return {}
+    return read_nvidia_drivers(kube)
 
 
 def read_cluster_policy_spec(kube: KubeClient) -> dict[str, Any]:

@@ -467,7 +467,19 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     ("transports", ("transports",)),
-    ("engines and stores", ("containerd", "deviceprofiles", "run", "lease")),
+    (
+        "engines and stores",
+        (
+            "containerd",
+            # the driver engine: what rollout knows of the NVIDIA driver on a node
+            "driver",
+            "deviceprofiles",
+            "run",
+            "lease",
+            # the GPU Operator's names (it imports nothing): the engines and models name them
+            "operatornames",
+        ),
+    ),
     (
         "models",
         (
@@ -477,11 +489,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "limit",
             "plan",
             "budget",
-            "operatornames",
             "operatorrolls",
-            # the driver engine: an engine, placed here because it names the operator's labels
-            # (operatornames) and reads the NVIDIADriver a plan's change names (spec)
-            "driver",
         ),
     ),
     ("facts", ("facts", "drain", "connection")),
