@@ -30,13 +30,13 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from rollout.fact import read_fact  # noqa: E402
 from rollout.facts.batch import batch_script, read_facts  # noqa: E402
 from rollout.facts.containerd import (  # noqa: E402
     ConfigDumpFact,
     ConfigFilesFact,
     ContainerdVersionFact,
 )
-from rollout.facts.fact import read_fact  # noqa: E402
 from rollout.facts.gpu import GpuQueryFact  # noqa: E402
 from rollout.facts.service import ServiceFact  # noqa: E402
 from rollout.inventory import load_inventory  # noqa: E402

@@ -11,9 +11,8 @@ from rollout.cli import add_command, add_listed_command
 from rollout.cli.plan import add_fleet_arguments, connect_fleet, limit_of, limited_runners
 from rollout.cli.render import show_controls
 from rollout.errors import BadInput, ExitCode
-from rollout.facts.driver_operator_live import read_nvidia_drivers
 from rollout.facts.extra import with_hosts_files, with_plan_facts
-from rollout.facts.live import gather_diagnosis_facts
+from rollout.facts.live import gather_diagnosis_facts, read_plan_nvidia_drivers
 from rollout.facts.recording import record_fleet
 from rollout.spec import load_spec
 
@@ -77,7 +76,7 @@ def run_record(args: argparse.Namespace) -> int:
             # /etc/containerd are read with them again
             nodes = with_hosts_files(spec, runners, fleet.nodes, args.parallel)
             nodes = with_plan_facts(spec, runners, nodes, args.parallel)
-            drivers = read_nvidia_drivers(spec, connection.kube)
+            drivers = read_plan_nvidia_drivers(spec, connection.kube)
             cluster = dataclasses.replace(fleet.cluster, nvidia_drivers=drivers)
             fleet = dataclasses.replace(fleet, nodes=tuple(nodes), cluster=cluster)
     for name, why in unreachable.items():

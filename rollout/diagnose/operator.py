@@ -7,8 +7,8 @@ from datetime import datetime
 from rollout.deviceprofiles import DEVICE_PLUGIN_CONFIG_LABEL
 from rollout.diagnose.finding import Branch, Finding, Severity
 from rollout.diagnose.readings import describe_container, is_gpu_node, node_profile, pods_on, q
+from rollout.driver.operator import OPERAND_PAUSED
 from rollout.facts import ClusterFacts, NodeFacts
-from rollout.facts.driver_operator import OPERAND_PAUSED
 from rollout.facts.gpu_operator import is_operand, is_validator
 from rollout.inputs.wholenumber import whole_number
 from rollout.operatornames import (

@@ -33,8 +33,8 @@ from rollout.deviceprofiles import load_profile, shared_replicas
 from rollout.diagnose.finding import Finding, Severity
 from rollout.diagnose.readings import node_profile
 from rollout.diagnose.tree import Diagnosis
+from rollout.driver.operator import OperatorDriver
 from rollout.facts import FleetFacts, NodeFacts
-from rollout.facts.driver_operator import OperatorDriver
 from rollout.facts.gpu_operator import GPU_REPLICAS_LABEL, labelled_number
 from rollout.facts.pods import GPU_RESOURCE
 from rollout.spec import MAX_REPLICAS

@@ -5,21 +5,23 @@ rollout.facts.recorded) and live (probed over SSH and the Kubernetes API;
 rollout.facts.live). The steps read the same fact objects for their drift checks and
 verifications, through `read_fact`; nothing else runs these commands.
 
-- fact: `Fact` (command + parse), `read_fact(runner, fact)`, `ProbeFailed`; `CommandFact`
-  and `ShellFact`, the frame the facts are written in (a sentence, a command, a parser).
+- the frame, rollout.fact (re-exported here): `Fact` (command + parse), `read_fact(runner,
+  fact)`, `ProbeFailed`; `CommandFact` and `ShellFact`, the frame the facts are written in (a
+  sentence, a command, a parser).
 - containerd: `ContainerdVersionFact`, `ConfigFilesFact` (/etc/containerd, find + cat),
   `ConfigDumpFact` (the real `config dump`, run from /), `check_containerd_version(planned,
   found)` (the one drift check of the containerd release).
 - service: `ServiceFact` (`systemctl show containerd`) -> `ServiceState`.
 - gpu: `GpuQueryFact` (nvidia-smi) -> `GpuFacts`.
 - model: `NodeFacts`, `ClusterFacts`, `FleetFacts`; recorded: `load_recorded_facts(dir)`.
-- for diagnose: kernel `KernelXidFact` (Xid lines), driver `DriverStatusFact` (`nvidia-smi
-  -L` with its exit code), rowremap `RemappedRowsFact` (`nvidia-smi --query-remapped-rows`),
-  containerd `ConfigMtimesFact`, pods `PodFacts`
+- for diagnose: kernel `KernelXidFact` (Xid lines), the driver engine's `DriverStatusFact`
+  (rollout.driver.status: `nvidia-smi -L` with its exit code), rowremap `RemappedRowsFact`
+  (`nvidia-smi --query-remapped-rows`), containerd `ConfigMtimesFact`, pods `PodFacts`
   (`parse_pod_manifest`); live `gather_diagnosis_facts` (a fact that cannot be read is named,
   not fatal); recording `record_fleet(fleet, dir)` (`rollout facts record`).
 """
 
+from rollout.fact import Fact, ProbeFailed, read_fact
 from rollout.facts.containerd import (
     CONTAINERD_BIN,
     ConfigDumpFact,
@@ -29,7 +31,6 @@ from rollout.facts.containerd import (
     check_containerd_version,
     parse_file_dump,
 )
-from rollout.facts.fact import Fact, ProbeFailed, read_fact
 from rollout.facts.gpu import GpuFacts, GpuQueryFact, parse_gpu_query
 from rollout.facts.model import ClusterFacts, FleetFacts, NodeFacts
 from rollout.facts.recorded import load_recorded_facts

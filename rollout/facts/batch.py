@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rollout.commands import DEFAULT_TIMEOUT_S, CommandResult, CommandRunner
-from rollout.facts.fact import Fact, ProbeFailed, fact_output
+from rollout.fact import Fact, ProbeFailed, fact_output
 
 
 def batch_script(facts: Sequence[Fact[Any]], boundary: str) -> str:

@@ -14,7 +14,7 @@ from rollout.containerd import ConfigFiles, ContainerdVersion, dump_command, par
 from rollout.containerd.files import CONTAINERD_DIR, DEFAULT_MAIN_PATH
 from rollout.containerd.staging import normalise_dump
 from rollout.errors import RolloutError
-from rollout.facts.fact import CommandFact, ProbeFailed
+from rollout.fact import CommandFact, ProbeFailed
 
 CONTAINERD_BIN = "containerd"
 # Config files are small; anything bigger under /etc/containerd (a stray image, a core dump)

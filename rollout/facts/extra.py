@@ -5,7 +5,7 @@ Which fact a plan needs is decided here once: a registry change whose config_pat
 /etc/containerd has its hosts.toml read with the node's files (the files fact reads only that
 directory by itself: `hosts_files_outside` names them for the probe); a driver change, by its
 mode: `host` reads the apt and module facts of
-the packages (rollout.facts.driver_host), `operator` the running kernel the operator's driver
+the packages (rollout.driver.host), `operator` the running kernel the operator's driver
 container builds its module for (DriverKernelFact).
 """
 
@@ -18,11 +18,11 @@ from typing import Any
 from rollout.commands import CommandRunner
 from rollout.containerd import hosts_toml_path
 from rollout.containerd.files import CONTAINERD_DIR
+from rollout.driver.host import read_driver_host
+from rollout.driver.status import DriverKernelFact
 from rollout.errors import RolloutError
+from rollout.fact import ProbeFailed, read_fact
 from rollout.facts.containerd import ConfigFilesFact
-from rollout.facts.driver import DriverKernelFact
-from rollout.facts.driver_host import read_driver_host
-from rollout.facts.fact import ProbeFailed, read_fact
 from rollout.facts.model import NodeFacts
 from rollout.retry import retry_transient
 from rollout.spec import DriverMode, Spec

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from rollout.facts.fact import CommandFact
+from rollout.fact import CommandFact
 
 _GPU_LINE = re.compile(
     r"^\s*(?P<uuid>GPU-[0-9a-fA-F-]+)\s*,\s*(?P<name>[^,]+?)\s*,\s*(?P<driver>[^,\s]+)\s*$"

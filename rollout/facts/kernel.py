@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from rollout.facts.fact import ShellFact
+from rollout.fact import ShellFact
 
 # `NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus.`
 _XID = re.compile(r"NVRM: Xid \((?P<pci>[^)]*)\): (?P<xid>\d+)(?:,\s*(?P<rest>.*))?$")

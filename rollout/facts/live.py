@@ -19,7 +19,10 @@ from rollout.closeable import Closeable
 from rollout.commands import CommandRunner
 from rollout.containerd import ConfigFiles, ContainerdVersion
 from rollout.containerd.files import DEFAULT_MAIN_PATH
+from rollout.driver.operatorlive import read_nvidia_drivers
+from rollout.driver.status import DriverKernelFact, DriverStatusFact
 from rollout.errors import RolloutError
+from rollout.fact import ProbeFailed, read_fact
 from rollout.facts.batch import read_facts
 from rollout.facts.containerd import (
     ConfigDumpFact,
@@ -28,10 +31,7 @@ from rollout.facts.containerd import (
     ContainerdVersionFact,
 )
 from rollout.facts.daemonsets import DaemonSetFacts
-from rollout.facts.driver import DriverKernelFact, DriverStatusFact
-from rollout.facts.driver_operator_live import read_nvidia_drivers
 from rollout.facts.extra import hosts_files_outside, with_plan_facts
-from rollout.facts.fact import ProbeFailed, read_fact
 from rollout.facts.gpu import GpuFacts, GpuQueryFact
 from rollout.facts.gpu_operator import (
     DevicePluginConfigRef,
@@ -127,9 +127,18 @@ def gather_cluster_facts(spec: Spec, kube: KubeClient) -> ClusterFacts:
     return ClusterFacts(
         configmaps=configmaps,
         cluster_policy=policy,
-        nvidia_drivers=read_nvidia_drivers(spec, kube),
+        nvidia_drivers=read_plan_nvidia_drivers(spec, kube),
         pdbs=pdbs,
     )
+
+
+def read_plan_nvidia_drivers(spec: Spec, kube: KubeClient) -> dict[str, Mapping[str, Any]]:
+    """Every NVIDIADriver's spec by name, where the spec's change names one (the plan refuses
+    a name not among them, listing those present); none for any other plan."""
+    change = spec.driver_upgrade
+    if change is None or change.nvidiadriver is None:
+        return {}
+    return read_nvidia_drivers(kube)
 
 
 def read_cluster_policy_spec(kube: KubeClient) -> dict[str, Any]:

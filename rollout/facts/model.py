@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rollout.containerd import ConfigFiles, ContainerdConfigError, ContainerdVersion
+from rollout.driver.host import DriverHost
+from rollout.driver.status import DriverKernel, DriverStatus
 from rollout.errors import InputError, SourceLocation
 from rollout.facts.daemonsets import DaemonSetFacts
-from rollout.facts.driver import DriverKernel, DriverStatus
-from rollout.facts.driver_host import DriverHost
 from rollout.facts.gpu import GpuFacts
 from rollout.facts.kernel import XidEvent
 from rollout.facts.pods import PodFacts
@@ -49,7 +49,7 @@ class NodeFacts:
     xids: tuple[XidEvent, ...] = ()
     driver_status: DriverStatus | None = None
     # `uname -r`, the nvidia module loaded and the one installed for the kernel (raw text kept
-    # for recording: rollout.facts.driver.parse_driver_kernel reads it)
+    # for recording: rollout.driver.status.parse_driver_kernel reads it)
     driver_kernel: DriverKernel | None = None
     config_mtimes: Mapping[str, float] = field(default_factory=dict)
     # each GPU's pending and failed row remaps (`nvidia-smi --query-remapped-rows`)

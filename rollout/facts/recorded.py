@@ -39,11 +39,11 @@ from pydantic import AfterValidator, Field, Strict
 
 from rollout.containerd import ConfigFiles, ContainerdConfigError, ContainerdVersion, merge_files
 from rollout.containerd.files import DEFAULT_MAIN_PATH
+from rollout.driver.host import driver_host_from_raw
+from rollout.driver.status import parse_driver_kernel, parse_driver_status
 from rollout.errors import InputError, InputErrors, RolloutError, SourceLocation
+from rollout.fact import ProbeFailed
 from rollout.facts.containerd import ContainerdVersionFact
-from rollout.facts.driver import parse_driver_kernel, parse_driver_status
-from rollout.facts.driver_host import driver_host_from_raw
-from rollout.facts.fact import ProbeFailed
 from rollout.facts.gpu import GpuFacts
 from rollout.facts.kernel import parse_xids
 from rollout.facts.model import ClusterFacts, FleetFacts, NodeFacts, NodeFactsError
@@ -91,7 +91,8 @@ class GpuRecord(SpecModel):
 
 
 class DriverHostRecord(SpecModel):
-    """`driver_host:` of node.yaml: each host driver fact's raw output (driver_host.RAW_KEYS)."""
+    """`driver_host:` of node.yaml: each host driver fact's raw output (the RAW_KEYS of
+    rollout.driver.host)."""
 
     nvidia_smi: Str = ""
     kernel: Str = ""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rollout.facts.fact import CommandFact
+from rollout.fact import CommandFact
 
 BUS_FIELD, PENDING_FIELD, FAILURE_FIELD = (
     "gpu_bus_id",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from rollout.facts.fact import CommandFact, ProbeFailed
+from rollout.fact import CommandFact, ProbeFailed
 from rollout.inputs.wholenumber import whole_number
 
 SERVICE = "containerd"

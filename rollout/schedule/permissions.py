@@ -53,7 +53,7 @@ def configmap_grants(spec: Spec) -> list[Grant]:
 
 def driver_version_grants(spec: Spec, kinds: tuple[str, ...]) -> tuple[Grant, ...]:
     """Where driver.pin (changes/driver/operator.py) writes the version: the ClusterPolicy, or
-    the NVIDIADriver the change names (also listed for facts, facts/driver_operator_live.py)."""
+    the NVIDIADriver the change names (also listed for facts, driver/operatorlive.py)."""
     change = spec.driver_upgrade
     if "driver.pin" not in kinds or change is None:
         return ()

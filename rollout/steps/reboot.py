@@ -8,9 +8,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rollout.commands import CommandRunner, CommandTimeout
+from rollout.driver.modules import BootIdFact
 from rollout.errors import RolloutError, TransientError
 from rollout.facts import read_fact
-from rollout.facts.driver_modules import BootIdFact
 from rollout.steps.deadline import Deadline
 from rollout.steps.systemd import probe_service
 

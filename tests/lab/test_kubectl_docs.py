@@ -19,7 +19,7 @@ import pytest
 
 from rollout.changes.driver.operatorplan import AUTO_UPGRADE_PATCH, release_command
 from rollout.deviceprofiles import DEVICE_PLUGIN_CONFIG_LABEL
-from rollout.facts.driver_operator import DriverSource
+from rollout.driver.operator import DriverSource
 from rollout.lab.apiserver import ApiServer, Registry
 from rollout.lab.apiserver.resources import (
     CLUSTERPOLICIES,

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from rollout.driver.status import DriverStatusFact, parse_driver_status
 from rollout.errors import BadInput
 from rollout.facts import load_recorded_facts
 from rollout.facts.containerd import ConfigMtimesFact, parse_mtimes
-from rollout.facts.driver import DriverStatusFact, parse_driver_status
 from rollout.facts.kernel import KernelXidFact, parse_xids
 from rollout.facts.pods import parse_pod_manifest, quantity_value
 from rollout.facts.recording import record_fleet, service_text

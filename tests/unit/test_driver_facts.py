@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rollout.facts import load_recorded_facts
-from rollout.facts.driver_host import (
+from rollout.driver.host import (
     AptVersion,
     driver_host_from_raw,
     matching_version,
@@ -19,14 +18,15 @@ from rollout.facts.driver_host import (
     parse_secure_boot,
     signed_module_package,
 )
-from rollout.facts.driver_modules import (
+from rollout.driver.modules import (
     BootIdFact,
     LoadedModule,
     parse_lsmod,
     parse_unit_states,
     unload_order,
 )
-from rollout.facts.fact import ProbeFailed
+from rollout.fact import ProbeFailed
+from rollout.facts import load_recorded_facts
 from rollout.facts.recording import record_fleet
 
 # `nvidia-smi --query-gpu=driver_version --format=csv,noheader` on a two-GPU node.

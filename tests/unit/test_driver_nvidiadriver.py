@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -16,14 +16,18 @@ import yaml
 from rollout.changes.driver.operator import DriverPinStep
 from rollout.changes.driver.operatorplan import OperatorUpgradeRefused, operator_run_notes
 from rollout.cli.render import plan_to_json
+from rollout.driver.operatorlive import read_nvidia_drivers
 from rollout.errors import InputErrors
 from rollout.facts import ClusterFacts, FleetFacts
+from rollout.facts.live import read_plan_nvidia_drivers
 from rollout.facts.recorded_cluster import load_cluster_facts
 from rollout.facts.recording import _cluster_document
 from rollout.plan import plan_from_data
 from rollout.run import Journal
 from rollout.spec import parse_spec
 from rollout.steps.base import StepResultKind
+from rollout.transports.errors import NotFound
+from rollout.transports.kube import KubeClient
 from tests.unit.test_driver_operator_plan import NEW, OLD, SERVED, SKIP, node, plan_of
 from tests.unit.test_driver_operator_steps import FakeCluster, context
 
@@ -181,3 +185,36 @@ def test_pin_labels_the_resources_nodes_then_patches_its_version(journal: Journa
     assert f"NVIDIADriver pool-a spec.version {OLD} -> {NEW}" in result.detail
     assert cluster.drivers["pool-b"]["spec"]["version"] == OLD
     assert SKIP not in cluster.nodes["n3"].labels
+
+
+class DriversKube:
+    """list_nvidia_drivers of a cluster with these resources (None: no NVIDIADriver CRD)."""
+
+    def __init__(self, resources: list[dict[str, Any]] | None) -> None:
+        self.resources = resources
+        self.lists = 0
+
+    def list_nvidia_drivers(self) -> list[dict[str, Any]]:
+        self.lists += 1
+        if self.resources is None:
+            raise NotFound("list", "nvidiadrivers")
+        return self.resources
+
+
+def test_the_engine_reads_every_resources_spec_by_name_and_none_without_the_crd() -> None:
+    kube = DriversKube([{"metadata": {"name": "pool-a"}, "spec": {"version": OLD}},
+                        {"metadata": {"name": "pool-b"}}])  # fmt: skip
+    assert read_nvidia_drivers(cast(KubeClient, kube)) == {
+        "pool-a": {"version": OLD},
+        "pool-b": {},
+    }
+    assert read_nvidia_drivers(cast(KubeClient, DriversKube(None))) == {}
+
+
+def test_live_facts_list_the_resources_only_for_a_plan_that_names_one() -> None:
+    kube = DriversKube([{"metadata": {"name": "pool-a"}, "spec": {"version": OLD}}])
+    named = parse_spec(spec_text(), "plan.yaml")
+    assert read_plan_nvidia_drivers(named, cast(KubeClient, kube)) == {"pool-a": {"version": OLD}}
+    unnamed = parse_spec(spec_text().replace(", nvidiadriver: pool-a", ""), "plan.yaml")
+    assert read_plan_nvidia_drivers(unnamed, cast(KubeClient, kube)) == {}
+    assert kube.lists == 1

@@ -13,10 +13,10 @@ from typing import Any, cast
 import pytest
 
 from rollout.commands import CommandResult
+from rollout.driver.host import read_driver_host
+from rollout.driver.operator import OPERAND_PAUSED as PAUSED
 from rollout.executor import Executor
 from rollout.facts import ClusterFacts, FleetFacts, GpuFacts, NodeFacts
-from rollout.facts.driver_host import read_driver_host
-from rollout.facts.driver_operator import OPERAND_PAUSED as PAUSED
 from rollout.gates.kernel import XID_SCRIPT
 from rollout.plan import NodePlan, Wave
 from rollout.planner import build_plan

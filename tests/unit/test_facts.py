@@ -11,7 +11,17 @@ import pytest
 
 from rollout.commands import CommandFailed, CommandResult
 from rollout.containerd import StagingFailed, dump_command, parse_version
+from rollout.driver.host import (
+    AptVersionsFact,
+    DriverVersionFact,
+    HeldPackagesFact,
+    InstalledPackagesFact,
+    SecureBootFact,
+)
+from rollout.driver.modules import BootIdFact, GpuClientsFact, LoadedModulesFact
+from rollout.driver.status import DriverKernelFact, DriverStatusFact
 from rollout.errors import InputError, InputErrors
+from rollout.fact import Fact
 from rollout.facts import (
     ConfigDumpFact,
     ConfigFilesFact,
@@ -27,16 +37,6 @@ from rollout.facts import (
     read_fact,
 )
 from rollout.facts.containerd import ConfigMtimesFact
-from rollout.facts.driver import DriverKernelFact, DriverStatusFact
-from rollout.facts.driver_host import (
-    AptVersionsFact,
-    DriverVersionFact,
-    HeldPackagesFact,
-    InstalledPackagesFact,
-    SecureBootFact,
-)
-from rollout.facts.driver_modules import BootIdFact, GpuClientsFact, LoadedModulesFact
-from rollout.facts.fact import Fact
 from rollout.facts.kernel import KernelXidFact
 from rollout.facts.service import SHOW_PROPERTIES, ServiceJournalFact
 

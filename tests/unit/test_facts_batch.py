@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import pytest
 
 from rollout.commands import CommandFailed, CommandResult
+from rollout.fact import ProbeFailed, read_fact
 from rollout.facts.batch import read_facts
-from rollout.facts.fact import ProbeFailed, read_fact
 from rollout.transports.local import LocalRunner
 
 

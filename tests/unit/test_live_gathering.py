@@ -19,8 +19,8 @@ import pytest
 from rollout.cli import main
 from rollout.cli import plan as cli_plan
 from rollout.containerd import ConfigFiles, ContainerdVersion
+from rollout.fact import ProbeFailed
 from rollout.facts import live, load_recorded_facts
-from rollout.facts.fact import ProbeFailed
 from rollout.facts.gpu import GpuFacts
 from rollout.facts.live import NodeProbe, gather_fleet_facts
 from rollout.spec.plan import parse_spec

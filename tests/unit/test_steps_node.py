@@ -27,6 +27,7 @@ from rollout.commands import CommandFailed, CommandResult
 from rollout.containerd import ConfigFiles, StagingFailed, parse_version
 from rollout.containerd.runtimehandlers import list_runtime_handlers
 from rollout.containerd.staging import remove_stages, stage_template
+from rollout.fact import read_fact
 from rollout.facts import (
     ConfigFilesFact,
     NodeFacts,
@@ -35,7 +36,6 @@ from rollout.facts import (
     parse_service_show,
     parse_systemd_timestamp,
 )
-from rollout.facts.fact import read_fact
 from rollout.plan import FileChange, NodePlan
 from rollout.retry import RetryPolicy, call_with_policy
 from rollout.run import Journal

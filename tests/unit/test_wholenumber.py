@@ -6,7 +6,7 @@ import pytest
 
 from rollout.containerd.errors import VersionUnknown
 from rollout.containerd.version import ContainerdVersion
-from rollout.facts.driver_modules import parse_lsmod
+from rollout.driver.modules import parse_lsmod
 from rollout.inputs.fieldproblems import FieldProblem
 from rollout.inputs.wholenumber import whole_number
 from rollout.spec.changes.registry import check_registry_host

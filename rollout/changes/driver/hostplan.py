@@ -15,14 +15,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from rollout.changes.base import PlanningContext
-from rollout.errors import InputError
-from rollout.facts import NodeFacts
-from rollout.facts.driver_host import (
+from rollout.driver.host import (
     AptVersion,
     DriverHost,
     matching_version,
     signed_module_package,
 )
+from rollout.errors import InputError
+from rollout.facts import NodeFacts
 from rollout.operatornames import DEPLOY_LABEL_PREFIX
 from rollout.plan import StepPlan
 from rollout.spec import DriverMode, DriverUpgradeChange, Spec

@@ -56,10 +56,10 @@ from rollout.changes.driver.node import (
     unload_modules,
 )
 from rollout.changes.driver.reboot import describe_until_reboot, reboot_node
+from rollout.driver.host import read_driver_host
+from rollout.driver.modules import unload_order
 from rollout.errors import RolloutError, TransientError
 from rollout.facts import NodeFacts
-from rollout.facts.driver_host import read_driver_host
-from rollout.facts.driver_modules import unload_order
 from rollout.plan import StepPlan
 from rollout.spec import Spec
 from rollout.spec.policy import DriverReload

@@ -1,8 +1,8 @@
 """What the host driver steps do on a node: apt, services, kernel modules and the reboot
 request (the wait for the boot is shared: rollout.steps.reboot).
 
-Each operation reads the node through the facts of rollout.facts.driver_host and
-rollout.facts.driver_modules (never a second way to read them) and proves its effect by
+Each operation reads the node through the facts of the driver engine, rollout.driver.host
+and rollout.driver.modules (never a second way to read them) and proves its effect by
 reading them again. Raises DriverNodeError (permanent) with the command's own words;
 transient SSH errors pass through to the retry policy, except while a node reboots, where
 a dropped connection is what is expected and the wait goes on.
@@ -13,21 +13,21 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from rollout.commands import CommandResult, CommandRunner, CommandTimeout
-from rollout.errors import RolloutError, TransientError
-from rollout.facts import read_fact
-from rollout.facts.driver_host import (
+from rollout.driver.host import (
     DriverVersion,
     DriverVersionFact,
     InstalledPackage,
     InstalledPackagesFact,
 )
-from rollout.facts.driver_modules import (
+from rollout.driver.modules import (
     GpuClientsFact,
     LoadedModule,
     LoadedModulesFact,
     UnitState,
     unload_order,
 )
+from rollout.errors import RolloutError, TransientError
+from rollout.facts import read_fact
 
 APT_TIMEOUT_S = 900.0
 # apt-get waits this long for another apt or dpkg (a killed run's, still finishing) to let go

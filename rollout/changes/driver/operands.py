@@ -17,8 +17,8 @@ from typing import ClassVar
 
 from rollout.changes.base import PlanningContext
 from rollout.changes.driver.hostplan import plan_pending_host_driver, running_operands
+from rollout.driver.operator import OPERAND_PAUSED
 from rollout.facts import NodeFacts
-from rollout.facts.driver_operator import OPERAND_PAUSED
 from rollout.operatornames import DEPLOY_LABEL_PREFIX
 from rollout.plan import StepPlan
 from rollout.steps.base import StepContext, StepFailed, StepResult

@@ -38,9 +38,7 @@ from rollout.changes.driver.operatorplan import (
     plan_node_work,
     planned_driver,
 )
-from rollout.errors import RolloutError
-from rollout.facts import NodeFacts
-from rollout.facts.driver_operator import (
+from rollout.driver.operator import (
     IDLE_STATES,
     UPGRADE_INITIAL_UNSCHEDULABLE_ANNOTATION,
     UPGRADE_SKIP_LABEL,
@@ -50,7 +48,9 @@ from rollout.facts.driver_operator import (
     served_by_driver_daemonset,
     upgrade_state,
 )
-from rollout.facts.fact import read_fact
+from rollout.errors import RolloutError
+from rollout.fact import read_fact
+from rollout.facts import NodeFacts
 from rollout.facts.gpu import GpuQueryFact
 from rollout.operatornames import (
     UPGRADE_DONE,

@@ -15,9 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from rollout.errors import BadInput, SourceLocation
-from rollout.facts import ClusterFacts, FleetFacts, NodeFacts
-from rollout.facts.driver_operator import (
+from rollout.driver.operator import (
     DEFAULT_CLUSTER_POLICY,
     MANAGED_BY_LABEL,
     UPGRADE_SKIP_LABEL,
@@ -27,6 +25,8 @@ from rollout.facts.driver_operator import (
     served_by_driver_daemonset,
     upgrade_state,
 )
+from rollout.errors import BadInput, SourceLocation
+from rollout.facts import ClusterFacts, FleetFacts, NodeFacts
 from rollout.operatornames import UPGRADE_DONE
 from rollout.plan import ClusterChange, Plan, StepPlan
 from rollout.spec import DriverMode, DriverUpgradeChange, Spec

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from rollout.changes.driver.node import read_driver, request_reboot
 from rollout.commands import CommandTimeout
+from rollout.driver.modules import BootIdFact
 from rollout.errors import TransientError
 from rollout.facts import read_fact
-from rollout.facts.driver_modules import BootIdFact
 from rollout.steps.base import StepContext
 from rollout.steps.reboot import read_boot_id, wait_for_reboot
 

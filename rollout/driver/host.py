@@ -9,11 +9,11 @@ recorded raw texts) and by the driver steps' drift checks:
 - `HeldPackagesFact`: `apt-mark showhold`;
 - `AptVersionsFact`: `apt-cache madison`: every version the node's apt sources offer;
 - `SecureBootFact`: `mokutil --sb-state` where mokutil exists;
-- rollout.facts.driver_modules: `GpuClientsFact` (`systemctl show` of nvidia-persistenced
+- rollout.driver.modules: `GpuClientsFact` (`systemctl show` of nvidia-persistenced
   and nvidia-fabricmanager), `LoadedModulesFact` (`lsmod`: the nvidia modules, their users
   and reference counts), `BootIdFact` (the proof that a reboot happened).
 
-The running kernel is `DriverKernelFact` (rollout.facts.driver), read once for both.
+The running kernel is `DriverKernelFact` (rollout.driver.status), read once for both.
 """
 
 from __future__ import annotations
@@ -24,13 +24,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from rollout.commands import CommandRunner
-from rollout.facts.driver import (
-    MAX_OUTPUT_LINES,
-    MISMATCH,
-    DriverKernelFact,
-    split_exit_code,
-)
-from rollout.facts.driver_modules import (
+from rollout.driver.modules import (
     GpuClientsFact,
     LoadedModule,
     LoadedModulesFact,
@@ -38,7 +32,13 @@ from rollout.facts.driver_modules import (
     parse_lsmod,
     parse_unit_states,
 )
-from rollout.facts.fact import CommandFact, ShellFact, read_output
+from rollout.driver.status import (
+    MAX_OUTPUT_LINES,
+    MISMATCH,
+    DriverKernelFact,
+    split_exit_code,
+)
+from rollout.fact import CommandFact, ShellFact, read_output
 
 _VERSION = re.compile(r"^\d+(?:\.\d+)+$")
 NO_MOKUTIL = "rollout-no-mokutil"

@@ -2,8 +2,9 @@
 
 Live probing, the steps' drift checks and their verifications all read a fact through
 `read_fact`, so a fact is never read two ways; recorded facts feed the same parsers.
-`CommandFact` is the frame every fact of the package is written in: a fact states only its
-sentence, its command and its parser.
+`CommandFact` is the frame every fact is written in (rollout.facts and the engines' own facts,
+rollout.driver): a fact states only its sentence, its command and its parser. It imports only
+the foundation (commands, errors), so an engine below rollout.facts can state its facts.
 """
 
 from __future__ import annotations

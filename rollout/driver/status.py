@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from rollout.facts.fact import ShellFact
+from rollout.fact import ShellFact
 
 _EXIT = re.compile(r"^rollout-exit=(\d+)$")
 _UUID = re.compile(r"\b(GPU-[0-9a-fA-F-]+)")

@@ -1,12 +1,12 @@
 """Host driver facts of the node's processes and kernel: the GPU client services, the
-loaded nvidia modules (lsmod) and the boot id (rollout.facts.driver_host gathers them)."""
+loaded nvidia modules (lsmod) and the boot id (rollout.driver.host gathers them)."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
-from rollout.facts.fact import CommandFact, ProbeFailed
+from rollout.fact import CommandFact, ProbeFailed
 from rollout.inputs.wholenumber import whole_number
 
 PERSISTENCED = "nvidia-persistenced.service"
