@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from rollout.changes.driver.model import DriverUpgradeChange
 from rollout.spec import Spec
 from rollout.transports.errors import NotFound
 from rollout.transports.kube import KubeClient
@@ -14,7 +15,7 @@ from rollout.transports.kube import KubeClient
 def read_nvidia_drivers(spec: Spec, kube: KubeClient) -> dict[str, Mapping[str, Any]]:
     """Every NVIDIADriver's spec by name, where the spec's change names one (the plan refuses
     a name not among them, listing those present); none where the cluster serves no such kind."""
-    change = spec.driver_upgrade
+    change = spec.change_of(DriverUpgradeChange)
     if change is None or change.nvidiadriver is None:
         return {}
     try:

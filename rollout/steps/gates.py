@@ -57,7 +57,6 @@ from rollout.steps.gpu_wait import (
     find_validator_pods,
     forecast_expectations,
     planned_expectations,
-    time_slicing_change,
     validator_ready,
     wants_validator,
 )
@@ -288,7 +287,7 @@ def check_resources(ctx: StepContext, node: Node, rolled_back: bool = False) -> 
     resource it gives a count is expected at that count (before the plan, once rolled back)
     and those it takes to 0 are not read."""
     facts = ctx.facts
-    if time_slicing_change(ctx.spec) is None:
+    if ctx.spec.shared_gpus() is None:
         facts = replace(facts, labels=node.labels)
     expected = expect_gpus(ctx.spec, facts)
     forecast = forecast_expectations(ctx.node_plan, expected, rolled_back=rolled_back)
