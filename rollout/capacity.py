@@ -3,7 +3,7 @@
 Before is the node's allocatable as the facts hold it. After starts from the node's capacity
 (every device healthy: gpu.wait returns a node to service only so) and goes through each
 change's `advertises(now, physical)` in the order the plan writes them: each change kind
-says its own effect on its spec model (rollout.spec.changes), so a new kind plugs in there
+says its own effect on its plan model (rollout.changes.<kind>.model), so a new kind plugs in there
 and this module has no branch per kind. The fleet's forecast sums its targets'. What each
 wave takes out of service is the plan summary's (rollout.plangroups.summarise).
 """

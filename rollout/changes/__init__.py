@@ -3,8 +3,9 @@
 An entry is the kind's key under `changes:` and where its parts live, below rollout/: the
 kind's package, whose `kind` module holds what the kind is to the planner (its KIND, a
 `rollout.changes.base.ChangeKindPlanner`, or the NAME after `package:`), and its plan model
-(`module:Class`). Nothing is imported here: reading a plan file loads the models alone, and
-the planner loads the kinds (and their steps) when it plans.
+(`module:Class`, in the kind's package: `changes.<kind>.model`, a
+`rollout.changes.model.ChangeModel`). Nothing is imported here: reading a plan file loads the
+models alone, and the planner loads the kinds (and their steps) when it plans.
 """
 
 from __future__ import annotations
@@ -12,7 +13,10 @@ from __future__ import annotations
 import importlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rollout.changes.model import ChangeModel
 
 
 @dataclass(frozen=True)
@@ -28,10 +32,12 @@ class Kind:
 
 # key: Kind(package[:NAME], model, repeatable)
 KINDS: Mapping[str, Kind] = {
-    "registry": Kind("changes.containerd:REGISTRY", "spec.changes.registry:RegistryChange", True),
-    "containerd": Kind("changes.containerd", "spec.changes.containerd:ContainerdChange"),
-    "time-slicing": Kind("changes.timeslicing", "spec.changes.timeslicing:TimeSlicingChange"),
-    "driver-upgrade": Kind("changes.driver", "spec.changes.driver:DriverUpgradeChange"),
+    "registry": Kind(
+        "changes.containerd:REGISTRY", "changes.containerd.registrymodel:RegistryChange", True
+    ),
+    "containerd": Kind("changes.containerd", "changes.containerd.model:ContainerdChange"),
+    "time-slicing": Kind("changes.timeslicing", "changes.timeslicing.model:TimeSlicingChange"),
+    "driver-upgrade": Kind("changes.driver", "changes.driver.model:DriverUpgradeChange"),
     "mig": Kind("changes.mig", "changes.mig.model:MigChange"),
 }  # fmt: skip
 
@@ -42,7 +48,7 @@ def load_object(where: str, default_name: str) -> Any:
     return getattr(importlib.import_module(f"rollout.{module}"), name or default_name)
 
 
-def change_models(kinds: Mapping[str, Kind] = KINDS) -> dict[str, type]:
+def change_models(kinds: Mapping[str, Kind] = KINDS) -> dict[str, type[ChangeModel]]:
     """Each kind's plan model, by key, in the table's order."""
     return {key: load_object(kind.model, "") for key, kind in kinds.items()}
 

@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from rollout.changes.timeslicing.model import MAX_REPLICAS
 from rollout.containerd import ContainerdConfigError
 from rollout.containerd.files import parse_toml
 from rollout.deviceprofiles import load_profile, shared_replicas
@@ -37,7 +38,6 @@ from rollout.driver.operator import OperatorDriver
 from rollout.facts import FleetFacts, NodeFacts
 from rollout.facts.gpu_operator import GPU_REPLICAS_LABEL, labelled_number
 from rollout.facts.pods import GPU_RESOURCE
-from rollout.spec import MAX_REPLICAS
 
 FIX_PLAN_NAME = "diagnose-fix"
 DEFAULT_RUNTIME = "runc"

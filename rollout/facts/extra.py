@@ -15,6 +15,8 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from rollout.changes.containerd.registrymodel import RegistryChange, is_under
+from rollout.changes.driver.model import DriverMode, DriverUpgradeChange
 from rollout.commands import CommandRunner
 from rollout.containerd import hosts_toml_path
 from rollout.containerd.files import CONTAINERD_DIR
@@ -25,8 +27,7 @@ from rollout.fact import ProbeFailed, read_fact
 from rollout.facts.containerd import ConfigFilesFact
 from rollout.facts.model import NodeFacts
 from rollout.retry import retry_transient
-from rollout.spec import DriverMode, Spec
-from rollout.spec.changes.registry import RegistryChange, is_under
+from rollout.spec import Spec
 from rollout.transports.fanout import run_on_nodes
 
 
@@ -40,7 +41,7 @@ def with_plan_facts(
     `mode: host` driver upgrade, the running kernel for `mode: operator`; unchanged otherwise.
     (The hosts.toml files outside /etc/containerd are read with the node's files, in its one
     probe: `hosts_files_outside`.)"""
-    change = spec.driver_upgrade
+    change = spec.change_of(DriverUpgradeChange)
     if change is None:
         return list(nodes)
     match change.mode:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rollout.changes import cluster_reads
+from rollout.changes.driver.model import DriverUpgradeChange
 from rollout.closeable import Closeable
 from rollout.commands import CommandRunner
 from rollout.containerd import ConfigFiles, ContainerdVersion
@@ -135,7 +136,7 @@ def gather_cluster_facts(spec: Spec, kube: KubeClient) -> ClusterFacts:
 def read_plan_nvidia_drivers(spec: Spec, kube: KubeClient) -> dict[str, Mapping[str, Any]]:
     """Every NVIDIADriver's spec by name, where the spec's change names one (the plan refuses
     a name not among them, listing those present); none for any other plan."""
-    change = spec.driver_upgrade
+    change = spec.change_of(DriverUpgradeChange)
     if change is None or change.nvidiadriver is None:
         return {}
     return read_nvidia_drivers(kube)

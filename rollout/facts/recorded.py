@@ -58,9 +58,9 @@ from rollout.facts.recorded_files import (
 from rollout.facts.rowremap import parse_remapped_rows
 from rollout.facts.service import ServiceState, parse_service_journal, parse_service_show
 from rollout.inputs.fieldproblems import FieldProblem, describe_value
+from rollout.inputs.fieldtypes import Bool, KubeName, SpecModel, Str
 from rollout.inputs.inputfile import MAX_INPUT_BYTES
 from rollout.inputs.yamlsource import SourceDocument
-from rollout.spec.fieldtypes import Bool, KubeName, SpecModel, Str
 from rollout.transports.kube import Pod
 
 NODE_FILE = "node.yaml"

@@ -17,8 +17,8 @@ from rollout.facts.daemonsets import DaemonSetFacts
 from rollout.facts.model import ClusterFacts
 from rollout.facts.pods import parse_pod_manifest
 from rollout.inputs.fieldproblems import FieldProblem, describe_value
+from rollout.inputs.fieldtypes import SpecModel, Str, check_dns_subdomain
 from rollout.inputs.yamlsource import SourceDocument
-from rollout.spec.fieldtypes import SpecModel, Str, check_dns_subdomain
 
 
 class ClusterRecord(SpecModel):

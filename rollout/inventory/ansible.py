@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from rollout.errors import InputError, InputErrors, SourceLocation
 from rollout.inputs.fieldproblems import FieldProblem, describe_value, sort_errors
+from rollout.inputs.fieldtypes import check_dns_subdomain
 from rollout.inputs.wholenumber import whole_number
 from rollout.inventory.model import (
     ALL_GROUP,
@@ -29,7 +30,6 @@ from rollout.inventory.model import (
     check_local_path,
     check_user,
 )
-from rollout.spec.fieldtypes import check_dns_subdomain
 
 # Ansible's connection variables and their older spellings, first match wins.
 ADDRESS_VARS = ("ansible_host", "ansible_ssh_host")

@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field
 
 from rollout.errors import InputError, InputErrors
+from rollout.inputs.fieldtypes import Bool, Int, KubeName, SpecModel, Str
 from rollout.inputs.yamlsource import SourceDocument
 from rollout.inventory.model import (
     DEFAULT_PORT,
@@ -22,7 +23,6 @@ from rollout.inventory.model import (
     require_mapping,
     var_text,
 )
-from rollout.spec.fieldtypes import Bool, Int, KubeName, SpecModel, Str
 
 Port = Annotated[Int, Field(ge=1, le=65535)]
 Address = Annotated[Str, AfterValidator(check_address)]

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
+from rollout.changes.driver.model import DriverUpgradeChange
+from rollout.changes.timeslicing.model import TimeSlicingChange
 from rollout.lease import LEASE_NAME, LEASE_NAMESPACE
 from rollout.planner import change_kinds
 from rollout.playbook import Playbook, compose_steps
 from rollout.run.cluster import run_object_name
-from rollout.spec import Spec, TimeSlicingChange
+from rollout.spec import Spec
 from rollout.steps import step_traits
 from rollout.steps.nodemarks import EVENT_NAMESPACE
 from rollout.steps.traits import Grant, grants_of
@@ -54,7 +56,7 @@ def configmap_grants(spec: Spec) -> list[Grant]:
 def driver_version_grants(spec: Spec, kinds: tuple[str, ...]) -> tuple[Grant, ...]:
     """Where driver.pin (changes/driver/operator.py) writes the version: the ClusterPolicy, or
     the NVIDIADriver the change names (also listed for facts, driver/operatorlive.py)."""
-    change = spec.driver_upgrade
+    change = spec.change_of(DriverUpgradeChange)
     if "driver.pin" not in kinds or change is None:
         return ()
     if change.nvidiadriver is None:

@@ -2,28 +2,15 @@
 
 `load_spec(path)` returns a validated, immutable `Spec` or raises `InputErrors` listing
 every problem, each at file:line:column with its field path.
+
+It names no change kind: a kind's model (`RegistryChange`, `DriverUpgradeChange`, ...) and
+constants are imported from the kind's package (rollout.changes.<kind>.model); the plan
+loads them through the kinds' table (rollout.changes.KINDS).
 """
 
-from rollout.spec.changes.containerd import ContainerdChange
-from rollout.spec.changes.driver import DEFAULT_DRIVER_PACKAGES, DriverMode, DriverUpgradeChange
+from rollout.inputs.fieldtypes import NodeAmount, SpecModel, parse_node_amount
 from rollout.spec.changes.entry import Change, ChangeEntry
 from rollout.spec.changes.kind import ChangeKind
-from rollout.spec.changes.registry import (
-    DEFAULT_CERTS_DIR,
-    Capability,
-    RegistryChange,
-    RegistryEndpoint,
-)
-from rollout.spec.changes.timeslicing import (
-    MAX_REPLICAS,
-    ConfigMapRef,
-    DevicePluginConfig,
-    SharedResource,
-    Sharing,
-    TimeSlicing,
-    TimeSlicingChange,
-)
-from rollout.spec.fieldtypes import NodeAmount, SpecModel, parse_node_amount
 from rollout.spec.plan import API_VERSION, Metadata, Spec, Targets, load_spec, parse_spec
 from rollout.spec.policy import (
     DEFAULT_SMOKE_IMAGE,
@@ -48,22 +35,13 @@ from rollout.spec.selector import (
 
 __all__ = [
     "API_VERSION",
-    "DEFAULT_CERTS_DIR",
-    "DEFAULT_DRIVER_PACKAGES",
     "DEFAULT_SMOKE_IMAGE",
     "DRAIN_SKIP_LABEL",
-    "MAX_REPLICAS",
     "UPGRADE_FAILED_LABEL",
-    "Capability",
     "Change",
     "ChangeEntry",
     "ChangeKind",
-    "ConfigMapRef",
-    "ContainerdChange",
-    "DevicePluginConfig",
     "DrainPolicy",
-    "DriverMode",
-    "DriverUpgradeChange",
     "Label",
     "LabelSelector",
     "LabelSelectorError",
@@ -72,17 +50,11 @@ __all__ = [
     "NodeAmount",
     "OnFailure",
     "Policy",
-    "RegistryChange",
-    "RegistryEndpoint",
     "Requirement",
     "SelectorOperator",
-    "SharedResource",
-    "Sharing",
     "Spec",
     "SpecModel",
     "Targets",
-    "TimeSlicing",
-    "TimeSlicingChange",
     "VerifyPolicy",
     "Weekday",
     "load_spec",

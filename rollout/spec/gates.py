@@ -12,7 +12,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from rollout.spec.fieldtypes import Bool, ImageRef, Int, SpecModel
+from rollout.inputs.fieldtypes import Bool, ImageRef, Int, SpecModel
 
 DEFAULT_DCGM_IMAGE = "nvcr.io/nvidia/cloud-native/dcgm:4.2.3-1-ubuntu22.04"
 # How long each `dcgmi diag -r LEVEL` may take, pod start included (FACTS.md "DCGM

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, Field, model_validator
 
 from rollout.inputs.fieldproblems import FieldProblem
-from rollout.spec.fieldtypes import DnsLabel, KubeName, SpecModel, Str
+from rollout.inputs.fieldtypes import DnsLabel, KubeName, SpecModel, Str
 
 # A Secret's data key: letters, digits, '-', '_' and '.' (what Kubernetes accepts).
 _SECRET_KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")

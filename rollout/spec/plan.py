@@ -10,6 +10,7 @@ import pydantic
 from pydantic import Field, PlainValidator, PrivateAttr, model_validator
 
 from rollout.changes import KINDS
+from rollout.changes.model import ChangeModel
 from rollout.errors import InputError, InputErrors, SourceLocation
 from rollout.inputs.fieldproblems import (
     FieldProblem,
@@ -18,12 +19,10 @@ from rollout.inputs.fieldproblems import (
     format_path,
     sort_errors,
 )
+from rollout.inputs.fieldtypes import DnsLabel, KubeName, SpecModel, Str
 from rollout.inputs.inputfile import MAX_INPUT_BYTES
 from rollout.inputs.yamlsource import SourceDocument
-from rollout.spec.changes.driver import DriverUpgradeChange
-from rollout.spec.changes.entry import Change, ChangeEntry
-from rollout.spec.changes.registry import DEFAULT_CERTS_DIR
-from rollout.spec.fieldtypes import DnsLabel, KubeName, SpecModel, Str
+from rollout.spec.changes.entry import MODELS, Change, ChangeEntry
 from rollout.spec.policy import Policy, SelectorField
 
 API_VERSION = "rollout/v1"
@@ -123,21 +122,30 @@ class Spec(SpecModel):
         return tuple(entry.change for entry in self.change_entries)
 
     def changes_of(self, kind: type[ChangeT]) -> tuple[ChangeT, ...]:
-        """The changes of one model class, e.g. `spec.changes_of(RegistryChange)`."""
+        """The changes of one kind's model class (imported from its kind's package)."""
         changes: tuple[object, ...] = self.changes
         return tuple(c for c in changes if isinstance(c, kind))
 
-    @property
-    def driver_upgrade(self) -> DriverUpgradeChange | None:
-        """The plan's `driver-upgrade` change (a plan has at most one), if any."""
-        return next(iter(self.changes_of(DriverUpgradeChange)), None)
+    def change_of(self, kind: type[ChangeT]) -> ChangeT | None:
+        """The plan's change of a kind it holds at most once (its model class), if any."""
+        return next(iter(self.changes_of(kind)), None)
+
+    def shared_gpus(self) -> tuple[str, int] | None:
+        """How a change of the plan shares each GPU (resource, slices per GPU), if one does."""
+        found = (change.shared_gpus() for change in self.changes)
+        return next((sharing for sharing in found if sharing is not None), None)
+
+    def driver_version(self) -> str | None:
+        """The driver version a change of the plan moves its nodes to, if one does."""
+        found = (change.driver_version() for change in self.changes)
+        return next((version for version in found if version is not None), None)
 
     def retries_failed_upgrade_of(self, node: str, labels: Mapping[str, str]) -> bool:
-        """Whether the plan's operator-mode driver change relabels this node's
-        `upgrade-failed` `upgrade-required` (`retry_failed`, the node a target): that label is
-        then the node's own step's to watch, not a reason to halt or hold a release."""
-        change = self.driver_upgrade
-        return change is not None and change.retry_failed and self.targets.includes(node, labels)
+        """Whether a change of the plan relabels this node's driver `upgrade-failed` and
+        watches it (the operator-mode driver change's `retry_failed`, the node a target): that
+        label is then the node's own step's to watch, not a reason to halt or hold a release."""
+        watched = any(change.watches_failed_upgrade() for change in self.changes)
+        return watched and self.targets.includes(node, labels)
 
     @property
     def source(self) -> str:
@@ -151,25 +159,27 @@ class Spec(SpecModel):
         return self._document.location_of(path)
 
 
-def _check_changes(doc: SourceDocument) -> list[InputError]:
+def check_changes(
+    doc: SourceDocument, models: Mapping[str, type[ChangeModel]] = MODELS
+) -> list[InputError]:
     """Rules across changes, checked on the raw data so they are found with every other error.
 
-    At most one change of each kind except registry; registry hosts distinct; one
-    config_path for all registries (containerd has one `config_path`).
+    At most one change of each kind the table does not mark repeatable; then each kind's own
+    rules across its changes (its model's `check_across`: registry hosts distinct, one
+    config_path), for the kinds of `models` (key -> model, the table's by default).
     """
     raw = doc.data.get("changes") if isinstance(doc.data, dict) else None
     if not isinstance(raw, list):
         return []
     errors: list[InputError] = []
     first_kind: dict[str, int] = {}
-    first_host: dict[str, int] = {}
-    config_paths: dict[str, int] = {}
+    found: dict[str, list[tuple[tuple[PathPart, ...], Any]]] = {key: [] for key in models}
     for index, item in enumerate(raw):
         if not isinstance(item, dict) or len(item) != 1:
             continue
         ((kind, body),) = item.items()
         here = ("changes", index, kind)
-        if kind in first_kind and kind in _KINDS and not KINDS[kind].repeatable:
+        if kind in first_kind and kind in KINDS and not KINDS[kind].repeatable:
             first = doc.location_of(("changes", first_kind[kind], kind), at_key=True)
             errors.append(
                 InputError(
@@ -181,40 +191,12 @@ def _check_changes(doc: SourceDocument) -> list[InputError]:
                 )
             )
         first_kind.setdefault(kind, index)
-        if kind != REGISTRY_KEY or not isinstance(body, dict):
-            continue
-        host = body.get("host")
-        if isinstance(host, str):
-            if host in first_host:
-                first = doc.location_of(("changes", first_host[host], kind, "host"))
-                errors.append(
-                    InputError(
-                        doc.location_of((*here, "host")),
-                        f"registry host {host!r} is configured twice (first at line {first.line})",
-                        field=format_path((*here, "host")),
-                        hint="list all its mirrors under one registry change",
-                    )
-                )
-            first_host.setdefault(host, index)
-        path = body.get("config_path", DEFAULT_CERTS_DIR)
-        if isinstance(path, str):
-            config_paths.setdefault(path, index)
-            if len(config_paths) > 1 and config_paths[path] == index:
-                errors.append(
-                    InputError(
-                        doc.location_of((*here, "config_path")),
-                        f"config_path {path!r} differs from another registry change's",
-                        field=format_path((*here, "config_path")),
-                        hint="containerd reads hosts.toml from one config_path; use the same"
-                        " one in every registry change",
-                    )
-                )
+        if kind in found:
+            found[kind].append((here, body))
+    for key, model in models.items():
+        if found[key]:
+            errors += model.check_across(doc, found[key])
     return errors
-
-
-_KINDS = frozenset(KINDS)
-# the registry change's own checks across changes: one host once, one config_path
-REGISTRY_KEY = "registry"
 
 
 def parse_spec(text: str, source: str) -> Spec:
@@ -247,7 +229,7 @@ def _spec_from_document(doc: SourceDocument) -> Spec:
                 )
             ]
         )
-    errors = _check_changes(doc)
+    errors = check_changes(doc)
     try:
         spec = Spec.model_validate(doc.data)
     except pydantic.ValidationError as exc:

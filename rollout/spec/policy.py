@@ -14,17 +14,21 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, Field, PlainSerializer, PlainValidator, model_validator
 
 from rollout.inputs.fieldproblems import FieldProblem, describe_value, did_you_mean, shorten
-from rollout.operatornames import UPGRADE_FAILED, UPGRADE_STATE_LABEL
-from rollout.spec.fieldtypes import AmountField, Bool, ImageRef, Int, NodeAmount, SpecModel, Str
-from rollout.spec.gates import GatesPolicy
-from rollout.spec.notify import NotifyField
-from rollout.spec.selector import (
-    LabelSelector,
-    LabelSelectorError,
+from rollout.inputs.fieldtypes import (
+    AmountField,
+    Bool,
+    ImageRef,
+    Int,
+    NodeAmount,
+    SpecModel,
+    Str,
     check_label_key,
     check_label_value,
-    parse_label_selector,
 )
+from rollout.operatornames import UPGRADE_FAILED, UPGRADE_STATE_LABEL
+from rollout.spec.gates import GatesPolicy
+from rollout.spec.notify import NotifyField
+from rollout.spec.selector import LabelSelector, LabelSelectorError, parse_label_selector
 
 # The label the operator puts on a node whose driver upgrade failed: every plan halts on it
 UPGRADE_FAILED_LABEL = f"{UPGRADE_STATE_LABEL}={UPGRADE_FAILED}"

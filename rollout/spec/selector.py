@@ -8,15 +8,13 @@ selectors in scheduling terms, never in list calls, so they are rejected here.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 
 from rollout.inputs.fieldproblems import FieldProblem
+from rollout.inputs.fieldtypes import check_label_key, check_label_value
 
-_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _SPECIAL = "!=,() \t\n"
 _PUNCTUATION = frozenset({"!", "=", "==", "!=", ",", "(", ")"})
 
@@ -43,31 +41,6 @@ class LabelSelectorError(FieldProblem):
     def __init__(self, message: str, offset: int, hint: str | None = None) -> None:
         super().__init__(f"{message} (at character {offset + 1} of the selector)", hint)
         self.offset = offset
-
-
-def check_label_key(key: str) -> str | None:
-    """Why `key` is not a valid label key, or None when it is."""
-    prefix, slash, name = key.rpartition("/")
-    if slash and (not prefix or len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
-        return f"label key prefix {prefix!r} is not a DNS subdomain"
-    if not name or len(name) > 63 or not _NAME.match(name):
-        return (
-            f"label key name {name!r} must be 1-63 characters of letters, digits, '-', '_', '.',"
-            " starting and ending with a letter or digit"
-        )
-    return None
-
-
-def check_label_value(value: str) -> str | None:
-    """Why `value` is not a valid label value, or None when it is."""
-    if value == "":
-        return None
-    if len(value) > 63 or not _NAME.match(value):
-        return (
-            f"label value {value!r} must be at most 63 characters of letters, digits, '-', '_',"
-            " '.', starting and ending with a letter or digit"
-        )
-    return None
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,6 @@ from rollout.steps.gpu_wait import (
     kept_mig_mode,
     planned_expectations,
     planned_forecast,
-    time_slicing_change,
     validator_ready,
     wants_validator,
 )
@@ -308,7 +307,7 @@ def check_resources(ctx: StepContext, node: Node, rolled_back: bool = False) -> 
     resource it gives a count is expected at that count (before the plan, once rolled back)
     and those it takes to 0 are not read."""
     facts = ctx.facts
-    if time_slicing_change(ctx.spec) is None:
+    if ctx.spec.shared_gpus() is None:
         facts = replace(facts, labels=node.labels)
     expected = expect_gpus(ctx.spec, facts)
     forecast = forecast_expectations(ctx.node_plan, facts, expected, rolled_back=rolled_back)

@@ -382,5 +382,4 @@ def _indent(text: str, prefix: str = "    ") -> str:
 
 def _target_driver(spec: Spec) -> str | None:
     """The driver version the plan moves the node to, if it does."""
-    change = spec.driver_upgrade
-    return change.version if change is not None else None
+    return spec.driver_version()

@@ -29,7 +29,7 @@ from rollout.facts.pods import GPU_RESOURCE, SHARED_GPU_RESOURCE, gpu_counts
 from rollout.inputs.wholenumber import whole_number
 from rollout.operatornames import DEPLOY_LABEL_PREFIX
 from rollout.plan import NodePlan, ResourceForecast, StepPlan
-from rollout.spec import Spec, TimeSlicingChange
+from rollout.spec import Spec
 from rollout.steps.base import StepContext, StepFailed, StepResult
 from rollout.steps.deadline import POLL_INTERVAL_S
 from rollout.steps.nodechanges import Reach, ReachingStep
@@ -57,22 +57,17 @@ class GpuExpectation:
         return f"{self.resource} = {self.count} ({self.physical} GPUs x {self.replicas} replicas)"
 
 
-def time_slicing_change(spec: Spec) -> TimeSlicingChange | None:
-    """The spec's time-slicing change; a node carries one profile label, so the first counts."""
-    changes = spec.changes_of(TimeSlicingChange)
-    return changes[0] if changes else None
-
-
 def expect_gpus(spec: Spec, facts: NodeFacts) -> GpuExpectation:
-    """Physical GPUs (facts) x replicas: the spec's time-slicing change, else the node's label.
+    """Physical GPUs (facts) x replicas: the spec's GPU sharing (time-slicing), else the
+    node's label.
 
     The resource name follows renameByDefault, which moves shared GPUs to
     nvidia.com/gpu.shared: the profile's one rule (TimeSlicingChange.shared_gpus), which
     gpu.wait's plan and apply and the plan's capacity forecast read.
     """
-    change = time_slicing_change(spec)
-    if change is not None:
-        resource, replicas = change.shared_gpus()
+    shared = spec.shared_gpus()
+    if shared is not None:
+        resource, replicas = shared
     else:
         resource, replicas = advertised_gpu_resource(facts), current_replicas(facts)
     # a resumed run's facts may come from a node whose driver upgrade is half done
@@ -209,7 +204,7 @@ class GpuWaitStep(ReachingStep, MarkingStep):
         expected = expect_gpus(ctx.spec, ctx.facts)
         forecast = forecast_expectations(ctx.node_plan, ctx.facts, expected)
         deadline = ctx.deadline(ctx.spec.policy.verify.gpu_wait_timeout_s)
-        follow_label = time_slicing_change(ctx.spec) is None and forecast is None
+        follow_label = ctx.spec.shared_gpus() is None and forecast is None
         advertised_s: float | None = None
         announced = False
         while True:

@@ -24,15 +24,16 @@ from rollout.changes.base import (
     NodeWork,
     PlanningContext,
 )
+from rollout.changes.model import ChangeModel
+from rollout.changes.timeslicing.model import TimeSlicingChange
 from rollout.errors import InputErrors
 from rollout.facts import FleetFacts, NodeFacts, load_recorded_facts
 from rollout.facts.live import gather_cluster_facts
-from rollout.plan import ClusterChange, LabelChange, Plan
+from rollout.plan import Advertised, ClusterChange, LabelChange, Plan
 from rollout.planner import build_plan
 from rollout.playbook import Phase, Playbook, PlaybookStep, load_playbooks
-from rollout.spec import Spec, SpecModel, TimeSlicingChange, parse_spec
+from rollout.spec import Spec, parse_spec
 from rollout.spec.changes.entry import build_change_entry
-from rollout.spec.changes.kind import Advertised
 from rollout.transports.kube import ConfigMap, KubeClient
 from tests.examples import FACTS, PLAN
 from tests.planning import sharing_config, time_slicing_plan
@@ -41,7 +42,7 @@ PACKAGE = Path(rollout.__file__).resolve().parent
 ECHO_LABEL = "example.com/echo"
 
 
-class EchoChange(SpecModel):
+class EchoChange(ChangeModel):
     """A test-only change: label each node `example.com/echo=<value>`."""
 
     value: str

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import rollout
+from rollout.changes.timeslicing.model import TimeSlicingChange
 from rollout.deviceprofiles import (
     fallback_key,
     load_profile,
@@ -16,7 +17,6 @@ from rollout.deviceprofiles import (
     shared_replicas,
     time_slicing_of,
 )
-from rollout.spec.changes.timeslicing import TimeSlicingChange
 
 PACKAGE = Path(rollout.__file__).resolve().parent
 GPU = "nvidia.com/gpu"

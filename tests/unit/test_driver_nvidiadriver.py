@@ -13,6 +13,7 @@ from typing import Any, cast
 import pytest
 import yaml
 
+from rollout.changes.driver.model import DriverUpgradeChange
 from rollout.changes.driver.operator import DriverPinStep
 from rollout.changes.driver.operatorplan import OperatorUpgradeRefused, operator_run_notes
 from rollout.cli.render import plan_to_json
@@ -70,7 +71,7 @@ def fleet(use_crd: bool = True, drivers: Mapping[str, str] | None = None) -> Fle
 
 
 def test_the_field_is_a_kubernetes_name_and_only_for_mode_operator() -> None:
-    change = parse_spec(spec_text(), "plan.yaml").driver_upgrade
+    change = parse_spec(spec_text(), "plan.yaml").change_of(DriverUpgradeChange)
     assert change is not None and change.nvidiadriver == "pool-a"
     with pytest.raises(InputErrors, match="`nvidiadriver` applies only to mode: operator"):
         parse_spec(spec_text(mode="host"), "plan.yaml")

@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 
 import pytest
 
+from rollout.changes.driver.model import DriverMode, DriverUpgradeChange
 from rollout.cli.apply import exit_code
 from rollout.errors import ExitCode
 from rollout.executor import Executor
@@ -19,7 +20,7 @@ from rollout.plan import NodePlan, Plan
 from rollout.planner import build_plan
 from rollout.playbook import load_playbooks
 from rollout.run import Journal, NodeOutcome, RunOutcome
-from rollout.spec import DriverMode, DriverUpgradeChange, Spec, load_spec, parse_spec
+from rollout.spec import Spec, load_spec, parse_spec
 from rollout.steps.base import StepContext, StepFailed, StepResult
 from tests.examples import FACTS, PLAN
 
@@ -171,7 +172,7 @@ def test_a_plan_retrying_failed_upgrades_is_not_halted_by_its_own_targets(
     plan, spec, cluster, _, journal, steps = setup(tmp_path)
     again = setup(tmp_path / "again")  # planned before the change is patched in
     retry = DriverUpgradeChange(version="550.90.07", mode=DriverMode.OPERATOR, retry_failed=True)
-    monkeypatch.setattr(type(spec), "driver_upgrade", property(lambda _: retry))
+    monkeypatch.setattr(type(spec), "changes", property(lambda _: (retry,)))
     node = cluster.nodes["gpu-b-1"]
     node.labels.update({"nvidia.com/gpu.present": "true"})  # the plan's selector
     node.labels["nvidia.com/gpu-driver-upgrade-state"] = "upgrade-failed"

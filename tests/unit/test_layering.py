@@ -442,7 +442,7 @@ def test_the_lab_command_loads_the_lab_when_it_runs() -> None:
 
 # The product's layers, lowest first: a module imports, at run time, only from its own layer
 # and those below it (within a layer, anything). Each entry is a module or package directly
-# under rollout/ (with everything below it), or a pattern below one (`changes.*.model`); the
+# under rollout/ (with everything below it), or a pattern below one (`changes.*.*model`); the
 # most specific entry naming a module wins. A new one goes into the lowest layer its imports
 # allow. The lab is in no
 # layer: apart from the product, above all of it.
@@ -484,7 +484,12 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "models",
         (
             "spec",
-            "changes.*.model",
+            # what every kind's plan model is, and each kind's model (the registry's:
+            # changes.containerd.registrymodel) with its package's __init__, which runs first
+            # and so loads nothing
+            "changes.model",
+            "changes.*.*model",
+            "changes.*.__init__",
             "inventory",
             "limit",
             "plan",
@@ -510,9 +515,11 @@ def top_of(module: str) -> str:
 
 
 def layer_of(module: str) -> int | None:
-    """The layer of the most specific LAYERS entry naming the module (`changes.*.model` before
+    """The layer of the most specific LAYERS entry naming the module (`changes.*.*model` before
     `changes.*`, and that before `changes`, the package itself)."""
     below = module.split(".", 1)[1] if "." in module else "__init__"
+    # an entry ending in .__init__ names a package itself (`changes.*.__init__`: a kind's)
+    is_package = (PACKAGE.parent / module.replace(".", "/") / "__init__.py").is_file()
     found = [
         (len(entry), n)
         for n, (_, entries) in enumerate(LAYERS)
@@ -520,6 +527,11 @@ def layer_of(module: str) -> int | None:
         if below == entry
         or ("*" not in entry and below.startswith(entry + "."))
         or ("*" in entry and fnmatch.fnmatchcase(below, entry))
+        or (
+            is_package
+            and entry.endswith(".__init__")
+            and fnmatch.fnmatchcase(f"{below}.__init__", entry)
+        )
     ]
     return max(found)[1] if found else None
 
@@ -560,6 +572,19 @@ def test_the_layer_check_catches_an_upward_import_and_an_unplaced_module() -> No
     assert upward_imports(graph) == [
         "rollout.errors (foundation) imports rollout.transports.ssh (transports), a layer above it",
         "rollout.newthing: rollout.newthing is in no layer of LAYERS",
+    ]
+
+
+def test_a_kind_package_itself_sits_with_the_models_and_loads_nothing_above_them() -> None:
+    """A kind's package runs before its model: a fact may import a kind's model, and a kind's
+    __init__ importing its steps would be an upward import."""
+    graph = {
+        "rollout.facts.extra": {"rollout.changes.driver", "rollout.changes.driver.model"},
+        "rollout.changes.driver": {"rollout.changes.driver.steps"},
+    }
+    assert upward_imports(graph) == [
+        "rollout.changes.driver (models) imports rollout.changes.driver.steps (change kinds), "
+        "a layer above it"
     ]
 
 
@@ -645,4 +670,39 @@ def test_the_kind_checks_see_a_kind_module_and_import_in_shared_places() -> None
     ]
     assert kind_imports_of_shared(graph) == [
         "rollout.steps.gpu_wait imports rollout.changes.timeslicing.profiles"
+    ]
+
+
+# ---------------------------------------------------------------- the plan names no kind
+
+# the change kinds' packages, rollout/changes/<kind>/
+KIND_PACKAGES = frozenset(p.parent.name for p in (PACKAGE / "changes").glob("*/__init__.py"))
+
+
+def kind_imports_of_spec(graph: Mapping[str, set[str]]) -> list[str]:
+    """Every import of a change kind's package (or anything in it) by the plan model,
+    rollout.spec and every module below it: the plan loads the kinds' models through the
+    kinds' table, and names none."""
+    return [
+        f"{module} imports {target}"
+        for module, targets in sorted(graph.items())
+        if top_of(module) == "spec"
+        for target in sorted(targets)
+        if target.startswith("rollout.changes.") and target.split(".")[2] in KIND_PACKAGES
+    ]
+
+
+def test_the_plan_model_imports_no_change_kind() -> None:
+    assert kind_imports_of_spec(import_graph(typing=True)) == []
+
+
+def test_the_spec_check_sees_the_plan_importing_a_kind() -> None:
+    graph = {
+        "rollout.spec.plan": {"rollout.changes", "rollout.changes.model"},
+        "rollout.spec": {"rollout.changes.driver.model", "rollout.changes.driver"},
+        "rollout.facts.extra": {"rollout.changes.driver.model"},
+    }
+    assert kind_imports_of_spec(graph) == [
+        "rollout.spec imports rollout.changes.driver",
+        "rollout.spec imports rollout.changes.driver.model",
     ]

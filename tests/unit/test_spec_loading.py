@@ -6,21 +6,12 @@ from pathlib import Path
 
 import pytest
 
+from rollout.changes.containerd.model import ContainerdChange
+from rollout.changes.containerd.registrymodel import Capability, RegistryChange
+from rollout.changes.driver.model import DriverMode, DriverUpgradeChange
+from rollout.changes.timeslicing.model import TimeSlicingChange
 from rollout.errors import InputErrors
-from rollout.spec import (
-    Capability,
-    ContainerdChange,
-    DriverMode,
-    DriverUpgradeChange,
-    NodeAmount,
-    OnFailure,
-    RegistryChange,
-    Spec,
-    TimeSlicingChange,
-    Weekday,
-    load_spec,
-    parse_spec,
-)
+from rollout.spec import NodeAmount, OnFailure, Spec, Weekday, load_spec, parse_spec
 
 DATA = Path(__file__).parent / "data" / "spec"
 MINIMAL = (DATA / "valid" / "minimal.yaml").read_text()

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from rollout.changes.containerd.registrymodel import check_registry_host
 from rollout.containerd.errors import VersionUnknown
 from rollout.containerd.version import ContainerdVersion
 from rollout.driver.modules import parse_lsmod
 from rollout.inputs.fieldproblems import FieldProblem
 from rollout.inputs.wholenumber import whole_number
-from rollout.spec.changes.registry import check_registry_host
 from rollout.transports.errors import split_known_hosts_entry
 
 

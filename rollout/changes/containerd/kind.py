@@ -8,9 +8,10 @@ from typing import Any, ClassVar
 
 from rollout.changes.base import ChangeKindPlanner, NodeWork, PlanningContext
 from rollout.changes.containerd.engineruns import ContainerdPlans
+from rollout.changes.containerd.model import ContainerdChange
+from rollout.changes.containerd.registrymodel import RegistryChange
 from rollout.changes.containerd.writes import ContainerdWork
 from rollout.facts import NodeFacts
-from rollout.spec import ContainerdChange, RegistryChange
 
 # Distinct node configurations planned at once (each mostly waits for `containerd config dump`).
 ENGINE_RUNS_AT_ONCE = 4

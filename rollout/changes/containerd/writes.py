@@ -15,12 +15,13 @@ from typing import Any
 
 from rollout import containerd as engine
 from rollout.changes.base import NodeWork
+from rollout.changes.containerd.model import DEFAULT_RUNTIME_KEY, ContainerdChange
+from rollout.changes.containerd.registrymodel import RegistryChange
 from rollout.containerd.hosts import merge_hosts_toml
 from rollout.errors import BadInput, InputError, InputErrors, RolloutError
 from rollout.facts import NodeFacts
 from rollout.plan import EffectiveChange, FileChange, NodePlan
-from rollout.spec import ContainerdChange, RegistryChange, Spec
-from rollout.spec.changes.containerd import DEFAULT_RUNTIME_KEY
+from rollout.spec import Spec
 
 PlanPath = tuple[str | int, ...]
 

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from rollout.changes.base import PlanningContext
+from rollout.changes.driver.model import DriverMode, DriverUpgradeChange
 from rollout.driver.host import (
     AptVersion,
     DriverHost,
@@ -25,7 +26,7 @@ from rollout.errors import InputError
 from rollout.facts import NodeFacts
 from rollout.operatornames import DEPLOY_LABEL_PREFIX
 from rollout.plan import StepPlan
-from rollout.spec import DriverMode, DriverUpgradeChange, Spec
+from rollout.spec import Spec
 from rollout.spec.policy import DriverReload
 
 MAX_OFFERED_SHOWN = 8
@@ -68,7 +69,7 @@ class HostDriverPlan:
 
 def host_change(spec: Spec) -> DriverUpgradeChange | None:
     """The spec's driver change when it installs the driver on the host; else None."""
-    change = spec.driver_upgrade
+    change = spec.change_of(DriverUpgradeChange)
     return change if change is not None and change.mode is DriverMode.HOST else None
 
 

@@ -17,9 +17,10 @@ from typing import ClassVar
 from rollout.changes.base import PlanningContext
 from rollout.changes.driver.hostplan import plan_host_driver
 from rollout.changes.driver.hoststeps import install_packages, plan_install, undo_install
+from rollout.changes.driver.model import DriverMode, DriverUpgradeChange
 from rollout.facts import NodeFacts
 from rollout.plan import DriverChange, StepPlan
-from rollout.spec import DriverMode, Spec
+from rollout.spec import Spec
 from rollout.steps.base import StepContext, StepResult
 from rollout.steps.traits import StepTraits, fixed_s, grants_of
 
@@ -42,7 +43,7 @@ class DriverInstall:
     )
 
     def plan(self, ctx: PlanningContext, facts: NodeFacts) -> StepPlan:
-        change = ctx.spec.driver_upgrade
+        change = ctx.spec.change_of(DriverUpgradeChange)
         if change is None:
             return StepPlan.skipping(self.kind, "no driver change")
         if change.mode is not DriverMode.HOST:
@@ -50,7 +51,7 @@ class DriverInstall:
         return plan_install(ctx, facts)
 
     def apply(self, ctx: StepContext) -> StepResult:
-        change = ctx.spec.driver_upgrade
+        change = ctx.spec.change_of(DriverUpgradeChange)
         if change is None:
             return StepResult.noop("no driver change")
         if change.mode is not DriverMode.HOST:
@@ -58,14 +59,14 @@ class DriverInstall:
         return install_packages(ctx)
 
     def undo(self, ctx: StepContext) -> None:
-        change = ctx.spec.driver_upgrade
+        change = ctx.spec.change_of(DriverUpgradeChange)
         if change is not None and change.mode is DriverMode.HOST:
             undo_install(ctx)
 
 
 def driver_change(spec: Spec, facts: NodeFacts) -> DriverChange | None:
     """The node's driver change for the plan output (None: no driver change there)."""
-    change = spec.driver_upgrade
+    change = spec.change_of(DriverUpgradeChange)
     if change is None:
         return None
     if change.mode is DriverMode.HOST:

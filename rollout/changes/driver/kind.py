@@ -12,10 +12,10 @@ from typing import Any, ClassVar
 from rollout.changes.base import ChangeKindPlanner, ClusterWork, NodeWork, PlanningContext
 from rollout.changes.driver.hostplan import host_driver_pending
 from rollout.changes.driver.install import driver_change
+from rollout.changes.driver.model import DriverMode, DriverUpgradeChange
 from rollout.changes.driver.operatorplan import operator_driver_pending, plan_operator_upgrade
 from rollout.facts import NodeFacts
 from rollout.plan import DriverChange, NodePlan
-from rollout.spec import DriverMode, DriverUpgradeChange
 
 
 @dataclass(frozen=True)

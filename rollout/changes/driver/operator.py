@@ -29,6 +29,7 @@ from typing import ClassVar
 
 from rollout.budget import NodeAvailability, RunBudget, Verdict
 from rollout.changes.base import PlanningContext
+from rollout.changes.driver.model import DEFAULT_OPERATOR_UPGRADE_TIMEOUT_S, DriverUpgradeChange
 from rollout.changes.driver.operatorplan import (
     AUTO_UPGRADE_PATCH,
     PINNED_BY_ANNOTATION,
@@ -59,8 +60,7 @@ from rollout.operatornames import (
     UPGRADE_STATE_LABEL,
 )
 from rollout.plan import StepPlan
-from rollout.spec import DriverUpgradeChange, Spec
-from rollout.spec.changes.driver import DEFAULT_OPERATOR_UPGRADE_TIMEOUT_S
+from rollout.spec import Spec
 from rollout.steps.base import StepContext, StepFailed, StepResult
 from rollout.steps.deadline import POLL_INTERVAL_S, Deadline
 from rollout.steps.nodemarks import RUN_ANNOTATION, report_step

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from rollout.changes.driver.model import DriverMode, DriverUpgradeChange
 from rollout.driver.operator import (
     DEFAULT_CLUSTER_POLICY,
     MANAGED_BY_LABEL,
@@ -29,7 +30,7 @@ from rollout.errors import BadInput, SourceLocation
 from rollout.facts import ClusterFacts, FleetFacts, NodeFacts
 from rollout.operatornames import UPGRADE_DONE
 from rollout.plan import ClusterChange, Plan, StepPlan
-from rollout.spec import DriverMode, DriverUpgradeChange, Spec
+from rollout.spec import Spec
 
 # rollout marks the skip labels it set, so a label someone else set is told apart and left alone
 PINNED_BY_ANNOTATION = "rollout.dev/driver-pinned-by"
@@ -47,7 +48,7 @@ class OperatorUpgradeRefused(BadInput):
 
 def operator_change(spec: Spec) -> DriverUpgradeChange | None:
     """The spec's `driver-upgrade` change in mode: operator, if there is one."""
-    change = spec.driver_upgrade
+    change = spec.change_of(DriverUpgradeChange)
     return change if change is not None and change.mode is DriverMode.OPERATOR else None
 
 
@@ -338,7 +339,7 @@ def operator_run_notes(plan: Plan, spec: Spec, outcome: str, *, pinned: bool) ->
     version = next(
         (c for c in plan.cluster_changes if c.kind == "driver.version" and c.action), None
     )
-    change = spec.driver_upgrade
+    change = spec.change_of(DriverUpgradeChange)
     if outcome != "succeeded" and pinned and version is not None and version.before and change:
         source = DriverSource(change.nvidiadriver)
         notes.append(

@@ -31,8 +31,7 @@ from rollout.errors import InputError
 from rollout.facts import NodeFacts
 from rollout.facts.gpu_operator import physical_gpus
 from rollout.operatornames import GPU_RESOURCE, MIG_RESOURCE_PREFIX
-from rollout.plan import LabelChange
-from rollout.spec.changes.kind import Advertised
+from rollout.plan import Advertised, LabelChange
 
 MIG_PLAYBOOK = "mig"
 

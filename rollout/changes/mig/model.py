@@ -7,10 +7,10 @@ from typing import Annotated, ClassVar
 
 from pydantic import AfterValidator
 
+from rollout.changes.model import ChangeModel
 from rollout.inputs.fieldproblems import FieldProblem
-from rollout.spec.changes.kind import Advertised
-from rollout.spec.fieldtypes import SpecModel, Str
-from rollout.spec.selector import check_label_value
+from rollout.inputs.fieldtypes import Str, check_label_value
+from rollout.plan import Advertised
 
 # what the forecast says where it cannot read the layout (a model alone, without the cluster)
 UNREAD_CAVEAT = (
@@ -31,7 +31,7 @@ def check_layout_name(value: str) -> str:
     return value
 
 
-class MigChange(SpecModel):
+class MigChange(ChangeModel):
     """Label each node `nvidia.com/mig.config=<config>` and wait for the MIG manager."""
 
     key: ClassVar[str] = "mig"

@@ -8,13 +8,13 @@ from types import ModuleType
 from typing import Any, ClassVar
 
 from rollout.changes.base import ChangeKindPlanner, ClusterWork, NodeWork, PlanningContext
+from rollout.changes.timeslicing.model import TimeSlicingChange
 from rollout.changes.timeslicing.profiles import (
     SHARED_MEMORY_WARNING,
     ProfileWork,
     plan_cluster_changes,
 )
 from rollout.facts import NodeFacts
-from rollout.spec import TimeSlicingChange
 
 
 class TimeSlicingKind(ChangeKindPlanner):

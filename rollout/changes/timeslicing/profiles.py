@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from rollout.changes.base import NodeWork, PlanningContext
+from rollout.changes.timeslicing.model import TimeSlicingChange
 from rollout.deviceprofiles import (
     DEFAULT_KEY,
     DEVICE_PLUGIN_CONFIG_LABEL,
@@ -35,8 +36,7 @@ from rollout.facts import ClusterFacts, NodeFacts
 from rollout.facts.gpu_operator import DevicePluginConfigRef
 from rollout.operatorrolls import describe_rolls
 from rollout.plan import ClusterChange, FileChange, LabelChange
-from rollout.spec import Spec, TimeSlicingChange
-from rollout.steps.gpu_wait import time_slicing_change
+from rollout.spec import Spec
 
 # Where the fallback goes when the key `default` is taken by something else.
 SPARE_FALLBACK_KEY = "rollout-fallback"
@@ -171,7 +171,7 @@ def planned_publication(ctx: PlanningContext) -> Publication | None:
 
 def plan_publication(spec: Spec, cluster: ClusterFacts) -> Publication | None:
     """What the ConfigMap and the ClusterPolicy must hold so only labelled nodes change."""
-    change = time_slicing_change(spec)
+    change = spec.change_of(TimeSlicingChange)
     if change is None:
         return None
     ref = f"{change.configmap.namespace}/{change.configmap.name}"
@@ -280,7 +280,7 @@ class ProfileChange:
 def plan_profile(ctx: PlanningContext, node: NodeFacts) -> ProfileChange:
     """The node's profile label change, or the device-plugin restart a new profile needs."""
     spec = ctx.spec
-    change = time_slicing_change(spec)
+    change = spec.change_of(TimeSlicingChange)
     publication = planned_publication(ctx)
     if change is None or publication is None:
         return ProfileChange(noop_reason="no time-slicing change")

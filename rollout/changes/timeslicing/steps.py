@@ -28,6 +28,7 @@ from rollout.changes.timeslicing.deviceplugin import (
     restart_device_plugin,
     wait_for_device_plugin,
 )
+from rollout.changes.timeslicing.model import MAX_REPLICAS, TimeSlicingChange
 from rollout.changes.timeslicing.profiles import (
     SHARED_MEMORY_WARNING,
     ProfileWork,
@@ -39,9 +40,7 @@ from rollout.errors import InputError
 from rollout.facts import ClusterFacts, NodeFacts
 from rollout.facts.pods import GPU_RESOURCE
 from rollout.plan import StepPlan
-from rollout.spec import MAX_REPLICAS, TimeSlicingChange
 from rollout.steps.base import StepContext, StepFailed, StepResult
-from rollout.steps.gpu_wait import time_slicing_change
 from rollout.steps.nodechanges import node_changes
 from rollout.steps.nodemarks import ANNOTATION_DOMAIN, RUN_ANNOTATION, report_step
 from rollout.steps.operandsettle import wait_for_operands
@@ -113,7 +112,7 @@ def with_keys(
 
 def read_publication(ctx: StepContext, kind: str) -> tuple[Publication, ConfigMap | None, str]:
     """The publication decided on fresh facts, the ConfigMap read, the ClusterPolicy's name."""
-    change = time_slicing_change(ctx.spec)
+    change = ctx.spec.change_of(TimeSlicingChange)
     assert change is not None
     current = get_configmap(ctx, change)
     policy = get_cluster_policy(ctx, kind)
@@ -138,7 +137,7 @@ def apply_change(
     """Run a step's body on the spec's time-slicing change, marking the node; no change, no-op."""
 
     def run(ctx: StepContext) -> StepResult:
-        change = time_slicing_change(ctx.spec)
+        change = ctx.spec.change_of(TimeSlicingChange)
         if change is None:
             return StepResult.noop("no time-slicing change")
         return body(ctx, change)
@@ -302,7 +301,7 @@ class ConfigMapUpdateStep:
 
     def undo(self, ctx: StepContext) -> None:
         saved = ctx.load_data(self.kind)
-        change = time_slicing_change(ctx.spec)
+        change = ctx.spec.change_of(TimeSlicingChange)
         if change is None or not saved:
             return
         previous: dict[str, str | None] = dict(saved.get("previous_keys") or {})

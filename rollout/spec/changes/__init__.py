@@ -1,12 +1,6 @@
 """The entry of `changes:` that holds exactly one change, built from the change kinds' models
-(rollout.changes.KINDS), and what every kind's model says of the GPU resources a node
-advertises (kind). The models of registry, containerd, time-slicing and driver changes are
-here too (registry, containerd, timeslicing, driver).
-
-Import them from rollout.spec, the plan's one public face.
-
-Why these four models stay here, one module per kind, and MIG's lives in its package
-(rollout/changes/mig/model.py): rollout.spec re-exports them, and a model imports
-rollout.spec.fieldtypes; under rollout/changes/<kind>/ each would load rollout.spec, which
-imports it back (a circle). The kinds' table names each model where it is.
+(rollout.changes.KINDS), and the enum of the kinds' keys (kind). Nothing here names a kind:
+each kind's plan model lives in its package (rollout/changes/<kind>/model.py, the registry's
+in rollout/changes/containerd/registrymodel.py), on rollout.changes.model.ChangeModel, and
+loads no plan (rollout.spec), which loads it through the table.
 """

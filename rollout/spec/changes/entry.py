@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any, Union
 from pydantic import Field, create_model, model_validator
 
 from rollout.changes import change_models
+from rollout.changes.model import ChangeModel
 from rollout.inputs.fieldproblems import FieldProblem
-from rollout.spec.changes.kind import ChangeModel
-from rollout.spec.fieldtypes import SpecModel
+from rollout.inputs.fieldtypes import SpecModel
 
 MODELS = change_models()
 

@@ -8,9 +8,10 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, model_validator
 
+from rollout.changes.model import ChangeModel
 from rollout.inputs.fieldproblems import FieldProblem, describe_value
-from rollout.spec.changes.kind import Advertised
-from rollout.spec.fieldtypes import SpecModel, Str
+from rollout.inputs.fieldtypes import Str
+from rollout.plan import Advertised
 
 # containerd's own table names: letters, digits, '_' and '-' (runtime names like nvidia-cdi)
 _SETTING_SEGMENT = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -72,7 +73,7 @@ def check_setting_value(value: Any) -> Any:
 SettingKey = Annotated[Str, AfterValidator(check_setting_key)]
 
 
-class ContainerdChange(SpecModel):
+class ContainerdChange(ChangeModel):
     """Settings of containerd's CRI plugin, keys relative to its table (config version 2)."""
 
     settings: Mapping[SettingKey, Annotated[Any, AfterValidator(check_setting_value)]] = Field(

@@ -9,9 +9,10 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, PlainValidator, model_validator
 
+from rollout.changes.model import ChangeModel
 from rollout.inputs.fieldproblems import FieldProblem, describe_value
-from rollout.spec.changes.kind import Advertised
-from rollout.spec.fieldtypes import Bool, Int, KubeName, SpecModel, Str
+from rollout.inputs.fieldtypes import Bool, Int, KubeName, Str
+from rollout.plan import Advertised
 
 _DRIVER_VERSION = re.compile(r"^[0-9]{3}\.[0-9]{1,3}\.[0-9]{1,3}$")
 _DEB_PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
@@ -54,7 +55,7 @@ def check_package(value: str) -> str:
     return value
 
 
-class DriverUpgradeChange(SpecModel):
+class DriverUpgradeChange(ChangeModel):
     """Move the GPU driver to `version`, by apt (host) or through the GPU Operator (operator):
     the ClusterPolicy's spec.driver.version, or one NVIDIADriver's spec.version."""
 
@@ -103,6 +104,14 @@ class DriverUpgradeChange(SpecModel):
     def advertises(self, now: Mapping[str, int], physical: int) -> Advertised:
         """Either mode: the same GPUs come back under the new driver, as they are `now`."""
         return Advertised(now)
+
+    def watches_failed_upgrade(self) -> bool:
+        """`retry_failed`: driver.release relabels a target's upgrade-failed and watches it."""
+        return self.retry_failed
+
+    def driver_version(self) -> str | None:
+        """Either mode: the version the node's driver moves to."""
+        return self.version
 
     @property
     def apt_packages(self) -> tuple[str, ...]:

@@ -8,12 +8,20 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field
 
+from rollout.changes.model import ChangeModel
 from rollout.deviceprofiles import renames_by_default, shared_replicas
 from rollout.inputs.fieldproblems import FieldProblem, describe_value
+from rollout.inputs.fieldtypes import (
+    Bool,
+    DnsLabel,
+    Int,
+    KubeName,
+    SpecModel,
+    Str,
+    check_label_value,
+)
 from rollout.operatornames import GPU_RESOURCE, OPERATOR_NAMESPACE, SHARED_GPU_RESOURCE
-from rollout.spec.changes.kind import Advertised
-from rollout.spec.fieldtypes import Bool, DnsLabel, Int, KubeName, SpecModel, Str
-from rollout.spec.selector import check_label_value
+from rollout.plan import Advertised
 
 MAX_REPLICAS = 64
 _RESOURCE_NAME = re.compile(r"^nvidia\.com/[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
@@ -102,7 +110,7 @@ class DevicePluginConfig(SpecModel):
     sharing: Sharing | None = None
 
 
-class TimeSlicingChange(SpecModel):
+class TimeSlicingChange(ChangeModel):
     """Put `config` under key `profile` in the ConfigMap and label nodes with the profile."""
 
     configmap: ConfigMapRef = ConfigMapRef()

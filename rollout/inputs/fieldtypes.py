@@ -1,4 +1,5 @@
-"""Field types shared by the plan models: strict scalars, names, paths, node amounts.
+"""Field types shared by the plan models: strict scalars, names, label keys and values, paths,
+node amounts.
 
 Scalars are strict because YAML already types them: `skip_verify: "false"` is a string a
 user quoted by mistake, and silently reading it as False would hide that.
@@ -22,6 +23,8 @@ Bool = Annotated[bool, Strict()]
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+# a label value, and the name part of a label key
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 
 
 class SpecModel(BaseModel):
@@ -61,6 +64,31 @@ def check_absolute_path(value: str) -> str:
             hint="paths in a plan are on the node, e.g. /etc/containerd/certs.d",
         )
     return value
+
+
+def check_label_key(key: str) -> str | None:
+    """Why `key` is not a valid label key, or None when it is."""
+    prefix, slash, name = key.rpartition("/")
+    if slash and (not prefix or len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+        return f"label key prefix {prefix!r} is not a DNS subdomain"
+    if not name or len(name) > 63 or not _LABEL_NAME.match(name):
+        return (
+            f"label key name {name!r} must be 1-63 characters of letters, digits, '-', '_', '.',"
+            " starting and ending with a letter or digit"
+        )
+    return None
+
+
+def check_label_value(value: str) -> str | None:
+    """Why `value` is not a valid label value, or None when it is."""
+    if value == "":
+        return None
+    if len(value) > 63 or not _LABEL_NAME.match(value):
+        return (
+            f"label value {value!r} must be at most 63 characters of letters, digits, '-', '_',"
+            " '.', starting and ending with a letter or digit"
+        )
+    return None
 
 
 def check_image(value: str) -> str:

@@ -12,12 +12,15 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, Field, model_validator
 
+from rollout.changes.model import ChangeModel, RawChanges
 from rollout.containerd.files import CONTAINERD_DIR
 from rollout.containerd.hosts import DEFAULT_NAMESPACE
-from rollout.inputs.fieldproblems import FieldProblem, describe_value
+from rollout.errors import InputError
+from rollout.inputs.fieldproblems import FieldProblem, describe_value, format_path
+from rollout.inputs.fieldtypes import AbsolutePath, Bool, SpecModel, Str
 from rollout.inputs.wholenumber import whole_number
-from rollout.spec.changes.kind import Advertised
-from rollout.spec.fieldtypes import AbsolutePath, Bool, SpecModel, Str
+from rollout.inputs.yamlsource import SourceDocument
+from rollout.plan import Advertised
 
 DEFAULT_CERTS_DIR = f"{CONTAINERD_DIR}/certs.d"
 _HOSTNAME = re.compile(
@@ -137,7 +140,7 @@ class RegistryEndpoint(SpecModel):
         return urlsplit(self.url).scheme == "http"
 
 
-class RegistryChange(SpecModel):
+class RegistryChange(ChangeModel):
     """Mirrors for one registry host, written as `<config_path>/<host>/hosts.toml`."""
 
     host: Annotated[Str, AfterValidator(check_registry_host)]
@@ -182,3 +185,42 @@ class RegistryChange(SpecModel):
     def advertises(self, now: Mapping[str, int], physical: int) -> Advertised:
         """Registry mirrors change no GPU resource: the node advertises what it does `now`."""
         return Advertised(now)
+
+    @classmethod
+    def check_across(cls, doc: SourceDocument, found: RawChanges) -> list[InputError]:
+        """Each host in one registry change, and one config_path for all of them (containerd
+        has one `config_path`)."""
+        errors: list[InputError] = []
+        first_host: dict[str, int] = {}
+        config_paths: dict[str, int] = {}
+        for n, (here, body) in enumerate(found):
+            if not isinstance(body, dict):
+                continue
+            host = body.get("host")
+            if isinstance(host, str):
+                if host in first_host:
+                    first = doc.location_of((*found[first_host[host]][0], "host"))
+                    errors.append(
+                        InputError(
+                            doc.location_of((*here, "host")),
+                            f"registry host {host!r} is configured twice (first at line"
+                            f" {first.line})",
+                            field=format_path((*here, "host")),
+                            hint="list all its mirrors under one registry change",
+                        )
+                    )
+                first_host.setdefault(host, n)
+            path = body.get("config_path", DEFAULT_CERTS_DIR)
+            if isinstance(path, str):
+                config_paths.setdefault(path, n)
+                if len(config_paths) > 1 and config_paths[path] == n:
+                    errors.append(
+                        InputError(
+                            doc.location_of((*here, "config_path")),
+                            f"config_path {path!r} differs from another registry change's",
+                            field=format_path((*here, "config_path")),
+                            hint="containerd reads hosts.toml from one config_path; use the same"
+                            " one in every registry change",
+                        )
+                    )
+        return errors
