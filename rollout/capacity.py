@@ -1,7 +1,8 @@
 """The capacity forecast: each GPU resource a node advertises, allocatable before -> after.
 
 Before is the node's allocatable as the facts hold it. After starts from the node's capacity
-(every device healthy: gpu.wait returns a node to service only so) and goes through each
+(every device healthy: gpu.wait returns a node to service only so), less the resources none of
+which is allocatable (rollout.facts.pods.advertised_now), and goes through each
 change's `advertises(now, physical)` in the order the plan writes them: each change kind
 says its own effect on its plan model (rollout.changes.<kind>.model), so a new kind plugs in there
 and this module has no branch per kind. The fleet's forecast sums its targets'. What each
@@ -41,6 +42,16 @@ def unhealthy_note(resource: str) -> str:
     )
 
 
+def stale_note(resource: str, capacity: int) -> str:
+    """What a reviewer must know of a resource the node's capacity still lists with none of
+    it allocatable (the forecast counts it gone)."""
+    return (
+        f"{resource}: capacity {capacity} but none allocatable now (its device plugin stopped "
+        "advertising it, which the kubelet shows for about 5 minutes, or every device is "
+        "unhealthy): the forecast counts it 0"
+    )
+
+
 def forecast_node(
     spec: Spec, node: NodeFacts, ctx: PlanningContext | None = None
 ) -> CapacityForecast:
@@ -48,10 +59,10 @@ def forecast_node(
     the planning context each change's kind says it (a MIG layout is read from the cluster),
     else its model alone."""
     from rollout.facts.gpu_operator import physical_gpus
-    from rollout.facts.pods import gpu_counts
+    from rollout.facts.pods import advertised_now, gpu_counts
 
     known = bool(node.capacity)
-    healthy = gpu_counts(node.capacity)
+    healthy = advertised_now(node.capacity, node.allocatable)
     before = gpu_counts(node.allocatable) if known else {}
     if ctx is not None:
         advertised = ctx.advertised(node, healthy)
@@ -63,6 +74,11 @@ def forecast_node(
             after = alone.counts
             caveats.extend(alone.caveats)
     notes = [UNKNOWN_NOTE] if not known else []
+    notes.extend(
+        stale_note(name, count)
+        for name, count in gpu_counts(node.capacity).items()
+        if count and not healthy.get(name)
+    )
     notes.extend(
         unhealthy_note(name) for name, count in healthy.items() if before.get(name, 0) < count
     )

@@ -215,6 +215,21 @@ def gpu_counts(values: Mapping[str, str]) -> dict[str, int]:
     return {name: whole_number(text) or 0 for name, text in values.items() if is_gpu_resource(name)}
 
 
+def advertised_now(capacity: Mapping[str, str], allocatable: Mapping[str, str]) -> dict[str, int]:
+    """The GPU resources a node has now, every device counted healthy: its capacity, but 0
+    for a resource none of which is allocatable. The kubelet's device manager counts an
+    unhealthy device in capacity only, and a plugin that stops advertising a resource
+    (a layout put back to all-disabled, a time-slicing profile renamed) turns all its devices
+    unhealthy, capacity kept, for endpointStopGracePeriod (5 minutes) before the resource
+    goes (FACTS.md, kubelet device manager). Capacity alone where the facts hold no
+    allocatable."""
+    counts = gpu_counts(capacity)
+    if not allocatable:
+        return counts
+    offered = gpu_counts(allocatable)
+    return {name: count if offered.get(name) else 0 for name, count in counts.items()}
+
+
 # kube-apiserver's words when it refuses a pod's extended-resource quantities
 # (pkg/apis/core/validation ValidateResourceRequirements); the key is the diagnose check.
 GPU_REFUSALS = {

@@ -25,7 +25,7 @@ from rollout.changes.base import PlanningContext
 from rollout.facts import NodeFacts
 from rollout.facts.gpu_operator import VALIDATOR_APP, current_replicas, physical_gpus
 from rollout.facts.migmode import MigMode, read_mig_mode
-from rollout.facts.pods import GPU_RESOURCE, SHARED_GPU_RESOURCE, gpu_counts
+from rollout.facts.pods import GPU_RESOURCE, SHARED_GPU_RESOURCE, advertised_now, gpu_counts
 from rollout.inputs.wholenumber import whole_number
 from rollout.operatornames import DEPLOY_LABEL_PREFIX
 from rollout.plan import NodePlan, ResourceForecast, StepPlan
@@ -109,7 +109,7 @@ def planned_expectations(
 def planned_forecast(ctx: PlanningContext, facts: NodeFacts) -> list[ResourceForecast]:
     """The node's GPU resources before -> after, as the plan's forecast will show them."""
     before = gpu_counts(facts.allocatable)
-    after = ctx.advertised(facts, gpu_counts(facts.capacity)).counts
+    after = ctx.advertised(facts, advertised_now(facts.capacity, facts.allocatable)).counts
     return [
         ResourceForecast(name, before.get(name, 0), after.get(name, 0))
         for name in sorted({*before, *after})

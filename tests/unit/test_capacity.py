@@ -14,10 +14,17 @@ import json
 
 import pytest
 
-from rollout.capacity import UNKNOWN_NOTE, forecast_fleet, forecast_node, unhealthy_note
+from rollout.capacity import (
+    UNKNOWN_NOTE,
+    forecast_fleet,
+    forecast_node,
+    stale_note,
+    unhealthy_note,
+)
 from rollout.cli.render import make_console, plan_to_json, plan_to_markdown, print_plan_text
 from rollout.cli.render_groups import plan_markdown, print_plan
 from rollout.facts import FleetFacts, NodeFacts, load_recorded_facts
+from rollout.facts.pods import advertised_now
 from rollout.plan import CapacityForecast, Plan, plan_from_data
 from rollout.planner import build_plan
 from rollout.playbook import load_playbooks
@@ -133,6 +140,37 @@ def test_an_unhealthy_device_is_forecast_healthy_after_and_said_so() -> None:
     shared = forecast_node(time_slicing(4, rename=True), facts)
     assert counts(shared) == {GPU: (3, 0), SHARED: (0, 16)}
     assert shared.notes[-1] == unhealthy_note(GPU)
+
+
+MIG_1G = "nvidia.com/mig-1g.5gb"
+# just after a layout put back to all-disabled: the plugin advertises whole GPUs again, and the
+# kubelet still lists the MIG devices in capacity, none allocatable, for its grace period
+LEFT_MIG = node({GPU: "4", MIG_1G: "0"}, capacity={GPU: "4", MIG_1G: "14"})
+
+
+@pytest.mark.parametrize("spec", [CONTAINERD, REGISTRY, DRIVER_HOST], ids=lambda s: s.metadata.name)
+def test_a_resource_none_of_which_is_allocatable_is_not_promised_back(spec: Spec) -> None:
+    forecast = forecast_node(spec, LEFT_MIG)
+    assert counts(forecast) == {GPU: (4, 4), MIG_1G: (0, 0)}
+    assert forecast.notes == (stale_note(MIG_1G, 14),)
+    assert stale_note(MIG_1G, 14).startswith(
+        "nvidia.com/mig-1g.5gb: capacity 14 but none allocatable now"
+    )
+
+
+def test_a_stale_resource_is_neither_forecast_nor_waited_for_in_the_plan() -> None:
+    (planned,) = plan_of(CONTAINERD, [LEFT_MIG]).nodes
+    assert counts(planned.capacity) == {GPU: (4, 4), MIG_1G: (0, 0)}
+    wait = next(s for s in planned.steps if s.kind == "gpu.wait")
+    assert MIG_1G not in wait.action and "nvidia.com/gpu = 4" in wait.action
+    shared = forecast_node(time_slicing(4, rename=True), LEFT_MIG)
+    assert counts(shared) == {GPU: (4, 0), SHARED: (0, 16), MIG_1G: (0, 0)}
+
+
+def test_capacity_alone_counts_where_the_facts_hold_no_allocatable() -> None:
+    assert advertised_now({GPU: "4", MIG_1G: "14"}, {}) == {GPU: 4, MIG_1G: 14}
+    assert advertised_now({GPU: "4", MIG_1G: "14"}, {"cpu": "8"}) == {GPU: 0, MIG_1G: 0}
+    assert advertised_now({GPU: "4"}, {GPU: "3"}) == {GPU: 4}
 
 
 def test_facts_without_node_capacity_give_an_unknown_before() -> None:
