@@ -15,9 +15,26 @@ none of them behind.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
-from rollout.operatornames import MIG_RESOURCE_PREFIX
+import yaml
+
+from rollout.errors import RolloutError
+from rollout.operatornames import MIG_RESOURCE_PREFIX, OPERATOR_NAMESPACE
+
+# The MIG manager's contract (GPU Operator; FACTS.md, MIG manager): it applies the layout the
+# node's CONFIG_LABEL names, from its ConfigMap's CONFIG_KEY, and reports STATE_LABEL
+CONFIG_LABEL = "nvidia.com/mig.config"
+STATE_LABEL = "nvidia.com/mig.config.state"
+CAPABLE_LABEL = "nvidia.com/mig.capable"
+DEFAULT_CONFIGMAP = "default-mig-parted-config"
+CONFIG_KEY = "config.yaml"
+DEFAULT_STRATEGY = "single"
+# the label of the MIG manager's pods (DaemonSet nvidia-mig-manager)
+MANAGER_APP = "nvidia-mig-manager"
+MANAGER_SELECTOR = f"app={MANAGER_APP}"
 
 STRATEGY_LABEL = "nvidia.com/mig.strategy"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -50,3 +67,87 @@ def read_mig_mode(labels: Mapping[str, str], allocatable: Mapping[str, str]) -> 
 
 def _is_mig_resource(name: str, count: str) -> bool:
     return name.startswith(MIG_RESOURCE_PREFIX) and count.strip() not in ("", "0")
+
+
+class MigState:
+    """The values of nvidia.com/mig.config.state the MIG manager writes."""
+
+    PENDING = "pending"
+    REBOOTING = "rebooting"
+    SUCCESS = "success"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class NodeMig:
+    """A node's MIG labels: the layout asked for, the manager's state, whether GFD found a
+    MIG-capable GPU."""
+
+    config: str | None
+    state: str | None
+    capable: bool
+
+    @classmethod
+    def from_labels(cls, labels: Mapping[str, str]) -> NodeMig:
+        return cls(
+            labels.get(CONFIG_LABEL),
+            labels.get(STATE_LABEL),
+            labels.get(CAPABLE_LABEL) == "true",
+        )
+
+    def on_layout(self, name: str) -> bool:
+        """Whether the manager reports the node done with layout `name`."""
+        return self.config == name and self.state == MigState.SUCCESS
+
+
+@dataclass(frozen=True)
+class MigSettings:
+    """The ClusterPolicy's MIG settings: `mig.strategy` and the MIG manager's ConfigMap."""
+
+    strategy: str
+    configmap: str
+    manager_enabled: bool
+    namespace: str = OPERATOR_NAMESPACE
+
+    @classmethod
+    def from_cluster_policy(cls, spec: Mapping[str, Any]) -> MigSettings:
+        """Read from a ClusterPolicy's spec; the operator's defaults where a field is unset
+        (strategy single, ConfigMap default-mig-parted-config, the manager enabled)."""
+        mig = _mapping(spec.get("mig"))
+        manager = _mapping(spec.get("migManager"))
+        config = _mapping(manager.get("config"))
+        return cls(
+            strategy=str(mig.get("strategy") or DEFAULT_STRATEGY),
+            configmap=str(config.get("name") or DEFAULT_CONFIGMAP),
+            manager_enabled=manager.get("enabled", True) is not False,
+        )
+
+    @property
+    def configmap_key(self) -> str:
+        """The ConfigMap's key in the cluster facts: `namespace/name`."""
+        return f"{self.namespace}/{self.configmap}"
+
+
+class MigConfigError(RolloutError):
+    """The MIG manager's config cannot be read: not YAML, or not the mig-parted v1 shape."""
+
+
+def read_layout_entries(text: str) -> Mapping[str, Any]:
+    """`config.yaml` of the MIG manager's ConfigMap -> its `mig-configs`: each layout's name
+    and its entries as written; MigConfigError where it is not mig-parted's v1 shape."""
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise MigConfigError(f"not YAML: {exc}") from exc
+    if not isinstance(document, Mapping):
+        raise MigConfigError("expected a mapping with version and mig-configs")
+    if document.get("version") != "v1":
+        raise MigConfigError(f"version {document.get('version')!r}; rollout reads v1")
+    configs = document.get("mig-configs")
+    if not isinstance(configs, Mapping):
+        raise MigConfigError("mig-configs is not a mapping of layout names")
+    return {str(name): entries for name, entries in configs.items()}
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}

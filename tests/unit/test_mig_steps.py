@@ -14,10 +14,10 @@ from typing import Any, cast
 
 import pytest
 
-from rollout.changes.mig.facts import CONFIG_LABEL, STATE_LABEL
 from rollout.changes.mig.model import MigChange
 from rollout.changes.mig.steps import MigConfigure, MigWait
 from rollout.commands import CommandResult
+from rollout.facts.migmode import CONFIG_LABEL, STATE_LABEL
 from rollout.plan import NodePlan
 from rollout.run import Journal
 from rollout.spec import Policy

@@ -10,11 +10,8 @@ from types import ModuleType
 from typing import Any
 
 from rollout.changes.base import ChangeKindPlanner, NodeWork, PlanningContext, same
-from rollout.changes.mig.facts import CONFIG_LABEL, MigSettings, NodeMig
 from rollout.changes.mig.layout import (
-    CONFIG_KEY,
     MigConfig,
-    MigConfigError,
     MigLayout,
     MigStrategy,
     advertised_resources,
@@ -30,6 +27,13 @@ from rollout.changes.mig.work import MigWork
 from rollout.errors import InputError
 from rollout.facts import NodeFacts
 from rollout.facts.gpu_operator import physical_gpus
+from rollout.facts.migmode import (
+    CONFIG_KEY,
+    CONFIG_LABEL,
+    MigConfigError,
+    MigSettings,
+    NodeMig,
+)
 from rollout.operatornames import GPU_RESOURCE, MIG_RESOURCE_PREFIX
 from rollout.plan import Advertised, LabelChange
 

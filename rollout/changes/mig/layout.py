@@ -20,19 +20,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
-from rollout.errors import RolloutError
+from rollout.facts.migmode import MigConfigError, read_layout_entries
 from rollout.operatornames import GPU_RESOURCE, MIG_RESOURCE_PREFIX
 
-CONFIG_KEY = "config.yaml"
 COMPUTE_SLICES = 7
 MEMORY_SLICES = 8
 _PROFILE_NAME = re.compile(r"^(?P<compute>\d)g\.(?P<memory_gb>\d+)gb$")
-
-
-class MigConfigError(RolloutError):
-    """The MIG manager's config cannot be read: not YAML, or not the mig-parted v1 shape."""
 
 
 class MigStrategy(enum.Enum):
@@ -137,18 +130,8 @@ class MigConfig:
 def parse_mig_config(text: str) -> MigConfig:
     """`config.yaml` of the MIG manager's ConfigMap -> MigConfig; MigConfigError where it is
     not mig-parted's v1 shape."""
-    try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise MigConfigError(f"not YAML: {exc}") from exc
-    if not isinstance(document, Mapping):
-        raise MigConfigError("expected a mapping with version and mig-configs")
-    if document.get("version") != "v1":
-        raise MigConfigError(f"version {document.get('version')!r}; rollout reads v1")
-    configs = document.get("mig-configs")
-    if not isinstance(configs, Mapping):
-        raise MigConfigError("mig-configs is not a mapping of layout names")
-    return MigConfig({str(k): _parse_layout(str(k), v) for k, v in configs.items()})
+    entries = read_layout_entries(text)
+    return MigConfig({name: _parse_layout(name, v) for name, v in entries.items()})
 
 
 def _parse_layout(name: str, entries: Any) -> MigLayout:

@@ -14,11 +14,17 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from rollout.changes.base import PlanningContext
-from rollout.changes.mig.facts import CONFIG_LABEL, STATE_LABEL, MigState, NodeMig
 from rollout.changes.mig.model import MigChange
 from rollout.changes.mig.work import MigWork
 from rollout.errors import RolloutError
 from rollout.facts import NodeFacts
+from rollout.facts.migmode import (
+    CONFIG_LABEL,
+    MANAGER_SELECTOR,
+    STATE_LABEL,
+    MigState,
+    NodeMig,
+)
 from rollout.plan import StepPlan
 from rollout.spec import Policy
 from rollout.steps.base import StepContext, StepFailed, StepResult
@@ -29,7 +35,6 @@ from rollout.steps.traits import StepTraits, bounded_by_requests, grants_of
 from rollout.transports.errors import KubeError
 
 CONFIGURE = "mig.configure"
-MANAGER_SELECTOR = "app=nvidia-mig-manager"
 LOG_TAIL_LINES = 10
 NO_MIG_CHANGE = "the plan changes no MIG layout"
 # what reading the node's MIG manager pod's log asks (a failed state quotes its tail)

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from rollout.changes.base import NodeWork
-from rollout.changes.mig.facts import CONFIG_LABEL
+from rollout.facts.migmode import CONFIG_LABEL
 
 
 @dataclass(frozen=True)
