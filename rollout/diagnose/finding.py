@@ -39,12 +39,15 @@ SPECIFICITY = (
     "operator.driver-kernel-mismatch",
     "operator.upgrade-failed",
     "operator.profile-label-missing-key",
+    "operator.mig-config-missing-layout",
+    "operator.mig-config-failed",
     "operator.deploy-label-paused",
     "operator.nvidia-smi-failed",
     "operator.operand-failing",
     "operator.validator-not-ready",
     "operator.operand-excluded",
     "operator.operand-missing",
+    "operator.mig-manager-missing",
     "node.not-ready",
     "advertising.unhealthy-devices",
     "advertising.row-remap-failed",
@@ -62,6 +65,7 @@ SPECIFICITY = (
     "runtime.shadowing-settings",
     "runtime.restarts",
     "operator.upgrade-in-progress",
+    "operator.mig-config-in-progress",
     "advertising.resources",
 )
 

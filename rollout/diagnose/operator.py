@@ -6,6 +6,7 @@ from datetime import datetime
 
 from rollout.deviceprofiles import DEVICE_PLUGIN_CONFIG_LABEL
 from rollout.diagnose.finding import Branch, Finding, Severity
+from rollout.diagnose.mig import check_mig
 from rollout.diagnose.readings import describe_container, is_gpu_node, node_profile, pods_on, q
 from rollout.driver.operator import OPERAND_PAUSED
 from rollout.facts import ClusterFacts, NodeFacts
@@ -52,6 +53,7 @@ def check_operator(node: NodeFacts, cluster: ClusterFacts, now: datetime) -> lis
     findings += _driver_kernel(node)
     findings += _operands(node)
     findings += _daemonsets(node, cluster)
+    findings += check_mig(node, cluster)
     return findings
 
 

@@ -49,6 +49,10 @@ MANUAL_REASONS: Mapping[str, str] = {
     "spare memory rows are used up)",
     "operator.upgrade-failed": "relabel the node upgrade-required once the cause is fixed "
     "(--fix plans it where the GPU Operator manages the driver)",
+    "operator.mig-config-failed": "read the MIG manager's log, then label the node with a "
+    "layout that applies (a rollout run's undo puts its previous layout back)",
+    "operator.mig-config-missing-layout": "label the node with a layout the MIG manager's "
+    "ConfigMap defines, or add the layout to its mig-configs",
     "operator.driver-library-mismatch": "reload the nvidia kernel module or reboot the node",
     "operator.driver-kernel-mismatch": "reload the nvidia kernel module or reboot the node",
     "runtime.containerd-down": "read containerd's journal and fix its configuration by hand",
