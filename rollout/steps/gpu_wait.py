@@ -156,8 +156,9 @@ def describe_wait(expectations: Sequence[GpuExpectation], facts: NodeFacts) -> s
 def advertised_gpu_resource(facts: NodeFacts) -> str:
     """The name the node advertises its GPUs under now: nvidia.com/gpu.shared where the
     profile it runs renames shared GPUs (renameByDefault), else nvidia.com/gpu. A plan without
-    a profile of its own keeps the node's, name included."""
-    shared = advertised_count(facts.capacity, SHARED_GPU_RESOURCE) or 0
+    a profile of its own keeps the node's, name included. A shared name none of which is
+    allocatable is one the plugin stopped advertising (rollout.facts.pods.advertised_now)."""
+    shared = advertised_now(facts.capacity, facts.allocatable).get(SHARED_GPU_RESOURCE, 0)
     return SHARED_GPU_RESOURCE if shared else GPU_RESOURCE
 
 

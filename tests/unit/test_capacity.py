@@ -167,6 +167,16 @@ def test_a_stale_resource_is_neither_forecast_nor_waited_for_in_the_plan() -> No
     assert counts(shared) == {GPU: (4, 0), SHARED: (0, 16), MIG_1G: (0, 0)}
 
 
+def test_a_shared_name_the_plugin_stopped_advertising_is_not_waited_for() -> None:
+    # just after a profile without renameByDefault: gpu.shared still in capacity, none allocatable
+    facts = node({GPU: "4", SHARED: "0"}, capacity={GPU: "4", SHARED: "16"})
+    assert expect_gpus(CONTAINERD, facts).resource == GPU
+    (planned,) = plan_of(CONTAINERD, [facts]).nodes
+    wait = next(s for s in planned.steps if s.kind == "gpu.wait")
+    assert SHARED not in wait.action and "nvidia.com/gpu = 4" in wait.action
+    assert expect_gpus(CONTAINERD, node({SHARED: "16"})).resource == SHARED
+
+
 def test_capacity_alone_counts_where_the_facts_hold_no_allocatable() -> None:
     assert advertised_now({GPU: "4", MIG_1G: "14"}, {}) == {GPU: 4, MIG_1G: 14}
     assert advertised_now({GPU: "4", MIG_1G: "14"}, {"cpu": "8"}) == {GPU: 0, MIG_1G: 0}
