@@ -459,6 +459,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             # the fact frame (a sentence, a command, a parser): facts and engines state theirs in it
             "fact",
             "secrets",
+            # RBAC grants (one verb on one resource): steps and change kinds declare theirs
+            "rbac",
             "version",
             "retry",
             "testclock",
