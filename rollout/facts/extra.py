@@ -92,13 +92,14 @@ def with_hosts_files(
     runners: Mapping[str, CommandRunner],
     nodes: Sequence[NodeFacts],
     max_parallel: int,
+    planners: Mapping[str, Any] | None = None,
 ) -> list[NodeFacts]:
     """Each node with its files read again together with the plan's hosts.toml files outside
     /etc/containerd (as the write step's drift check reads them), so that the plan's `before`
     of such a file is the node's, not "a new file"; unchanged when there are none. Only for
     files read without the plan (`facts record --plan`): a plan's own gathering reads them in
     its one probe of the node."""
-    also = node_files(spec.changes)
+    also = node_files(spec.changes, planners)
     if not also:
         return list(nodes)
     mains = {n.name: n.config_files.main_path for n in nodes}
