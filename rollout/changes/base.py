@@ -6,6 +6,12 @@ objects its planning reads, its cluster-wide changes (`ClusterWork`) and what it
 node (`NodeWork`). The planner builds one `PlanningContext` per plan and passes it to every
 kind and every step's `plan`: whatever planning computes once and reads many times is kept
 there, so two plans in one process share nothing.
+
+The rest of the product asks the kinds too, each question a hook with a default that does
+nothing, so that no shared module names a kind: the facts its change needs of each node
+(`node_reads`, `node_files`, `reads_nvidia_drivers`, asked through rollout.changes, below
+this module), the API grants that depend on its change (`grants`, rollout.schedule), and
+what happens once a run ends (`clean_up_run`, `run_notes`, rollout.cli.runsummary).
 """
 
 from __future__ import annotations
@@ -115,14 +121,16 @@ class ChangeKindPlanner(abc.ABC):
         self, change: Any, plan: Plan, runners: Mapping[str, CommandRunner], run_id: str
     ) -> dict[str, str]:
         """Remove what the run may have left on the nodes (a killed attempt's staging), once
-        the run ends; {node: what was not removed, and why} where it could not."""
+        the run ends; {node: what was not removed, and why} where it could not. Asked of
+        each planned kind (`change` None: a kind that describes every node, and the plan
+        has no change of it)."""
         return {}
 
     def run_notes(
         self, change: Any, plan: Plan, spec: Any, outcome: str, state: RunState
     ) -> list[str]:
         """What the run summary says loudly once the run ended with `outcome` (the run's
-        journal replayed: `state`)."""
+        journal replayed: `state`); asked as `clean_up_run` is."""
         return []
 
     def prepare(self, ctx: PlanningContext, change: Any) -> None:
