@@ -17,6 +17,9 @@ from typing import Any
 import yaml
 
 DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
+# The most slices of one GPU a profile may ask for: 1 shares nothing, and more than 64 is a
+# typo (the time-slicing model refuses it; diagnose trusts no label beyond it).
+MAX_REPLICAS = 64
 # The config-manager's "named" fallback: the key an unlabelled node loads without config.default.
 DEFAULT_KEY = "default"
 

@@ -11,7 +11,7 @@ models alone, and the planner loads the kinds (and their steps) when it plans.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -77,9 +77,44 @@ def cluster_reads(
     changes: Sequence[Any], cluster_policy: Mapping[str, Any], kinds: Mapping[str, Kind] = KINDS
 ) -> list[tuple[str, str]]:
     """The ConfigMaps (namespace, name) the changes' kinds read to plan, each once, in order."""
-    planners = kind_planners(None, kinds)
     found: list[tuple[str, str]] = []
-    for change in changes:
-        kind = next(k for k in planners.values() if isinstance(change, k.model))
+    for kind, change in _each_kind(changes, kind_planners(None, kinds)):
         found += [r for r in kind.cluster_reads(change, cluster_policy) if r not in found]
     return found
+
+
+# The hooks below ask each change's kind about what the layers beneath the kinds do for the
+# plan (the facts read): those layers import no kind, and reach the kinds through this table.
+
+
+def _each_kind(
+    changes: Sequence[Any], planners: Mapping[str, Any] | None
+) -> Iterator[tuple[Any, Any]]:
+    """(its kind's planner, the change) of each change, in plan order; the registered kinds'
+    planners unless given (a test's own)."""
+    known = kind_planners() if planners is None else planners
+    for change in changes:
+        yield next(k for k in known.values() if isinstance(change, k.model)), change
+
+
+def node_reads(changes: Sequence[Any], planners: Mapping[str, Any] | None = None) -> list[Any]:
+    """The extra node facts (rollout.facts.extra.NodeRead) the changes' kinds need, in order."""
+    return [
+        read for kind, change in _each_kind(changes, planners) for read in kind.node_reads(change)
+    ]
+
+
+def node_files(
+    changes: Sequence[Any], planners: Mapping[str, Any] | None = None
+) -> tuple[str, ...]:
+    """The files outside /etc/containerd the changes write, read in each node's one probe."""
+    return tuple(
+        sorted(
+            {p for kind, change in _each_kind(changes, planners) for p in kind.node_files(change)}
+        )
+    )
+
+
+def reads_nvidia_drivers(changes: Sequence[Any], planners: Mapping[str, Any] | None = None) -> bool:
+    """True when a change's kind plans from the cluster's NVIDIADriver resources."""
+    return any(kind.reads_nvidia_drivers(change) for kind, change in _each_kind(changes, planners))

@@ -6,21 +6,31 @@ objects its planning reads, its cluster-wide changes (`ClusterWork`) and what it
 node (`NodeWork`). The planner builds one `PlanningContext` per plan and passes it to every
 kind and every step's `plan`: whatever planning computes once and reads many times is kept
 there, so two plans in one process share nothing.
+
+The rest of the product asks the kinds too, each question a hook with a default that does
+nothing, so that no shared module names a kind: the facts its change needs of each node
+(`node_reads`, `node_files`, `reads_nvidia_drivers`, asked through rollout.changes, below
+this module), the API grants that depend on its change (`grants`, rollout.schedule), and
+what happens once a run ends (`clean_up_run`, `run_notes`, rollout.cli.runsummary).
 """
 
 from __future__ import annotations
 
 import abc
 import threading
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, ClassVar, TypeVar
 
 from rollout.changes import kind_planners
+from rollout.commands import CommandRunner
 from rollout.facts import ClusterFacts, FleetFacts, NodeFacts
+from rollout.facts.extra import NodeRead
 from rollout.facts.gpu_operator import physical_gpus
-from rollout.plan import Advertised, ClusterChange, LabelChange, NodePlan
+from rollout.plan import Advertised, ClusterChange, LabelChange, NodePlan, Plan
+from rollout.rbac import Grant
+from rollout.run.state import RunState
 
 V = TypeVar("V")
 W = TypeVar("W", bound="NodeWork")
@@ -88,6 +98,41 @@ class ChangeKindPlanner(abc.ABC):
         """The ConfigMaps (namespace, name) the kind's planning reads from the cluster."""
         return ()
 
+    def node_reads(self, change: Any) -> tuple[NodeRead, ...]:
+        """The extra facts the change needs of every node, read once the nodes are probed."""
+        return ()
+
+    def node_files(self, change: Any) -> tuple[str, ...]:
+        """The files outside /etc/containerd the change writes: each node's one probe reads
+        them with its containerd files (the plan's `before` of each)."""
+        return ()
+
+    def reads_nvidia_drivers(self, change: Any) -> bool:
+        """True when the kind plans from the cluster's NVIDIADriver resources."""
+        return False
+
+    def grants(self, change: Any, step_kinds: Collection[str]) -> tuple[Grant, ...]:
+        """What a run of the change asks of the API beyond its steps' own grants: what depends
+        on the change (a ConfigMap's namespace, where a version is written); `step_kinds` are
+        the plan's."""
+        return ()
+
+    def clean_up_run(
+        self, change: Any, plan: Plan, runners: Mapping[str, CommandRunner], run_id: str
+    ) -> dict[str, str]:
+        """Remove what the run may have left on the nodes (a killed attempt's staging), once
+        the run ends; {node: what was not removed, and why} where it could not. Asked of
+        each planned kind (`change` None: a kind that describes every node, and the plan
+        has no change of it)."""
+        return {}
+
+    def run_notes(
+        self, change: Any, plan: Plan, spec: Any, outcome: str, state: RunState
+    ) -> list[str]:
+        """What the run summary says loudly once the run ended with `outcome` (the run's
+        journal replayed: `state`); asked as `clean_up_run` is."""
+        return []
+
     def prepare(self, ctx: PlanningContext, change: Any) -> None:
         """Work done once before the nodes are planned (the engine runs of distinct nodes)."""
         return None
@@ -114,6 +159,48 @@ def kind_of(kinds: Mapping[str, ChangeKindPlanner], change: Any) -> ChangeKindPl
         if isinstance(change, kind.model):
             return kind
     raise LookupError(f"no change kind registered for {type(change).__name__}")
+
+
+def planned_kinds(
+    kinds: Mapping[str, ChangeKindPlanner], changes: Sequence[Any]
+) -> list[tuple[str, ChangeKindPlanner, Any]]:
+    """(work key, kind, its first change) of each kind that plans here, the kinds that
+    describe every node first (their change None where the plan has none)."""
+    found: dict[str, tuple[ChangeKindPlanner, Any]] = {}
+    for kind in kinds.values():
+        if kind.describes_every_node:
+            found.setdefault(kind.shared_work_key(), (kind, None))
+    for change in changes:
+        kind = kind_of(kinds, change)
+        key = kind.shared_work_key()
+        if key not in found or found[key][1] is None:
+            found[key] = (kind, change)
+    return [(key, kind, change) for key, (kind, change) in found.items()]
+
+
+def clean_up_run(
+    kinds: Mapping[str, ChangeKindPlanner],
+    plan: Plan,
+    spec: Any,
+    runners: Mapping[str, CommandRunner],
+    run_id: str,
+) -> dict[str, str]:
+    """Each planned kind's `clean_up_run` after a run: {node: why not} where one could not."""
+    problems: dict[str, str] = {}
+    for _, kind, change in planned_kinds(kinds, spec.changes):
+        problems.update(kind.clean_up_run(change, plan, runners, run_id))
+    return problems
+
+
+def run_notes(
+    kinds: Mapping[str, ChangeKindPlanner], plan: Plan, spec: Any, outcome: str, state: RunState
+) -> list[str]:
+    """Each planned kind's notes for the run summary, in plan order."""
+    return [
+        note
+        for _, kind, change in planned_kinds(kinds, spec.changes)
+        for note in kind.run_notes(change, plan, spec, outcome, state)
+    ]
 
 
 class _Same:
@@ -200,19 +287,7 @@ class PlanningContext:
     def planned_kinds(self) -> list[tuple[str, ChangeKindPlanner, Any]]:
         """(work key, kind, its first change) of each kind that plans here, the kinds that
         describe every node first (their change None where the plan has none)."""
-        return self.memo(("planned kinds",), self._find_planned_kinds)
-
-    def _find_planned_kinds(self) -> list[tuple[str, ChangeKindPlanner, Any]]:
-        found: dict[str, tuple[ChangeKindPlanner, Any]] = {}
-        for kind in self.kinds.values():
-            if kind.describes_every_node:
-                found.setdefault(kind.shared_work_key(), (kind, None))
-        for change in self.spec.changes:
-            kind = self.kind_of(change)
-            key = kind.shared_work_key()
-            if key not in found or found[key][1] is None:
-                found[key] = (kind, change)
-        return [(key, kind, change) for key, (kind, change) in found.items()]
+        return self.memo(("planned kinds",), lambda: planned_kinds(self.kinds, self.spec.changes))
 
     def advertised(self, node: NodeFacts, now: Mapping[str, int]) -> Advertised:
         """The node's GPU resources once every change of the plan is made, from what it

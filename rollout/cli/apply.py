@@ -11,8 +11,6 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from rollout.changes.containerd.steps import remove_run_stages
-from rollout.changes.driver.operatorplan import operator_run_notes
 from rollout.cli import add_listed_command
 from rollout.cli.documents import DOCUMENT_FORMATS, write_document
 from rollout.cli.pause import scheduled_run_paused, unpause_for_resume
@@ -22,10 +20,9 @@ from rollout.cli.render import (
     ProgressLines,
     make_console,
     print_plan_text,
-    print_run_summary,
-    report_to_json,
     safe,
 )
+from rollout.cli.runsummary import report_run
 from rollout.cli.schedule import check_same_plan, pod_run_place, stopping_on_sigterm
 from rollout.cli.status import add_state_argument, add_status_parser
 from rollout.connection import FleetConnection
@@ -350,6 +347,10 @@ def execute(
 ) -> RunReport:
     """Run the executor with the built-in steps, under a lease the caller holds."""
     progress_console = make_console(sys.stderr)
+
+    def say(text: str) -> None:
+        progress_console.print(safe(text))
+
     live = output == "text" and sys.stderr.isatty()
     waves = {node.name: wave.index for wave in plan.waves for node in wave.nodes}
     gate = saved_plan_gate(journal.read_plan_json())  # a run of a saved plan
@@ -373,11 +374,11 @@ def execute(
             kube=fleet.kube,
             journal=journal,
             # the steps name the node in their own lines
-            progress=lambda text: progress_console.print(safe(text)),
+            progress=say,
         )
 
     notifying = start_notifying(  # policy.notify: the Progress also tells the webhooks
-        progress, spec, journal, fleet.kube, waves, lambda text: progress_console.print(safe(text))
+        progress, spec, journal, fleet.kube, waves, say
     )
     executor = Executor(
         plan,
@@ -389,7 +390,7 @@ def execute(
         notifying or progress,
         lease,
         clock=run_clock(),
-        say=lambda text: progress_console.print(safe(text)),
+        say=say,
         paused=lambda: describe_pause_of(journal, fleet.kube, plan.name),
     )
 
@@ -400,37 +401,8 @@ def execute(
         report = executor.run()
     if notifying is not None:  # the last notices, then a flush of at most FLUSH_BOUND_S
         notifying.finish(report)
-    retries = dict(journal.replay().retries)
-    pinned = journal.replay().first_acted({"driver.pin"}) is not None  # the version moved
-    # staging dirs a killed attempt of this run left on a node go with the run
-    staged = {n.name: fleet.runners[n.name] for n in plan.nodes if n.files}
-    for node, problem in remove_run_stages(staged, str(journal.run_id)).items():
-        progress_console.print(safe(f"{node}: staging not removed: {problem}"))
-    if output in DOCUMENT_FORMATS:
-        document = json.loads(report_to_json(str(journal.run_id), report))
-        document["retries"] = retries
-        notes = operator_run_notes(plan, spec, report.outcome.value, pinned=pinned)
-        if notes:  # mode: operator: nodes left pinned, the way back
-            document["notes"] = notes
-        write_document(document, output, sys.stdout)
-        return report
-    out = make_console(sys.stdout)
-    print_run_summary(
-        out, str(journal.run_id), report.outcome.value, report.halt_reason, report.nodes
-    )
-    out.print(safe(describe_retries(retries)))
-    # mode: operator: the nodes left pinned and, after a halt, the way back (said loudly)
-    for note in operator_run_notes(plan, spec, report.outcome.value, pinned=pinned):
-        out.print(f"[bold yellow]{safe(note)}[/bold yellow]")
+    report_run(plan, spec, report, journal, fleet.runners, output, say)
     return report
-
-
-def describe_retries(retries: dict[str, int]) -> str:
-    """The summary's line of retries per kind, over the whole run (resumes included)."""
-    if not retries:
-        return "retries: none"
-    counted = ", ".join(f"{kind} x{count}" for kind, count in sorted(retries.items()))
-    return f"retries: {sum(retries.values())} ({counted})"
 
 
 def confirm(yes: bool) -> None:

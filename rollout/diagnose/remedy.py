@@ -27,10 +27,9 @@ from typing import Any
 
 import yaml
 
-from rollout.changes.timeslicing.model import MAX_REPLICAS
 from rollout.containerd import ContainerdConfigError
 from rollout.containerd.files import parse_toml
-from rollout.deviceprofiles import load_profile, shared_replicas
+from rollout.deviceprofiles import MAX_REPLICAS, load_profile, shared_replicas
 from rollout.diagnose.finding import Finding, Severity
 from rollout.diagnose.readings import node_profile
 from rollout.diagnose.tree import Diagnosis

@@ -23,5 +23,5 @@ carries DriverStatus, DriverKernel and DriverHost), diagnose and the shared rebo
   `DriverSource`, `UpgradePolicyFacts`; the upgrade controller's labels and states
   (`upgrade_state`, `is_pinned`, `served_by_driver_daemonset`, `OPERAND_PAUSED`).
 - operatorlive: `read_nvidia_drivers(kube)`, the NVIDIADriver resources read live (only for a
-  plan whose change names one: rollout.facts.live.read_plan_nvidia_drivers).
+  plan whose change names one: the driver kind's `reads_nvidia_drivers`).
 """

@@ -14,8 +14,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from rollout.changes import cluster_reads
-from rollout.changes.driver.model import DriverUpgradeChange
+from rollout.changes import cluster_reads, node_files, reads_nvidia_drivers
 from rollout.closeable import Closeable
 from rollout.commands import CommandRunner
 from rollout.containerd import ConfigFiles, ContainerdVersion
@@ -32,7 +31,7 @@ from rollout.facts.containerd import (
     ContainerdVersionFact,
 )
 from rollout.facts.daemonsets import DaemonSetFacts
-from rollout.facts.extra import hosts_files_outside, with_plan_facts
+from rollout.facts.extra import with_plan_facts
 from rollout.facts.gpu import GpuFacts, GpuQueryFact
 from rollout.facts.gpu_operator import (
     DevicePluginConfigRef,
@@ -134,10 +133,10 @@ def gather_cluster_facts(spec: Spec, kube: KubeClient) -> ClusterFacts:
 
 
 def read_plan_nvidia_drivers(spec: Spec, kube: KubeClient) -> dict[str, Mapping[str, Any]]:
-    """Every NVIDIADriver's spec by name, where the spec's change names one (the plan refuses
-    a name not among them, listing those present); none for any other plan."""
-    change = spec.change_of(DriverUpgradeChange)
-    if change is None or change.nvidiadriver is None:
+    """Every NVIDIADriver's spec by name, where a change's kind plans from them (a driver
+    change naming one: the plan refuses a name not among them, listing those present); none
+    for any other plan."""
+    if not reads_nvidia_drivers(spec.changes):
         return {}
     return read_nvidia_drivers(kube)
 
@@ -166,8 +165,9 @@ def gather_fleet_facts(
     """
 
     api_errors: dict[str, RolloutError] = {}
-    # the hosts.toml files the plan writes outside /etc/containerd: read in the same round trip
-    also = hosts_files_outside(spec)
+    # the files the plan writes outside /etc/containerd (a registry's hosts.toml): read in the
+    # same round trip
+    also = node_files(spec.changes)
 
     def probe(runner: CommandRunner) -> NodeFacts:
         try:

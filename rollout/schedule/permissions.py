@@ -13,16 +13,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from rollout.changes.driver.model import DriverUpgradeChange
-from rollout.changes.timeslicing.model import TimeSlicingChange
+from rollout.changes import kind_planners
+from rollout.changes.base import ChangeKindPlanner, kind_of
 from rollout.lease import LEASE_NAME, LEASE_NAMESPACE
 from rollout.planner import change_kinds
 from rollout.playbook import Playbook, compose_steps
+from rollout.rbac import Grant, grants_of
 from rollout.run.cluster import run_object_name
 from rollout.spec import Spec
 from rollout.steps import step_traits
 from rollout.steps.nodemarks import EVENT_NAMESPACE
-from rollout.steps.traits import Grant, grants_of
 
 __all__ = ["Grant"]  # declared with the steps (rollout.steps.traits); the tests import it here
 
@@ -43,44 +43,39 @@ RUN_GRANTS: tuple[Grant, ...] = (
 )
 
 
-def configmap_grants(spec: Spec) -> list[Grant]:
-    """The time-slicing ConfigMaps: read for facts, created or replaced by configmap.update."""
-    grants: list[Grant] = []
-    for change in spec.changes_of(TimeSlicingChange):
-        grants += grants_of("", "configmaps", "get create update", change.configmap.namespace)
-        # configmap.update waits for the operator's DaemonSets to roll out after its write
-        grants += grants_of("apps", "daemonsets", "list", change.configmap.namespace)
-    return grants
+def change_grants(
+    spec: Spec, step_kinds: tuple[str, ...], kinds: Mapping[str, ChangeKindPlanner]
+) -> set[Grant]:
+    """What each change asks beyond its steps' grants, its kind says (`grants`): a time-slicing
+    ConfigMap's namespace, where driver.pin writes the version."""
+    return {g for c in spec.changes for g in kind_of(kinds, c).grants(c, step_kinds)}
 
 
-def driver_version_grants(spec: Spec, kinds: tuple[str, ...]) -> tuple[Grant, ...]:
-    """Where driver.pin (changes/driver/operator.py) writes the version: the ClusterPolicy, or
-    the NVIDIADriver the change names (also listed for facts, driver/operatorlive.py)."""
-    change = spec.change_of(DriverUpgradeChange)
-    if "driver.pin" not in kinds or change is None:
-        return ()
-    if change.nvidiadriver is None:
-        return grants_of("nvidia.com", "clusterpolicies", "patch")
-    return grants_of("nvidia.com", "nvidiadrivers", "get list patch")
-
-
-def step_kinds_of(spec: Spec, playbooks: Mapping[str, Playbook]) -> tuple[str, ...]:
+def step_kinds_of(
+    spec: Spec,
+    playbooks: Mapping[str, Playbook],
+    kinds: Mapping[str, ChangeKindPlanner] | None = None,
+) -> tuple[str, ...]:
     """The step kinds a plan's nodes go through, in playbook order."""
-    books = [playbooks[kind] for kind in change_kinds(spec)]
+    books = [playbooks[kind] for kind in change_kinds(spec, kinds)]
     return tuple(dict.fromkeys(step.kind for step in compose_steps(books)))
 
 
-def grants_for(spec: Spec, playbooks: Mapping[str, Playbook]) -> tuple[Grant, ...]:
-    """Exactly what a run of `spec` asks of the API, sorted, without repeats."""
-    kinds = step_kinds_of(spec, playbooks)
+def grants_for(
+    spec: Spec,
+    playbooks: Mapping[str, Playbook],
+    kinds: Mapping[str, ChangeKindPlanner] | None = None,
+) -> tuple[Grant, ...]:
+    """Exactly what a run of `spec` asks of the API, sorted, without repeats (the change
+    kinds: the registered ones unless given)."""
+    planners = kind_planners() if kinds is None else kinds
+    step_kinds = step_kinds_of(spec, playbooks, planners)
     traits = step_traits()
-    unknown = [kind for kind in kinds if kind not in traits]
+    unknown = [kind for kind in step_kinds if kind not in traits]
     if unknown:
         raise KeyError(f"no step class declares what step kind(s) {', '.join(unknown)} ask")
-    grants: set[Grant] = (
-        set(RUN_GRANTS) | set(configmap_grants(spec)) | set(driver_version_grants(spec, kinds))
-    )
-    for kind in kinds:
+    grants = set(RUN_GRANTS) | change_grants(spec, step_kinds, planners)
+    for kind in step_kinds:
         grants |= set(traits[kind].grants)
     # a namespaced grant that a cluster-wide one already covers adds nothing
     wide = {(g.group, g.resource, g.verb) for g in grants if g.namespace is None and not g.name}

@@ -9,8 +9,7 @@ loads them through the kinds' table (rollout.changes.KINDS).
 """
 
 from rollout.inputs.fieldtypes import NodeAmount, SpecModel, parse_node_amount
-from rollout.spec.changes.entry import Change, ChangeEntry
-from rollout.spec.changes.kind import ChangeKind
+from rollout.spec.changeentry import Change, ChangeEntry, ChangeKind
 from rollout.spec.plan import API_VERSION, Metadata, Spec, Targets, load_spec, parse_spec
 from rollout.spec.policy import (
     DEFAULT_SMOKE_IMAGE,

@@ -22,7 +22,7 @@ from rollout.inputs.fieldproblems import (
 from rollout.inputs.fieldtypes import DnsLabel, KubeName, SpecModel, Str
 from rollout.inputs.inputfile import MAX_INPUT_BYTES
 from rollout.inputs.yamlsource import SourceDocument
-from rollout.spec.changes.entry import MODELS, Change, ChangeEntry
+from rollout.spec.changeentry import MODELS, Change, ChangeEntry
 from rollout.spec.policy import Policy, SelectorField
 
 API_VERSION = "rollout/v1"

@@ -14,13 +14,14 @@ from typing import ClassVar
 from rollout.changes.base import PlanningContext
 from rollout.facts import NodeFacts
 from rollout.plan import StepPlan
+from rollout.rbac import grants_of
 from rollout.run import CordonedByRollout, Uncordoned
 from rollout.spec import Spec
 from rollout.steps.base import StepContext, StepFailed, StepResult
 from rollout.steps.gates import gates_after_rollback
 from rollout.steps.nodechanges import Reach, ReachingStep, node_changes
 from rollout.steps.nodemarks import LEFT_CORDONED_ANNOTATION, MarkingStep, mark_released
-from rollout.steps.traits import StepTraits, bounded_by_requests, grants_of
+from rollout.steps.traits import StepTraits, bounded_by_requests
 
 
 class CordonOwner(Enum):

@@ -13,13 +13,14 @@ from typing import ClassVar
 from rollout.drain import EvictionBackoff, classify_for_policy, format_blocked
 from rollout.facts import NodeFacts
 from rollout.plan import StepPlan
+from rollout.rbac import grants_of
 from rollout.spec import Spec
 from rollout.steps.base import StepContext, StepFailed, StepResult
 from rollout.steps.deadline import POLL_INTERVAL_S, Deadline
 from rollout.steps.nodechanges import Reach, ReachingStep
 from rollout.steps.nodemarks import MarkingStep
 from rollout.steps.pods import describe_pod, is_pod_gone, read_pod
-from rollout.steps.traits import StepTraits, grants_of
+from rollout.steps.traits import StepTraits
 from rollout.transports.errors import EvictionBlocked, TooManyRequests
 from rollout.transports.kube import Pod
 

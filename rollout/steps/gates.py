@@ -42,6 +42,7 @@ from rollout.gates.kernel import (
     parse_xid_reading,
 )
 from rollout.plan import StepPlan
+from rollout.rbac import grants_of
 from rollout.run import CordonedByRollout
 from rollout.spec import Policy, Spec
 from rollout.spec.gates import DcgmGate
@@ -71,7 +72,7 @@ from rollout.steps.gpu_wait import (
 from rollout.steps.nodechanges import Reach, ReachingStep
 from rollout.steps.nodemarks import MarkingStep
 from rollout.steps.pods import describe_pod
-from rollout.steps.traits import StepTraits, bounded_by_requests, grants_of
+from rollout.steps.traits import StepTraits, bounded_by_requests
 from rollout.transports.kube import Node
 
 GPU_RESOURCE_PREFIX = "nvidia.com/"

@@ -17,6 +17,7 @@ from rollout.facts.pods import GPU_RESOURCE
 from rollout.inputs.fieldproblems import shorten
 from rollout.operatornames import MIG_RESOURCE_PREFIX
 from rollout.plan import NodePlan, StepPlan
+from rollout.rbac import grants_of
 from rollout.spec import Spec
 from rollout.steps.base import StepContext, StepFailed, StepResult
 from rollout.steps.deadline import POLL_INTERVAL_S, Deadline
@@ -24,7 +25,7 @@ from rollout.steps.gpu_wait import expect_gpus, forecast_expectations, kept_mig_
 from rollout.steps.nodechanges import Reach, ReachingStep
 from rollout.steps.nodemarks import RUN_ANNOTATION, MarkingStep
 from rollout.steps.pods import describe_pod
-from rollout.steps.traits import StepTraits, grants_of
+from rollout.steps.traits import StepTraits
 from rollout.transports.errors import KubeError, NotFound
 from rollout.transports.kube import Event, Pod
 from rollout.transports.kube.objects import LABEL_MANAGED_BY

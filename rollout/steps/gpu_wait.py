@@ -29,13 +29,14 @@ from rollout.facts.pods import GPU_RESOURCE, SHARED_GPU_RESOURCE, advertised_now
 from rollout.inputs.wholenumber import whole_number
 from rollout.operatornames import DEPLOY_LABEL_PREFIX
 from rollout.plan import NodePlan, ResourceForecast, StepPlan
+from rollout.rbac import grants_of
 from rollout.spec import Spec
 from rollout.steps.base import StepContext, StepFailed, StepResult
 from rollout.steps.deadline import POLL_INTERVAL_S
 from rollout.steps.nodechanges import Reach, ReachingStep
 from rollout.steps.nodemarks import MarkingStep
 from rollout.steps.pods import DEVICE_PLUGIN_SELECTOR, describe_pod, find_device_plugin_pods
-from rollout.steps.traits import StepTraits, grants_of
+from rollout.steps.traits import StepTraits
 from rollout.transports.kube import Node, Pod
 
 VALIDATOR_SELECTOR = f"app={VALIDATOR_APP}"

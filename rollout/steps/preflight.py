@@ -22,10 +22,11 @@ from rollout.facts import (
 )
 from rollout.facts.pods import GPU_RESOURCE
 from rollout.plan import StepPlan
+from rollout.rbac import grants_of
 from rollout.steps.base import StepContext, StepFailed, StepResult
 from rollout.steps.nodechanges import node_changes
 from rollout.steps.systemd import probe_service
-from rollout.steps.traits import StepTraits, bounded_by_requests, grants_of
+from rollout.steps.traits import StepTraits, bounded_by_requests
 
 
 class Preflight:

@@ -13,36 +13,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from rollout.rbac import Grant
+
 if TYPE_CHECKING:
     from rollout.plan import NodePlan
     from rollout.spec import Policy
 
 # A step without a timeout of its own in the policy: the request timeouts and retries bound it.
 REQUEST_BOUND_S = 60.0
-
-
-@dataclass(frozen=True, order=True)
-class Grant:
-    """One verb on one resource; namespace None is cluster scope or every namespace."""
-
-    group: str
-    resource: str
-    verb: str
-    namespace: str | None = None
-    name: str | None = None  # a resourceNames restriction
-
-    def describe(self) -> str:
-        group = f" ({self.group})" if self.group else ""
-        where = f" in {self.namespace}" if self.namespace else ""
-        named = f" named {self.name}" if self.name else ""
-        return f"{self.verb} {self.resource}{group}{named}{where}"
-
-
-def grants_of(
-    group: str, resource: str, verbs: str, namespace: str | None = None
-) -> tuple[Grant, ...]:
-    """One Grant per verb of `verbs` (space-separated) on the resource."""
-    return tuple(Grant(group, resource, verb, namespace) for verb in verbs.split())
 
 
 def bounded_by_requests(policy: Policy) -> float:

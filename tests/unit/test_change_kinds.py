@@ -33,7 +33,7 @@ from rollout.plan import Advertised, ClusterChange, LabelChange, Plan
 from rollout.planner import build_plan
 from rollout.playbook import Phase, Playbook, PlaybookStep, load_playbooks
 from rollout.spec import Spec, parse_spec
-from rollout.spec.changes.entry import build_change_entry
+from rollout.spec.changeentry import build_change_entry
 from rollout.transports.kube import ConfigMap, KubeClient
 from tests.examples import FACTS, PLAN
 from tests.planning import sharing_config, time_slicing_plan

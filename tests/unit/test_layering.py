@@ -459,6 +459,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             # the fact frame (a sentence, a command, a parser): facts and engines state theirs in it
             "fact",
             "secrets",
+            # RBAC grants (one verb on one resource): steps and change kinds declare theirs
+            "rbac",
             "version",
             "retry",
             "testclock",
@@ -706,3 +708,74 @@ def test_the_spec_check_sees_the_plan_importing_a_kind() -> None:
         "rollout.spec imports rollout.changes.driver",
         "rollout.spec imports rollout.changes.driver.model",
     ]
+
+
+# ------------------------------------------- the kinds reached through their table, named nowhere
+
+# Modules outside rollout/changes/ that may still import a change kind's package, each with
+# its reason. None today: the shared modules reach the kinds through their table
+# (rollout.changes: the planners and the hooks each kind answers, as `cluster_reads`) or the
+# kinds' base (rollout.changes.base), and a new kind needs no edit of them.
+KIND_IMPORTS_ALLOWED: Mapping[str, str] = {}
+
+
+def kind_imports_outside(
+    graph: Mapping[str, set[str]], allowed: Mapping[str, str] = KIND_IMPORTS_ALLOWED
+) -> list[str]:
+    """Every import of a change kind's package (rollout.changes.<kind>, or anything in it) by
+    a module outside rollout/changes/, the lab and the `allowed` ones apart."""
+    return [
+        f"{module} imports {target}"
+        for module, targets in sorted(graph.items())
+        if outside_the_lab(module)
+        and module != "rollout.changes"
+        and not module.startswith("rollout.changes.")
+        and module not in allowed
+        for target in sorted(targets)
+        if target.startswith("rollout.changes.") and target.split(".")[2] in KIND_PACKAGES
+    ]
+
+
+def test_no_module_outside_the_kinds_imports_a_kind() -> None:
+    assert kind_imports_outside(import_graph(typing=True)) == []
+
+
+def test_every_allowed_kind_import_is_a_module_with_a_reason() -> None:
+    modules = set(import_graph())
+    for module, reason in KIND_IMPORTS_ALLOWED.items():
+        assert module in modules, f"{module}: no such module; drop it from the list"
+        assert reason.strip(), f"{module}: say why it may import a kind"
+
+
+def test_the_kind_import_check_sees_a_shared_module_naming_a_kind() -> None:
+    graph = {
+        "rollout.facts.extra": {"rollout.changes", "rollout.changes.driver.model"},
+        "rollout.cli.apply": {"rollout.changes.base", "rollout.changes.containerd.steps"},
+        "rollout.steps.gpu_smoke": {"rollout.changes.mig", "rollout.changes.model"},
+        "rollout.changes.driver.kind": {"rollout.changes.driver.operator"},
+        "rollout.changes.base": {"rollout.changes"},
+        "rollout.lab.simulation.kubelet": {"rollout.changes.mig.layout"},
+        "rollout.diagnose.remedy": {"rollout.changes.timeslicing.model"},
+    }
+    assert kind_imports_outside(graph) == [
+        "rollout.cli.apply imports rollout.changes.containerd.steps",
+        "rollout.diagnose.remedy imports rollout.changes.timeslicing.model",
+        "rollout.facts.extra imports rollout.changes.driver.model",
+        "rollout.steps.gpu_smoke imports rollout.changes.mig",
+    ]
+    allowed = {"rollout.diagnose.remedy": "a reason"}
+    assert "rollout.diagnose.remedy" not in " ".join(kind_imports_outside(graph, allowed))
+
+
+def test_the_graph_sees_every_way_of_importing_a_kind() -> None:
+    """`from rollout.changes import mig`, a relative import, one inside a function and one for
+    typing only all name the kind's package."""
+    known = {"rollout.changes", "rollout.changes.mig", "rollout.changes.mig.layout"}
+    for source in (
+        "from rollout.changes import mig\n",
+        "from ..changes import mig\n",
+        "def late():\n    from rollout.changes.mig.layout import MigLayout\n",
+        "if TYPE_CHECKING:\n    import rollout.changes.mig.layout\n",
+    ):
+        found = package_imports(source, "rollout.steps.gpu_smoke", known, False, typing=True)
+        assert "rollout.changes.mig" in found, source

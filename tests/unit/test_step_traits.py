@@ -11,9 +11,10 @@ import pytest
 
 import rollout
 from rollout.plan import NodePlan, StepPlan
+from rollout.rbac import Grant
 from rollout.spec import Policy
 from rollout.steps import builtin_steps, step_kinds, step_traits
-from rollout.steps.traits import Grant, StepTraits, cluster_wide_kinds, takes_down
+from rollout.steps.traits import StepTraits, cluster_wide_kinds, takes_down
 
 PACKAGE = Path(rollout.__file__).resolve().parent
 STEPS = builtin_steps()

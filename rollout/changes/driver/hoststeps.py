@@ -61,11 +61,12 @@ from rollout.driver.modules import unload_order
 from rollout.errors import RolloutError, TransientError
 from rollout.facts import NodeFacts
 from rollout.plan import StepPlan
+from rollout.rbac import grants_of
 from rollout.spec import Spec
 from rollout.spec.policy import DriverReload
 from rollout.steps.base import StepContext, StepFailed, StepResult, translate_step_errors
 from rollout.steps.nodemarks import report_step
-from rollout.steps.traits import StepTraits, bounded_by_requests, grants_of
+from rollout.steps.traits import StepTraits, bounded_by_requests
 
 UNLOAD_STEP = "driver.unload"
 INSTALL_STEP = "driver.install"

@@ -20,9 +20,10 @@ from rollout.changes.driver.hoststeps import install_packages, plan_install, und
 from rollout.changes.driver.model import DriverMode, DriverUpgradeChange
 from rollout.facts import NodeFacts
 from rollout.plan import DriverChange, StepPlan
+from rollout.rbac import grants_of
 from rollout.spec import Spec
 from rollout.steps.base import StepContext, StepResult
-from rollout.steps.traits import StepTraits, fixed_s, grants_of
+from rollout.steps.traits import StepTraits, fixed_s
 
 # Said where a playbook of one's own puts driver.install in an operator-mode plan; the
 # built-in driver-operator playbook does not name it.

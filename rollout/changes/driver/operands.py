@@ -21,11 +21,12 @@ from rollout.driver.operator import OPERAND_PAUSED
 from rollout.facts import NodeFacts
 from rollout.operatornames import DEPLOY_LABEL_PREFIX
 from rollout.plan import StepPlan
+from rollout.rbac import grants_of
 from rollout.steps.base import StepContext, StepFailed, StepResult
 from rollout.steps.deadline import POLL_INTERVAL_S
 from rollout.steps.nodemarks import MarkingStep
 from rollout.steps.pods import describe_pod
-from rollout.steps.traits import StepTraits, bounded_by_requests, grants_of
+from rollout.steps.traits import StepTraits, bounded_by_requests
 from rollout.transports.kube import Pod
 
 PAUSE_STEP = "driver.pause"

@@ -17,7 +17,7 @@
 Everything each step needs to resume is on the cluster (labels and annotations), so a
 resumed run derives its progress from the labels. Nothing is undone automatically: a driver
 already upgraded stays, the nodes not reached stay pinned, and the run summary says how to go
-back (rollout.changes.driver.operatorplan.operator_run_notes).
+back (operatorplan.operator_run_notes, the kind's `run_notes`).
 """
 
 from __future__ import annotations
@@ -60,11 +60,12 @@ from rollout.operatornames import (
     UPGRADE_STATE_LABEL,
 )
 from rollout.plan import StepPlan
+from rollout.rbac import grants_of
 from rollout.spec import Spec
 from rollout.steps.base import StepContext, StepFailed, StepResult
 from rollout.steps.deadline import POLL_INTERVAL_S, Deadline
 from rollout.steps.nodemarks import RUN_ANNOTATION, report_step
-from rollout.steps.traits import StepTraits, bounded_by_requests, fixed_s, grants_of
+from rollout.steps.traits import StepTraits, bounded_by_requests, fixed_s
 from rollout.transports.errors import NotFound
 from rollout.transports.kube import Node, Pod
 
@@ -138,7 +139,7 @@ class DriverPinStep(OperatorStep):
 
     kind: ClassVar[str] = "driver.pin"
     # the skip label on every node the driver DaemonSet serves; the version it patches is the
-    # plan's (schedule.permissions.driver_version_grants)
+    # plan's (the kind's `grants`, in kind.py)
     traits: ClassVar[StepTraits] = StepTraits(
         cluster_wide=True,
         takes_down=False,

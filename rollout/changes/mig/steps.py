@@ -26,12 +26,13 @@ from rollout.facts.migmode import (
     NodeMig,
 )
 from rollout.plan import StepPlan
+from rollout.rbac import grants_of
 from rollout.spec import Policy
 from rollout.steps.base import StepContext, StepFailed, StepResult
 from rollout.steps.deadline import POLL_INTERVAL_S
 from rollout.steps.nodemarks import MarkingStep
 from rollout.steps.reboot import read_boot_id, wait_for_reboot
-from rollout.steps.traits import StepTraits, bounded_by_requests, grants_of
+from rollout.steps.traits import StepTraits, bounded_by_requests
 from rollout.transports.errors import KubeError
 
 CONFIGURE = "mig.configure"

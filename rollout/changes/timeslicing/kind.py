@@ -3,7 +3,7 @@ ConfigMap, then each node labelled to it in its wave (rollout.changes.timeslicin
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from types import ModuleType
 from typing import Any, ClassVar
 
@@ -15,6 +15,7 @@ from rollout.changes.timeslicing.profiles import (
     plan_cluster_changes,
 )
 from rollout.facts import NodeFacts
+from rollout.rbac import Grant, grants_of
 
 
 class TimeSlicingKind(ChangeKindPlanner):
@@ -33,6 +34,15 @@ class TimeSlicingKind(ChangeKindPlanner):
         self, change: Any, cluster_policy: Mapping[str, Any]
     ) -> tuple[tuple[str, str], ...]:
         return ((change.configmap.namespace, change.configmap.name),)
+
+    def grants(self, change: Any, step_kinds: Collection[str]) -> tuple[Grant, ...]:
+        # the ConfigMap: read for facts, created or replaced by configmap.update, which then
+        # waits for the operator's DaemonSets in its namespace to roll out
+        namespace = change.configmap.namespace
+        return (
+            *grants_of("", "configmaps", "get create update", namespace),
+            *grants_of("apps", "daemonsets", "list", namespace),
+        )
 
     def plan_cluster(self, ctx: PlanningContext, change: Any) -> ClusterWork:
         sharing = isinstance(change, TimeSlicingChange) and bool(change.config.sharing)

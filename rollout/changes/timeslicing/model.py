@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field
 
 from rollout.changes.model import ChangeModel
-from rollout.deviceprofiles import renames_by_default, shared_replicas
+from rollout.deviceprofiles import MAX_REPLICAS, renames_by_default, shared_replicas
 from rollout.inputs.fieldproblems import FieldProblem, describe_value
 from rollout.inputs.fieldtypes import (
     Bool,
@@ -23,7 +23,6 @@ from rollout.inputs.fieldtypes import (
 from rollout.operatornames import GPU_RESOURCE, OPERATOR_NAMESPACE, SHARED_GPU_RESOURCE
 from rollout.plan import Advertised
 
-MAX_REPLICAS = 64
 _RESOURCE_NAME = re.compile(r"^nvidia\.com/[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 

@@ -28,23 +28,24 @@ from rollout.changes.timeslicing.deviceplugin import (
     restart_device_plugin,
     wait_for_device_plugin,
 )
-from rollout.changes.timeslicing.model import MAX_REPLICAS, TimeSlicingChange
+from rollout.changes.timeslicing.model import TimeSlicingChange
 from rollout.changes.timeslicing.profiles import (
     SHARED_MEMORY_WARNING,
     ProfileWork,
     Publication,
     plan_publication,
 )
-from rollout.deviceprofiles import DEVICE_PLUGIN_CONFIG_LABEL
+from rollout.deviceprofiles import DEVICE_PLUGIN_CONFIG_LABEL, MAX_REPLICAS
 from rollout.errors import InputError
 from rollout.facts import ClusterFacts, NodeFacts
 from rollout.facts.pods import GPU_RESOURCE
 from rollout.plan import StepPlan
+from rollout.rbac import grants_of
 from rollout.steps.base import StepContext, StepFailed, StepResult
 from rollout.steps.nodechanges import node_changes
 from rollout.steps.nodemarks import ANNOTATION_DOMAIN, RUN_ANNOTATION, report_step
 from rollout.steps.operandsettle import wait_for_operands
-from rollout.steps.traits import StepTraits, bounded_by_requests, grants_of
+from rollout.steps.traits import StepTraits, bounded_by_requests
 from rollout.transports.errors import Conflict, NotFound
 from rollout.transports.kube import ConfigMap
 
@@ -161,7 +162,7 @@ class ConfigMapUpdateStep:
     """
 
     kind: ClassVar[str] = "configmap.update"
-    # the ConfigMap's own namespace is added per change (schedule.permissions.configmap_grants)
+    # the ConfigMap's own namespace is added per change (the kind's `grants`, in kind.py)
     traits: ClassVar[StepTraits] = StepTraits(
         cluster_wide=True,
         takes_down=False,

@@ -1,22 +1,31 @@
-"""One item of `changes:`: exactly one change, named by its kind.
+"""One item of `changes:`: exactly one change, named by its kind, and the enum of the kinds'
+keys (ChangeKind).
 
 The entry's keys are the registered change kinds' (rollout.changes.KINDS), each read into its
-kind's plan model: a new kind is accepted under its key with no edit here.
+kind's plan model (rollout/changes/<kind>/model.py, on rollout.changes.model.ChangeModel): a
+new kind is accepted under its key with no edit here, and nothing here names a kind.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from enum import Enum
 from typing import TYPE_CHECKING, Any, Union
 
 from pydantic import Field, create_model, model_validator
 
-from rollout.changes import change_models
+from rollout.changes import KINDS, change_models
 from rollout.changes.model import ChangeModel
 from rollout.inputs.fieldproblems import FieldProblem
 from rollout.inputs.fieldtypes import SpecModel
 
 MODELS = change_models()
+
+# The key that names a change in `changes:`, one member per registered kind (REGISTRY,
+# TIME_SLICING, ...); mypy cannot list members the table makes at run time.
+ChangeKind: type[Enum] = Enum(  # type: ignore[misc]
+    "ChangeKind", {key.upper().replace("-", "_"): key for key in KINDS}
+)
 
 if TYPE_CHECKING:
     # one of the kinds' plan models; which one, the code asks with isinstance
