@@ -18,7 +18,6 @@ from rollout.diagnose import Diagnosis, Finding, Severity, diagnose, plan_remedi
 from rollout.errors import BadInput, ExitCode
 from rollout.facts import FleetFacts, load_recorded_facts
 from rollout.facts.live import gather_diagnosis_facts
-from rollout.facts.migmanager import with_mig_manager
 from rollout.limit import NodeLimit
 
 HELP = """\
@@ -113,10 +112,9 @@ def _gather(args: argparse.Namespace, limit: NodeLimit | None) -> tuple[FleetFac
             runners = {n: r for n, r in runners.items() if n in args.nodes}
         runners = limited_runners(runners, limit, str(args.inventory))
         print(f"gathering facts from {len(runners)} node(s)", file=sys.stderr)
-        fleet, unreachable = gather_diagnosis_facts(
+        return gather_diagnosis_facts(
             runners, connection.kube, max_parallel=args.parallel, source=str(args.inventory)
         )
-        return with_mig_manager(connection.kube, fleet), unreachable
 
 
 def _write_fix(path: Path, diagnosis: Diagnosis, fleet: FleetFacts) -> None:

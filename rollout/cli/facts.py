@@ -13,7 +13,6 @@ from rollout.cli.render import show_controls
 from rollout.errors import BadInput, ExitCode
 from rollout.facts.extra import with_hosts_files, with_plan_facts
 from rollout.facts.live import gather_diagnosis_facts, read_plan_nvidia_drivers
-from rollout.facts.migmanager import with_mig_manager
 from rollout.facts.recording import record_fleet
 from rollout.spec import load_spec
 
@@ -65,7 +64,6 @@ def run_record(args: argparse.Namespace) -> int:
         fleet, unreachable = gather_diagnosis_facts(
             runners, connection.kube, max_parallel=args.parallel, source=str(args.inventory)
         )
-        fleet = with_mig_manager(connection.kube, fleet)
         if limit is not None:  # label selectors: decided once the labels are read
             named = [(n.name, n.labels) for n in fleet.nodes]
             chosen = set(limit.select(named + [(n, {}) for n in unreachable], fleet.source))

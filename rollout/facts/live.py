@@ -38,6 +38,7 @@ from rollout.facts.gpu_operator import (
     is_operand,
 )
 from rollout.facts.kernel import KernelXidFact
+from rollout.facts.migmanager import with_mig_manager
 from rollout.facts.model import ClusterFacts, FleetFacts, NodeFacts
 from rollout.facts.pods import PodFacts, Toleration, is_gpu_refusal, pod_facts_from
 from rollout.facts.progress import GatherProgress
@@ -274,7 +275,8 @@ def gather_diagnosis_facts(
     max_parallel: int = 8,
     source: str = "live",
 ) -> tuple[FleetFacts, dict[str, str]]:
-    """The named nodes' facts for diagnose, and the nodes that could not be probed (why)."""
+    """The named nodes' facts for diagnose (the MIG manager's too, where a node asks for a
+    layout: rollout.facts.migmanager), and the nodes that could not be probed (why)."""
     api_nodes = {n.name: n for n in kube.list_nodes()}
     missing = {name: "not a node of the cluster" for name in runners if name not in api_nodes}
     pods = kube.list_pods(None)
@@ -291,14 +293,12 @@ def gather_diagnosis_facts(
         if isinstance(r, NodeFacts)
     ]
     failed = {name: str(r) for name, r in results.items() if not isinstance(r, NodeFacts)}
-    return (
-        FleetFacts(
-            nodes=tuple(sorted(nodes, key=lambda n: n.name)),
-            cluster=gather_diagnosis_cluster(kube, pods),
-            source=source,
-        ),
-        {**missing, **failed},
+    fleet = FleetFacts(
+        nodes=tuple(sorted(nodes, key=lambda n: n.name)),
+        cluster=gather_diagnosis_cluster(kube, pods),
+        source=source,
     )
+    return with_mig_manager(kube, fleet), {**missing, **failed}
 
 
 LOG_TAIL_LINES = 20
