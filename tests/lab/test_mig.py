@@ -2,9 +2,10 @@
 change against the lab's MIG manager and MIG-capable stand-in GPUs (two containerd 1.7 nodes
 of two A100-SXM4-40GB each): a mixed-strategy layout in two waves whose forecast is what the
 nodes advertise after (all-balanced as the GPU Operator ships it, one entry per GPU model by
-PCI device id: each node gets the A100-40GB entry its nvidia-smi's ids select), a layout whose MIG mode change needs a real reboot, a MIG manager that
-reports `failed` (the node rolled back, the run halted), kill -9 during mig.wait then
-`rollout resume`, and `plan` refusing an unknown layout.
+PCI device id: each node gets the A100-40GB entry its nvidia-smi's ids select), a layout
+whose MIG mode change needs a real reboot, a MIG manager that reports `failed` (the node
+rolled back, the run halted), kill -9 during mig.wait then `rollout resume`, and `plan`
+refusing an unknown layout.
 
 Each test leaves the lab as it found it: every node on layout all-disabled (state success),
 strategy single, scenarios healed, nodes schedulable.

@@ -198,6 +198,11 @@ def test_a_filtered_layout_needs_the_ids_and_an_unfiltered_one_does_not() -> Non
     assert not CONFIG.layouts["all-disabled"].filtered
 
 
+def test_a_gpu_nvidia_smi_did_not_list_is_not_guessed() -> None:
+    with pytest.raises(UnknownDeviceId, match="GPU 1: its PCI device id is not known"):
+        gpu_entries(CONFIG.layouts["all-balanced"], 2, None, (A100_40GB_ID,))
+
+
 def test_the_fact_reads_each_gpus_device_id_in_index_order() -> None:
     fact = GpuDeviceIdsFact()
     assert fact.command() == [
@@ -227,9 +232,9 @@ def test_a_filtered_layout_over_facts_without_the_ids_is_refused_saying_what_to_
     said = refusal(*make_context("all-balanced", make_node(), configmaps=REAL_CONFIGMAPS))
     assert said == (
         "node gpu-1: layout 'all-balanced' selects GPU models by PCI device id "
-        "(device-filter), and the facts of facts/ lack the node's ids (GPU 0: its PCI device "
-        "id is not known) | record the facts with `rollout facts record --plan PLAN`, or plan "
-        "against the live cluster"
+        "(device-filter), and the node's facts from facts/ lack its GPUs' ids (GPU 0: its PCI "
+        "device id is not known) | record the facts with `rollout facts record --plan PLAN`, "
+        "or plan against the live cluster"
     )
 
 

@@ -239,8 +239,8 @@ def node_entries(
             ctx,
             change,
             f"node {node.name}: layout {plan.layout.name!r} selects GPU models by PCI "
-            f"device id (device-filter), and the facts of {ctx.fleet.source} lack the "
-            f"node's ids ({exc})",
+            f"device id (device-filter), and the node's facts from {ctx.fleet.source} "
+            f"lack its GPUs' ids ({exc})",
             "record the facts with `rollout facts record --plan PLAN`, or plan against the "
             "live cluster",
         ) from exc

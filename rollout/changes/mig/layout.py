@@ -254,11 +254,9 @@ def describe_devices(devices: Mapping[str, int]) -> str:
 
 
 def device_id_of(device_ids: Sequence[str] | None, index: int) -> str | None:
-    """GPU `index`'s PCI device id; None where the ids were not read. (A GPU the read did not
-    list has the id "": no filter matches it.)"""
-    if device_ids is None:
-        return None
-    return device_ids[index] if index < len(device_ids) else ""
+    """GPU `index`'s PCI device id; None where the ids were not read, or nvidia-smi did not
+    list that GPU."""
+    return device_ids[index] if device_ids is not None and index < len(device_ids) else None
 
 
 def gpu_entries(
