@@ -194,8 +194,16 @@ def test_a_filtered_layout_needs_the_ids_and_an_unfiltered_one_does_not() -> Non
     with pytest.raises(UnknownDeviceId, match="GPU 0: its PCI device id is not known"):
         gpu_entries(CONFIG.layouts["all-balanced"], 2)
     assert gpu_entries(CONFIG.layouts["all-disabled"], 2)[0].mig_enabled is False
-    assert CONFIG.layouts["all-balanced"].filtered
-    assert not CONFIG.layouts["all-disabled"].filtered
+
+
+@pytest.mark.parametrize("empty", ['""', "[]"])
+def test_an_empty_filter_matches_every_gpu(empty: str) -> None:
+    config = parse_mig_config(
+        f"version: v1\nmig-configs:\n  any:\n    - device-filter: {empty}\n"
+        "      devices: all\n      mig-enabled: true\n      mig-devices: {1g.5gb: 7}\n"
+    )
+    assert config.layouts["any"].entries[0].device_filter is None
+    assert gpu_entries(config.layouts["any"], 1)[0].mig_devices == {"1g.5gb": 7}
 
 
 def test_a_gpu_nvidia_smi_did_not_list_is_not_guessed() -> None:

@@ -148,11 +148,6 @@ class MigLayout:
         chosen = [e for e in self.entries if e.selects(index, device_id)]
         return chosen[-1] if chosen else None
 
-    @property
-    def filtered(self) -> bool:
-        """Whether an entry selects GPUs by PCI device id (`device-filter`)."""
-        return any(e.device_filter is not None for e in self.entries)
-
 
 @dataclass(frozen=True)
 class MigConfig:
@@ -199,7 +194,7 @@ def _parse_entry(name: str, entry: Any) -> LayoutEntry:
 
 def _parse_filter(name: str, found: Any) -> tuple[int | None, ...] | None:
     # mig-parted: an empty filter (absent, "" or []) matches every GPU
-    ids = [found] if isinstance(found, str) else found
+    ids = ([found] if found else []) if isinstance(found, str) else found
     if not ids:
         return None
     if not isinstance(ids, Sequence) or not all(isinstance(i, str) for i in ids):
