@@ -25,10 +25,13 @@ from rollout.changes.mig.layout import (
 )
 from rollout.cli import main
 from rollout.facts import FleetFacts
+from rollout.facts.extra import with_plan_facts
 from rollout.facts.gpu import GpuDeviceIdsFact, parse_gpu_device_ids
 from rollout.facts.recorded import load_recorded_facts
 from rollout.facts.recording import record_fleet
+from rollout.spec import parse_spec
 from tests.examples import FACTS
+from tests.fakes import ScriptedRunner
 from tests.unit.test_mig_plan import CONFIGMAP, make_context, make_node, plan, refusal
 from tests.unit.test_mig_plan_cli import MIG_LABELS, PLAN_TEXT, recorded_facts
 
@@ -283,3 +286,24 @@ def test_rollout_plan_over_recorded_facts_refuses_without_the_ids_and_plans_with
     assert main(["plan", str(plan_file), "--facts", str(facts)]) == 0
     out = capsys.readouterr().out
     assert "nvidia.com/mig-1g.5gb 0 -> 8, nvidia.com/mig-2g.10gb 0 -> 4" in out
+
+
+def test_a_plan_with_a_mig_change_reads_each_nodes_ids_and_another_does_not() -> None:
+    answer = "0, 0x20B010DE\n1, 0x20B010DE\n"
+    runners = {
+        name: ScriptedRunner(name=name).on(
+            ["nvidia-smi", "--query-gpu=index,pci.device_id", "--format=csv,noheader"], answer
+        )
+        for name in ("gpu-1", "gpu-2")
+    }
+    nodes = [make_node("gpu-1"), make_node("gpu-2")]
+    mig = parse_spec(PLAN_TEXT.replace("LAYOUT", "all-balanced"), "plan.yaml")
+    read = with_plan_facts(mig, runners, nodes)
+    assert [n.gpu_device_ids for n in read] == [(A100_40GB_ID, A100_40GB_ID)] * 2
+    other = parse_spec(
+        PLAN_TEXT.replace(
+            "- mig:\n      config: LAYOUT", "- containerd: {default_runtime: nvidia}"
+        ),
+        "plan.yaml",
+    )
+    assert [n.gpu_device_ids for n in with_plan_facts(other, runners, nodes)] == [None, None]
