@@ -43,3 +43,25 @@ class GpuQueryFact(CommandFact[GpuFacts]):
     sentence = "query the GPUs"
     argv = ("nvidia-smi", "--query-gpu=uuid,name,driver_version", "--format=csv,noheader")
     parser = staticmethod(parse_gpu_query)
+
+
+def parse_gpu_device_ids(text: str) -> tuple[str, ...]:
+    """`nvidia-smi --query-gpu=index,pci.device_id --format=csv,noheader` -> each GPU's PCI
+    device id (`0x20B010DE`), in index order."""
+    rows = (line.split(",") for line in text.splitlines())
+    found = sorted(
+        (int(r[0]), r[1].strip()) for r in rows if len(r) == 2 and r[0].strip().isdigit()
+    )
+    return tuple(device_id for _, device_id in found)
+
+
+class GpuDeviceIdsFact(CommandFact[tuple[str, ...]]):
+    """Each GPU's PCI device id, by index (MIG layouts select GPU models by it).
+
+    Optional: a node without nvidia-smi has no GPUs to report.
+    """
+
+    optional = True
+    sentence = "query the GPUs' PCI device ids"
+    argv = ("nvidia-smi", "--query-gpu=index,pci.device_id", "--format=csv,noheader")
+    parser = staticmethod(parse_gpu_device_ids)

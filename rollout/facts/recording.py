@@ -81,6 +81,8 @@ def node_document(node: NodeFacts) -> dict[str, Any]:
             + "---\n"
             + (f"{kernel.installed}\n" if kernel.installed else "")
         )
+    if node.gpu_device_ids is not None:
+        doc["gpu_device_ids"] = list(node.gpu_device_ids)
     if node.driver_host is not None:
         doc["driver_host"] = dict(node.driver_host.raw)
     if node.driver_status is not None:

@@ -18,6 +18,14 @@ DEFAULT_API_PORT = 16443
 DEFAULT_DEVICE_PLUGIN_GRACE_S = 300.0
 
 
+# The PCI device id (device << 16 | vendor, as `nvidia-smi --query-gpu=pci.device_id` prints
+# it) of each GPU product the lab can describe; mig-parted's device-filter selects by it.
+PCI_DEVICE_IDS = {
+    "NVIDIA A100-SXM4-40GB": "0x20B010DE",
+    "NVIDIA A100-SXM4-80GB": "0x20B210DE",
+}
+
+
 @dataclass(frozen=True)
 class GpuDescription:
     """One physical GPU of a lab node, as `nvidia-smi -L` would name it."""
@@ -26,6 +34,11 @@ class GpuDescription:
     product: str
     uuid: str
     memory_mib: int
+
+    @property
+    def pci_device_id(self) -> str:
+        """Its product's PCI device id; "" for a product the lab has no id of."""
+        return PCI_DEVICE_IDS.get(self.product, "")
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -263,7 +263,8 @@ def _generate_host_key(spec: NodeSpec, dirs: NodeDirs) -> str:
 
 
 def _write_gpu_files(spec: NodeSpec, dirs: NodeDirs) -> None:
-    gpus = {"gpus": [gpu.to_json() for gpu in spec.gpus]}
+    # the hardware nvidia-smi reports: the description and the product's PCI device id
+    gpus = {"gpus": [{**gpu.to_json(), "pci_device_id": gpu.pci_device_id} for gpu in spec.gpus]}
     _write(dirs.host_path(GPUS_FILE), json.dumps(gpus, indent=2) + "\n")
     _write(dirs.host_path("/usr/bin/nvidia-smi"), _data_text("nvidia-smi"), mode=0o755)
     _write(dirs.host_path("/usr/bin/dcgmi"), _data_text("dcgmi"), mode=0o755)

@@ -1,9 +1,11 @@
 """MIG reconfiguration in the lab, end to end: `rollout plan` and `rollout apply` of a `mig`
 change against the lab's MIG manager and MIG-capable stand-in GPUs (two containerd 1.7 nodes
 of two A100-SXM4-40GB each): a mixed-strategy layout in two waves whose forecast is what the
-nodes advertise after, a layout whose MIG mode change needs a real reboot, a MIG manager that
-reports `failed` (the node rolled back, the run halted), kill -9 during mig.wait then
-`rollout resume`, and `plan` refusing an unknown layout.
+nodes advertise after (all-balanced as the GPU Operator ships it, one entry per GPU model by
+PCI device id: each node gets the A100-40GB entry its nvidia-smi's ids select), a layout
+whose MIG mode change needs a real reboot, a MIG manager that reports `failed` (the node
+rolled back, the run halted), kill -9 during mig.wait then `rollout resume`, and `plan`
+refusing an unknown layout.
 
 Each test leaves the lab as it found it: every node on layout all-disabled (state success),
 strategy single, scenarios healed, nodes schedulable.
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from rollout.cli import main
 from rollout.lab.cluster import Lab
@@ -164,6 +167,23 @@ def test_a_mixed_layout_in_two_waves_advertises_its_forecast(
         "nvidia.com/mig-2g.10gb": (0, 4),
         "nvidia.com/mig-3g.20gb": (0, 4),
     }
+    # all-balanced is the GPU Operator's: one entry per GPU model, by PCI device id; each
+    # A100-40GB node gets that model's entry, read from its nvidia-smi
+    configmap = kube.get_configmap("gpu-operator", "default-mig-parted-config")
+    layouts = yaml.safe_load(configmap.data["config.yaml"])["mig-configs"]
+    assert ["0x20B010DE" in e["device-filter"] for e in layouts["all-balanced"]] == [True, False]
+    for node_plan in (n for wave in planned["waves"] for n in wave["nodes"]):
+        query = ["nvidia-smi", "--query-gpu=index,pci.device_id", "--format=csv,noheader"]
+        ids = ssh_check(restored, restored.find_node(node_plan["name"]), query)
+        assert ids == "0, 0x20B010DE\n1, 0x20B010DE\n"
+        resources = node_plan["capacity"]["resources"]
+        forecast = {r["resource"]: (r["before"], r["after"]) for r in resources}
+        assert forecast == {
+            "nvidia.com/gpu": (2, 0),
+            "nvidia.com/mig-1g.5gb": (0, 4),
+            "nvidia.com/mig-2g.10gb": (0, 2),
+            "nvidia.com/mig-3g.20gb": (0, 2),
+        }
     state = tmp_path / "state"
     assert main(apply_args(restored, plan, state)) == 0
     for spec in restored.nodes:

@@ -16,6 +16,7 @@ from rollout.lab.simulation.miglayouts import (
     LAB_LAYOUTS,
     LAYOUT_FILE,
     MIG_CONFIG_KEY,
+    MODEL_LAYOUTS,
     GpuLayout,
     LayoutError,
     NodeLayout,
@@ -48,19 +49,15 @@ def applied(name: str, current: NodeLayout = DISABLED) -> NodeLayout:
 def test_the_configmap_holds_every_lab_layout_in_mig_parted_form() -> None:
     document = yaml.safe_load(CONFIG)
     assert document["version"] == "v1"
-    assert list(document["mig-configs"]) == list(LAB_LAYOUTS)
-    assert document["mig-configs"]["all-balanced"] == [
-        {
-            "devices": "all",
-            "mig-enabled": True,
-            "mig-devices": {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1},
-        }
+    assert list(document["mig-configs"]) == [*LAB_LAYOUTS, *MODEL_LAYOUTS]
+    assert document["mig-configs"]["all-3g.20gb"] == [
+        {"devices": "all", "mig-enabled": True, "mig-devices": {"3g.20gb": 2}}
     ]
     assert document["mig-configs"]["all-disabled"] == [{"devices": "all", "mig-enabled": False}]
 
 
 def test_every_lab_layout_fits_an_a100() -> None:
-    for name in LAB_LAYOUTS:
+    for name in [*LAB_LAYOUTS, *MODEL_LAYOUTS]:
         parse_config(CONFIG, name, GPUS)  # raises when it does not
 
 

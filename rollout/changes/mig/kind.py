@@ -11,9 +11,11 @@ from typing import Any
 
 from rollout.changes.base import ChangeKindPlanner, NodeWork, PlanningContext, same
 from rollout.changes.mig.layout import (
+    LayoutEntry,
     MigConfig,
     MigLayout,
     MigStrategy,
+    UnknownDeviceId,
     advertised_resources,
     check_fit,
     gpu_entries,
@@ -25,7 +27,10 @@ from rollout.changes.mig.layout import (
 from rollout.changes.mig.model import MigChange
 from rollout.changes.mig.work import MigWork
 from rollout.errors import InputError
+from rollout.fact import read_fact
 from rollout.facts import NodeFacts
+from rollout.facts.extra import NodeRead
+from rollout.facts.gpu import GpuDeviceIdsFact
 from rollout.facts.gpu_operator import physical_gpus
 from rollout.facts.migmode import (
     CONFIG_KEY,
@@ -64,6 +69,13 @@ class MigKind(ChangeKindPlanner):
 
         return (steps,)
 
+    def node_reads(self, change: Any) -> tuple[NodeRead, ...]:
+        # a layout's entries can select GPU models by PCI device id (device-filter)
+        ids = GpuDeviceIdsFact()
+        return (
+            NodeRead("gpu_device_ids", lambda r: read_fact(r, ids), "the GPUs' PCI device ids"),
+        )
+
     def cluster_reads(
         self, change: Any, cluster_policy: Mapping[str, Any]
     ) -> tuple[tuple[str, str], ...]:
@@ -89,8 +101,7 @@ class MigKind(ChangeKindPlanner):
                 "leave the node out of the plan's targets (select nvidia.com/mig.capable=true)",
             )
         gpus = physical_gpus(node)
-        current = plan.config.layouts.get(mig.config or "")
-        entries = gpu_entries(plan.layout, gpus, current)
+        entries = node_entries(ctx, change, plan, node, gpus)
         check_node(ctx, change, plan, node, gpus)
         advertised = advertised_resources(entries, plan.strategy)
         caveats = ["MIG: a layout can advertise less than the card"]
@@ -194,7 +205,7 @@ def check_node(
     the single strategy (which advertises one kind as nvidia.com/gpu)."""
     model = gpu_model(node.gpus.product)
     if model is not None:
-        problems = check_fit(plan.layout, model, gpus)
+        problems = check_fit(plan.layout, model, gpus, node.gpu_device_ids)
         if problems:
             raise refuse(
                 ctx,
@@ -204,8 +215,7 @@ def check_node(
                 "choose a layout within each GPU's 7 compute and 8 memory slices and each "
                 "profile's most",
             )
-    current = plan.config.layouts.get(NodeMig.from_labels(node.labels).config or "")
-    kinds = mixed_profiles(gpu_entries(plan.layout, gpus, current))
+    kinds = mixed_profiles(node_entries(ctx, change, plan, node, gpus))
     if plan.strategy is MigStrategy.SINGLE and len(kinds) > 1:
         raise refuse(
             ctx,
@@ -214,6 +224,26 @@ def check_node(
             "one node, which the single MIG strategy cannot advertise (one kind per node)",
             "choose a layout of one profile, or set the ClusterPolicy's mig.strategy to mixed",
         )
+
+
+def node_entries(
+    ctx: PlanningContext, change: MigChange, plan: MigPlan, node: NodeFacts, gpus: int
+) -> tuple[LayoutEntry, ...]:
+    """What each of the node's GPUs becomes; refused where the layout (or the node's current
+    one) selects GPU models by PCI device id and the facts lack the node's ids."""
+    current = plan.config.layouts.get(NodeMig.from_labels(node.labels).config or "")
+    try:
+        return gpu_entries(plan.layout, gpus, current, node.gpu_device_ids)
+    except UnknownDeviceId as exc:
+        raise refuse(
+            ctx,
+            change,
+            f"node {node.name}: layout {plan.layout.name!r} selects GPU models by PCI "
+            f"device id (device-filter), and the node's facts from {ctx.fleet.source} "
+            f"lack its GPUs' ids ({exc})",
+            "record the facts with `rollout facts record --plan PLAN`, or plan against the "
+            "live cluster",
+        ) from exc
 
 
 def refuse(ctx: PlanningContext, change: MigChange, message: str, hint: str) -> InputError:

@@ -4,7 +4,14 @@ advertises for them under the ClusterPolicy's MIG strategy.
 
 The config is the one the GPU Operator's MIG manager reads (ConfigMap
 `default-mig-parted-config`, key `config.yaml`): `version: v1` and `mig-configs`, each name
-a list of entries `{devices: all | [indices], mig-enabled: bool, mig-devices: {profile: N}}`.
+a list of entries `{device-filter: ID | [IDs], devices: all | [indices], mig-enabled: bool,
+mig-devices: {profile: N}}`.
+An entry applies to the GPUs its `device-filter` matches (PCI device ids as nvidia-smi prints
+`pci.device_id`, `0x20B010DE`; compared as numbers, so case does not matter; no filter matches
+every GPU) and its `devices` selects by index. This is mig-parted's rule (its
+WalkSelectedMigConfigForEachGPU and MigConfigSpec.MatchesDeviceFilter): the entries are
+applied in order to each GPU they match, so the last that matches a GPU decides it, and a GPU
+no entry matches is left as it is.
 The profile tables are NVIDIA's MIG user guide's ("Supported MIG Profiles"): a GPU has 7
 compute slices and 8 memory slices; each profile takes some of each and has a most it can be
 made. The fit counts slices; the hardware's placement rules can still refuse a layout that
@@ -88,16 +95,40 @@ def gpu_model(product: str) -> GpuModel | None:
     return GPU_MODELS.get(product.strip())
 
 
+class UnknownDeviceId(MigConfigError):
+    """An entry filters GPUs by PCI device id and the node's ids were not read."""
+
+
+def parse_device_id(text: str) -> int | None:
+    """`0x20B010DE` (either case) -> its number, read as mig-parted reads it (a 32-bit number
+    with Go's base prefixes); None where that fails (a filter it cannot read matches no GPU)."""
+    try:
+        number = int(text, 0)
+    except ValueError:
+        return None
+    return number if 0 <= number <= 0xFFFFFFFF else None
+
+
 @dataclass(frozen=True)
 class LayoutEntry:
-    """One entry of a layout: the GPUs it selects (None: all) and what they become."""
+    """One entry of a layout: the GPUs it selects (devices None: all; device_filter None:
+    every model, else the PCI device ids it matches) and what they become."""
 
     devices: tuple[int, ...] | None
     mig_enabled: bool
     mig_devices: Mapping[str, int]
+    device_filter: tuple[int | None, ...] | None = None
 
-    def selects(self, index: int) -> bool:
-        return self.devices is None or index in self.devices
+    def selects(self, index: int, device_id: str | None = None) -> bool:
+        """Whether the entry applies to GPU `index` of PCI device id `device_id`;
+        UnknownDeviceId where it filters by id and the id is not known."""
+        if self.devices is not None and index not in self.devices:
+            return False
+        if self.device_filter is None:
+            return True
+        if device_id is None:
+            raise UnknownDeviceId(f"GPU {index}: its PCI device id is not known")
+        return parse_device_id(device_id) in self.device_filter
 
 
 DISABLED = LayoutEntry(None, False, {})
@@ -110,10 +141,11 @@ class MigLayout:
     name: str
     entries: tuple[LayoutEntry, ...]
 
-    def for_gpu(self, index: int) -> LayoutEntry | None:
-        """The entry that applies to GPU `index` (mig-parted applies them in order, so the
-        last that selects it decides); None where no entry selects it."""
-        chosen = [e for e in self.entries if e.selects(index)]
+    def for_gpu(self, index: int, device_id: str | None = None) -> LayoutEntry | None:
+        """The entry that applies to GPU `index` of PCI device id `device_id` (mig-parted
+        applies them in order, so the last that selects it decides); None where no entry
+        selects it."""
+        chosen = [e for e in self.entries if e.selects(index, device_id)]
         return chosen[-1] if chosen else None
 
 
@@ -156,16 +188,35 @@ def _parse_entry(name: str, entry: Any) -> LayoutEntry:
     made = entry.get("mig-devices") or {}
     if not isinstance(made, Mapping) or not all(type(n) is int and n >= 0 for n in made.values()):
         raise MigConfigError(f"layout {name}: mig-devices must map profiles to counts")
-    return LayoutEntry(selected, enabled, {str(k): v for k, v in made.items() if v})
+    counts = {str(k): v for k, v in made.items() if v}
+    return LayoutEntry(selected, enabled, counts, _parse_filter(name, entry.get("device-filter")))
 
 
-def check_fit(layout: MigLayout, model: GpuModel, gpus: int) -> list[str]:
+def _parse_filter(name: str, found: Any) -> tuple[int | None, ...] | None:
+    # mig-parted: an empty filter (absent, "" or []) matches every GPU
+    ids = ([found] if found else []) if isinstance(found, str) else found
+    if not ids:
+        return None
+    if not isinstance(ids, Sequence) or not all(isinstance(i, str) for i in ids):
+        raise MigConfigError(f"layout {name}: device-filter must be a PCI device id or a list")
+    if any(":" in i for i in ids):
+        raise MigConfigError(
+            f"layout {name}: device-filter {found!r} names a subsystem id; rollout reads "
+            "each GPU's pci.device_id only"
+        )
+    return tuple(parse_device_id(i) for i in ids)
+
+
+def check_fit(
+    layout: MigLayout, model: GpuModel, gpus: int, device_ids: Sequence[str] | None = None
+) -> list[str]:
     """Why the layout does not fit the node's GPUs, one line per GPU and reason; [] when it
     does: each profile one of the model's, at most its most, within 7 compute and 8 memory
-    slices; devices only on a GPU with MIG enabled."""
+    slices; devices only on a GPU with MIG enabled. UnknownDeviceId where an entry filters
+    by PCI device id and `device_ids` (by GPU index) is None."""
     problems: list[str] = []
     for index in range(gpus):
-        entry = layout.for_gpu(index)
+        entry = layout.for_gpu(index, device_id_of(device_ids, index))
         if entry is None or not entry.mig_devices:
             continue
         where = f"GPU {index} ({model.family})"
@@ -197,15 +248,29 @@ def describe_devices(devices: Mapping[str, int]) -> str:
     return " + ".join(f"{n} x {p}" for p, n in devices.items()) or "no MIG devices"
 
 
+def device_id_of(device_ids: Sequence[str] | None, index: int) -> str | None:
+    """GPU `index`'s PCI device id; None where the ids were not read, or nvidia-smi did not
+    list that GPU."""
+    return device_ids[index] if device_ids is not None and index < len(device_ids) else None
+
+
 def gpu_entries(
-    layout: MigLayout, gpus: int, current: MigLayout | None = None
+    layout: MigLayout,
+    gpus: int,
+    current: MigLayout | None = None,
+    device_ids: Sequence[str] | None = None,
 ) -> tuple[LayoutEntry, ...]:
     """What each of the node's GPUs becomes: the layout's entry for it; a GPU it does not
-    select keeps what the current layout made of it (MIG disabled where that is unknown)."""
-    return tuple(
-        layout.for_gpu(i) or (current.for_gpu(i) if current else None) or DISABLED
-        for i in range(gpus)
-    )
+    select keeps what the current layout made of it (MIG disabled where that is unknown).
+    UnknownDeviceId where a layout filters by PCI device id and `device_ids` is None."""
+
+    def entry(index: int) -> LayoutEntry:
+        device_id = device_id_of(device_ids, index)
+        chosen = layout.for_gpu(index, device_id)
+        kept = current.for_gpu(index, device_id) if current and chosen is None else None
+        return chosen or kept or DISABLED
+
+    return tuple(entry(i) for i in range(gpus))
 
 
 def mixed_profiles(entries: Sequence[LayoutEntry]) -> list[str]:

@@ -72,11 +72,24 @@ LAB_LAYOUTS: Mapping[str, tuple[bool, Mapping[str, int]]] = {
     "all-disabled": (False, {}),
     "all-enabled": (True, {}),
     "all-1g.5gb": (True, {"1g.5gb": 7}),
-    "all-1g.10gb": (True, {"1g.10gb": 4}),
     "all-2g.10gb": (True, {"2g.10gb": 3}),
     "all-3g.20gb": (True, {"3g.20gb": 2}),
     "all-7g.40gb": (True, {"7g.40gb": 1}),
-    "all-balanced": (True, {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1}),
+}
+# The GPU Operator's own default-mig-parted-config gives these layouts one entry per GPU model,
+# by PCI device id (`device-filter`): name -> ((device ids, devices of each such GPU), ...).
+A100_40GB_IDS = ("0x20B010DE", "0x20B110DE", "0x20F110DE", "0x20F610DE")
+A100_80GB_IDS = ("0x20B210DE", "0x20B510DE")
+H100_80GB_IDS = ("0x233010DE", "0x233110DE", "0x232210DE", "0x20F310DE", "0x20F510DE")
+MODEL_LAYOUTS: Mapping[str, tuple[tuple[tuple[str, ...], Mapping[str, int]], ...]] = {
+    "all-1g.10gb": (
+        ((*H100_80GB_IDS[:3], *A100_80GB_IDS, *H100_80GB_IDS[3:]), {"1g.10gb": 7}),
+        (A100_40GB_IDS, {"1g.10gb": 4}),
+    ),
+    "all-balanced": (
+        (A100_40GB_IDS, {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1}),
+        (A100_80GB_IDS, {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}),
+    ),
 }
 
 
@@ -133,7 +146,7 @@ DISABLED = NodeLayout(DISABLED_CONFIG, frozenset(), ())
 
 def to_configmap_data() -> dict[str, str]:
     """The lab's `default-mig-parted-config` data, in mig-parted's format."""
-    configs = {
+    configs: dict[str, list[dict[str, Any]]] = {
         name: [
             {
                 "devices": "all",
@@ -143,6 +156,12 @@ def to_configmap_data() -> dict[str, str]:
         ]
         for name, (enabled, devices) in LAB_LAYOUTS.items()
     }
+    for name, entries in MODEL_LAYOUTS.items():
+        configs[name] = [
+            {"device-filter": list(ids), "devices": "all", "mig-enabled": True,
+             "mig-devices": dict(devices)}
+            for ids, devices in entries
+        ]  # fmt: skip
     text = yaml.safe_dump({"version": "v1", "mig-configs": configs}, sort_keys=False)
     return {MIG_CONFIG_KEY: text}
 
@@ -174,9 +193,15 @@ def write_layout(root: Path, layout: NodeLayout) -> None:
     temporary.replace(path)
 
 
-def parse_config(text: str, name: str, gpus: Sequence[GpuDescription]) -> dict[int, GpuLayout]:
+def parse_config(
+    text: str, name: str, gpus: Sequence[GpuDescription], current: NodeLayout = DISABLED
+) -> dict[int, GpuLayout]:
     """The layout `name` of a mig-parted config for each GPU index; LayoutError when the
-    config lacks the name or a GPU cannot hold what it asks (`assert --valid-config`)."""
+    config lacks the name or a GPU cannot hold what it asks (`assert --valid-config`).
+
+    As mig-parted walks them: each entry in order, on every GPU its `device-filter` (the
+    GPU's PCI device id, or one of a list; none: any GPU) and its `devices` select, so the
+    last such entry decides a GPU; a GPU no entry selects stays as it is (`current`)."""
     try:
         document = yaml.safe_load(text) or {}
     except yaml.YAMLError as error:
@@ -185,25 +210,34 @@ def parse_config(text: str, name: str, gpus: Sequence[GpuDescription]) -> dict[i
     entries = (configs or {}).get(name) if isinstance(configs, Mapping) else None
     if not isinstance(entries, list):
         raise LayoutError(f"the mig-parted config has no layout {name!r}")
-    wanted: dict[int, GpuLayout] = {}
+    wanted = {gpu.index: current.gpu_layout(gpu.index) for gpu in gpus}
     for entry in entries:
         if not isinstance(entry, Mapping):
             raise LayoutError(f"layout {name!r}: an entry is not a mapping")
-        layout = _gpu_layout(entry, name)
         for gpu in gpus:
-            if _selects(entry.get("devices", "all"), gpu.index):
-                wanted[gpu.index] = layout
+            if _selects(entry, gpu):
+                wanted[gpu.index] = _gpu_layout(entry, name)
     for gpu in gpus:
-        layout = wanted.get(gpu.index, GpuLayout(False))
-        if layout.profiles() and gpu.product not in MIG_CAPABLE_PRODUCTS:
+        if wanted[gpu.index].profiles() and gpu.product not in MIG_CAPABLE_PRODUCTS:
             raise LayoutError(f"GPU {gpu.index} ({gpu.product}) is not MIG capable")
     return wanted
 
 
-def _selects(devices: Any, index: int) -> bool:
-    if devices == "all":
-        return True
-    return isinstance(devices, list) and index in devices
+def _selects(entry: Mapping[str, Any], gpu: GpuDescription) -> bool:
+    devices = entry.get("devices", "all")
+    if devices != "all" and not (isinstance(devices, list) and gpu.index in devices):
+        return False
+    found = entry.get("device-filter") or []
+    ids = [found] if isinstance(found, str) else found
+    return not ids or any(_same_id(str(i), gpu.pci_device_id) for i in ids)
+
+
+def _same_id(one: str, other: str) -> bool:
+    # mig-parted compares the numbers (0x20b010de is 0x20B010DE); an unreadable one matches none
+    try:
+        return int(one, 16) == int(other, 16)
+    except ValueError:
+        return False
 
 
 def _gpu_layout(entry: Mapping[str, Any], name: str) -> GpuLayout:

@@ -162,7 +162,8 @@ class MigManager:
         indices = [g.index for g in description.gpus]
         self._say(pod, migmanagerlog.to_start_lines(config))
         try:
-            wanted = parse_config(self._config_text(cluster_policy), config, description.gpus)
+            text = self._config_text(cluster_policy)
+            wanted = parse_config(text, config, description.gpus, current)
         except LayoutError as error:
             self._say(pod, migmanagerlog.to_invalid_lines(config, str(error)))
             self._set_state(name, "failed")
