@@ -70,14 +70,17 @@ def test_the_same_seed_faults_the_same_commands(lab: Lab) -> None:
             main(["lab", "faults", spec, "--seed", str(seed), "--lab-dir", str(lab.lab_dir)]) == 0
         )
         before = len(read_fault_log(lab.lab_dir))
-        for pause in range(21, 29):  # eight distinct commands, each long enough to be seen
-            ssh_run(lab, lab.nodes[0], ["sleep", f"0.{pause}"])
+        # eight distinct commands, each long enough to be seen: the watcher polls every 20 ms
+        # but is busy while it throttles a link (tc), so a command under a second ran past it
+        # unseen on a loaded machine (a CI run missed "sleep 0.25" right after "sleep 0.24")
+        for pause in range(21, 29):
+            ssh_run(lab, lab.nodes[0], ["sleep", f"1.{pause}"])
         time.sleep(0.3)  # the last slow link restored
         return [request for request, _ in faulted_since(lab, before)]
 
-    seed = 6  # at this seed, rollout.lab.faults.decide (pure) faults two of the eight
+    seed = 3  # at this seed, rollout.lab.faults.decide (pure) faults three of the eight
     first = faulted_with(seed)
-    assert first == ["sleep 0.24", "sleep 0.25"]
+    assert first == ["sleep 1.22", "sleep 1.24", "sleep 1.26"]
     assert faulted_with(seed) == first
     assert faulted_with(seed + 1) != first
     main(["lab", "faults", "off", "--lab-dir", str(lab.lab_dir)])
