@@ -5,8 +5,10 @@ which loads each kind's plan model by name (importlib): rollout.changes.mig.mode
 imported rollout.spec, whose loading of every kind's model met that model half-loaded, and
 `import rollout.changes.mig.model` failed in a fresh interpreter. Here each module is imported
 in one interpreter after every module of the package is dropped, as if it were the first.
-The modules: every package's __init__ and everything below rollout.changes, rollout.spec and
-rollout.inputs (the plan model, the kinds and their table, the input edge); the lab aside.
+The modules: every package's __init__ and everything of FIRST_PLACES; the lab aside. The
+driver engine is among them: were the fact frame (rollout.fact) still under rollout.facts, whose
+package loads the node facts that carry the engine's models, an engine module imported first
+would meet itself half-loaded.
 """
 
 from __future__ import annotations
@@ -19,7 +21,16 @@ from pathlib import Path
 from rollout.changes import KINDS
 from tests.unit.test_layering import PACKAGE, module_name
 
-FIRST_PLACES = ("rollout.changes", "rollout.spec", "rollout.inputs")
+# module name prefixes: the plan model, the kinds and their table, the input edge; the driver
+# engine; the fact frame and every facts module (`rollout.fact` is a prefix of both), the node
+# facts that carry the engine's models among them
+FIRST_PLACES = (
+    "rollout.changes",
+    "rollout.spec",
+    "rollout.inputs",
+    "rollout.driver",
+    "rollout.fact",
+)
 
 # Run in a fresh interpreter: argv is the package's name, then the modules to import.
 IMPORT_EACH_FIRST = """
@@ -68,6 +79,7 @@ def test_every_first_module_loads_first() -> None:
     names = first_modules()
     models = {f"rollout.{kind.model.partition(':')[0]}" for kind in KINDS.values()}
     assert models <= set(names), "every kind's plan model is among the modules imported first"
+    assert {"rollout.driver.host", "rollout.driver.status", "rollout.facts.model"} <= set(names)
     assert first_import_failures(names, PACKAGE.parent) == {}
 
 
