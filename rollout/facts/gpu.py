@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from rollout.fact import CommandFact
 
 _GPU_LINE = re.compile(
-    r"^\s*(?P<uuid>GPU-[0-9a-fA-F-]+)\s*,\s*(?P<name>[^,]+?)\s*,\s*(?P<driver>[^,\s]+)\s*$"
+    r"^\s*(?P<uuid>GPU-[0-9a-fA-F-]+)\s*,\s*(?P<name>[^,]+?)\s*,\s*(?P<driver>[^,\s]+)"
+    r"(?:\s*,\s*(?P<device>[^,\s]+))?\s*$"
 )
 
 
@@ -20,48 +21,36 @@ class GpuFacts:
     product: str = ""
     uuids: tuple[str, ...] = ()
     driver_version: str = ""
+    # each GPU's PCI device id (`0x20B010DE`), in nvidia-smi's order (its index); None where
+    # they were not read (facts recorded without them). MIG layouts select GPU models by it.
+    device_ids: tuple[str, ...] | None = None
 
 
 def parse_gpu_query(text: str) -> GpuFacts:
-    """`nvidia-smi --query-gpu=uuid,name,driver_version --format=csv,noheader` -> GpuFacts."""
+    """`nvidia-smi --query-gpu=uuid,name,driver_version,pci.device_id --format=csv,noheader`
+    -> GpuFacts (without the last column: no device ids)."""
     rows = [m for m in (_GPU_LINE.match(line) for line in text.splitlines()) if m]
+    ids = tuple(m["device"] for m in rows if m["device"])
     return GpuFacts(
         count=len(rows),
         product=rows[0]["name"] if rows else "",
         uuids=tuple(m["uuid"] for m in rows),
         driver_version=rows[0]["driver"] if rows else "",
+        device_ids=ids if rows and len(ids) == len(rows) else None,
     )
 
 
 class GpuQueryFact(CommandFact[GpuFacts]):
-    """`nvidia-smi --query-gpu=uuid,name,driver_version` -> GpuFacts.
+    """`nvidia-smi --query-gpu=uuid,name,driver_version,pci.device_id` -> GpuFacts.
 
     Optional: a node without nvidia-smi (or without a loaded driver) has no GPUs to report.
     """
 
     optional = True
     sentence = "query the GPUs"
-    argv = ("nvidia-smi", "--query-gpu=uuid,name,driver_version", "--format=csv,noheader")
-    parser = staticmethod(parse_gpu_query)
-
-
-def parse_gpu_device_ids(text: str) -> tuple[str, ...]:
-    """`nvidia-smi --query-gpu=index,pci.device_id --format=csv,noheader` -> each GPU's PCI
-    device id (`0x20B010DE`), in index order."""
-    rows = (line.split(",") for line in text.splitlines())
-    found = sorted(
-        (int(r[0]), r[1].strip()) for r in rows if len(r) == 2 and r[0].strip().isdigit()
+    argv = (
+        "nvidia-smi",
+        "--query-gpu=uuid,name,driver_version,pci.device_id",
+        "--format=csv,noheader",
     )
-    return tuple(device_id for _, device_id in found)
-
-
-class GpuDeviceIdsFact(CommandFact[tuple[str, ...]]):
-    """Each GPU's PCI device id, by index (MIG layouts select GPU models by it).
-
-    Optional: a node without nvidia-smi has no GPUs to report.
-    """
-
-    optional = True
-    sentence = "query the GPUs' PCI device ids"
-    argv = ("nvidia-smi", "--query-gpu=index,pci.device_id", "--format=csv,noheader")
-    parser = staticmethod(parse_gpu_device_ids)
+    parser = staticmethod(parse_gpu_query)

@@ -54,9 +54,6 @@ class NodeFacts:
     config_mtimes: Mapping[str, float] = field(default_factory=dict)
     # each GPU's pending and failed row remaps (`nvidia-smi --query-remapped-rows`)
     remapped_rows: tuple[RemappedRows, ...] = ()
-    # each GPU's PCI device id by index (`nvidia-smi --query-gpu=index,pci.device_id`), read
-    # for a plan that changes MIG layouts (their entries can select GPU models by it)
-    gpu_device_ids: tuple[str, ...] | None = None
     # a `mode: host` driver upgrade's facts: nvidia-smi, packages, apt, Secure Boot, modules
     driver_host: DriverHost | None = None
     # containerd's journal: restarts, SIGHUPs and failures (rollout.facts.service)

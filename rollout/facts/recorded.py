@@ -88,6 +88,7 @@ class GpuRecord(SpecModel):
     product: Str = ""
     driver_version: Str = ""
     uuids: tuple[Str, ...] = ()
+    device_ids: tuple[Str, ...] | None = None
 
 
 class DriverHostRecord(SpecModel):
@@ -126,7 +127,6 @@ class NodeRecord(SpecModel):
     nvidia_smi: Str | None = None
     remapped_rows: Str = ""
     driver_kernel: Str | None = None
-    gpu_device_ids: tuple[Str, ...] | None = None
     driver_host: DriverHostRecord | None = None
     # the pods bound to the node, as manifests the API transport's Pod reads (drain plans them)
     pods: tuple[Mapping[Str, Any], ...] = ()
@@ -295,7 +295,6 @@ def _load_node(node_dir: str, dir_name: str, text: str | None) -> NodeFacts:
         driver_kernel=None
         if record.driver_kernel is None
         else parse_driver_kernel(record.driver_kernel),
-        gpu_device_ids=record.gpu_device_ids,
         driver_host=None
         if record.driver_host is None
         else driver_host_from_raw(record.driver_host.model_dump()),
@@ -352,4 +351,5 @@ def _gpus(record: GpuRecord | None) -> GpuFacts:
         product=record.product,
         uuids=record.uuids,
         driver_version=record.driver_version,
+        device_ids=record.device_ids,
     )

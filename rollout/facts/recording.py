@@ -55,7 +55,8 @@ def node_document(node: NodeFacts) -> dict[str, Any]:
             "product": node.gpus.product,
             "driver_version": node.gpus.driver_version,
             "uuids": list(node.gpus.uuids),
-        },
+        }
+        | ({} if node.gpus.device_ids is None else {"device_ids": list(node.gpus.device_ids)}),
         "capacity": dict(node.capacity),
         "allocatable": dict(node.allocatable),
         "taints": list(node.taints),
@@ -81,8 +82,6 @@ def node_document(node: NodeFacts) -> dict[str, Any]:
             + "---\n"
             + (f"{kernel.installed}\n" if kernel.installed else "")
         )
-    if node.gpu_device_ids is not None:
-        doc["gpu_device_ids"] = list(node.gpu_device_ids)
     if node.driver_host is not None:
         doc["driver_host"] = dict(node.driver_host.raw)
     if node.driver_status is not None:

@@ -12,6 +12,7 @@ import pytest
 
 from rollout.cli import main
 from rollout.facts import ConfigFilesFact, ProbeFailed, parse_file_dump, parse_gpu_query
+from rollout.facts.gpu import GpuQueryFact
 from rollout.lab.cluster import Lab
 from rollout.transports.local import LocalRunner
 from tests.examples import PLAN
@@ -87,12 +88,11 @@ def test_live_plan_finds_a_shadowing_dropin(
 
 def test_gpu_query_parser_reads_the_lab_nvidia_smi(lab: Lab) -> None:
     node = node_of_series(lab, "1.7")
-    out = ssh_check(
-        lab, node, ["nvidia-smi", "--query-gpu=uuid,name,driver_version", "--format=csv,noheader"]
-    )
+    out = ssh_check(lab, node, GpuQueryFact().command())
     gpus = parse_gpu_query(out)
     assert gpus.count == len(node.gpus) and gpus.uuids == tuple(g.uuid for g in node.gpus)
     assert gpus.driver_version
+    assert gpus.device_ids == tuple(g.pci_device_id for g in node.gpus)
 
 
 def test_gpu_query_parser_on_recorded_output() -> None:

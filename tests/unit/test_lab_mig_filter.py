@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rollout.facts.gpu import parse_gpu_device_ids
+from rollout.facts.gpu import parse_gpu_query
 from rollout.lab.description import GpuDescription
 from rollout.lab.simulation.miglayouts import (
     A100_40GB_IDS,
@@ -95,4 +95,6 @@ def test_nvidia_smi_reports_each_gpus_pci_device_id(
     assert smi.query_gpu("index,pci.device_id", "csv,noheader", gpus, "550.90.07") == 0
     out = capsys.readouterr().out
     assert out == "0, 0x20B010DE\n1, 0x20B010DE\n"
-    assert parse_gpu_device_ids(out) == ("0x20B010DE", "0x20B010DE")
+    query = smi.query_gpu("uuid,name,driver_version,pci.device_id", "csv,noheader", gpus, "550")
+    assert query == 0
+    assert parse_gpu_query(capsys.readouterr().out).device_ids == ("0x20B010DE", "0x20B010DE")

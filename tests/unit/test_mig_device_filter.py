@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rollout.changes import node_reads
 from rollout.changes.mig.layout import (
     A100_40GB,
     A100_80GB,
@@ -24,14 +25,12 @@ from rollout.changes.mig.layout import (
     parse_mig_config,
 )
 from rollout.cli import main
-from rollout.facts import FleetFacts
-from rollout.facts.extra import with_plan_facts
-from rollout.facts.gpu import GpuDeviceIdsFact, parse_gpu_device_ids
+from rollout.facts import FleetFacts, NodeFacts
+from rollout.facts.gpu import GpuQueryFact, parse_gpu_query
 from rollout.facts.recorded import load_recorded_facts
 from rollout.facts.recording import record_fleet
 from rollout.spec import parse_spec
 from tests.examples import FACTS
-from tests.fakes import ScriptedRunner
 from tests.unit.test_mig_plan import CONFIGMAP, make_context, make_node, plan, refusal
 from tests.unit.test_mig_plan_cli import MIG_LABELS, PLAN_TEXT, recorded_facts
 
@@ -214,23 +213,34 @@ def test_a_gpu_nvidia_smi_did_not_list_is_not_guessed() -> None:
         gpu_entries(CONFIG.layouts["all-balanced"], 2, None, (A100_40GB_ID,))
 
 
-def test_the_fact_reads_each_gpus_device_id_in_index_order() -> None:
-    fact = GpuDeviceIdsFact()
-    assert fact.command() == [
+def test_the_gpu_query_reads_each_gpus_device_id_in_its_one_command() -> None:
+    assert GpuQueryFact().command() == [
         "nvidia-smi",
-        "--query-gpu=index,pci.device_id",
+        "--query-gpu=uuid,name,driver_version,pci.device_id",
         "--format=csv,noheader",
     ]
-    text = "1, 0x20B210DE\n0, 0x20B010DE\n\nNo devices were found\n"
-    assert parse_gpu_device_ids(text) == (A100_40GB_ID, A100_80GB_ID)
-    assert parse_gpu_device_ids("") == ()
+    text = (
+        "GPU-1, NVIDIA A100-SXM4-40GB, 550.90.07, 0x20B010DE\n"
+        "GPU-2, NVIDIA A100-SXM4-80GB, 550.90.07, 0x20B210DE\n"
+    )
+    assert parse_gpu_query(text).device_ids == (A100_40GB_ID, A100_80GB_ID)
+    assert parse_gpu_query("").device_ids is None  # no GPU listed: nothing to know
+    # the query of facts recorded before the ids were read: not known, not none
+    assert parse_gpu_query("GPU-1, NVIDIA A100-SXM4-40GB, 550.90.07\n").device_ids is None
+    # read in the node's one probe: a MIG plan reads nothing of the node after it
+    mig = parse_spec(PLAN_TEXT.replace("LAYOUT", "all-balanced"), "plan.yaml")
+    assert node_reads(mig.changes) == []
 
 
 REAL_CONFIGMAPS = {CONFIGMAP: {"config.yaml": REAL_CONFIG}}
 
 
+def with_ids(node: NodeFacts, ids: tuple[str, ...]) -> NodeFacts:
+    return replace(node, gpus=replace(node.gpus, device_ids=ids))
+
+
 def test_the_plan_forecasts_the_entry_of_the_nodes_model() -> None:
-    node = replace(make_node(), gpu_device_ids=(A100_40GB_ID, A100_40GB_ID))
+    node = with_ids(make_node(), (A100_40GB_ID, A100_40GB_ID))
     work = plan(*make_context("all-balanced", node, configmaps=REAL_CONFIGMAPS))
     assert work.advertised == {
         "nvidia.com/mig-1g.5gb": 4,
@@ -244,8 +254,8 @@ def test_a_filtered_layout_over_facts_without_the_ids_is_refused_saying_what_to_
     assert said == (
         "node gpu-1: layout 'all-balanced' selects GPU models by PCI device id "
         "(device-filter), and the node's facts from facts/ lack its GPUs' ids (GPU 0: its PCI "
-        "device id is not known) | record the facts with `rollout facts record --plan PLAN`, "
-        "or plan against the live cluster"
+        "device id is not known) | record the facts again with `rollout facts record` (it "
+        "reads the ids), or plan against the live cluster"
     )
 
 
@@ -258,13 +268,11 @@ def test_an_unfiltered_layout_plans_without_the_ids() -> None:
 def test_the_ids_are_recorded_and_read_back(tmp_path: Path) -> None:
     fleet = load_recorded_facts(FACTS)
     ids = (A100_40GB_ID, A100_80GB_ID)
-    with_ids = FleetFacts(
-        [replace(fleet.nodes[0], gpu_device_ids=ids), *fleet.nodes[1:]], fleet.cluster, "x"
-    )
-    record_fleet(with_ids, tmp_path / "facts")
+    recorded = FleetFacts([with_ids(fleet.nodes[0], ids), *fleet.nodes[1:]], fleet.cluster, "x")
+    record_fleet(recorded, tmp_path / "facts")
     read = load_recorded_facts(tmp_path / "facts")
-    assert read.nodes[0].gpu_device_ids == ids
-    assert read.nodes[1].gpu_device_ids is None
+    assert read.nodes[0].gpus.device_ids == ids
+    assert read.nodes[1].gpus.device_ids is None
 
 
 def test_rollout_plan_over_recorded_facts_refuses_without_the_ids_and_plans_with_them(
@@ -278,32 +286,11 @@ def test_rollout_plan_over_recorded_facts_refuses_without_the_ids_and_plans_with
     plan_file.write_text(PLAN_TEXT.replace("LAYOUT", "all-balanced"))
     capsys.readouterr()
     assert main(["plan", str(plan_file), "--facts", str(facts)]) == 2
-    assert "record the facts with `rollout facts record --plan PLAN`" in capsys.readouterr().err
+    assert "record the facts again with `rollout facts record`" in capsys.readouterr().err
     node = facts / "gpu-a-1" / "node.yaml"
     document = yaml.safe_load(node.read_text())
-    document["gpu_device_ids"] = [A100_40GB_ID.lower()] * 4
+    document["gpus"]["device_ids"] = [A100_40GB_ID.lower()] * 4
     node.write_text(yaml.safe_dump(document))
     assert main(["plan", str(plan_file), "--facts", str(facts)]) == 0
     out = capsys.readouterr().out
     assert "nvidia.com/mig-1g.5gb 0 -> 8, nvidia.com/mig-2g.10gb 0 -> 4" in out
-
-
-def test_a_plan_with_a_mig_change_reads_each_nodes_ids_and_another_does_not() -> None:
-    answer = "0, 0x20B010DE\n1, 0x20B010DE\n"
-    runners = {
-        name: ScriptedRunner(name=name).on(
-            ["nvidia-smi", "--query-gpu=index,pci.device_id", "--format=csv,noheader"], answer
-        )
-        for name in ("gpu-1", "gpu-2")
-    }
-    nodes = [make_node("gpu-1"), make_node("gpu-2")]
-    mig = parse_spec(PLAN_TEXT.replace("LAYOUT", "all-balanced"), "plan.yaml")
-    read = with_plan_facts(mig, runners, nodes)
-    assert [n.gpu_device_ids for n in read] == [(A100_40GB_ID, A100_40GB_ID)] * 2
-    other = parse_spec(
-        PLAN_TEXT.replace(
-            "- mig:\n      config: LAYOUT", "- containerd: {default_runtime: nvidia}"
-        ),
-        "plan.yaml",
-    )
-    assert [n.gpu_device_ids for n in with_plan_facts(other, runners, nodes)] == [None, None]

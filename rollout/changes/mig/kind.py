@@ -27,10 +27,7 @@ from rollout.changes.mig.layout import (
 from rollout.changes.mig.model import MigChange
 from rollout.changes.mig.work import MigWork
 from rollout.errors import InputError
-from rollout.fact import read_fact
 from rollout.facts import NodeFacts
-from rollout.facts.extra import NodeRead
-from rollout.facts.gpu import GpuDeviceIdsFact
 from rollout.facts.gpu_operator import physical_gpus
 from rollout.facts.migmode import (
     CONFIG_KEY,
@@ -68,13 +65,6 @@ class MigKind(ChangeKindPlanner):
         from rollout.changes.mig import steps
 
         return (steps,)
-
-    def node_reads(self, change: Any) -> tuple[NodeRead, ...]:
-        # a layout's entries can select GPU models by PCI device id (device-filter)
-        ids = GpuDeviceIdsFact()
-        return (
-            NodeRead("gpu_device_ids", lambda r: read_fact(r, ids), "the GPUs' PCI device ids"),
-        )
 
     def cluster_reads(
         self, change: Any, cluster_policy: Mapping[str, Any]
@@ -205,7 +195,7 @@ def check_node(
     the single strategy (which advertises one kind as nvidia.com/gpu)."""
     model = gpu_model(node.gpus.product)
     if model is not None:
-        problems = check_fit(plan.layout, model, gpus, node.gpu_device_ids)
+        problems = check_fit(plan.layout, model, gpus, node.gpus.device_ids)
         if problems:
             raise refuse(
                 ctx,
@@ -233,7 +223,7 @@ def node_entries(
     one) selects GPU models by PCI device id and the facts lack the node's ids."""
     current = plan.config.layouts.get(NodeMig.from_labels(node.labels).config or "")
     try:
-        return gpu_entries(plan.layout, gpus, current, node.gpu_device_ids)
+        return gpu_entries(plan.layout, gpus, current, node.gpus.device_ids)
     except UnknownDeviceId as exc:
         raise refuse(
             ctx,
@@ -241,8 +231,8 @@ def node_entries(
             f"node {node.name}: layout {plan.layout.name!r} selects GPU models by PCI "
             f"device id (device-filter), and the node's facts from {ctx.fleet.source} "
             f"lack its GPUs' ids ({exc})",
-            "record the facts with `rollout facts record --plan PLAN`, or plan against the "
-            "live cluster",
+            "record the facts again with `rollout facts record` (it reads the ids), or plan "
+            "against the live cluster",
         ) from exc
 
 
