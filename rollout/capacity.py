@@ -65,7 +65,7 @@ def forecast_node(
     healthy = advertised_now(node.capacity, node.allocatable)
     before = gpu_counts(node.allocatable) if known else {}
     if ctx is not None:
-        advertised = ctx.advertised(node, healthy)
+        advertised = ctx.advertised(node)
         after, caveats = advertised.counts, list(advertised.caveats)
     else:
         after, caveats = healthy, []

@@ -28,6 +28,7 @@ from rollout.commands import CommandRunner
 from rollout.facts import ClusterFacts, FleetFacts, NodeFacts
 from rollout.facts.extra import NodeRead
 from rollout.facts.gpu_operator import physical_gpus
+from rollout.facts.pods import advertised_now
 from rollout.plan import Advertised, ClusterChange, LabelChange, NodePlan, Plan
 from rollout.rbac import Grant
 from rollout.run.state import RunState
@@ -289,17 +290,22 @@ class PlanningContext:
         describe every node first (their change None where the plan has none)."""
         return self.memo(("planned kinds",), lambda: planned_kinds(self.kinds, self.spec.changes))
 
-    def advertised(self, node: NodeFacts, now: Mapping[str, int]) -> Advertised:
+    def advertised(self, node: NodeFacts) -> Advertised:
         """The node's GPU resources once every change of the plan is made, from what it
-        advertises `now`: each change's kind in plan order (rollout.capacity's forecast, and
-        gpu.wait's plan), their caveats gathered."""
-        counts = now
-        caveats: list[str] = []
-        for change in self.spec.changes:
-            made = self.kind_of(change).advertises(self, change, node, counts)
-            counts = made.counts
-            caveats.extend(made.caveats)
-        return Advertised(counts, tuple(caveats))
+        advertises now (rollout.facts.pods.advertised_now): each change's kind in plan order,
+        their caveats gathered; once per node and context (rollout.capacity's forecast, and
+        the plans of gpu.wait and the gates, read it)."""
+
+        def compute() -> Advertised:
+            counts: Mapping[str, int] = advertised_now(node.capacity, node.allocatable)
+            caveats: list[str] = []
+            for change in self.spec.changes:
+                made = self.kind_of(change).advertises(self, change, node, counts)
+                counts = made.counts
+                caveats.extend(made.caveats)
+            return Advertised(counts, tuple(caveats))
+
+        return self.node_memo("advertised", node, compute)
 
     def cluster_work(self) -> tuple[ClusterWork, ...]:
         """Every change's cluster-wide work, in plan order, computed once per context."""

@@ -194,10 +194,11 @@ class GatesStep(ReachingStep, MarkingStep):
 
     def plan(self, ctx: PlanningContext, facts: NodeFacts) -> StepPlan:
         planned = super().plan(ctx, facts)
-        promised = planned_expectations(ctx, facts) if planned.changes else None
+        forecast = planned_forecast(ctx, facts)
+        promised = planned_expectations(ctx, facts, forecast) if planned.changes else None
         if promised is None:
             return planned
-        mig = kept_mig_mode(facts, planned_forecast(ctx, facts))
+        mig = kept_mig_mode(facts, forecast)
         names = gate_names(ctx.spec, facts, promised, mig)
         return StepPlan.acting(self.kind, "health gates: " + "; ".join(names))
 

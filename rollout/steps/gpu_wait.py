@@ -99,18 +99,19 @@ def forecast_expectations(
 
 
 def planned_expectations(
-    ctx: PlanningContext, facts: NodeFacts
+    ctx: PlanningContext, facts: NodeFacts, forecast: Sequence[ResourceForecast] | None = None
 ) -> tuple[GpuExpectation, ...] | None:
     """forecast_expectations while the plan is made: the forecast the plan will show for the
-    node (each change's kind in the planning context)."""
+    node (`forecast`, where the caller has it: planned_forecast)."""
     mode = read_mig_mode(facts.labels, facts.allocatable)
-    return promised_by(planned_forecast(ctx, facts), expect_gpus(ctx.spec, facts), False, mode)
+    resources = planned_forecast(ctx, facts) if forecast is None else forecast
+    return promised_by(resources, expect_gpus(ctx.spec, facts), False, mode)
 
 
 def planned_forecast(ctx: PlanningContext, facts: NodeFacts) -> list[ResourceForecast]:
     """The node's GPU resources before -> after, as the plan's forecast will show them."""
     before = gpu_counts(facts.allocatable)
-    after = ctx.advertised(facts, advertised_now(facts.capacity, facts.allocatable)).counts
+    after = ctx.advertised(facts).counts
     return [
         ResourceForecast(name, before.get(name, 0), after.get(name, 0))
         for name in sorted({*before, *after})
